@@ -1,0 +1,1 @@
+"""The built-in backends: one package each, every kernel a module of the same name in each."""

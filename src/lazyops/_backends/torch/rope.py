@@ -1,0 +1,96 @@
+"""Rotary position embedding applied in place to query and key, as vLLM's ``rotary_embedding``."""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import torch
+
+from lazyops._backends._checks import canonical_dtype, check_tensor, describe, positive_int, same_size
+from lazyops._errors import KernelInputError
+
+POSITION_DTYPES = (torch.int32, torch.int64)
+
+
+def rope_reference(
+    positions: torch.Tensor, x: torch.Tensor, cos_sin_cache: torch.Tensor, head_dim: int, is_neox: bool
+) -> torch.Tensor:
+    """``x[M, H*head_dim]`` rotated (a new tensor), computed in ``x``'s dtype; the cache is cast to it."""
+    rotary_dim = cos_sin_cache.shape[1]
+    half = rotary_dim // 2
+    cos_sin = cos_sin_cache.to(x.dtype)[positions.long()]  # [M, rotary_dim]
+    cos = cos_sin[:, None, :half]
+    sin = cos_sin[:, None, half:]
+    heads = x.reshape(x.shape[0], -1, head_dim)
+    rotated = heads.clone()
+    if is_neox:
+        x1, x2 = heads[..., :half], heads[..., half:rotary_dim]
+        rotated[..., :half] = x1 * cos - x2 * sin
+        rotated[..., half:rotary_dim] = x2 * cos + x1 * sin
+    else:
+        x1, x2 = heads[..., 0:rotary_dim:2], heads[..., 1:rotary_dim:2]
+        rotated[..., 0:rotary_dim:2] = x1 * cos - x2 * sin
+        rotated[..., 1:rotary_dim:2] = x2 * cos + x1 * sin
+    return rotated.reshape(x.shape)
+
+
+def check_rope_inputs(
+    name: str,
+    head_dim: int,
+    dtype: torch.dtype,
+    positions: torch.Tensor,
+    query: torch.Tensor,
+    key: torch.Tensor,
+    cos_sin_cache: torch.Tensor,
+) -> None:
+    """The checks every backend's rope kernel makes: shared so the backends agree on what is valid."""
+    check_tensor(name, "positions", positions, shape=("M",), dtype=POSITION_DTYPES)
+    device = positions.device
+    check_tensor(name, "query", query, shape=("M", "Hq*head_dim"), dtype=dtype, device=device)
+    check_tensor(name, "key", key, shape=("M", "Hk*head_dim"), dtype=dtype, device=device)
+    check_tensor(name, "cos_sin_cache", cos_sin_cache, shape=("P", "r"), dtype=(torch.float32, dtype), device=device)
+    same_size(name, "the token count M", {"positions": positions.shape[0], "query": query.shape[0], "key": key.shape[0]})
+    for arg, tensor in (("query", query), ("key", key)):
+        if tensor.shape[1] % head_dim:
+            raise KernelInputError(
+                f"{name}: {arg} has {tensor.shape[1]} features per token, not a multiple of head_dim={head_dim}"
+            )
+    rotary_dim = cos_sin_cache.shape[1]
+    if rotary_dim % 2 or not 0 < rotary_dim <= head_dim:
+        raise KernelInputError(
+            f"{name}: cos_sin_cache rows hold {rotary_dim} values; the rotary dimension must be even and at most "
+            f"head_dim={head_dim} (each row is r/2 cosines then r/2 sines)"
+        )
+
+
+def rope_tl(
+    head_dim: int, dtype: torch.dtype, is_neox: bool = True
+) -> Callable[
+    [torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor], tuple[torch.Tensor, torch.Tensor]
+]:
+    """Rotary embedding over the first ``r`` features of every head, in place.
+
+    Returns ``kernel(positions[M], query[M, Hq*head_dim], key[M, Hk*head_dim], cos_sin_cache[P, r])
+    -> (query, key)``. A cache row holds ``r/2`` cosines then ``r/2`` sines; ``is_neox`` rotates the two halves
+    of the rotary features, otherwise interleaved pairs (GPT-J style). The math runs in float32.
+    """
+    head_dim = positive_int("rope_tl", "head_dim", head_dim)
+    dtype = canonical_dtype("rope_tl", dtype)
+    is_neox = bool(is_neox)
+    name = describe("rope_tl", head_dim=head_dim, dtype=dtype, is_neox=is_neox)
+
+    def rope(
+        positions: torch.Tensor, query: torch.Tensor, key: torch.Tensor, cos_sin_cache: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        check_rope_inputs(name, head_dim, dtype, positions, query, key, cos_sin_cache)
+        if positions.numel() and not 0 <= int(positions.min()) <= int(positions.max()) < cos_sin_cache.shape[0]:
+            raise KernelInputError(
+                f"{name}: positions range over [{int(positions.min())}, {int(positions.max())}], outside the "
+                f"cache's {cos_sin_cache.shape[0]} rows"
+            )
+        cache = cos_sin_cache.float()
+        query.copy_(rope_reference(positions, query.float(), cache, head_dim, is_neox))
+        key.copy_(rope_reference(positions, key.float(), cache, head_dim, is_neox))
+        return query, key
+
+    return rope

@@ -1,0 +1,30 @@
+"""Softmax over the last dimension."""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import torch
+
+from lazyops._backends._checks import canonical_dtype, check_tensor, describe, positive_int
+
+
+def softmax_reference(x: torch.Tensor) -> torch.Tensor:
+    """The definition, computed in ``x``'s dtype (the kernel passes float32, the tests float64)."""
+    return torch.softmax(x, dim=-1)
+
+
+def softmax_tl(n: int, dtype: torch.dtype) -> Callable[[torch.Tensor], torch.Tensor]:
+    """Softmax over the last dimension of ``x[M, n]``.
+
+    Returns ``kernel(x[M, n]) -> y[M, n]`` in ``dtype``; the math runs in float32.
+    """
+    n = positive_int("softmax_tl", "n", n)
+    dtype = canonical_dtype("softmax_tl", dtype)
+    name = describe("softmax_tl", n=n, dtype=dtype)
+
+    def softmax(x: torch.Tensor) -> torch.Tensor:
+        check_tensor(name, "x", x, shape=("M", n), dtype=dtype)
+        return softmax_reference(x.float()).to(dtype)
+
+    return softmax

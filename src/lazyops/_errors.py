@@ -1,0 +1,58 @@
+"""The errors lazyops raises, each a subclass of the builtin that its callers already handle.
+
+The base classes are the point: ``KernelUnavailableError`` is an ``AttributeError`` so that ``hasattr`` and
+``getattr(lazyops, name, default)`` keep working as probes; ``ConfigError`` is a ``ValueError`` precisely so that
+``hasattr`` does *not* swallow a configuration mistake; ``BackendError`` is an ``ImportError`` because a backend
+that cannot be loaded is an import problem with an install as its cure.
+
+This module is imported by ``import lazyops``: it imports nothing.
+"""
+
+from __future__ import annotations
+
+
+class LazyopsError(Exception):
+    """Base of every lazyops-specific error, for callers that want to catch them all."""
+
+
+class KernelUnavailableError(LazyopsError, AttributeError):
+    """A known kernel that the selected backends do not export, with no fallback allowed to supply it."""
+
+    def __init__(self, kernel: str, backend: str, available_in: tuple[str, ...], message: str) -> None:
+        # AttributeError's name/obj let tracebacks and IDEs point at the attribute that failed.
+        super().__init__(message, name=kernel, obj=None)
+        self.kernel = kernel
+        self.backend = backend
+        self.available_in = available_in
+
+    def __reduce__(self):  # keep pickling (multiprocessing, pytest-xdist) working with the extra fields
+        return (type(self), (self.kernel, self.backend, self.available_in, str(self)))
+
+
+class ConfigError(LazyopsError, ValueError):
+    """A malformed or contradictory configuration, from the environment or from ``configure()``."""
+
+
+class BackendError(LazyopsError, ImportError):
+    """A backend that cannot be loaded or cannot run here.
+
+    ``.backend`` names it; ``.missing`` is true when its package is not installed (the message says what to
+    install), false when importing it failed (the original error is chained as ``__cause__``) or when it cannot
+    run on this machine.
+    """
+
+    def __init__(self, message: str, *, backend: str, missing: bool = False) -> None:
+        super().__init__(message, name=backend)
+        self.backend = backend
+        self.missing = missing
+
+    def __reduce__(self):
+        return (_rebuild_backend_error, (str(self), self.backend, self.missing))
+
+
+def _rebuild_backend_error(message: str, backend: str, missing: bool) -> BackendError:
+    return BackendError(message, backend=backend, missing=missing)
+
+
+class KernelInputError(LazyopsError, ValueError):
+    """A kernel factory or kernel called with arguments it cannot serve (shape, dtype, device, layout)."""
