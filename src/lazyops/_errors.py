@@ -8,8 +8,6 @@ that cannot be loaded is an import problem with an install as its cure.
 This module is imported by ``import lazyops``: it imports nothing.
 """
 
-from __future__ import annotations
-
 
 class LazyopsError(Exception):
     """Base of every lazyops-specific error, for callers that want to catch them all."""

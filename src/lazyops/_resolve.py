@@ -1,0 +1,190 @@
+"""The resolution order, as pure logic over names and sets.
+
+Nothing here imports a backend: a ``Universe`` answers which backends exist and what each exports, and the
+functions below decide where a kernel comes from. That is the whole of the order in DESIGN.md, small enough for a
+hypothesis model test to check against an independent model, and the reason ``which()`` can answer without
+importing anything.
+
+The three roles: the *chain* (the selected backends in priority order), the *platform default* (what runs best
+here), and the *reference* (``torch``: it implements every kernel, so it is the last resort). A kernel that the
+chain lacks is *inherited* from the default or the reference, never silently: the namespace wraps it so that its
+first call says so, and the first resolution prints how many kernels the chain lacks. A partial port is never
+mistaken for a complete one; strict means no fallback of any kind.
+"""
+
+from __future__ import annotations
+
+import difflib
+from typing import Protocol
+
+from lazyops._config import Settings
+from lazyops._errors import ConfigError, KernelUnavailableError
+
+REFERENCE = "torch"
+
+SELECTED = "selected"
+FALLBACK_LIST = "fallback-list"
+INHERITED = "inherited"
+
+
+class Universe(Protocol):
+    """What the resolution order needs to know about the installed backends."""
+
+    @property
+    def backends(self) -> tuple[str, ...]:
+        """Every known backend name, built-ins first."""
+
+    @property
+    def default(self) -> str:
+        """The platform default; only asked for when the order needs it."""
+
+    def exports(self, backend: str) -> frozenset[str]:
+        """The kernel names ``backend`` exports (may raise ``BackendError`` for a backend without a stub)."""
+
+    def known_kernels(self) -> frozenset[str]:
+        """Every kernel name any known backend exports."""
+
+
+class Resolution:
+    """Where a kernel comes from and why: what ``lazyops.which`` returns.
+
+    ``chain`` is the chain in force; ``lacking`` the selected backends that do not export the kernel (non-empty
+    exactly when it is inherited or forced by the fallback list).
+    """
+
+    __slots__ = ("kernel", "backend", "reason", "chain", "lacking")
+
+    def __init__(self, kernel: str, backend: str, reason: str, chain: tuple[str, ...], lacking: tuple[str, ...]):
+        self.kernel = kernel
+        self.backend = backend
+        self.reason = reason
+        self.chain = chain
+        self.lacking = lacking
+
+    def __repr__(self) -> str:
+        return f"Resolution(kernel={self.kernel!r}, backend={self.backend!r}, reason={self.reason!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Resolution):
+            return NotImplemented
+        return all(getattr(self, name) == getattr(other, name) for name in self.__slots__)
+
+    def __hash__(self) -> int:
+        return hash(tuple(getattr(self, name) for name in self.__slots__))
+
+
+def chain_of(settings: Settings, universe: Universe) -> tuple[str, ...]:
+    return settings.chain if settings.chain is not None else (universe.default,)
+
+
+def suggest(name: str, choices: frozenset[str] | tuple[str, ...]) -> str:
+    """`` Did you mean 'rmsnorm_tl'?`` or nothing: appended to errors about unknown names."""
+    close = difflib.get_close_matches(name, sorted(choices), n=3, cutoff=0.6)
+    return f" Did you mean {' or '.join(map(repr, close))}?" if close else ""
+
+
+def unknown_kernel_error(kernel: str, universe: Universe) -> AttributeError:
+    return AttributeError(
+        f"module 'lazyops' has no attribute {kernel!r}: no known backend exports a kernel of that name."
+        f"{suggest(kernel, universe.known_kernels())} `lazyops list` shows every kernel.",
+        name=kernel,
+        obj=None,
+    )
+
+
+def validate(settings: Settings, universe: Universe) -> None:
+    """Raise ``ConfigError`` for a configuration that no access could honour; called when it is read."""
+    origin = settings.origin
+    if settings.chain is not None:
+        for backend in settings.chain:
+            if backend not in universe.backends:
+                raise ConfigError(
+                    f"{origin['backend']} names backend {backend!r}, which is not registered.{suggest(backend, universe.backends)}"
+                    f" Known backends: {', '.join(universe.backends)} (third-party ones register through the "
+                    "'lazyops.backends' entry-point group)"
+                )
+    if not settings.fallback:
+        return
+    if settings.strict:
+        raise ConfigError(
+            f"{origin['strict']} forbids every fallback, but {origin['fallback']} lists "
+            f"{', '.join(sorted(settings.fallback))}; drop one of the two"
+        )
+    chain = chain_of(settings, universe)
+    default = universe.default
+    for kernel in sorted(settings.fallback):
+        if kernel not in universe.known_kernels():
+            raise ConfigError(
+                f"{origin['fallback']} names {kernel!r}, which no backend exports.{suggest(kernel, universe.known_kernels())}"
+            )
+        if not any(kernel in universe.exports(backend) for backend in chain):
+            raise ConfigError(
+                f"{origin['fallback']} names {kernel!r}, which the selected backend(s) {','.join(chain)} do not "
+                f"export: it comes from elsewhere anyway; remove it from the list"
+            )
+        if kernel not in universe.exports(default):
+            raise ConfigError(
+                f"{origin['fallback']} names {kernel!r}, which the platform default {default!r} does not export, "
+                "so it has nowhere to fall back to; remove it from the list"
+            )
+
+
+def resolve(kernel: str, settings: Settings, universe: Universe) -> Resolution:
+    """Where ``kernel`` comes from under ``settings``; the order of DESIGN.md, step by step.
+
+    Raises ``AttributeError`` for a private or unknown name and ``KernelUnavailableError`` for a known kernel that
+    nothing allowed can supply. ``settings`` must have passed ``validate``.
+    """
+    if kernel.startswith("_"):
+        raise AttributeError(f"module 'lazyops' has no attribute {kernel!r}", name=kernel, obj=None)
+    if kernel not in universe.known_kernels():
+        raise unknown_kernel_error(kernel, universe)
+    chain = chain_of(settings, universe)
+    if kernel in settings.fallback:
+        lacking = tuple(backend for backend in chain if kernel not in universe.exports(backend))
+        return Resolution(kernel, universe.default, FALLBACK_LIST, chain, lacking)
+    for backend in chain:
+        if kernel in universe.exports(backend):
+            return Resolution(kernel, backend, SELECTED, chain, ())
+    if not settings.strict:
+        for source in (universe.default, REFERENCE):
+            if source in universe.backends and kernel in universe.exports(source):
+                return Resolution(kernel, source, INHERITED, chain, chain)
+    available_in = tuple(backend for backend in universe.backends if _exports_safely(universe, backend, kernel))
+    mode = "strict mode allows no fallback" if settings.strict else "neither the platform default nor the reference has it"
+    raise KernelUnavailableError(
+        kernel,
+        ",".join(chain),
+        available_in,
+        f"kernel {kernel!r} is not available from backend {','.join(chain)!r} and {mode}; "
+        f"it is available in: {', '.join(available_in) or 'no loadable backend'}. "
+        + ("Add one of those to LAZYOPS_BACKEND, or unset LAZYOPS_STRICT to inherit it."
+           if settings.strict else "Add one of those to LAZYOPS_BACKEND."),
+    )
+
+
+def _exports_safely(universe: Universe, backend: str, kernel: str) -> bool:
+    """For error messages only: a backend that cannot even list its kernels just isn't named."""
+    try:
+        return kernel in universe.exports(backend)
+    except ImportError:
+        return False
+
+
+def inherited_kernels(settings: Settings, universe: Universe) -> dict[str, str | None]:
+    """Every known kernel the chain lacks, with the backend it will come from (``None``: it will raise).
+
+    The first resolution's summary line is made from this, so a user sees at once how much of a port is missing.
+    """
+    chain = chain_of(settings, universe)
+    exported = set().union(*(universe.exports(backend) for backend in chain))
+    lacking: dict[str, str | None] = {}
+    for kernel in sorted(universe.known_kernels() - exported):
+        source = None
+        if not settings.strict:
+            source = next(
+                (s for s in (universe.default, REFERENCE) if s in universe.backends and kernel in universe.exports(s)),
+                None,
+            )
+        lacking[kernel] = source
+    return lacking
