@@ -23,6 +23,9 @@ from lazyops._wrap import ResolvedFactory
 from lazyops._errors import BackendError
 
 
+_VARIABLE_OF = {"backend": "LAZYOPS_BACKEND", "fallback": "LAZYOPS_FALLBACK", "strict": "LAZYOPS_STRICT"}
+
+
 class InstalledUniverse:
     """The ``_resolve.Universe`` of a registry: exports from manifests, the default probed on first need."""
 
@@ -105,7 +108,9 @@ class Namespace:
             return self._settings
 
     def _read(self, overrides: Mapping[str, Any]) -> Settings:
-        settings = apply_overrides(settings_from_environment(self._environ), overrides)
+        # A variable that configure() overrides is not parsed: its value cannot matter, so it cannot be a mistake.
+        environ = {k: v for k, v in self._environ.items() if k not in {_VARIABLE_OF[name] for name in overrides}}
+        settings = apply_overrides(settings_from_environment(environ), overrides)
         validate(settings, self.universe())
         return settings
 

@@ -1,0 +1,99 @@
+"""Shared fixtures: backend packages written to disk and registered through a real entry point."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+SRC = str(Path(__file__).resolve().parents[1] / "src")
+
+
+class BackendFactory:
+    """Writes importable backend packages plus a ``.dist-info`` whose entry point registers them.
+
+    Each package's kernels are factories returning a tuple that names the backend and the kernel, so a test can
+    see where a resolved kernel came from by calling it.
+    """
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        root.mkdir(parents=True, exist_ok=True)
+
+    def make(
+        self,
+        name: str,
+        kernels: list[str],
+        *,
+        stub: bool = True,
+        package: str | None = None,
+        init_code: str = "",
+        kernel_code: str = "",
+        distribution: str | None = None,
+        register: bool = True,
+    ) -> str:
+        package = package or f"lazyops_fake_{name}"
+        directory = self.root / package
+        directory.mkdir()
+        body = [f'"""A fake backend {name!r} for tests."""', "import lazy_loader" if stub else "", init_code]
+        if stub:
+            body.append("__getattr__, __dir__, __all__ = lazy_loader.attach_stub(__name__, __file__)")
+            lines = [f"from .{kernel.removesuffix('_tl')} import {kernel} as {kernel}" for kernel in kernels]
+            (directory / "__init__.pyi").write_text("\n".join(lines) + "\n")
+            for kernel in kernels:
+                (directory / f"{kernel.removesuffix('_tl')}.py").write_text(_kernel_source(name, kernel, kernel_code))
+        else:
+            body.extend(_kernel_source(name, kernel, "") for kernel in kernels)
+        (directory / "__init__.py").write_text("\n".join(textwrap.dedent(part) for part in body) + "\n")
+        if register:
+            self.register(name, package, distribution or f"fake-{name}")
+        return package
+
+    def register(self, name: str, module: str, distribution: str) -> None:
+        dist_info = self.root / f"{distribution.replace('-', '_')}-1.0.dist-info"
+        dist_info.mkdir(exist_ok=True)
+        (dist_info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {distribution}\nVersion: 1.0\n")
+        entry_points = dist_info / "entry_points.txt"
+        existing = entry_points.read_text() if entry_points.exists() else "[lazyops.backends]\n"
+        entry_points.write_text(existing + f"{name} = {module}\n")
+
+    def env(self, **variables: str) -> dict[str, str]:
+        """A clean environment for a subprocess that sees these packages and lazyops' source."""
+        env = {k: v for k, v in os.environ.items() if not k.startswith("LAZYOPS_") and k not in ("RANK", "LOCAL_RANK", "EAGER_IMPORT")}
+        env["PYTHONPATH"] = os.pathsep.join([str(self.root), SRC])
+        env.update(variables)
+        return env
+
+
+def _kernel_source(backend: str, kernel: str, extra: str) -> str:
+    return textwrap.dedent(
+        f'''
+        {extra}
+        def {kernel}(*args, **kwargs):
+            """{kernel} of the fake backend {backend!r}."""
+            return ({backend!r}, {kernel!r}, args, kwargs)
+        '''
+    )
+
+
+@pytest.fixture
+def fake_backends(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> BackendFactory:
+    """Fake backends on ``sys.path`` of this process (and, through ``.env()``, of subprocesses)."""
+    factory = BackendFactory(tmp_path / "site")
+    monkeypatch.syspath_prepend(str(factory.root))
+    return factory
+
+
+def run_python(code: str, env: dict[str, str], *args: str) -> subprocess.CompletedProcess:
+    """Run ``code`` in a fresh interpreter: import-time behaviour can only be observed from a new process."""
+    return subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code), *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )

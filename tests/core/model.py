@@ -1,0 +1,181 @@
+"""An independent model of DESIGN.md's resolution order, and fake backends to run the real namespace on.
+
+The model is written from the contract's text, not from ``lazyops._resolve``: the tests compare the two on random
+universes, so a mistake would have to be made twice, the same way, to pass.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from hypothesis import strategies as st
+
+from lazyops._errors import BackendError
+
+KERNELS = ["alpha_tl", "beta_tl", "gamma_tl", "delta_tl", "eps_tl"]
+PROBES = KERNELS + ["_private", "__wrapped__", "zeta_tl", "alpah_tl"]
+BACKENDS = ["torch", "triton", "tilelang", "ext", "vendor"]
+BOOLEAN_TEXTS = ["", "0", "1", "true", "False", "YES", "off", "On", "2", "maybe"]
+
+
+@dataclass
+class ModelUniverse:
+    order: list[str]  # registered backends, the reference ("torch") first
+    exports: dict[str, frozenset[str]]
+    default: str
+    broken: set[str] = field(default_factory=set)  # backends whose import fails
+
+    @property
+    def known(self) -> frozenset[str]:
+        return frozenset().union(*self.exports.values())
+
+
+@st.composite
+def universes(draw) -> ModelUniverse:
+    others = draw(st.lists(st.sampled_from(BACKENDS[1:]), unique=True, min_size=2, max_size=4))
+    order = ["torch"] + others
+    # The reference usually has most kernels, others fewer: the shape of a real install, and it makes every
+    # rule of the order (inherited from the default vs. from the reference especially) come up often.
+    exports = {b: frozenset(k for k in KERNELS if draw(st.integers(0, 9)) < (8 if b == "torch" else 5)) for b in order}
+    default = draw(st.sampled_from(others + others + ["torch"]))
+    broken = {b for b in order if draw(st.integers(0, 9)) == 0}
+    return ModelUniverse(order, exports, default, broken)
+
+
+def name_lists(valid: list[str], invalid: list[str]):
+    """Comma lists as a user might type them: mostly well-formed, sometimes repeated, empty or misspelt."""
+    well_formed = st.lists(st.sampled_from(valid), unique=True, min_size=1, max_size=3).map(",".join)
+    anything = st.lists(st.sampled_from(valid + invalid + [""]), max_size=3).map(",".join)
+    return st.one_of(st.none(), well_formed, well_formed, well_formed, anything)
+
+
+def environments(universe: ModelUniverse):
+    return st.fixed_dictionaries(
+        {
+            "LAZYOPS_BACKEND": st.one_of(
+                name_lists(universe.order, ["trtion", *BACKENDS]),
+                # a chain without the default, where "inherited from the default" and "from the reference" differ
+                name_lists([b for b in universe.order if b not in (universe.default, "torch")] or ["torch"], []),
+            ),
+            "LAZYOPS_FALLBACK": st.one_of(st.none(), name_lists(KERNELS, ["zeta_tl"])),
+            "LAZYOPS_STRICT": st.one_of(st.none(), st.sampled_from(["0", "1", "1"]), st.sampled_from(BOOLEAN_TEXTS)),
+        },
+    ).map(lambda env: {k: v for k, v in env.items() if v is not None})
+
+
+# -- the model -----------------------------------------------------------------------------------------------------
+class ModelConfigError(Exception):
+    pass
+
+
+def model_bool(text: str) -> bool:
+    lowered = text.strip().lower()
+    if lowered in ("1", "true", "yes", "on"):
+        return True
+    if lowered in ("0", "false", "no", "off", ""):
+        return False
+    raise ModelConfigError(text)
+
+
+def model_list(text: str | None) -> list[str] | None:
+    if text is None or not text.strip():
+        return None
+    items = [item.strip() for item in text.split(",")]
+    if "" in items or len(set(items)) != len(items):
+        raise ModelConfigError(text)
+    return items
+
+
+def model_settings(universe: ModelUniverse, env: dict[str, str]) -> tuple[list[str] | None, set[str], bool]:
+    """(chain or None, fallback set, strict), or ``ModelConfigError``."""
+    chain = model_list(env.get("LAZYOPS_BACKEND"))
+    fallback = set(model_list(env.get("LAZYOPS_FALLBACK")) or [])
+    strict = model_bool(env.get("LAZYOPS_STRICT", ""))
+    if chain is not None and any(b not in universe.order for b in chain):
+        raise ModelConfigError("unknown backend")
+    if fallback and strict:
+        raise ModelConfigError("strict with fallback")
+    effective = chain if chain is not None else [universe.default]
+    for kernel in fallback:
+        if kernel not in universe.known:
+            raise ModelConfigError("unknown fallback kernel")
+        if not any(kernel in universe.exports[b] for b in effective):
+            raise ModelConfigError("nothing to fall back from")
+        if kernel not in universe.exports[universe.default]:
+            raise ModelConfigError("default lacks it")
+    return chain, fallback, strict
+
+
+def model_resolve(universe: ModelUniverse, env: dict[str, str], kernel: str) -> tuple:
+    """("ok", backend, reason) | ("AttributeError",) | ("ConfigError",) | ("unavailable", available_in)."""
+    if kernel.startswith("_") or kernel not in universe.known:
+        return ("AttributeError",)
+    try:
+        chain, fallback, strict = model_settings(universe, env)
+    except ModelConfigError:
+        return ("ConfigError",)
+    effective = chain if chain is not None else [universe.default]
+    if kernel in fallback:
+        return ("ok", universe.default, "fallback-list")
+    for backend in effective:
+        if kernel in universe.exports[backend]:
+            return ("ok", backend, "selected")
+    if not strict:
+        if kernel in universe.exports[universe.default]:
+            return ("ok", universe.default, "inherited")
+        if kernel in universe.exports["torch"]:
+            return ("ok", "torch", "inherited")
+    return ("unavailable", tuple(b for b in universe.order if kernel in universe.exports[b]))
+
+
+# -- fake backends for the real namespace -----------------------------------------------------------------------
+class FakeBackend:
+    """Duck-types ``lazyops._backend.Backend``: exports from a set, kernels are fresh functions, loads counted."""
+
+    def __init__(self, name: str, exports: frozenset[str], broken: bool = False) -> None:
+        self.name = name
+        self._exports = exports
+        self.broken = broken
+        self.loads = 0
+        self.module = None
+
+    def exports(self) -> frozenset[str]:
+        return self._exports
+
+    def manifest(self) -> dict:
+        return {kernel: (None, kernel) for kernel in self._exports}
+
+    def load(self):
+        if self.module is None:
+            if self.broken:
+                raise BackendError(f"backend {self.name!r} is broken (fake)", backend=self.name)
+            self.loads += 1
+            self.module = {kernel: _factory(self.name, kernel) for kernel in self._exports}
+        return self.module
+
+    def unavailable_reason(self):
+        return None
+
+    def kernel(self, kernel: str):
+        return self.load()[kernel]
+
+
+def _factory(backend: str, kernel: str):
+    def factory(*args, **kwargs):
+        return (backend, kernel)
+
+    factory.__name__ = kernel
+    factory.__doc__ = f"{kernel} from {backend}"
+    factory.origin = backend
+    return factory
+
+
+def fake_namespace(universe: ModelUniverse, env: dict[str, str]):
+    """A real ``Namespace`` over fake backends, storing kernels in a dict of its own."""
+    from lazyops._namespace import Namespace
+    from lazyops._registry import Registry
+
+    backends = [FakeBackend(b, universe.exports[b], b in universe.broken) for b in universe.order]
+    module_dict: dict = {}
+    namespace = Namespace(module_dict, environ=env, discover=lambda: Registry(backends), default=lambda: universe.default)
+    return namespace, module_dict, {b.name: b for b in backends}

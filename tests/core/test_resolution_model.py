@@ -1,0 +1,154 @@
+"""The resolution order against an independent model, on random backend universes (hypothesis)."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
+
+from lazyops import BackendError, ConfigError, KernelUnavailableError
+from model import BACKENDS, KERNELS, PROBES, environments, fake_namespace, model_resolve, universes
+
+quiet = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+
+def outcome_of(call) -> tuple:
+    """The real namespace's answer in the model's vocabulary."""
+    try:
+        resolution = call()
+    except KernelUnavailableError as error:
+        return ("unavailable", error.available_in)
+    except ConfigError:
+        return ("ConfigError",)
+    except AttributeError:
+        return ("AttributeError",)
+    return ("ok", resolution.backend, resolution.reason)
+
+
+@quiet
+@given(data=st.data(), universe=universes())
+def test_which_agrees_with_the_model(data, universe):
+    env = data.draw(environments(universe))
+    namespace, _, _ = fake_namespace(universe, env)
+    for kernel in data.draw(st.lists(st.sampled_from(PROBES), min_size=1, max_size=6)):
+        assert outcome_of(lambda: namespace.which(kernel)) == model_resolve(universe, env, kernel), (kernel, env)
+
+
+@quiet
+@given(data=st.data(), universe=universes())
+def test_access_agrees_with_the_model_and_caches(data, universe):
+    env = data.draw(environments(universe))
+    namespace, module_dict, backends = fake_namespace(universe, env)
+    for kernel in data.draw(st.lists(st.sampled_from(PROBES), min_size=1, max_size=8)):
+        expected = model_resolve(universe, env, kernel)
+        if expected[0] == "ok" and expected[1] in universe.broken:
+            with pytest.raises(BackendError):
+                namespace.attribute(kernel)
+            assert kernel not in module_dict  # a failure is never cached: the next access tries again
+            continue
+        got = outcome_of(lambda: _access(namespace, kernel))
+        assert got == expected, (kernel, env)
+        if got[0] == "ok":
+            resolved = module_dict[kernel]
+            assert namespace.attribute(kernel) is resolved
+            assert resolved() == (expected[1], kernel)  # it really is the chosen backend's factory
+            if expected[2] == "inherited":
+                assert resolved.__wrapped__ is backends[expected[1]].module[kernel]
+            else:
+                assert resolved is backends[expected[1]].module[kernel]  # unwrapped: the backend's own object
+        else:
+            assert kernel not in module_dict
+    for backend in backends.values():
+        assert backend.loads <= 1  # loading is idempotent
+
+
+def _access(namespace, kernel):
+    """Access, then report the resolution as ``which`` would (the kernel came from where it says)."""
+    namespace.attribute(kernel)
+    return namespace.which(kernel)
+
+
+@given(universe=universes(), kernel=st.sampled_from(KERNELS))
+@quiet
+def test_unavailable_error_carries_kernel_backend_and_where_available(universe, kernel):
+    env = {"LAZYOPS_BACKEND": universe.order[-1], "LAZYOPS_STRICT": "1"}
+    namespace, _, _ = fake_namespace(universe, env)
+    expected = model_resolve(universe, env, kernel)
+    if expected[0] != "unavailable":
+        return
+    with pytest.raises(KernelUnavailableError) as caught:
+        namespace.attribute(kernel)
+    assert caught.value.kernel == kernel
+    assert caught.value.backend == universe.order[-1]
+    assert caught.value.available_in == expected[1]
+    assert isinstance(caught.value, AttributeError)
+
+
+class NamespaceMachine(RuleBasedStateMachine):
+    """configure(), access, and backends breaking and mending, in any order, against the model."""
+
+    @initialize(universe=universes(), data=st.data())
+    def start(self, universe, data):
+        self.universe = universe
+        self.env = data.draw(environments(universe))
+        self.overrides: dict[str, str] = {}
+        self.namespace, self.module_dict, self.backends = fake_namespace(universe, self.env)
+
+    def model_env(self) -> dict[str, str]:
+        return {**self.env, **self.overrides}
+
+    @rule(backend=st.one_of(st.none(), st.lists(st.sampled_from(BACKENDS + ["nope"]), min_size=1, max_size=3)))
+    def configure_backend(self, backend):
+        self._configure("LAZYOPS_BACKEND", "backend", backend, ",".join(backend) if backend else "")
+
+    @rule(fallback=st.lists(st.sampled_from(KERNELS + ["zeta_tl"]), max_size=2))
+    def configure_fallback(self, fallback):
+        self._configure("LAZYOPS_FALLBACK", "fallback", fallback, ",".join(fallback))
+
+    @rule(strict=st.booleans())
+    def configure_strict(self, strict):
+        self._configure("LAZYOPS_STRICT", "strict", strict, "1" if strict else "0")
+
+    def _configure(self, variable, argument, value, as_text):
+        trial = {**self.model_env(), variable: as_text}
+        from model import ModelConfigError, model_settings
+
+        try:
+            model_settings(self.universe, trial)
+            valid = True
+        except ModelConfigError:
+            valid = False
+        before = dict(self.module_dict)
+        if valid:
+            self.namespace.configure(**{argument: value})
+            self.overrides[variable] = as_text
+            assert not self.module_dict  # every cached resolution dropped
+        else:
+            with pytest.raises(ConfigError):
+                self.namespace.configure(**{argument: value})
+            assert self.module_dict == before  # a refused configure() changes nothing
+
+    @rule(kernel=st.sampled_from(PROBES))
+    def access(self, kernel):
+        expected = model_resolve(self.universe, self.model_env(), kernel)
+        if expected[0] == "ok" and self.backends[expected[1]].broken:
+            with pytest.raises(BackendError):
+                self.namespace.attribute(kernel)
+            return
+        got = outcome_of(lambda: _access(self.namespace, kernel))
+        assert got == expected
+
+    @rule(backend=st.sampled_from(BACKENDS))
+    def toggle_broken(self, backend):
+        if backend in self.backends and self.backends[backend].module is None:
+            self.backends[backend].broken = not self.backends[backend].broken
+
+    @invariant()
+    def loads_at_most_once(self):
+        if hasattr(self, "backends"):
+            assert all(b.loads <= 1 for b in self.backends.values())
+
+
+NamespaceMachine.TestCase.settings = settings(max_examples=150, stateful_step_count=25, deadline=None)
+test_namespace_state_machine = NamespaceMachine.TestCase

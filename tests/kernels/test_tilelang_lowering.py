@@ -1,0 +1,172 @@
+"""The TileLang programs lower to CUDA for Hopper (sm_90a) on a machine without a GPU.
+
+CI has no GPU, so this is what CI can know about the TileLang kernels: every program builds for a spread of
+static configurations (odd widths, every dtype, both rope styles, ragged GEMM shapes), TileLang's passes accept
+it, and the CUDA source shows the properties the design relies on: one kernel for every token count (``M`` is a
+kernel parameter), 16-byte vector accesses on aligned rows, a block-wide reduction for the row kernels, and for
+the GEMM TMA loads feeding wgmma in half precision and no tensor-core instruction at all in float32. Whether the
+kernels compute the right numbers is checked on a GPU by ``benchmarks/tilelang_gpu_check.py``.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+tilelang = pytest.importorskip("tilelang")
+
+import torch  # noqa: E402
+from tvm.target import Target  # noqa: E402
+
+from lazyops._backends.tilelang import add_rmsnorm, matmul, rmsnorm, rope, silu_and_mul, softmax  # noqa: E402
+from lazyops._backends.tilelang._rows import MAX_RESIDENT, MAX_THREADS, plan_rows  # noqa: E402
+
+HOPPER = {"kind": "cuda", "arch": "sm_90a"}
+DTYPES = ("float32", "float16", "bfloat16")
+
+
+def lower(program) -> str:
+    """CUDA source of the program's device kernel, as TileLang emits it for sm_90a."""
+    target = Target(HOPPER)
+    with target:
+        source = tilelang.lower(program, target=target).kernel_source
+    assert "__global__" in source
+    return source
+
+
+def kernel_signature(source: str) -> str:
+    start = source.index("__global__")
+    return source[start : source.index("{", start)]
+
+
+def assert_dynamic_tokens(source: str) -> None:
+    assert "int M" in kernel_signature(source), "the token count must be a runtime parameter of the kernel"
+
+
+# --- row-wise kernels ------------------------------------------------------------------------------------------
+
+ROW_WIDTHS = (128, 1000, 4096, 5000, 16384, 40000)
+
+
+@pytest.mark.parametrize("n", (1, 7, 128, 1000, 4096, 5000, 8192, 16384, 16385, 100_000))
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_row_plan_covers_the_row(n: int, dtype: str) -> None:
+    plan = plan_rows(n, dtype)
+    assert plan.threads <= MAX_THREADS and plan.threads % 32 == 0
+    assert plan.block_cols & (plan.block_cols - 1) == 0
+    assert plan.block_cols * plan.chunks >= n
+    if n <= MAX_RESIDENT:
+        assert plan.resident
+    else:
+        assert plan.block_rows == 1 and (plan.chunks - 1) * plan.block_cols < n
+
+
+@pytest.mark.parametrize(
+    ("n", "dtype"), [(n, dtype) for n in ROW_WIDTHS for dtype in DTYPES if n in (1000, 4096) or dtype == "bfloat16"]
+)
+def test_rmsnorm_lowers(n: int, dtype: str) -> None:
+    source = lower(rmsnorm.rmsnorm_program(n, dtype, 1e-6))
+    assert_dynamic_tokens(source)
+    assert "AllReduce" in source
+    assert "rsqrtf" in source
+
+
+@pytest.mark.parametrize(("n", "dtype"), [(4096, "bfloat16"), (1000, "float16"), (5000, "float32"), (40000, "bfloat16")])
+def test_add_rmsnorm_lowers(n: int, dtype: str) -> None:
+    source = lower(add_rmsnorm.add_rmsnorm_program(n, dtype, 1e-5))
+    assert_dynamic_tokens(source)
+    assert "residual[" in source or "residual +" in source, "the kernel must write the residual back"
+    assert "AllReduce" in source
+
+
+@pytest.mark.parametrize(("n", "dtype"), [(128, "float32"), (1000, "bfloat16"), (4096, "float16"), (40000, "float32")])
+def test_softmax_lowers(n: int, dtype: str) -> None:
+    source = lower(softmax.softmax_program(n, dtype))
+    assert_dynamic_tokens(source)
+    assert "tl::MaxOp" in source and "tl::SumOp" in source
+
+
+@pytest.mark.parametrize(("n", "dtype"), [(5, "bfloat16"), (1000, "float16"), (4096, "bfloat16"), (14336, "float32")])
+def test_silu_and_mul_lowers(n: int, dtype: str) -> None:
+    source = lower(silu_and_mul.silu_and_mul_program(n, dtype))
+    assert_dynamic_tokens(source)
+    assert "expf" in source
+
+
+@pytest.mark.parametrize(
+    ("make", "n"),
+    [(lambda n, dt: rmsnorm.rmsnorm_program(n, dt, 1e-6), 4096), (silu_and_mul.silu_and_mul_program, 4096)],
+)
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_aligned_rows_use_16_byte_accesses(make, n: int, dtype: str) -> None:
+    vector = "float4" if dtype == "float32" else "uint4"
+    assert f"*({vector}*)(x + " in lower(make(n, dtype))
+
+
+# --- rope ------------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("head_dim", "dtype", "cache_dtype", "positions"),
+    [
+        (128, "bfloat16", "float32", "int64"),
+        (128, "float16", "float16", "int32"),
+        (64, "float32", "float32", "int32"),
+        (80, "bfloat16", "bfloat16", "int64"),
+    ],
+)
+@pytest.mark.parametrize("is_neox", (True, False))
+def test_rope_lowers(head_dim: int, dtype: str, is_neox: bool, cache_dtype: str, positions: str) -> None:
+    source = lower(rope.rope_program(head_dim, dtype, is_neox, cache_dtype, positions))
+    signature = kernel_signature(source)
+    # Token count, head counts, cache length and rotary width all vary at run time.
+    assert signature.count("int ") >= 5, signature
+    assert "query[" in source and "key[" in source
+
+
+# --- matmul ----------------------------------------------------------------------------------------------------
+
+GEMM_SHAPES = [(4096, 4096), (1000, 1001), (5000, 320), (64, 128)]
+
+
+@pytest.mark.parametrize(("n", "k"), GEMM_SHAPES)
+@pytest.mark.parametrize("dtype", ("bfloat16", "float16"))
+@pytest.mark.parametrize("tile", ("small", "large"))
+def test_half_precision_gemm_uses_wgmma_fed_by_tma(n: int, k: int, dtype: str, tile: str) -> None:
+    small, large = matmul.tiles_for(dtype)
+    source = lower(matmul.matmul_program(n, k, dtype, small if tile == "small" else large))
+    assert_dynamic_tokens(source)
+    assert "wgmma" in source
+    # TMA needs 16-byte row strides: b's rows (n wide) always qualify here, a's (k wide) only when k is even.
+    assert "tma_load(b_desc" in source
+    assert ("tma_load(a_desc" in source) == (k * 2 % 16 == 0)
+    assert "mbarrier" in source
+
+
+@pytest.mark.parametrize(("n", "k"), GEMM_SHAPES)
+@pytest.mark.parametrize("tile", ("small", "large"))
+def test_float32_gemm_stays_off_tensor_cores(n: int, k: int, tile: str) -> None:
+    small, large = matmul.tiles_for("float32")
+    source = lower(matmul.matmul_program(n, k, "float32", small if tile == "small" else large))
+    assert_dynamic_tokens(source)
+    # Any MMA instruction on float32 operands would round them to TF32.
+    assert "mma" not in source.replace("mbarrier", "")
+    assert "TensorFloat32" not in source
+
+
+# --- the factories on a machine without a GPU ------------------------------------------------------------------
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the CPU-only behaviour")
+def test_factories_refuse_without_a_gpu_after_checking_their_arguments() -> None:
+    from lazyops._backends import tilelang as backend
+    from lazyops._errors import BackendError, KernelInputError
+
+    assert "no CUDA device" in backend.unavailable_reason()
+    with pytest.raises(KernelInputError):
+        rmsnorm.rmsnorm_tl(0, torch.float16)
+    with pytest.raises(KernelInputError):
+        rope.rope_tl(127, torch.float16)
+    with pytest.raises(BackendError, match="cannot run here: no CUDA device"):
+        rmsnorm.rmsnorm_tl(4096, torch.bfloat16)
+    with pytest.raises(BackendError, match="cannot run here"):
+        matmul.matmul_tl(128, 128, "bf16")
