@@ -81,11 +81,13 @@ def _kernel_source(backend: str, kernel: str, extra: str) -> str:
 
 
 @pytest.fixture
-def fake_backends(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> BackendFactory:
+def fake_backends(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     """Fake backends on ``sys.path`` of this process (and, through ``.env()``, of subprocesses)."""
     factory = BackendFactory(tmp_path / "site")
     monkeypatch.syspath_prepend(str(factory.root))
-    return factory
+    yield factory
+    for name in [m for m in sys.modules if m.startswith("lazyops_fake_")]:
+        del sys.modules[name]
 
 
 def run_python(code: str, env: dict[str, str], *args: str) -> subprocess.CompletedProcess:

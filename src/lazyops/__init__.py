@@ -29,18 +29,19 @@ __all__ = [
     "which",
 ]
 
-_namespace = None
+# Not named after the module _namespace: importing that submodule sets the package attribute of its name.
+_state_object = None
 _UNSET = object()
 
 
 def _state():
     """The namespace behind this module, built on first use: its imports are the part worth postponing."""
-    global _namespace
-    if _namespace is None:
+    global _state_object
+    if _state_object is None:
         from lazyops._namespace import Namespace
 
-        _namespace = Namespace(globals())
-    return _namespace
+        _state_object = Namespace(globals())
+    return _state_object
 
 
 def __getattr__(name: str):
