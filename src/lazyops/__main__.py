@@ -36,19 +36,6 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _backend_status(name: str) -> str:
-    """``ok``, or why the backend cannot serve here (missing package, failed import, cannot run)."""
-    import lazyops
-
-    backend = lazyops._state().universe().registry[name]
-    try:
-        backend.manifest()
-        reason = backend.unavailable_reason()
-    except lazyops.BackendError as error:
-        return f"unavailable: {error}"
-    return f"cannot run here: {reason}" if reason else "ok"
-
-
 def _list(as_json: bool) -> int:
     import lazyops
 
@@ -64,7 +51,7 @@ def _list(as_json: bool) -> int:
         except lazyops.KernelUnavailableError as error:
             where = {"backend": None, "reason": f"unavailable: {error}"}
         rows.append({"kernel": kernel, "exported_by": exporters, **where})
-    statuses = {name: _backend_status(name) for name in backends}
+    statuses = {name: state.unavailable_reason(name) or "ok" for name in backends}
     settings = state.settings()
     chain = list(settings.chain) if settings.chain is not None else [universe.default]
     if as_json:

@@ -99,6 +99,18 @@ class Namespace:
     def kernel_names(self) -> tuple[str, ...]:
         return tuple(sorted(self.universe().known_kernels()))
 
+    def unavailable_reason(self, backend: str) -> str | None:
+        """``None`` when ``backend`` can serve kernels here; else why not (not installed, import fails, no GPU).
+
+        This loads the backend package (not its kernel modules): it is for listings and test parametrization,
+        never for resolution, which reports the same problems as exceptions.
+        """
+        try:
+            reason = self.universe().registry[backend].unavailable_reason()
+        except BackendError as error:
+            return str(error)
+        return f"backend {backend!r} cannot run here: {reason}" if reason else None
+
     # -- configuration -----------------------------------------------------------------------------------------
     def settings(self) -> Settings:
         """The settings in force, read from the environment on first need and validated then."""

@@ -1,0 +1,65 @@
+"""The command line, run as users run it: `python -m lazyops` in a fresh interpreter."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from importlib.metadata import entry_points
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def lazyops_cli(*args: str, env: dict) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "lazyops", *args], env=env, capture_output=True, text=True, timeout=300)
+
+
+def test_list_shows_every_kernel_and_where_it_resolves(fake_backends):
+    fake_backends.make("ext", ["rmsnorm_tl", "alpha_tl"])
+    result = lazyops_cli("list", "--json", env=fake_backends.env(LAZYOPS_BACKEND="ext"))
+    assert result.returncode == 0, result.stderr
+    listing = json.loads(result.stdout)
+    rows = {row["kernel"]: row for row in listing["kernels"]}
+    assert listing["chain"] == ["ext"]
+    assert rows["rmsnorm_tl"]["backend"] == "ext" and rows["rmsnorm_tl"]["reason"] == "selected"
+    assert rows["softmax_tl"]["backend"] == "torch" and rows["softmax_tl"]["reason"] == "inherited"
+    assert rows["alpha_tl"]["exported_by"] == ["ext"]
+    assert listing["backends"]["torch"] == "ok"
+
+
+def test_list_table(fake_backends):
+    result = lazyops_cli("list", env=fake_backends.env())
+    assert result.returncode == 0, result.stderr
+    assert "rmsnorm_tl" in result.stdout and "torch (selected)" in result.stdout
+
+
+def test_which(fake_backends):
+    fake_backends.make("ext", ["rmsnorm_tl"])
+    env = fake_backends.env(LAZYOPS_BACKEND="ext")
+    assert lazyops_cli("which", "rmsnorm_tl", env=env).stdout.strip() == (
+        "rmsnorm_tl: ext (selected: the selected backend exports it)"
+    )
+    assert "inherited: the selected backend 'ext' lacks it" in lazyops_cli("which", "rope_tl", env=env).stdout
+    missing = lazyops_cli("which", "rope_tl", env=fake_backends.env(LAZYOPS_BACKEND="ext", LAZYOPS_STRICT="1"))
+    assert missing.returncode == 1 and "strict mode allows no fallback" in missing.stderr
+    typo = lazyops_cli("which", "rmsnrom_tl", env=env)
+    assert typo.returncode == 1 and "Did you mean 'rmsnorm_tl'" in typo.stderr
+
+
+def test_configuration_errors_exit_2_with_the_message(fake_backends):
+    result = lazyops_cli("list", env=fake_backends.env(LAZYOPS_BACKEND="tritn"))
+    assert result.returncode == 2
+    assert "ConfigError: LAZYOPS_BACKEND names backend 'tritn'" in result.stderr and "Traceback" not in result.stderr
+
+
+def test_console_script_is_declared():
+    scripts = {ep.name: ep.value for ep in entry_points(group="console_scripts")}
+    assert scripts.get("lazyops") == "lazyops.__main__:main"
+
+
+def test_ci_runs_the_readme_test_command():
+    readme = (ROOT / "README.md").read_text()
+    assert "bash scripts/test.sh" in readme and "bash scripts/list.sh" in readme
+    assert "bash scripts/test.sh" in (ROOT / ".ci" / "run").read_text()
+    assert ".venv/bin/lazyops list" in (ROOT / "scripts" / "list.sh").read_text()
