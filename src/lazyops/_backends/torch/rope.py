@@ -6,10 +6,8 @@ from typing import Callable
 
 import torch
 
-from lazyops._backends._checks import canonical_dtype, check_tensor, describe, positive_int, same_size
+from lazyops._backends._checks import canonical_dtype, check_rope_inputs, describe, positive_int
 from lazyops._errors import KernelInputError
-
-POSITION_DTYPES = (torch.int32, torch.int64)
 
 
 def rope_reference(
@@ -32,35 +30,6 @@ def rope_reference(
         rotated[..., 0:rotary_dim:2] = x1 * cos - x2 * sin
         rotated[..., 1:rotary_dim:2] = x2 * cos + x1 * sin
     return rotated.reshape(x.shape)
-
-
-def check_rope_inputs(
-    name: str,
-    head_dim: int,
-    dtype: torch.dtype,
-    positions: torch.Tensor,
-    query: torch.Tensor,
-    key: torch.Tensor,
-    cos_sin_cache: torch.Tensor,
-) -> None:
-    """The checks every backend's rope kernel makes: shared so the backends agree on what is valid."""
-    check_tensor(name, "positions", positions, shape=("M",), dtype=POSITION_DTYPES)
-    device = positions.device
-    check_tensor(name, "query", query, shape=("M", "Hq*head_dim"), dtype=dtype, device=device)
-    check_tensor(name, "key", key, shape=("M", "Hk*head_dim"), dtype=dtype, device=device)
-    check_tensor(name, "cos_sin_cache", cos_sin_cache, shape=("P", "r"), dtype=(torch.float32, dtype), device=device)
-    same_size(name, "the token count M", {"positions": positions.shape[0], "query": query.shape[0], "key": key.shape[0]})
-    for arg, tensor in (("query", query), ("key", key)):
-        if tensor.shape[1] % head_dim:
-            raise KernelInputError(
-                f"{name}: {arg} has {tensor.shape[1]} features per token, not a multiple of head_dim={head_dim}"
-            )
-    rotary_dim = cos_sin_cache.shape[1]
-    if rotary_dim % 2 or not 0 < rotary_dim <= head_dim:
-        raise KernelInputError(
-            f"{name}: cos_sin_cache rows hold {rotary_dim} values; the rotary dimension must be even and at most "
-            f"head_dim={head_dim} (each row is r/2 cosines then r/2 sines)"
-        )
 
 
 def rope_tl(

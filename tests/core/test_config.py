@@ -1,0 +1,63 @@
+"""Parsing of the environment: booleans, lists, placeholders; each mistake a ConfigError naming the variable."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from lazyops import ConfigError
+from lazyops._config import parse_bool, parse_chain, settings_from_environment
+
+TRUE_WORDS = ["1", "true", "yes", "on"]
+FALSE_WORDS = ["0", "false", "no", "off", ""]
+
+
+def any_case(words):
+    return st.sampled_from(words).flatmap(
+        lambda word: st.lists(st.booleans(), min_size=len(word), max_size=len(word)).map(
+            lambda upper: "".join(c.upper() if u else c for c, u in zip(word, upper))
+        )
+    )
+
+
+@given(any_case(TRUE_WORDS))
+def test_true_words_in_any_case(text):
+    assert parse_bool("LAZYOPS_STRICT", text) is True
+
+
+@given(any_case(FALSE_WORDS))
+def test_false_words_in_any_case(text):
+    assert parse_bool("LAZYOPS_STRICT", text) is False
+
+
+@given(st.text().filter(lambda t: t.strip().lower() not in TRUE_WORDS + FALSE_WORDS))
+def test_anything_else_is_refused_naming_variable_and_value(text):
+    with pytest.raises(ConfigError) as caught:
+        parse_bool("LAZYOPS_VERBOSE", text)
+    assert str(caught.value).startswith(f"LAZYOPS_VERBOSE={text!r} is not a boolean")
+
+
+@given(st.lists(st.sampled_from(["torch", "triton", "tilelang", "ext"]), min_size=1, unique=True))
+def test_chain_round_trips_with_spaces(names):
+    assert parse_chain("LAZYOPS_BACKEND", " , ".join(names)) == tuple(names)
+
+
+def test_trace_placeholders(tmp_path, monkeypatch):
+    monkeypatch.setenv("LOCAL_RANK", "2")
+    settings = settings_from_environment({"LAZYOPS_TRACE": str(tmp_path / "t-{rank}.jsonl")})
+    assert settings.trace == str(tmp_path / "t-2.jsonl")
+    with pytest.raises(ConfigError, match="placeholder other than"):
+        settings_from_environment({"LAZYOPS_TRACE": str(tmp_path / "t-{host}.jsonl")})
+
+
+def test_bad_rank_is_named(monkeypatch, tmp_path):
+    monkeypatch.setenv("RANK", "zero")
+    with pytest.raises(ConfigError, match="RANK='zero' is not an integer rank"):
+        settings_from_environment({"LAZYOPS_TRACE": str(tmp_path / "t-{rank}.jsonl")})
+
+
+def test_settings_are_immutable():
+    settings = settings_from_environment({})
+    with pytest.raises(AttributeError, match="immutable"):
+        settings.strict = True
