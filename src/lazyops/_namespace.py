@@ -173,8 +173,8 @@ class Namespace:
             if kernel in self._stored:  # another thread resolved it while this one waited
                 return self._dict[kernel]
             settings = self.settings()
+            self._summarise(settings)  # before resolving: in strict mode the first access may well raise
             resolution = resolve(kernel, settings, self.universe())
-            self._summarise(settings)
             factory = self.universe().registry[resolution.backend].kernel(kernel)
             resolved = self._wrap(factory, resolution, settings)
             self._dict[kernel] = resolved

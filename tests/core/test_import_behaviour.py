@@ -183,3 +183,20 @@ def test_eager_import_surfaces_configuration_errors_at_import(fake_backends):
 def test_eager_import_off_values(fake_backends, value):
     report = loaded_after("import lazyops\nreport()", fake_backends.env(EAGER_IMPORT=value))
     assert report["loaded"] == []
+
+
+def test_strict_summary_is_printed_even_when_the_first_access_raises(fake_backends):
+    fake_backends.make("ext", ["rmsnorm_tl"])
+    code = """
+    import lazyops
+    try:
+        lazyops.softmax_tl
+    except lazyops.KernelUnavailableError:
+        pass
+    """
+    result = run_python(code, fake_backends.env(LAZYOPS_BACKEND="ext", LAZYOPS_STRICT="1"))
+    assert result.returncode == 0, result.stderr
+    assert result.stderr.strip() == (
+        "lazyops: backend 'ext' (strict) lacks 5 of 6 known kernels; 5 unavailable (KernelUnavailableError): "
+        "add_rmsnorm_tl and 4 more (LAZYOPS_VERBOSE=1 names them all)"
+    )
