@@ -54,7 +54,11 @@ def test_add_rmsnorm_token_count_varies(kernels):
 
 def test_add_rmsnorm_rejects_bad_inputs(kernels):
     make = kernels.factory("add_rmsnorm_tl")
-    for static in ({"n": -4, "dtype": torch.float16}, {"n": 64, "dtype": None}, {"n": 64, "dtype": "fp16", "eps": "1e-6"}):
+    for static in (
+        {"n": -4, "dtype": torch.float16},
+        {"n": 64, "dtype": None},
+        {"n": 64, "dtype": "fp16", "eps": "1e-6"},
+    ):
         with pytest.raises(KernelInputError):
             make(**static)
     kernel = make(64, torch.float16)

@@ -19,7 +19,8 @@ DTYPES = st.sampled_from([torch.float32, torch.float16, torch.bfloat16])
 def geometries(draw: st.DrawFn) -> tuple[int, int, int, int]:
     """``(head_dim, r, query heads, key heads)``: r even, from 2 up to the whole head."""
     head_dim = draw(st.sampled_from([2, 6, 64, 80, 128, 256]) | st.integers(2, 160))
-    rotary = draw(st.sampled_from([head_dim - head_dim % 2, head_dim // 4 * 2 or 2]) | st.integers(1, head_dim // 2).map(lambda h: 2 * h))
+    whole, quarter = head_dim - head_dim % 2, head_dim // 4 * 2 or 2
+    rotary = draw(st.sampled_from([whole, quarter]) | st.integers(1, head_dim // 2).map(lambda pairs: 2 * pairs))
     query_heads = draw(st.integers(1, 32))
     key_heads = draw(st.integers(1, query_heads))
     return head_dim, rotary, query_heads, key_heads
@@ -46,7 +47,7 @@ def run_and_check(kernels, kernel, positions, query, key, cache, head_dim, is_ne
     for name, out, ref, tail in (("query", query, query_ref, tails[0]), ("key", key, key_ref, tails[1])):
         kernels.check(out, ref, dtype, what=f"{what}: {name}")
         kernels.check_each(out, ref, dtype, what=f"{what}: {name}")
-        assert torch.equal(heads(out, head_dim)[..., rotary:], tail), f"{what}: {name} changed past the first r features"
+        assert torch.equal(heads(out, head_dim)[..., rotary:], tail), f"{what}: {name} changed past feature r"
 
 
 def test_rope_matches_reference(kernels):
@@ -65,6 +66,8 @@ def test_rope_matches_reference(kernels):
         head_dim, rotary, query_heads, key_heads = geometry
         generator = kernels.generator(seed)
         m = kernels.rows(m, (query_heads + key_heads) * head_dim)
+        if kernels.interpreted:  # one program a token, each some 40 numpy calls: the interpreter's cost is M
+            m = min(m, 96)
         positions = torch.randint(0, cache_rows, (m,), generator=generator, dtype=positions_dtype).to(kernels.device)
         query = kernels.randn(generator, m, query_heads * head_dim, dtype=dtype)
         key = kernels.randn(generator, m, key_heads * head_dim, dtype=dtype)

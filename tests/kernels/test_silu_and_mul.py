@@ -42,7 +42,11 @@ def test_silu_and_mul_token_count_varies(kernels):
 
 def test_silu_and_mul_rejects_bad_inputs(kernels):
     make = kernels.factory("silu_and_mul_tl")
-    for static in ({"n": 0, "dtype": torch.float16}, {"n": 64.0, "dtype": torch.float16}, {"n": 64, "dtype": "float64"}):
+    for static in (
+        {"n": 0, "dtype": torch.float16},
+        {"n": 64.0, "dtype": torch.float16},
+        {"n": 64, "dtype": "float64"},
+    ):
         with pytest.raises(KernelInputError):
             make(**static)
     kernel = make(64, torch.float16)

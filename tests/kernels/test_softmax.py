@@ -42,7 +42,11 @@ def test_softmax_token_count_varies(kernels):
 
 def test_softmax_rejects_bad_inputs(kernels):
     make = kernels.factory("softmax_tl")
-    for static in ({"n": 0, "dtype": torch.float16}, {"n": True, "dtype": torch.float16}, {"n": 64, "dtype": torch.int32}):
+    for static in (
+        {"n": 0, "dtype": torch.float16},
+        {"n": True, "dtype": torch.float16},
+        {"n": 64, "dtype": torch.int32},
+    ):
         with pytest.raises(KernelInputError):
             make(**static)
     kernel = make(64, torch.float16)

@@ -1,0 +1,67 @@
+"""What the Triton kernels share: how a row is spread over programs, and which device a launch may touch.
+
+Private to this backend (the stub does not list it), imported by the kernel modules only.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import triton
+
+from lazyops._backends._checks import check_device
+
+if TYPE_CHECKING:
+    import torch
+
+#: The widest row (a power of two) that one program holds in registers at once. Up to this width a row is read
+#: once and kept; a wider row is walked in ``LOOP_BLOCK`` pieces, twice, which costs a second read but never
+#: spills registers. 16384 float32 values over 16 warps is 32 registers a thread.
+MAX_FUSED_BLOCK = 16384
+LOOP_BLOCK = 4096
+#: Rows narrower than this are packed several to a program: a program of 128 elements would spend its time
+#: being scheduled, not loading.
+MIN_PROGRAM_ELEMENTS = 2048
+
+
+@dataclass(frozen=True)
+class RowLayout:
+    """How a row-wise kernel covers rows of ``n`` elements: the block, rows per program, one pass or a loop."""
+
+    block_n: int
+    rows: int
+    single_pass: bool
+    num_warps: int
+
+
+def row_layout(n: int) -> RowLayout:
+    """The layout for a row-wise kernel (softmax, the norms) over rows of ``n`` elements."""
+    block = triton.next_power_of_2(n)
+    if block > MAX_FUSED_BLOCK:
+        return RowLayout(block_n=LOOP_BLOCK, rows=1, single_pass=False, num_warps=8)
+    rows = max(1, MIN_PROGRAM_ELEMENTS // block)
+    return RowLayout(block_n=block, rows=rows, single_pass=True, num_warps=warps_for(rows * block))
+
+
+def warps_for(elements: int) -> int:
+    """Warps for a program touching ``elements`` values: about 8 to 32 values a thread."""
+    if elements <= 2048:
+        return 4
+    if elements <= 8192:
+        return 8
+    return 16
+
+
+def interpreting(kernel: Any) -> bool:
+    """Whether ``kernel`` (a ``@triton.jit`` object) runs in Triton's interpreter.
+
+    Asked of the kernel object, not of the environment: ``triton.jit`` read ``TRITON_INTERPRET`` once, when it
+    decorated the kernel, and that is what the launch will do whatever the variable says now.
+    """
+    return type(kernel).__name__ == "InterpretedFunction"
+
+
+def check_launch_device(name: str, tensor: torch.Tensor, *, interpret: bool) -> None:
+    """A compiled kernel dereferences CUDA pointers; the interpreter reads host memory. Refuse the other kind."""
+    check_device(name, tensor, cuda=not interpret)

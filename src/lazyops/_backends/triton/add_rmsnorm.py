@@ -1,0 +1,102 @@
+"""Residual add fused with RMSNorm, as in vLLM's ``fused_add_rms_norm``."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import torch
+import triton
+import triton.language as tl
+
+from lazyops._backends._checks import (
+    canonical_dtype,
+    check_tensor,
+    describe,
+    positive_float,
+    positive_int,
+    same_size,
+)
+from lazyops._backends.triton._common import check_launch_device, interpreting, row_layout
+
+if TYPE_CHECKING:  # the call's protocol is the reference's; imported for type checkers only
+    from lazyops._backends.torch.add_rmsnorm import AddRMSNormKernel
+
+
+@triton.jit(do_not_specialize=["M", "eps"])
+def _add_rmsnorm_kernel(
+    x_ptr,
+    residual_ptr,
+    w_ptr,
+    y_ptr,
+    M,
+    eps,
+    N: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    ROWS: tl.constexpr,
+    SINGLE_PASS: tl.constexpr,
+):
+    rows = tl.program_id(0) * ROWS + tl.arange(0, ROWS)
+    row_ok = rows < M
+    # Rows past M re-read the last row; neither the residual nor y is stored for them.
+    base = tl.minimum(rows, M - 1).to(tl.int64)[:, None] * N
+    if SINGLE_PASS:
+        cols = tl.arange(0, BLOCK_N)[None, :]
+        x = tl.load(x_ptr + base + cols, mask=cols < N, other=0.0).to(tl.float32)
+        r = tl.load(residual_ptr + base + cols, mask=cols < N, other=0.0).to(tl.float32)
+        w = tl.load(w_ptr + cols, mask=cols < N, other=0.0).to(tl.float32)
+        total = x + r
+        keep = row_ok[:, None] & (cols < N)
+        tl.store(residual_ptr + base + cols, total.to(residual_ptr.dtype.element_ty), mask=keep)
+        rstd = tl.rsqrt(tl.sum(total * total, axis=1) / N + eps)[:, None]
+        tl.store(y_ptr + base + cols, (total * rstd * w).to(y_ptr.dtype.element_ty), mask=keep)
+    else:
+        # The norm is of the float32 sum, not of the rounded residual, so the second pass recomputes the sum from
+        # x and the residual as it was; the residual is written only then, after its last read.
+        squares = tl.zeros([ROWS, BLOCK_N], tl.float32)
+        for start in range(0, N, BLOCK_N):
+            cols = start + tl.arange(0, BLOCK_N)[None, :]
+            x = tl.load(x_ptr + base + cols, mask=cols < N, other=0.0).to(tl.float32)
+            r = tl.load(residual_ptr + base + cols, mask=cols < N, other=0.0).to(tl.float32)
+            squares += (x + r) * (x + r)
+        rstd = tl.rsqrt(tl.sum(squares, axis=1) / N + eps)[:, None]
+        for start in range(0, N, BLOCK_N):
+            cols = start + tl.arange(0, BLOCK_N)[None, :]
+            x = tl.load(x_ptr + base + cols, mask=cols < N, other=0.0).to(tl.float32)
+            r = tl.load(residual_ptr + base + cols, mask=cols < N, other=0.0).to(tl.float32)
+            w = tl.load(w_ptr + cols, mask=cols < N, other=0.0).to(tl.float32)
+            total = x + r
+            keep = row_ok[:, None] & (cols < N)
+            tl.store(residual_ptr + base + cols, total.to(residual_ptr.dtype.element_ty), mask=keep)
+            tl.store(y_ptr + base + cols, (total * rstd * w).to(y_ptr.dtype.element_ty), mask=keep)
+
+
+def add_rmsnorm_tl(n: int, dtype: torch.dtype | str, eps: float = 1e-6) -> AddRMSNormKernel:
+    """``residual += x``, then RMSNorm of the sum with ``weight[n]``.
+
+    Returns ``kernel(x[M, n], residual[M, n], weight[n]) -> y[M, n]``; ``residual`` is updated in place to
+    ``x + residual`` (rounded to ``dtype``), the norm is taken of the float32 sum.
+    """
+    n = positive_int("add_rmsnorm_tl", "n", n)
+    dtype = canonical_dtype("add_rmsnorm_tl", dtype)
+    eps = positive_float("add_rmsnorm_tl", "eps", eps)
+    name = describe("add_rmsnorm_tl", n=n, dtype=dtype, eps=eps)
+    layout = row_layout(n)
+    interpret = interpreting(_add_rmsnorm_kernel)
+
+    def add_rmsnorm(x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+        check_tensor(name, "x", x, shape=("M", n), dtype=dtype)
+        check_tensor(name, "residual", residual, shape=("M", n), dtype=dtype, device=x.device)
+        check_tensor(name, "weight", weight, shape=(n,), dtype=dtype, device=x.device)
+        same_size(name, "the token count M", {"x": x.shape[0], "residual": residual.shape[0]})
+        check_launch_device(name, x, interpret=interpret)
+        m = x.shape[0]
+        y = torch.empty_like(x)
+        if m == 0:
+            return y
+        _add_rmsnorm_kernel[(triton.cdiv(m, layout.rows),)](
+            x, residual, weight, y, m, eps, N=n, BLOCK_N=layout.block_n, ROWS=layout.rows,
+            SINGLE_PASS=layout.single_pass, num_warps=layout.num_warps,
+        )
+        return y
+
+    return add_rmsnorm

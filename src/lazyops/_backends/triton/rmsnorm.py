@@ -1,0 +1,82 @@
+"""RMSNorm: ``x / sqrt(mean(x**2) + eps) * weight`` over the last dimension."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import torch
+import triton
+import triton.language as tl
+
+from lazyops._backends._checks import canonical_dtype, check_tensor, describe, positive_float, positive_int
+from lazyops._backends.triton._common import check_launch_device, interpreting, row_layout
+
+if TYPE_CHECKING:  # the call's protocol is the reference's; imported for type checkers only
+    from lazyops._backends.torch.rmsnorm import RMSNormKernel
+
+
+@triton.jit(do_not_specialize=["M", "eps"])
+def _rmsnorm_kernel(
+    x_ptr,
+    w_ptr,
+    y_ptr,
+    M,
+    eps,
+    N: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    ROWS: tl.constexpr,
+    SINGLE_PASS: tl.constexpr,
+):
+    rows = tl.program_id(0) * ROWS + tl.arange(0, ROWS)
+    row_ok = rows < M
+    # Rows past M re-read the last row (never stored), so no row needs a row mask on its loads.
+    base = tl.minimum(rows, M - 1).to(tl.int64)[:, None] * N
+    if SINGLE_PASS:
+        cols = tl.arange(0, BLOCK_N)[None, :]
+        x = tl.load(x_ptr + base + cols, mask=cols < N, other=0.0).to(tl.float32)
+        w = tl.load(w_ptr + cols, mask=cols < N, other=0.0).to(tl.float32)
+        rstd = tl.rsqrt(tl.sum(x * x, axis=1) / N + eps)[:, None]
+        tl.store(y_ptr + base + cols, (x * rstd * w).to(y_ptr.dtype.element_ty), mask=row_ok[:, None] & (cols < N))
+    else:
+        squares = tl.zeros([ROWS, BLOCK_N], tl.float32)
+        for start in range(0, N, BLOCK_N):
+            cols = start + tl.arange(0, BLOCK_N)[None, :]
+            x = tl.load(x_ptr + base + cols, mask=cols < N, other=0.0).to(tl.float32)
+            squares += x * x
+        rstd = tl.rsqrt(tl.sum(squares, axis=1) / N + eps)[:, None]
+        for start in range(0, N, BLOCK_N):
+            cols = start + tl.arange(0, BLOCK_N)[None, :]
+            x = tl.load(x_ptr + base + cols, mask=cols < N, other=0.0).to(tl.float32)
+            w = tl.load(w_ptr + cols, mask=cols < N, other=0.0).to(tl.float32)
+            tl.store(
+                y_ptr + base + cols, (x * rstd * w).to(y_ptr.dtype.element_ty), mask=row_ok[:, None] & (cols < N)
+            )
+
+
+def rmsnorm_tl(n: int, dtype: torch.dtype | str, eps: float = 1e-6) -> RMSNormKernel:
+    """RMSNorm over the last dimension of ``x[M, n]`` with a learned ``weight[n]``.
+
+    Returns ``kernel(x[M, n], weight[n]) -> y[M, n]`` in ``dtype``; the math runs in float32.
+    """
+    n = positive_int("rmsnorm_tl", "n", n)
+    dtype = canonical_dtype("rmsnorm_tl", dtype)
+    eps = positive_float("rmsnorm_tl", "eps", eps)
+    name = describe("rmsnorm_tl", n=n, dtype=dtype, eps=eps)
+    layout = row_layout(n)
+    interpret = interpreting(_rmsnorm_kernel)
+
+    def rmsnorm(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+        check_tensor(name, "x", x, shape=("M", n), dtype=dtype)
+        check_tensor(name, "weight", weight, shape=(n,), dtype=dtype, device=x.device)
+        check_launch_device(name, x, interpret=interpret)
+        m = x.shape[0]
+        y = torch.empty_like(x)
+        if m == 0:
+            return y
+        _rmsnorm_kernel[(triton.cdiv(m, layout.rows),)](
+            x, weight, y, m, eps, N=n, BLOCK_N=layout.block_n, ROWS=layout.rows, SINGLE_PASS=layout.single_pass,
+            num_warps=layout.num_warps,
+        )
+        return y
+
+    return rmsnorm
