@@ -100,6 +100,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--kernels", default=",".join(KERNELS), help="comma list (default: all)")
     parser.add_argument("--dtypes", default="bfloat16,float16", help="comma list of float32, float16, bfloat16")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--warm-up-threads", type=int, default=16,
+        help="build every factory of a backend in this many threads first (TileLang compiles for seconds each)",
+    )
     return parser.parse_args(argv)
 
 
@@ -124,6 +128,8 @@ def main(argv: list[str] | None = None) -> int:
     environment = describe_environment(torch, args.device)
     for backend in backends:
         problem = backend_problem(backend)
+        if not problem:
+            warm_up(backend, kernels, dtypes, sizes, args.warm_up_threads)
         for kernel in kernels:
             for dtype in dtypes:
                 outcome = Outcome(kernel, backend, str(dtype).removeprefix("torch."), tolerance_for(dtype))
@@ -160,6 +166,37 @@ def backend_problem(backend: str) -> str | None:
     if reason:
         return f"unavailable: {reason}"
     return None
+
+
+def warm_up(backend: str, kernels: list[str], dtypes: list, sizes: Sizes, threads: int) -> None:
+    """Build every factory configuration the cases will ask for, in parallel, so compiles overlap.
+
+    A backend that caches built kernels per configuration (TileLang does, in memory and on disk) then serves the
+    cases from its cache; a failure here is ignored, since the case that needs the factory reports it.
+    """
+    from concurrent.futures import ThreadPoolExecutor
+
+    calls = []
+    for kernel in kernels:
+        for dtype in dtypes:
+            if kernel == "rope":
+                calls += [(kernel, (sizes.rope_head_dim, dtype), {"is_neox": neox}) for neox in (True, False)]
+            elif kernel == "matmul":
+                calls += [(kernel, (n, k, dtype), {}) for n, k in sizes.matmul_shapes]
+            else:
+                calls += [(kernel, (n, dtype), {}) for n in sizes.hidden]
+
+    def build(call):
+        kernel, positional, keywords = call
+        try:
+            factory(backend, kernel)(*positional, **keywords)
+        except Exception:  # noqa: BLE001 - reported by the case that needs it
+            pass
+
+    started = time.perf_counter()
+    with ThreadPoolExecutor(max_workers=max(1, threads)) as pool:
+        list(pool.map(build, calls))
+    print(f"{backend}: {len(calls)} factories built in {time.perf_counter() - started:.1f} s", flush=True)
 
 
 def factory(backend: str, kernel: str) -> Callable[..., Any]:

@@ -70,7 +70,9 @@ def test_rmsnorm_lowers(n: int, dtype: str) -> None:
     assert "rsqrtf" in source
 
 
-@pytest.mark.parametrize(("n", "dtype"), [(4096, "bfloat16"), (1000, "float16"), (5000, "float32"), (40000, "bfloat16")])
+@pytest.mark.parametrize(
+    ("n", "dtype"), [(4096, "bfloat16"), (1000, "float16"), (5000, "float32"), (40000, "bfloat16")]
+)
 def test_add_rmsnorm_lowers(n: int, dtype: str) -> None:
     source = lower(add_rmsnorm.add_rmsnorm_program(n, dtype, 1e-5))
     assert_dynamic_tokens(source)
@@ -107,12 +109,7 @@ def test_aligned_rows_use_16_byte_accesses(make, n: int, dtype: str) -> None:
 
 @pytest.mark.parametrize(
     ("head_dim", "dtype", "cache_dtype", "positions"),
-    [
-        (128, "bfloat16", "float32", "int64"),
-        (128, "float16", "float16", "int32"),
-        (64, "float32", "float32", "int32"),
-        (80, "bfloat16", "bfloat16", "int64"),
-    ],
+    [(128, "bfloat16", "float32", "int64"), (80, "float16", "float16", "int32"), (64, "float32", "float32", "int32")],
 )
 @pytest.mark.parametrize("is_neox", (True, False))
 def test_rope_lowers(head_dim: int, dtype: str, is_neox: bool, cache_dtype: str, positions: str) -> None:
@@ -126,10 +123,10 @@ def test_rope_lowers(head_dim: int, dtype: str, is_neox: bool, cache_dtype: str,
 # --- matmul ----------------------------------------------------------------------------------------------------
 
 GEMM_SHAPES = [(4096, 4096), (1000, 1001), (5000, 320), (64, 128)]
+HALF_GEMMS = [(n, k, "bfloat16") for n, k in GEMM_SHAPES] + [(1000, 1001, "float16")]
 
 
-@pytest.mark.parametrize(("n", "k"), GEMM_SHAPES)
-@pytest.mark.parametrize("dtype", ("bfloat16", "float16"))
+@pytest.mark.parametrize(("n", "k", "dtype"), HALF_GEMMS)
 @pytest.mark.parametrize("tile", ("small", "large"))
 def test_half_precision_gemm_uses_wgmma_fed_by_tma(n: int, k: int, dtype: str, tile: str) -> None:
     small, large = matmul.tiles_for(dtype)
@@ -142,7 +139,13 @@ def test_half_precision_gemm_uses_wgmma_fed_by_tma(n: int, k: int, dtype: str, t
     assert "mbarrier" in source
 
 
-@pytest.mark.parametrize(("n", "k"), GEMM_SHAPES)
+def test_gpus_with_less_shared_memory_get_a_smaller_large_tile() -> None:
+    small, large = matmul.tiles_for("bfloat16", shared_memory=99 * 1024)
+    assert max(small.shared_bytes(2), large.shared_bytes(2)) <= 99 * 1024
+    assert "wgmma" in lower(matmul.matmul_program(4096, 4096, "bfloat16", large))
+
+
+@pytest.mark.parametrize(("n", "k"), [(4096, 4096), (1000, 1001)])
 @pytest.mark.parametrize("tile", ("small", "large"))
 def test_float32_gemm_stays_off_tensor_cores(n: int, k: int, tile: str) -> None:
     small, large = matmul.tiles_for("float32")
@@ -165,7 +168,7 @@ def test_factories_refuse_without_a_gpu_after_checking_their_arguments() -> None
     with pytest.raises(KernelInputError):
         rmsnorm.rmsnorm_tl(0, torch.float16)
     with pytest.raises(KernelInputError):
-        rope.rope_tl(127, torch.float16)
+        rope.rope_tl(64, torch.int8)
     with pytest.raises(BackendError, match="cannot run here: no CUDA device"):
         rmsnorm.rmsnorm_tl(4096, torch.bfloat16)
     with pytest.raises(BackendError, match="cannot run here"):

@@ -1,0 +1,135 @@
+"""Compiling, caching and launching the TileLang programs: what every kernel module shares.
+
+The factories call :func:`compiled` at warm-up, so a kernel's first call launches a ready binary instead of
+waiting seconds for nvcc. Two caches sit behind it: one in this process, keyed by the kernel's canonical static
+configuration (a factory called twice with the same arguments gets the same compiled kernel), and TileLang's own
+on-disk cache, keyed by the program's text (a new process compiles nothing it compiled before).
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import TYPE_CHECKING, Any, Callable, Hashable, Sequence
+
+from lazyops._errors import BackendError
+
+if TYPE_CHECKING:
+    import torch
+
+#: TileLang's name for each dtype the kernels take.
+TL_DTYPES = {"float32": "float32", "float16": "float16", "bfloat16": "bfloat16"}
+
+#: Base-address alignment the compiled kernels may assume. TileLang vectorises global accesses up to 16 bytes
+#: and declares its buffers with TVM's default 64-byte data alignment; a contiguous view that starts
+#: mid-allocation (``x[1:]``) need not honour that, so such an argument is copied to a fresh allocation first
+#: (see :func:`aligned`). Fresh torch allocations are 512-byte aligned and never copied.
+ALIGNMENT = 64
+
+_compiled: dict[Hashable, Any] = {}
+_key_locks: dict[Hashable, threading.Lock] = {}
+_locks_lock = threading.Lock()
+
+
+def tl_dtype(dtype: torch.dtype) -> str:
+    """``torch.bfloat16`` -> ``"bfloat16"``: the name a TileLang program is built with."""
+    return TL_DTYPES[str(dtype).removeprefix("torch.")]
+
+
+#: Oldest compute capability the kernels are built and tested for.
+MIN_CAPABILITY = (8, 0)
+
+
+def unavailable_reason() -> str | None:
+    """Why this backend's kernels cannot run here, or None when they can.
+
+    TileLang is only looked up, not imported (that takes seconds); torch is imported to ask for a CUDA device.
+    """
+    import importlib.util
+
+    if importlib.util.find_spec("tilelang") is None:
+        return "TileLang is not installed; install it with: pip install 'lazyops[tilelang]', or select 'triton'"
+    import torch
+
+    if not torch.cuda.is_available():
+        return (
+            "no CUDA device found; TileLang kernels run on NVIDIA GPUs (sm_80 or newer); select 'torch', or "
+            "'triton' with TRITON_INTERPRET=1"
+        )
+    capability = torch.cuda.get_device_capability()
+    if capability < MIN_CAPABILITY:
+        return (
+            f"the GPU {torch.cuda.get_device_name()!r} has compute capability {capability[0]}.{capability[1]}; "
+            "TileLang kernels need sm_80 or newer; select 'triton' or 'torch'"
+        )
+    return None
+
+
+def require_gpu(factory: str) -> None:
+    """Refuse at warm-up, with the way out, instead of failing later at launch with a driver error."""
+    reason = unavailable_reason()
+    if reason is not None:
+        raise BackendError(f"{factory}: backend 'tilelang' cannot run here: {reason}", backend="tilelang")
+
+
+def compiled(factory: str, key: Hashable, build: Callable[[], Any]) -> Any:
+    """The compiled kernel for one static configuration, compiling ``build()``'s program on first use.
+
+    Each configuration has its own lock: threads warming up the same kernel compile it once, while different
+    kernels compile side by side (nvcc runs as a subprocess, so threads do overlap).
+    """
+    return compiled_many(factory, [(key, build)])[0]
+
+
+def compiled_many(factory: str, variants: Sequence[tuple[Hashable, Callable[[], Any]]]) -> list[Any]:
+    """Like :func:`compiled` for several variants of one kernel; the missing ones compile in parallel."""
+    require_gpu(factory)
+    with _locks_lock:
+        by_id = {id(lock): lock for lock in (_key_locks.setdefault(key, threading.Lock()) for key, _ in variants)}
+    locks = [by_id[ident] for ident in sorted(by_id)]  # one global order, so no deadlock
+    for lock in locks:
+        lock.acquire()
+    try:
+        missing = [(key, build) for key, build in variants if key not in _compiled]
+        if missing:
+            for (key, _), kernel in zip(missing, _compile(factory, [build() for _, build in missing])):
+                _compiled[key] = kernel
+        return [_compiled[key] for key, _ in variants]
+    finally:
+        for lock in locks:
+            lock.release()
+
+
+def _compile(factory: str, programs: list[Any]) -> list[Any]:
+    import tilelang
+
+    try:
+        if len(programs) == 1:
+            return [tilelang.compile(programs[0], target="cuda")]
+        return tilelang.par_compile(programs, target="cuda")
+    except Exception as error:
+        raise BackendError(
+            f"{factory}: TileLang failed to compile the kernel ({type(error).__name__}: {error}); "
+            "select another backend (LAZYOPS_BACKEND=triton or torch) and report the configuration",
+            backend="tilelang",
+        ) from error
+
+
+def aligned(tensor: torch.Tensor) -> torch.Tensor:
+    """``tensor``, or a copy of it at an aligned address when a view left it misaligned.
+
+    Only a read-only argument may go through here: a copy of an output would be written and then dropped.
+    """
+    return tensor if tensor.data_ptr() % ALIGNMENT == 0 else tensor.clone()
+
+
+def launch_in_place(kernel: Any, args: Sequence[torch.Tensor], written: Sequence[int]) -> None:
+    """Launch ``kernel(*args)``, where the arguments at the positions in ``written`` are updated in place.
+
+    A misaligned argument is swapped for an aligned copy; the written ones are copied back afterwards, so the
+    caller's tensors hold the result whatever their alignment (the copy costs a little, only in that rare case).
+    """
+    launch = [aligned(arg) for arg in args]
+    kernel(*launch)
+    for index in written:
+        if launch[index] is not args[index]:
+            args[index].copy_(launch[index])

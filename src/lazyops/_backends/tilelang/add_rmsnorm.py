@@ -1,0 +1,131 @@
+"""Residual add fused with RMSNorm in TileLang, as vLLM's ``fused_add_rms_norm``."""
+
+# No ``from __future__ import annotations``: TileLang evaluates the T.Tensor annotations of a prim_func,
+# and string annotations could not see the builder's local sizes and dtypes.
+
+from typing import TYPE_CHECKING, Any
+
+import tilelang.language as T
+import torch
+
+from lazyops._backends._checks import (
+    canonical_dtype,
+    check_device,
+    check_tensor,
+    describe,
+    positive_float,
+    positive_int,
+    same_size,
+)
+from lazyops._backends.tilelang._rows import RowPlan, plan_rows
+from lazyops._backends.tilelang._runtime import aligned, compiled, launch_in_place, tl_dtype
+
+if TYPE_CHECKING:  # the call's protocol is the reference's; imported for type checkers only
+    from lazyops._backends.torch.add_rmsnorm import AddRMSNormKernel
+
+F32 = "float32"
+
+
+def add_rmsnorm_program(n: int, dtype: str, eps: float, plan: RowPlan | None = None) -> Any:
+    """The TileLang program ``main(x[M, n], residual[M, n], weight[n], y[M, n])``; it rewrites ``residual``.
+
+    The norm is taken of the float32 sum, not of the sum rounded to ``dtype`` that goes back into ``residual``.
+    """
+    plan = plan or plan_rows(n, dtype)
+    rows, cols, chunks = plan.block_rows, plan.block_cols, plan.chunks
+    M = T.dynamic("M")
+
+    if plan.resident:
+
+        @T.prim_func
+        def main(
+            x: T.Tensor((M, n), dtype),
+            residual: T.Tensor((M, n), dtype),
+            weight: T.Tensor((n,), dtype),
+            y: T.Tensor((M, n), dtype),
+        ):
+            with T.Kernel(T.ceildiv(M, rows), threads=plan.threads) as block:
+                total = T.alloc_fragment((rows, cols), F32)
+                squares = T.alloc_fragment((rows, cols), F32)
+                scale = T.alloc_fragment((rows,), F32)
+                for i, j in T.Parallel(rows, cols):
+                    row = block * rows + i
+                    total[i, j] = T.if_then_else(
+                        row < M and j < n,
+                        T.cast(x[row, j], F32) + T.cast(residual[row, j], F32),
+                        T.float32(0),
+                    )
+                for i, j in T.Parallel(rows, cols):
+                    row = block * rows + i
+                    if row < M and j < n:
+                        residual[row, j] = T.cast(total[i, j], dtype)
+                for i, j in T.Parallel(rows, cols):
+                    squares[i, j] = total[i, j] * total[i, j]
+                T.reduce_sum(squares, scale, dim=1)
+                for i in T.Parallel(rows):
+                    scale[i] = T.rsqrt(scale[i] / n + eps)
+                for i, j in T.Parallel(rows, cols):
+                    row = block * rows + i
+                    if row < M and j < n:
+                        y[row, j] = T.cast(total[i, j] * scale[i] * T.cast(weight[j], F32), dtype)
+
+        return main
+
+    # Streamed rows: the sum is formed twice from the inputs, and residual is written only in the second pass,
+    # so the norm still sees the float32 sum rather than what was rounded back into residual.
+    @T.prim_func
+    def main(
+        x: T.Tensor((M, n), dtype),
+        residual: T.Tensor((M, n), dtype),
+        weight: T.Tensor((n,), dtype),
+        y: T.Tensor((M, n), dtype),
+    ):
+        with T.Kernel(M, threads=plan.threads) as row:
+            squares = T.alloc_fragment((1, cols), F32)
+            scale = T.alloc_fragment((1,), F32)
+            T.clear(squares)
+            for c in T.serial(chunks):
+                for i, j in T.Parallel(1, cols):
+                    col = c * cols + j
+                    value = T.if_then_else(
+                        col < n, T.cast(x[row, col], F32) + T.cast(residual[row, col], F32), T.float32(0)
+                    )
+                    squares[i, j] += value * value
+            T.reduce_sum(squares, scale, dim=1)
+            for i in T.Parallel(1):
+                scale[i] = T.rsqrt(scale[i] / n + eps)
+            for c in T.serial(chunks):
+                for i, j in T.Parallel(1, cols):
+                    col = c * cols + j
+                    if col < n:
+                        value = T.cast(x[row, col], F32) + T.cast(residual[row, col], F32)
+                        residual[row, col] = T.cast(value, dtype)
+                        y[row, col] = T.cast(value * scale[i] * T.cast(weight[col], F32), dtype)
+
+    return main
+
+
+def add_rmsnorm_tl(n: int, dtype: torch.dtype | str, eps: float = 1e-6) -> "AddRMSNormKernel":
+    """``residual += x``, then RMSNorm of the sum with ``weight[n]``.
+
+    Returns ``kernel(x[M, n], residual[M, n], weight[n]) -> y[M, n]``; ``residual`` is updated in place to
+    ``x + residual`` (rounded to ``dtype``), the norm is taken of the float32 sum.
+    """
+    n = positive_int("add_rmsnorm_tl", "n", n)
+    dtype = canonical_dtype("add_rmsnorm_tl", dtype)
+    eps = positive_float("add_rmsnorm_tl", "eps", eps)
+    name = describe("add_rmsnorm_tl", n=n, dtype=dtype, eps=eps)
+    kernel = compiled(name, ("add_rmsnorm", n, dtype, eps), lambda: add_rmsnorm_program(n, tl_dtype(dtype), eps))
+
+    def add_rmsnorm(x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+        check_tensor(name, "x", x, shape=("M", n), dtype=dtype)
+        check_device(name, x, cuda=True)
+        check_tensor(name, "residual", residual, shape=("M", n), dtype=dtype, device=x.device)
+        check_tensor(name, "weight", weight, shape=(n,), dtype=dtype, device=x.device)
+        same_size(name, "the token count M", {"x": x.shape[0], "residual": residual.shape[0]})
+        y = torch.empty_like(x)
+        if x.shape[0]:
+            launch_in_place(kernel, (aligned(x), residual, aligned(weight), y), written=(1,))
+        return y
+
+    return add_rmsnorm

@@ -1,0 +1,100 @@
+"""RMSNorm in TileLang: ``x / sqrt(mean(x**2) + eps) * weight`` over the last dimension, math in float32."""
+
+# No ``from __future__ import annotations``: TileLang evaluates the T.Tensor annotations of a prim_func,
+# and string annotations could not see the builder's local sizes and dtypes.
+
+from typing import TYPE_CHECKING, Any
+
+import tilelang.language as T
+import torch
+
+from lazyops._backends._checks import (
+    canonical_dtype,
+    check_device,
+    check_tensor,
+    describe,
+    positive_float,
+    positive_int,
+)
+from lazyops._backends.tilelang._rows import RowPlan, plan_rows
+from lazyops._backends.tilelang._runtime import aligned, compiled, tl_dtype
+
+if TYPE_CHECKING:  # the call's protocol is the reference's; imported for type checkers only
+    from lazyops._backends.torch.rmsnorm import RMSNormKernel
+
+F32 = "float32"
+
+
+def rmsnorm_program(n: int, dtype: str, eps: float, plan: RowPlan | None = None) -> Any:
+    """The TileLang program ``main(x[M, n], weight[n], y[M, n])`` for a dynamic token count ``M``."""
+    plan = plan or plan_rows(n, dtype)
+    rows, cols, chunks = plan.block_rows, plan.block_cols, plan.chunks
+    M = T.dynamic("M")
+
+    if plan.resident:
+
+        @T.prim_func
+        def main(x: T.Tensor((M, n), dtype), weight: T.Tensor((n,), dtype), y: T.Tensor((M, n), dtype)):
+            with T.Kernel(T.ceildiv(M, rows), threads=plan.threads) as block:
+                xs = T.alloc_fragment((rows, cols), F32)
+                squares = T.alloc_fragment((rows, cols), F32)
+                scale = T.alloc_fragment((rows,), F32)
+                for i, j in T.Parallel(rows, cols):
+                    row = block * rows + i
+                    xs[i, j] = T.if_then_else(row < M and j < n, T.cast(x[row, j], F32), T.float32(0))
+                for i, j in T.Parallel(rows, cols):
+                    squares[i, j] = xs[i, j] * xs[i, j]
+                T.reduce_sum(squares, scale, dim=1)
+                for i in T.Parallel(rows):
+                    scale[i] = T.rsqrt(scale[i] / n + eps)
+                for i, j in T.Parallel(rows, cols):
+                    row = block * rows + i
+                    if row < M and j < n:
+                        y[row, j] = T.cast(xs[i, j] * scale[i] * T.cast(weight[j], F32), dtype)
+
+        return main
+
+    @T.prim_func
+    def main(x: T.Tensor((M, n), dtype), weight: T.Tensor((n,), dtype), y: T.Tensor((M, n), dtype)):
+        with T.Kernel(M, threads=plan.threads) as row:
+            squares = T.alloc_fragment((1, cols), F32)
+            scale = T.alloc_fragment((1,), F32)
+            T.clear(squares)
+            for c in T.serial(chunks):
+                for i, j in T.Parallel(1, cols):
+                    col = c * cols + j
+                    value = T.if_then_else(col < n, T.cast(x[row, col], F32), T.float32(0))
+                    squares[i, j] += value * value
+            T.reduce_sum(squares, scale, dim=1)
+            for i in T.Parallel(1):
+                scale[i] = T.rsqrt(scale[i] / n + eps)
+            for c in T.serial(chunks):
+                for i, j in T.Parallel(1, cols):
+                    col = c * cols + j
+                    if col < n:
+                        y[row, col] = T.cast(T.cast(x[row, col], F32) * scale[i] * T.cast(weight[col], F32), dtype)
+
+    return main
+
+
+def rmsnorm_tl(n: int, dtype: torch.dtype | str, eps: float = 1e-6) -> "RMSNormKernel":
+    """RMSNorm over the last dimension of ``x[M, n]`` with a learned ``weight[n]``.
+
+    Returns ``kernel(x[M, n], weight[n]) -> y[M, n]`` in ``dtype``; the math runs in float32.
+    """
+    n = positive_int("rmsnorm_tl", "n", n)
+    dtype = canonical_dtype("rmsnorm_tl", dtype)
+    eps = positive_float("rmsnorm_tl", "eps", eps)
+    name = describe("rmsnorm_tl", n=n, dtype=dtype, eps=eps)
+    kernel = compiled(name, ("rmsnorm", n, dtype, eps), lambda: rmsnorm_program(n, tl_dtype(dtype), eps))
+
+    def rmsnorm(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+        check_tensor(name, "x", x, shape=("M", n), dtype=dtype)
+        check_device(name, x, cuda=True)
+        check_tensor(name, "weight", weight, shape=(n,), dtype=dtype, device=x.device)
+        y = torch.empty_like(x)
+        if x.shape[0]:
+            kernel(aligned(x), aligned(weight), y)
+        return y
+
+    return rmsnorm

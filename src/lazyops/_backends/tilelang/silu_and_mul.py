@@ -1,0 +1,67 @@
+"""SiLU-and-mul in TileLang, the gated activation of SwiGLU MLPs: ``silu(x[:, :n]) * x[:, n:]``."""
+
+# No ``from __future__ import annotations``: TileLang evaluates the T.Tensor annotations of a prim_func,
+# and string annotations could not see the builder's local sizes and dtypes.
+
+from typing import TYPE_CHECKING, Any
+
+import tilelang.language as T
+import torch
+
+from lazyops._backends._checks import canonical_dtype, check_device, check_tensor, describe, positive_int
+from lazyops._backends.tilelang._rows import next_power_of_two
+from lazyops._backends.tilelang._runtime import aligned, compiled, tl_dtype
+
+if TYPE_CHECKING:  # the call's protocol is the reference's; imported for type checkers only
+    from lazyops._backends.torch.silu_and_mul import SiluAndMulKernel
+
+F32 = "float32"
+#: Outputs one thread block writes: 256 threads at 16 values each, enough bytes in flight per block to stream.
+TILE = 4096
+THREADS = 256
+MAX_BLOCK_COLS = 1024
+
+
+def silu_and_mul_program(n: int, dtype: str) -> Any:
+    """The TileLang program ``main(x[M, 2n], y[M, n])`` for a dynamic token count ``M``.
+
+    Elementwise, so the grid tiles both dimensions: a block covers ``block_rows`` tokens by ``block_cols``
+    features, the gate and the up projection of those features read side by side.
+    """
+    cols = min(next_power_of_two(n), MAX_BLOCK_COLS)
+    rows = TILE // cols
+    M = T.dynamic("M")
+
+    @T.prim_func
+    def main(x: T.Tensor((M, 2 * n), dtype), y: T.Tensor((M, n), dtype)):
+        with T.Kernel(T.ceildiv(n, cols), T.ceildiv(M, rows), threads=THREADS) as (bx, by):
+            for i, j in T.Parallel(rows, cols):
+                row = by * rows + i
+                col = bx * cols + j
+                if row < M and col < n:
+                    gate = T.cast(x[row, col], F32)
+                    up = T.cast(x[row, n + col], F32)
+                    y[row, col] = T.cast(gate / (T.float32(1) + T.exp(-gate)) * up, dtype)
+
+    return main
+
+
+def silu_and_mul_tl(n: int, dtype: torch.dtype | str) -> "SiluAndMulKernel":
+    """The gate of a SwiGLU MLP: ``x[M, 2n]`` holds the gate then the up projection.
+
+    Returns ``kernel(x[M, 2n]) -> y[M, n] = silu(x[:, :n]) * x[:, n:]`` in ``dtype``; the math runs in float32.
+    """
+    n = positive_int("silu_and_mul_tl", "n", n)
+    dtype = canonical_dtype("silu_and_mul_tl", dtype)
+    name = describe("silu_and_mul_tl", n=n, dtype=dtype)
+    kernel = compiled(name, ("silu_and_mul", n, dtype), lambda: silu_and_mul_program(n, tl_dtype(dtype)))
+
+    def silu_and_mul(x: torch.Tensor) -> torch.Tensor:
+        check_tensor(name, "x", x, shape=("M", 2 * n), dtype=dtype)
+        check_device(name, x, cuda=True)
+        y = torch.empty((x.shape[0], n), dtype=dtype, device=x.device)
+        if x.shape[0]:
+            kernel(aligned(x), y)
+        return y
+
+    return silu_and_mul

@@ -1,0 +1,113 @@
+"""Softmax over the last dimension in TileLang, math in float32."""
+
+# No ``from __future__ import annotations``: TileLang evaluates the T.Tensor annotations of a prim_func,
+# and string annotations could not see the builder's local sizes and dtypes.
+
+from typing import TYPE_CHECKING, Any
+
+import tilelang.language as T
+import torch
+
+from lazyops._backends._checks import canonical_dtype, check_device, check_tensor, describe, positive_int
+from lazyops._backends.tilelang._rows import RowPlan, plan_rows
+from lazyops._backends.tilelang._runtime import aligned, compiled, tl_dtype
+
+if TYPE_CHECKING:  # the call's protocol is the reference's; imported for type checkers only
+    from lazyops._backends.torch.softmax import SoftmaxKernel
+
+F32 = "float32"
+#: exp(x) = exp2(x * log2(e)): exp2 is a single hardware instruction plus a little range handling, expf more.
+LOG2E = 1.4426950408889634
+
+
+def softmax_program(n: int, dtype: str, plan: RowPlan | None = None) -> Any:
+    """The TileLang program ``main(x[M, n], y[M, n])`` for a dynamic token count ``M``."""
+    plan = plan or plan_rows(n, dtype)
+    rows, cols, chunks = plan.block_rows, plan.block_cols, plan.chunks
+    M = T.dynamic("M")
+    neg_inf = -T.infinity(F32)
+
+    if plan.resident:
+
+        @T.prim_func
+        def main(x: T.Tensor((M, n), dtype), y: T.Tensor((M, n), dtype)):
+            with T.Kernel(T.ceildiv(M, rows), threads=plan.threads) as block:
+                xs = T.alloc_fragment((rows, cols), F32)
+                row_max = T.alloc_fragment((rows,), F32)
+                row_sum = T.alloc_fragment((rows,), F32)
+                for i, j in T.Parallel(rows, cols):
+                    row = block * rows + i
+                    xs[i, j] = T.if_then_else(row < M and j < n, T.cast(x[row, j], F32), neg_inf)
+                T.reduce_max(xs, row_max, dim=1)
+                for i, j in T.Parallel(rows, cols):
+                    xs[i, j] = T.exp2((xs[i, j] - row_max[i]) * LOG2E)
+                T.reduce_sum(xs, row_sum, dim=1)
+                for i in T.Parallel(rows):
+                    row_sum[i] = T.float32(1) / row_sum[i]
+                for i, j in T.Parallel(rows, cols):
+                    row = block * rows + i
+                    if row < M and j < n:
+                        y[row, j] = T.cast(xs[i, j] * row_sum[i], dtype)
+
+        return main
+
+    # Streamed rows: an online softmax. Every lane keeps its own running maximum and the sum of exponentials
+    # relative to it; the lanes are merged once at the end, and a second pass writes exp(x - max) / sum.
+    @T.prim_func
+    def main(x: T.Tensor((M, n), dtype), y: T.Tensor((M, n), dtype)):
+        with T.Kernel(M, threads=plan.threads) as row:
+            lane_max = T.alloc_fragment((1, cols), F32)
+            lane_sum = T.alloc_fragment((1, cols), F32)
+            row_max = T.alloc_fragment((1,), F32)
+            row_sum = T.alloc_fragment((1,), F32)
+            T.fill(lane_max, neg_inf)
+            T.clear(lane_sum)
+            for c in T.serial(chunks):
+                for i, j in T.Parallel(1, cols):
+                    col = c * cols + j
+                    value = T.if_then_else(col < n, T.cast(x[row, col], F32), neg_inf)
+                    new_max = T.max(lane_max[i, j], value)
+                    # A lane that has seen only -inf keeps a zero sum (exp(-inf - -inf) would be NaN).
+                    lane_sum[i, j] = T.if_then_else(
+                        new_max == neg_inf,
+                        T.float32(0),
+                        lane_sum[i, j] * T.exp2((lane_max[i, j] - new_max) * LOG2E)
+                        + T.exp2((value - new_max) * LOG2E),
+                    )
+                    lane_max[i, j] = new_max
+            T.reduce_max(lane_max, row_max, dim=1)
+            for i, j in T.Parallel(1, cols):
+                lane_sum[i, j] = lane_sum[i, j] * T.exp2((lane_max[i, j] - row_max[i]) * LOG2E)
+            T.reduce_sum(lane_sum, row_sum, dim=1)
+            for i in T.Parallel(1):
+                row_sum[i] = T.float32(1) / row_sum[i]
+            for c in T.serial(chunks):
+                for i, j in T.Parallel(1, cols):
+                    col = c * cols + j
+                    if col < n:
+                        y[row, col] = T.cast(
+                            T.exp2((T.cast(x[row, col], F32) - row_max[i]) * LOG2E) * row_sum[i], dtype
+                        )
+
+    return main
+
+
+def softmax_tl(n: int, dtype: torch.dtype | str) -> "SoftmaxKernel":
+    """Softmax over the last dimension of ``x[M, n]``.
+
+    Returns ``kernel(x[M, n]) -> y[M, n]`` in ``dtype``; the math runs in float32.
+    """
+    n = positive_int("softmax_tl", "n", n)
+    dtype = canonical_dtype("softmax_tl", dtype)
+    name = describe("softmax_tl", n=n, dtype=dtype)
+    kernel = compiled(name, ("softmax", n, dtype), lambda: softmax_program(n, tl_dtype(dtype)))
+
+    def softmax(x: torch.Tensor) -> torch.Tensor:
+        check_tensor(name, "x", x, shape=("M", n), dtype=dtype)
+        check_device(name, x, cuda=True)
+        y = torch.empty_like(x)
+        if x.shape[0]:
+            kernel(aligned(x), y)
+        return y
+
+    return softmax
