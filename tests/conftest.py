@@ -12,6 +12,10 @@ import pytest
 
 SRC = str(Path(__file__).resolve().parents[1] / "src")
 
+# The plugin tests (tests/plugin) run pytest inside pytest; pytest only honours pytest_plugins in this top-level
+# conftest, not in tests/plugin/conftest.py.
+pytest_plugins = ["pytester"]
+
 
 class BackendFactory:
     """Writes importable backend packages plus a ``.dist-info`` whose entry point registers them.

@@ -9,9 +9,10 @@ changes nothing.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import threading
-from typing import Any, Callable, Mapping, MutableMapping
+from typing import Any, Callable, Iterator, Mapping, MutableMapping
 
 from lazyops._config import Settings, apply_overrides, settings_from_environment
 from lazyops._platform import platform_default
@@ -133,6 +134,24 @@ class Namespace:
             self._overrides = merged
             self._install(settings)
             return settings
+
+    @contextlib.contextmanager
+    def configured(self, **overrides: Any) -> Iterator[Settings]:
+        """``configure(**overrides)`` for the length of a ``with`` block, then the configuration before it back.
+
+        For the pytest plugin: ``--lazyops-backend`` holds for one session and the ``lazyops_backend`` fixture for
+        one test, and neither may leak into what runs after it (pytester's in-process runs share this module). A
+        refused configuration raises before the block and changes nothing.
+        """
+        with self._lock:
+            previous = dict(self._overrides)
+            settings = self.configure(**overrides)
+        try:
+            yield settings
+        finally:
+            with self._lock:
+                self._overrides = previous
+                self._install(None)  # re-read on next need: the environment may have changed meanwhile
 
     def reset(self) -> None:
         """Forget configure()'s arguments and every resolution: as just imported (tests, the pytest plugin)."""

@@ -1,0 +1,267 @@
+"""``run_conformance``: every kernel a backend exports, checked against the float64 reference with hypothesis.
+
+The factories are taken from the backend itself through the registry (the same path ``lazyops.<name>`` takes,
+without any configuration), so a third-party backend registered by entry point is checked exactly as the
+built-ins are, and running the suite changes nothing about what ``lazyops`` resolves.
+"""
+
+from __future__ import annotations
+
+import inspect
+from dataclasses import dataclass
+from typing import Any, Callable, Iterable
+
+import hypothesis
+from hypothesis import HealthCheck, Phase, Verbosity, given
+
+from lazyops._errors import BackendError, ConfigError
+from lazyops.testing._case import Case
+from lazyops.testing._compare import TOLERANCE
+
+PASSED = "passed"
+FAILED = "FAILED"
+NOT_EXPORTED = "not exported"
+NO_SPEC = "no spec"
+
+
+@dataclass
+class KernelResult:
+    kernel: str
+    status: str
+    examples: int = 0
+    #: the largest relative error seen, with the dtype it was seen in (the tolerance depends on it)
+    worst_error: float = 0.0
+    worst_dtype: Any = None
+    #: why it failed: the exception, as ``Type: message``
+    message: str = ""
+    #: the smallest failing example hypothesis found (rerun it with ``check_case``)
+    case: Case | None = None
+
+
+@dataclass
+class ConformanceReport:
+    backend: str
+    device: str
+    max_examples: int
+    results: list[KernelResult]
+
+    def by_status(self, status: str) -> list[KernelResult]:
+        return [result for result in self.results if result.status == status]
+
+    @property
+    def passed(self) -> list[str]:
+        return [result.kernel for result in self.by_status(PASSED)]
+
+    @property
+    def failed(self) -> list[str]:
+        return [result.kernel for result in self.by_status(FAILED)]
+
+    @property
+    def not_exported(self) -> list[str]:
+        return [result.kernel for result in self.by_status(NOT_EXPORTED)]
+
+    @property
+    def unchecked(self) -> list[str]:
+        return [result.kernel for result in self.by_status(NO_SPEC)]
+
+    def __str__(self) -> str:
+        lines = [
+            f"lazyops conformance of backend {self.backend!r} on {self.device} "
+            f"(up to {self.max_examples} examples per kernel):"
+        ]
+        for result in self.by_status(PASSED):
+            worst = ""
+            if result.worst_dtype is not None:
+                dtype = str(result.worst_dtype).removeprefix("torch.")
+                worst = (
+                    f", worst relative error {result.worst_error:.1e} "
+                    f"({dtype}, tolerance {TOLERANCE[result.worst_dtype]:.0e})"
+                )
+            lines.append(f"  passed        {result.kernel}: {result.examples} examples{worst}")
+        for result in self.by_status(FAILED):
+            lines.append(f"  FAILED        {result.kernel}: {result.message}")
+            if result.case is not None:
+                lines.append(f"                smallest failing case: {result.case}")
+                lines.append(f"                rerun it: lazyops.testing.check_case(factory, {result.case!r})")
+        if self.not_exported:
+            lines.append(f"  not exported  {', '.join(self.not_exported)}")
+        if self.unchecked:
+            lines.append(f"  unchecked     {', '.join(self.unchecked)} (lazyops.testing has no conformance check for it)")
+        return "\n".join(lines)
+
+
+def default_device(backend: str) -> str:
+    """Where ``backend``'s kernels take tensors: a CUDA device when torch sees one (Triton's interpreter: the host)."""
+    if backend == "triton":
+        from lazyops._backends.triton import interpreter_requested
+
+        if interpreter_requested():
+            return "cpu"
+    import torch
+
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def default_max_elements(device: str) -> int:
+    """The most elements one input of one example may hold: small on the host, where kernels are slow (or run in
+    an interpreter), large on a GPU, where size is what finds the bugs (grid strides, several blocks per row)."""
+    return 100_000 if str(device).startswith("cpu") else 2_000_000
+
+
+def check_case(
+    factory: Callable[..., Any], case: Case, *, device: str | None = None, max_elements: int | None = None
+) -> float:
+    """Run one example: build the kernel with ``factory``, call it on ``case``'s inputs, compare with float64.
+
+    Returns the worst relative error ``‖out − ref‖ / ‖ref‖`` over the calls; raises ``AssertionError`` saying what
+    is wrong (an error over the dtype's tolerance, a NaN, a wrong shape or dtype, an in-place tensor not updated).
+    """
+    from lazyops.testing import spec
+
+    import torch
+
+    device = device or ("cuda" if torch.cuda.is_available() else "cpu")
+    max_elements = max_elements or default_max_elements(device)
+    return spec(case.kernel).check(factory, case, device=device, max_elements=max_elements)
+
+
+def run_conformance(
+    backend: str,
+    *,
+    max_examples: int = 25,
+    kernels: Iterable[str] | None = None,
+    device: str | None = None,
+    max_elements: int | None = None,
+    seed: int | None = None,
+) -> ConformanceReport:
+    """Check every kernel ``backend`` exports against the float64 reference; raise ``AssertionError`` on a failure.
+
+    ``backend`` is a registered name (built-in, or third-party through the ``lazyops.backends`` entry point). For
+    each kernel: the factory's signature must be the reference's (parameter names, kinds and defaults), then
+    hypothesis draws up to ``max_examples`` cases (shapes, dtypes, token counts, seeds) and :func:`check_case`
+    runs each. ``kernels`` limits the check to those names. A kernel the backend does not export is listed in the
+    report, not failed: a partial port is a state, not an error (pass ``kernels=`` to insist on some). ``device``
+    defaults to CUDA where torch sees it; ``max_elements`` caps an input's size (smaller on the host); ``seed`` makes
+    the drawn cases reproducible.
+
+    Returns the :class:`ConformanceReport` (its ``str`` is a readable table) when nothing failed.
+    """
+    from lazyops import _state
+    from lazyops.testing import SPECS
+
+    state = _state()
+    registry = state.universe().registry
+    if backend not in registry:
+        raise ConfigError(
+            f"run_conformance({backend!r}): no backend of that name is registered; known backends: "
+            f"{', '.join(registry.names)}"
+        )
+    reason = state.unavailable_reason(backend)
+    if reason:
+        raise BackendError(f"run_conformance: {reason}", backend=backend)
+    exported = registry[backend].exports()
+    wanted = sorted(SPECS) if kernels is None else list(dict.fromkeys(kernels))
+    unknown = [kernel for kernel in wanted if kernel not in SPECS]
+    if unknown:
+        raise ValueError(
+            f"run_conformance(kernels=...): no conformance check for {', '.join(map(repr, unknown))}; "
+            f"lazyops.testing checks {', '.join(sorted(SPECS))}"
+        )
+    device = device or default_device(backend)
+    max_elements = max_elements or default_max_elements(device)
+
+    results = []
+    for kernel in wanted:
+        if kernel not in exported:
+            results.append(KernelResult(kernel, NOT_EXPORTED))
+            continue
+        results.append(_check_kernel(registry[backend], kernel, device, max_elements, max_examples, seed))
+    if kernels is None:
+        results += [KernelResult(kernel, NO_SPEC) for kernel in sorted(exported - set(SPECS))]
+
+    report = ConformanceReport(backend, str(device), max_examples, results)
+    if report.failed:
+        raise AssertionError(str(report))
+    return report
+
+
+def _check_kernel(
+    backend: Any, kernel: str, device: str, max_elements: int, max_examples: int, seed: int | None
+) -> KernelResult:
+    from lazyops.testing import spec
+
+    kernel_spec = spec(kernel)
+    try:
+        factory = backend.kernel(kernel)
+    except Exception as error:  # it cannot be imported, or its stub is wrong: that is this kernel's failure
+        return KernelResult(kernel, FAILED, message=_one_error(error))
+    mismatch = signature_mismatch(factory, kernel_spec.reference_factory)
+    if mismatch:
+        return KernelResult(kernel, FAILED, message=mismatch)
+
+    result = KernelResult(kernel, PASSED)
+    current: list[Case] = []
+
+    @hypothesis.settings(
+        max_examples=max_examples,
+        deadline=None,
+        database=None,  # a library call should leave no .hypothesis directory behind in the caller's tree
+        derandomize=False,
+        report_multiple_bugs=False,
+        verbosity=Verbosity.quiet,  # the report below names the failing case itself
+        phases=[Phase.explicit, Phase.reuse, Phase.generate, Phase.target, Phase.shrink],
+        suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+    )
+    @given(case=kernel_spec.cases())
+    def check(case: Case) -> None:
+        current[:] = [case]
+        error = kernel_spec.check(factory, case, device=device, max_elements=max_elements)
+        result.examples += 1
+        # Compared as a share of each dtype's tolerance: a bfloat16 error of 1e-3 is closer to passing than a
+        # float32 one of 1e-5 is.
+        if result.worst_dtype is None or error / TOLERANCE[case.dtype] > result.worst_error / TOLERANCE[result.worst_dtype]:
+            result.worst_error, result.worst_dtype = error, case.dtype
+
+    if seed is not None:
+        check = hypothesis.seed(seed)(check)
+    try:
+        check()
+    except Exception as error:
+        result.status = FAILED
+        result.message = _one_error(error)
+        result.case = current[0] if current else None
+    return result
+
+
+def _one_error(error: BaseException) -> str:
+    """``Type: message`` for the report; an assertion's first line only (what pytest's rewriting appends repeats it)."""
+    text = str(error)
+    if isinstance(error, AssertionError):
+        text = text.partition("\n")[0]
+    return f"{type(error).__name__}: {text}".replace("\n", "\n                ")
+
+
+def signature_mismatch(factory: Callable[..., Any], reference_factory: Callable[..., Any]) -> str | None:
+    """Why ``factory`` cannot be called as the reference is (names, kinds, defaults), or None.
+
+    Annotations are left out: a backend may spell ``torch.dtype`` differently, and callers never see them.
+    """
+
+    def shape(function: Callable[..., Any]) -> list[tuple[str, Any, Any]]:
+        return [(p.name, p.kind, p.default) for p in inspect.signature(function).parameters.values()]
+
+    try:
+        ours, theirs = shape(reference_factory), shape(factory)
+    except (TypeError, ValueError) as error:
+        return f"its signature cannot be read ({error})"
+    if ours == theirs:
+        return None
+    return (
+        f"signature {_plain_signature(factory)} differs from the reference's {_plain_signature(reference_factory)}; "
+        "every backend's factory takes the same arguments"
+    )
+
+
+def _plain_signature(function: Callable[..., Any]) -> str:
+    signature = inspect.signature(function)
+    return str(signature.replace(parameters=[p.replace(annotation=inspect.Parameter.empty) for p in signature.parameters.values()], return_annotation=inspect.Signature.empty))

@@ -1,0 +1,54 @@
+"""Hypothesis strategies for kernel inputs: the sizes and dtypes where ports go wrong.
+
+Feature sizes mix powers of two with their neighbours, odd sizes and rows wider than one block (Triton loops past
+16384), because a kernel tuned on 4096 is most often wrong at 4095 or 20000. Token counts run from one to a few
+hundred; a case calls one kernel with several of them, zero included, because an engine does.
+"""
+
+from __future__ import annotations
+
+import torch
+from hypothesis import strategies as st
+
+from lazyops.testing._compare import DTYPES
+
+#: Widths that stress block boundaries; drawn alongside arbitrary small ones.
+FEATURE_SIZES = (1, 3, 64, 100, 128, 1000, 1024, 4096, 5000, 8192, 16384, 20000)
+
+
+def dtypes() -> st.SearchStrategy[torch.dtype]:
+    """float32, float16, bfloat16: every dtype a kernel must serve."""
+    return st.sampled_from(DTYPES)
+
+
+def token_counts(max_tokens: int = 300) -> st.SearchStrategy[int]:
+    """A token count ``M`` from 1 to ``max_tokens``."""
+    return st.integers(1, max_tokens)
+
+
+def token_sequences(max_tokens: int = 300) -> st.SearchStrategy[tuple[int, ...]]:
+    """The ``M`` of each call of one kernel: a first call with tokens, then up to two more of any size, zero too."""
+    later = st.sampled_from([0, 1, 17]) | token_counts(max_tokens)
+    return st.tuples(token_counts(max_tokens), st.lists(later, max_size=2)).map(lambda drawn: (drawn[0], *drawn[1]))
+
+
+def feature_sizes(sizes: tuple[int, ...] = FEATURE_SIZES, max_small: int = 600) -> st.SearchStrategy[int]:
+    """A feature width: one of ``sizes`` (block boundaries and their neighbours) or any width up to ``max_small``."""
+    return st.sampled_from(sizes) | st.integers(1, max_small)
+
+
+def seeds() -> st.SearchStrategy[int]:
+    """The seed of one example's inputs (fresh data for every example, reproducible from it)."""
+    return st.integers(0, 2**32 - 1)
+
+
+def epsilons() -> st.SearchStrategy[float]:
+    """Norm epsilons: the usual ones, and one large enough to matter."""
+    return st.sampled_from([1e-6, 1e-5, 0.5])
+
+
+def cases(kernel: str) -> st.SearchStrategy:
+    """Whole conformance examples (:class:`lazyops.testing.Case`) for ``kernel`` (``"rmsnorm_tl"``)."""
+    from lazyops.testing import spec
+
+    return spec(kernel).cases()

@@ -1,0 +1,228 @@
+"""lazyops.testing: a third-party backend checks itself the way the built-ins are checked.
+
+Two ports registered by entry point: 'goodport' (its kernels wrap the torch reference) passes; 'badport' (a softmax
+that normalises by the first 64 columns only, an rmsnorm whose keyword is misspelt) fails, and the failure names
+the kernel, the error and the smallest failing case.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+import torch
+
+import lazyops
+from lazyops import BackendError, ConfigError
+from lazyops._backends.torch.add_rmsnorm import add_rmsnorm_tl
+from lazyops._backends.torch.rope import rope_tl
+from lazyops._backends.torch.softmax import softmax_reference, softmax_tl
+
+testing = pytest.importorskip("lazyops.testing")
+
+GOODPORT = {
+    "__init__": '''
+        """A port that wraps the reference (no stub: lazyops imports it to list its kernels)."""
+        from .kernels import gelu_tl, rmsnorm_tl, silu_and_mul_tl, softmax_tl
+    ''',
+    "kernels": '''
+        import torch
+        from lazyops._backends.torch.rmsnorm import rmsnorm_reference
+        from lazyops._backends.torch.silu_and_mul import silu_and_mul_reference
+        from lazyops._backends.torch.softmax import softmax_reference
+
+        def softmax_tl(n, dtype):
+            return lambda x: softmax_reference(x.float()).to(dtype)
+
+        def rmsnorm_tl(n, dtype, eps=1e-6):
+            return lambda x, weight: rmsnorm_reference(x.float(), weight.float(), eps).to(dtype)
+
+        def silu_and_mul_tl(n, dtype):
+            return lambda x: silu_and_mul_reference(x.float()).to(dtype)
+
+        def gelu_tl(n, dtype):  # a kernel of its own, which lazyops.testing has no check for
+            return lambda x: torch.nn.functional.gelu(x)
+    ''',
+}
+
+BADPORT = {
+    "__init__": '''
+        """A port with two bugs."""
+        from .kernels import rmsnorm_tl, softmax_tl
+    ''',
+    "kernels": '''
+        import torch
+        from lazyops._backends.torch.rmsnorm import rmsnorm_reference
+
+        def softmax_tl(n, dtype):
+            def softmax(x):
+                e = torch.exp(x.float() - x.float().amax(dim=-1, keepdim=True))
+                return (e / e[:, :64].sum(dim=-1, keepdim=True)).to(dtype)  # the bug: the first block's sum only
+            return softmax
+
+        def rmsnorm_tl(n, dtype, epsilon=1e-6):  # the bug: callers pass eps=
+            return lambda x, weight: rmsnorm_reference(x.float(), weight.float(), epsilon).to(dtype)
+    ''',
+}
+
+
+def test_a_third_party_backend_checks_itself_through_the_plugin_fixture(project):
+    project.write_backend("goodport", GOODPORT)
+    project.write_backend("badport", BADPORT)
+    project.tests(
+        """
+        import lazyops.testing
+
+        def test_conformance(lazyops_backend):
+            print(lazyops.testing.run_conformance(lazyops_backend, max_examples=5, seed=0))
+        """
+    )
+    result = project.run("--lazyops-backend", "goodport,badport", "-v", "-s", hypothesis=True)
+    result.assert_outcomes(passed=1, failed=1)
+    result.stdout.fnmatch_lines([
+        "test_engine.py::test_conformance[[]goodport] lazyops conformance of backend 'goodport' on cpu (up to 5 "
+        "examples per kernel):",
+        "  passed        rmsnorm_tl: 5 examples, worst relative error *",
+        "  passed        silu_and_mul_tl: 5 examples, *",
+        "  passed        softmax_tl: 5 examples, *",
+        "  not exported  add_rmsnorm_tl, matmul_tl, rope_tl",
+        "  unchecked     gelu_tl (lazyops.testing has no conformance check for it)",
+        "PASSED",
+        "test_engine.py::test_conformance[[]badport] FAILED",
+    ])
+    result.stdout.fnmatch_lines([
+        "E   * AssertionError: lazyops conformance of backend 'badport' on cpu (up to 5 examples per kernel):",
+        "E   *  FAILED        rmsnorm_tl: signature (n, dtype, epsilon=1e-06) differs from the reference's "
+        "(n, dtype, eps=1e-06); every backend's factory takes the same arguments",
+        "E   *  FAILED        softmax_tl: AssertionError: M=*: relative error * > 1e-0* (torch.*)",
+        "E   *                smallest failing case: softmax_tl(*",
+        "E   *                rerun it: lazyops.testing.check_case(factory, Case(kernel='softmax_tl'*",
+        "E   *  not exported  add_rmsnorm_tl, matmul_tl, rope_tl, silu_and_mul_tl",
+    ])
+
+
+# -- the same, in this process: the report itself ------------------------------------------------------------
+def test_report_of_a_passing_partial_port(installed):
+    installed("goodport", GOODPORT)
+    report = testing.run_conformance("goodport", max_examples=3, seed=1)
+    assert report.passed == ["rmsnorm_tl", "silu_and_mul_tl", "softmax_tl"]
+    assert report.not_exported == ["add_rmsnorm_tl", "matmul_tl", "rope_tl"]
+    assert report.unchecked == ["gelu_tl"]
+    assert report.failed == []
+    # running the suite changes nothing about what lazyops resolves
+    assert lazyops.which("softmax_tl").backend == "torch"
+
+
+def test_a_failure_names_the_kernel_the_error_and_a_case_that_reruns_it(installed):
+    installed("badport", BADPORT)
+    with pytest.raises(AssertionError) as failure:
+        testing.run_conformance("badport", kernels=["softmax_tl"], max_examples=10, seed=2)
+    message = str(failure.value)
+    assert "FAILED        softmax_tl: AssertionError: M=" in message and "relative error" in message
+    case_text = message.split("rerun it: lazyops.testing.check_case(factory, ")[1].rsplit(")", 1)[0]
+    case = eval(case_text, {"Case": testing.Case, "torch": torch})  # the printed case is the case
+    with pytest.raises(AssertionError, match="relative error"):
+        testing.check_case(lazyops._state().universe().registry["badport"].kernel("softmax_tl"), case, device="cpu")
+    assert testing.check_case(softmax_tl, case, device="cpu") < testing.TOLERANCE[case.dtype]
+
+
+def test_the_reference_backend_conforms():
+    report = testing.run_conformance("torch", max_examples=8, device="cpu")
+    assert report.passed == sorted(testing.SPECS)
+
+
+def test_a_call_with_no_tokens_is_part_of_every_case_that_draws_one():
+    geometry = {"rotary_dim": 64, "query_heads": 8, "key_heads": 2, "cache_rows": 512, "cache_dtype": "float32",
+                "positions_dtype": torch.int64}
+    case = testing.Case("rope_tl", (128, torch.bfloat16), {"is_neox": False}, (1, 17, 0, 64), 0, geometry)
+    assert testing.check_case(rope_tl, case, device="cpu") < testing.TOLERANCE[torch.bfloat16]
+
+
+def test_errors_of_the_caller_are_not_conformance_failures(installed):
+    installed("offline", {"__init__": "def unavailable_reason():\n    return 'needs the Frobnicator board'\n"})
+    with pytest.raises(ConfigError, match="no backend of that name is registered; known backends: torch"):
+        testing.run_conformance("tourch")
+    with pytest.raises(ValueError, match="no conformance check for 'gelu_tl'"):
+        testing.run_conformance("torch", kernels=["gelu_tl"])
+    with pytest.raises(BackendError, match="backend 'offline' cannot run here: needs the Frobnicator board"):
+        testing.run_conformance("offline")
+
+
+# -- check_case: what a wrong kernel looks like --------------------------------------------------------------
+def case_of(kernel: str, *args, tokens=(5, 0, 3), **kwargs) -> "testing.Case":
+    return testing.Case(kernel, args, kwargs, tokens, seed=7)
+
+
+@pytest.mark.parametrize(
+    ("wrong", "message"),
+    [
+        (lambda n, dtype: lambda x: softmax_reference(x.float()).to(dtype) * 1.01, "relative error"),
+        (lambda n, dtype: lambda x: softmax_reference(x.float()), "dtype torch.float32, expected torch.float16"),
+        (lambda n, dtype: lambda x: softmax_reference(x.float()).to(dtype)[:, :-1], "shape"),
+        (lambda n, dtype: lambda x: torch.full_like(x, float("nan")), "are NaN or infinite"),
+    ],
+    ids=["off by 1%", "wrong dtype", "wrong shape", "unwritten (NaN)"],
+)
+def test_check_case_refuses_a_wrong_out_of_place_kernel(wrong, message):
+    case = case_of("softmax_tl", 100, torch.float16)
+    assert testing.check_case(softmax_tl, case, device="cpu") < testing.TOLERANCE[torch.float16]
+    with pytest.raises(AssertionError, match=message):
+        testing.check_case(wrong, case, device="cpu")
+
+
+def test_check_case_checks_every_element_of_an_in_place_result():
+    def forgets_the_last_row(n, dtype, eps=1e-6):
+        kernel = add_rmsnorm_tl(n, dtype, eps)
+
+        def add_rmsnorm(x, residual, weight):
+            last = residual[-1:].clone()
+            y = kernel(x, residual, weight)
+            residual[-1:] = last  # one row of many not updated: invisible in a norm over the whole tensor
+            return y
+
+        return add_rmsnorm
+
+    case = case_of("add_rmsnorm_tl", 64, torch.bfloat16, eps=1e-6, tokens=(300,))
+    with pytest.raises(AssertionError, match=r"M=300: residual: \d+ of 19200 elements off"):
+        testing.check_case(forgets_the_last_row, case, device="cpu")
+
+
+def test_check_case_requires_rope_to_rotate_in_place():
+    def returns_copies(head_dim, dtype, is_neox=True):
+        kernel = rope_tl(head_dim, dtype, is_neox)
+        return lambda positions, query, key, cache: kernel(positions, query.clone(), key.clone(), cache)
+
+    geometry = {"rotary_dim": 32, "query_heads": 4, "key_heads": 2, "cache_rows": 64, "cache_dtype": "float32",
+                "positions_dtype": torch.int64}
+    case = testing.Case("rope_tl", (64, torch.float16), {"is_neox": True}, (9,), 3, geometry)
+    assert testing.check_case(rope_tl, case, device="cpu") < testing.TOLERANCE[torch.float16]
+    with pytest.raises(AssertionError, match="rope must return its"):
+        testing.check_case(returns_copies, case, device="cpu")
+
+
+def test_references_are_the_torch_definitions_in_float64():
+    x = torch.randn(4, 10, dtype=torch.float16)
+    expected = softmax_reference(x.double())
+    assert testing.REFERENCES["softmax_tl"](x).dtype == torch.float64
+    assert torch.equal(testing.REFERENCES["softmax_tl"](x), expected)
+    assert sorted(testing.REFERENCES) == sorted(lazyops.kernels())
+
+
+def test_import_lazyops_and_the_plugin_import_neither_the_kit_nor_hypothesis():
+    code = "import sys, lazyops, lazyops.pytest_plugin; print(sorted(m for m in ('lazyops.testing', 'hypothesis', 'torch') if m in sys.modules))"
+    loaded = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert loaded.strip() == "[]"
+
+
+def test_signature_check_ignores_annotations_but_not_names_or_defaults():
+    def same(n: "int", dtype: "whatever", eps=1e-6):  # noqa: F821
+        pass
+
+    def other_default(n, dtype, eps=1e-5):
+        pass
+
+    from lazyops._backends.torch.rmsnorm import rmsnorm_tl
+
+    assert testing.signature_mismatch(same, rmsnorm_tl) is None
+    assert "differs from the reference's (n, dtype, eps=1e-06)" in testing.signature_mismatch(other_default, rmsnorm_tl)
