@@ -29,7 +29,12 @@ def _parser() -> argparse.ArgumentParser:
 
     stubs = commands.add_parser("stubs", help="generate the .pyi stubs of the namespace")
     stubs.add_argument("--check", action="store_true", help="exit 1 if the file differs from a fresh generation")
-    stubs.add_argument("--output", default=None, help="where to write (default: the package's stub and stubs/)")
+    stubs.add_argument(
+        "--output",
+        default=None,
+        help="the file to write or check (default, in a source checkout: stubs/lazyops/__init__.pyi, which the "
+        "package's stub links to; an installed lazyops needs it, e.g. typings/lazyops/__init__.pyi)",
+    )
     stubs.add_argument(
         "--backends", default=None, help="comma list of backends whose kernels to include (default: the built-ins)"
     )

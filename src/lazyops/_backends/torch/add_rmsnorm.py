@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Callable
+from typing import Protocol
 
 import torch
 
@@ -25,9 +25,15 @@ def add_rmsnorm_reference(
     return rmsnorm_reference(total, weight, eps), total
 
 
-def add_rmsnorm_tl(
-    n: int, dtype: torch.dtype, eps: float = 1e-6
-) -> Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]:
+class AddRMSNormKernel(Protocol):
+    """What ``add_rmsnorm_tl`` returns (in every backend): the kernel call, positional arguments only."""
+
+    def __call__(self, x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, /) -> torch.Tensor:
+        """``residual[M, n] += x[M, n]`` in place, then ``y[M, n]``: RMSNorm of the sum times ``weight[n]``."""
+        ...
+
+
+def add_rmsnorm_tl(n: int, dtype: torch.dtype | str, eps: float = 1e-6) -> AddRMSNormKernel:
     """``residual += x``, then RMSNorm of the sum with ``weight[n]``.
 
     Returns ``kernel(x[M, n], residual[M, n], weight[n]) -> y[M, n]``; ``residual`` is updated in place to

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Callable
+from typing import Protocol
 
 import torch
 
@@ -14,7 +14,15 @@ def matmul_reference(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     return a @ b
 
 
-def matmul_tl(n: int, k: int, dtype: torch.dtype) -> Callable[[torch.Tensor, torch.Tensor], torch.Tensor]:
+class MatmulKernel(Protocol):
+    """What ``matmul_tl`` returns (in every backend): the kernel call, positional arguments only."""
+
+    def __call__(self, a: torch.Tensor, b: torch.Tensor, /) -> torch.Tensor:
+        """``c[M, n] = a[M, k] @ b[k, n]``, accumulated in float32, in the factory's dtype."""
+        ...
+
+
+def matmul_tl(n: int, k: int, dtype: torch.dtype | str) -> MatmulKernel:
     """A GEMM with the weight's shape fixed: ``a[M, k] @ b[k, n]``.
 
     Returns ``kernel(a[M, k], b[k, n]) -> c[M, n]`` in ``dtype``; products accumulate in float32.

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Callable
+from typing import Protocol
 
 import torch
 
@@ -14,7 +14,15 @@ def rmsnorm_reference(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torc
     return x * torch.rsqrt(x.pow(2).mean(dim=-1, keepdim=True) + eps) * weight
 
 
-def rmsnorm_tl(n: int, dtype: torch.dtype, eps: float = 1e-6) -> Callable[[torch.Tensor, torch.Tensor], torch.Tensor]:
+class RMSNormKernel(Protocol):
+    """What ``rmsnorm_tl`` returns (in every backend): the kernel call, positional arguments only."""
+
+    def __call__(self, x: torch.Tensor, weight: torch.Tensor, /) -> torch.Tensor:
+        """``y[M, n] = x / sqrt(mean(x**2) + eps) * weight[n]`` for ``x[M, n]``, in the factory's dtype."""
+        ...
+
+
+def rmsnorm_tl(n: int, dtype: torch.dtype | str, eps: float = 1e-6) -> RMSNormKernel:
     """RMSNorm over the last dimension of ``x[M, n]`` with a learned ``weight[n]``.
 
     Returns ``kernel(x[M, n], weight[n]) -> y[M, n]`` in ``dtype``; the math runs in float32.

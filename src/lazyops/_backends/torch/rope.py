@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Callable
+from typing import Protocol
 
 import torch
 
@@ -19,7 +19,7 @@ def rope_reference(
     cos_sin = cos_sin_cache.to(x.dtype)[positions.long()]  # [M, rotary_dim]
     cos = cos_sin[:, None, :half]
     sin = cos_sin[:, None, half:]
-    heads = x.reshape(x.shape[0], -1, head_dim)
+    heads = x.reshape(x.shape[0], x.shape[1] // head_dim, head_dim)  # -1 cannot be inferred when M == 0
     rotated = heads.clone()
     if is_neox:
         x1, x2 = heads[..., :half], heads[..., half:rotary_dim]
@@ -32,11 +32,21 @@ def rope_reference(
     return rotated.reshape(x.shape)
 
 
-def rope_tl(
-    head_dim: int, dtype: torch.dtype, is_neox: bool = True
-) -> Callable[
-    [torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor], tuple[torch.Tensor, torch.Tensor]
-]:
+class RopeKernel(Protocol):
+    """What ``rope_tl`` returns (in every backend): the kernel call, positional arguments only."""
+
+    def __call__(
+        self, positions: torch.Tensor, query: torch.Tensor, key: torch.Tensor, cos_sin_cache: torch.Tensor, /
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Rotate ``query[M, Hq*head_dim]`` and ``key[M, Hk*head_dim]`` in place at ``positions[M]``; returns them.
+
+        ``cos_sin_cache[P, r]``: each row ``r/2`` cosines then ``r/2`` sines; the first ``r`` features of every
+        head are rotated.
+        """
+        ...
+
+
+def rope_tl(head_dim: int, dtype: torch.dtype | str, is_neox: bool = True) -> RopeKernel:
     """Rotary embedding over the first ``r`` features of every head, in place.
 
     Returns ``kernel(positions[M], query[M, Hq*head_dim], key[M, Hk*head_dim], cos_sin_cache[P, r])

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Callable
+from typing import Protocol
 
 import torch
 
@@ -15,7 +15,15 @@ def silu_and_mul_reference(x: torch.Tensor) -> torch.Tensor:
     return torch.nn.functional.silu(x[..., :n]) * x[..., n:]
 
 
-def silu_and_mul_tl(n: int, dtype: torch.dtype) -> Callable[[torch.Tensor], torch.Tensor]:
+class SiluAndMulKernel(Protocol):
+    """What ``silu_and_mul_tl`` returns (in every backend): the kernel call, positional arguments only."""
+
+    def __call__(self, x: torch.Tensor, /) -> torch.Tensor:
+        """``y[M, n] = silu(x[:, :n]) * x[:, n:]`` for ``x[M, 2n]``, in the factory's dtype."""
+        ...
+
+
+def silu_and_mul_tl(n: int, dtype: torch.dtype | str) -> SiluAndMulKernel:
     """The gate of a SwiGLU MLP: ``x[M, 2n]`` holds the gate then the up projection.
 
     Returns ``kernel(x[M, 2n]) -> y[M, n] = silu(x[:, :n]) * x[:, n:]`` in ``dtype``; the math runs in float32.

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Callable
+from typing import Protocol
 
 import torch
 
@@ -14,7 +14,15 @@ def softmax_reference(x: torch.Tensor) -> torch.Tensor:
     return torch.softmax(x, dim=-1)
 
 
-def softmax_tl(n: int, dtype: torch.dtype) -> Callable[[torch.Tensor], torch.Tensor]:
+class SoftmaxKernel(Protocol):
+    """What ``softmax_tl`` returns (in every backend): the kernel call, positional arguments only."""
+
+    def __call__(self, x: torch.Tensor, /) -> torch.Tensor:
+        """``y[M, n] = softmax(x[M, n])`` over the last dimension, in the factory's dtype; ``M`` may vary."""
+        ...
+
+
+def softmax_tl(n: int, dtype: torch.dtype | str) -> SoftmaxKernel:
     """Softmax over the last dimension of ``x[M, n]``.
 
     Returns ``kernel(x[M, n]) -> y[M, n]`` in ``dtype``; the math runs in float32.

@@ -1,0 +1,1 @@
+../../stubs/lazyops/__init__.pyi

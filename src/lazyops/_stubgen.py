@@ -1,0 +1,500 @@
+"""``lazyops stubs``: the generated ``.pyi`` that lets type checkers and IDEs see every kernel.
+
+A module whose names come from a PEP 562 ``__getattr__`` is opaque to type checkers: mypy types every attribute
+of it as ``Any``, so ``lazyops.rmsnrom_tl(...)`` would pass. The stub written here declares each kernel factory
+with its signature and docstring, the kernel it returns, and the rest of the public API; a name it does not
+declare is an error for the checker.
+
+The kernel is typed as a ``Protocol`` whose ``__call__`` takes positional-only parameters (``SoftmaxKernel`` in the
+torch backend), not as ``Callable[[Tensor], Tensor]``: both check a call the same way, but the protocol carries the
+parameter names and a docstring with the shapes, which is what an IDE shows at ``kernel(``. Positional-only,
+because that is all the backends promise: each names its kernel's parameters as it likes.
+
+Where the text comes from: each backend's kernel list (its manifest, read without importing it) says which kernels
+exist; each kernel's signature is the torch reference's (the specification), or, for a kernel only a third-party
+backend has, that backend's own. Generating imports the kernel modules that supply those signatures, nothing else.
+
+The same comparison that picks the reference's signature checks the other backends against it
+(:func:`signature_mismatches`), so a backend that drifts is named together with the parameter that differs.
+"""
+
+from __future__ import annotations
+
+import ast
+import collections.abc
+import difflib
+import importlib
+import inspect
+import sys
+import types
+import typing
+from pathlib import Path
+from typing import Any, Callable, Iterable, Sequence
+
+from lazyops._errors import ConfigError
+from lazyops._registry import BUILTINS, Registry
+from lazyops._resolve import REFERENCE, suggest
+
+#: The backends whose kernels the committed stub declares.
+DEFAULT_BACKENDS = tuple(name for name, _, _ in BUILTINS)
+
+#: Where the stub lives in a source checkout, relative to its root; ``PACKAGE_STUB`` is what the wheel carries
+#: (a symlink to ``STUB`` in the repository, so there is one text; a checkout without symlinks gets a copy).
+STUB = Path("stubs", "lazyops", "__init__.pyi")
+PACKAGE_STUB = Path("src", "lazyops", "__init__.pyi")
+
+#: The public API beside the kernels. ``lazyops/__init__.py`` keeps these unannotated to stay import-free, so their
+#: types are written here; the docstrings are taken from the functions themselves. ``render_stub`` refuses to run
+#: when ``lazyops.__all__`` names something this table lacks, so a new public name cannot be forgotten.
+PUBLIC_FUNCTIONS = {
+    "configure": (
+        "def configure(\n"
+        "    backend: str | Iterable[str] | None = ...,\n"
+        "    fallback: str | Iterable[str] | None = ...,\n"
+        "    strict: bool = ...,\n"
+        ") -> Settings:"
+    ),
+    "which": "def which(name: str) -> Resolution:",
+    "backends": "def backends() -> tuple[str, ...]:",
+    "kernels": "def kernels() -> tuple[str, ...]:",
+}
+PUBLIC_ERRORS = ("BackendError", "ConfigError", "KernelInputError", "KernelUnavailableError", "LazyopsError")
+#: Private names the package itself reaches through the module (its command line, its pytest plugin): once the stub
+#: exists, type checkers read it instead of ``__init__.py``, so what it leaves out does not exist for them.
+PRIVATE_FUNCTIONS = {"_state": "def _state() -> Namespace:"}
+#: What the stub imports besides the modules its kernels' annotations need (those are collected as it is written).
+TYPING_IMPORTS = ("from collections.abc import Iterable", "from typing import Protocol, type_check_only")
+LAZYOPS_IMPORTS = (
+    "from lazyops._config import Settings",
+    "from lazyops._errors import (\n" + "".join(f"    {name} as {name},\n" for name in PUBLIC_ERRORS) + ")",
+    "from lazyops._namespace import Namespace",
+    "from lazyops._resolve import Resolution",
+)
+
+
+class StubError(Exception):
+    """A signature that cannot be written as a stub (an annotation with no spelling); names the kernel."""
+
+
+# -- the catalogue -------------------------------------------------------------------------------------------------
+def parse_backends(backends: str | Iterable[str] | None) -> tuple[str, ...]:
+    if backends is None:
+        return DEFAULT_BACKENDS
+    names = [name.strip() for name in backends.split(",")] if isinstance(backends, str) else list(backends)
+    if not names or not all(names):
+        raise ConfigError(f"--backends {backends!r}: give a comma list of backend names, e.g. torch,triton")
+    return tuple(dict.fromkeys(names))
+
+
+def factory(registry: Registry, backend: str, kernel: str) -> Callable[..., Any]:
+    """``backend``'s own factory object for ``kernel``, imported directly.
+
+    Not through ``Backend.kernel``: that refuses a backend that cannot *run* here (Triton without a GPU), while
+    reading a signature only needs the module to import.
+    """
+    entry = registry[backend]
+    submodule, attribute = entry.manifest()[kernel]
+    module = entry.load() if submodule is None else importlib.import_module(f"{entry.module_name}.{submodule}")
+    return getattr(module, attribute)
+
+
+def catalogue(registry: Registry, backends: Sequence[str]) -> dict[str, str]:
+    """``{kernel: the backend whose signature is canonical}`` for every kernel the given backends export."""
+    for name in backends:
+        if name not in registry:
+            raise ConfigError(
+                f"--backends names {name!r}, which is not registered.{suggest(name, registry.names)} "
+                f"Known backends: {', '.join(registry.names)}"
+            )
+    reference = registry[REFERENCE].exports() if REFERENCE in registry else frozenset()
+    owners: dict[str, str] = {}
+    for name in backends:
+        for kernel in sorted(registry[name].exports()):
+            owners.setdefault(kernel, REFERENCE if kernel in reference else name)
+    return dict(sorted(owners.items()))
+
+
+def evaluated_signature(function: Callable[..., Any], where: str) -> inspect.Signature:
+    """The signature with its annotations evaluated (the modules write them as strings).
+
+    Names a module imports only for type checkers (under ``if TYPE_CHECKING:``, to keep its import light) are
+    imported here, as a type checker would see them.
+    """
+    try:
+        return inspect.signature(function, eval_str=True)
+    except NameError:
+        pass
+    try:
+        return inspect.signature(function, globals=type_checking_namespace(function), eval_str=True)
+    except NameError as error:
+        raise StubError(
+            f"{where}: an annotation cannot be evaluated ({error}); import the names the annotations use in the "
+            "factory's module (at module level or under `if TYPE_CHECKING:`)"
+        ) from error
+
+
+def type_checking_namespace(function: Callable[..., Any]) -> dict[str, Any]:
+    """The globals of ``function``'s module plus what its ``if TYPE_CHECKING:`` blocks import."""
+    module = sys.modules[inspect.unwrap(function).__module__]
+    namespace = dict(vars(module))
+    tree = ast.parse(inspect.getsource(module))
+    for node in tree.body:
+        if not isinstance(node, ast.If) or ast.unparse(node.test) not in ("TYPE_CHECKING", "typing.TYPE_CHECKING"):
+            continue
+        imports: list[ast.stmt] = [line for line in node.body if isinstance(line, (ast.Import, ast.ImportFrom))]
+        code = compile(ast.Module(body=imports, type_ignores=[]), module.__name__, "exec")
+        exec(code, namespace)  # noqa: S102 - import statements of the module's own source, nothing else
+    return namespace
+
+
+# -- writing annotations -----------------------------------------------------------------------------------------
+def is_kernel_protocol(annotation: object) -> bool:
+    """A ``Protocol`` class with its own ``__call__``: a kernel's call, written out in the stub."""
+    return (
+        isinstance(annotation, type)
+        and bool(getattr(annotation, "_is_protocol", False))
+        and "__call__" in vars(annotation)
+    )
+
+
+class Renderer:
+    """Writes annotation objects as stub text, collecting the imports and the kernel protocols they need."""
+
+    def __init__(self) -> None:
+        self.imports: set[str] = set()
+        self.protocols: dict[type, str] = {}
+        self._protocol_names: dict[str, type] = {}
+
+    def annotation(self, annotation: object, where: str) -> str:
+        if annotation is None or annotation is type(None):
+            return "None"
+        if annotation is Ellipsis:
+            return "..."
+        if annotation is typing.Any:
+            self.imports.add("from typing import Any")
+            return "Any"
+        origin, args = typing.get_origin(annotation), typing.get_args(annotation)
+        if isinstance(annotation, types.UnionType) or origin is typing.Union:
+            return " | ".join(self.annotation(arg, where) for arg in args)
+        if origin is typing.Literal:
+            self.imports.add("from typing import Literal")
+            return f"Literal[{', '.join(map(repr, args))}]"
+        if origin is collections.abc.Callable and args:
+            parameters, result = args  # ([A, B], R), or (Ellipsis, R)
+            inner = "..." if parameters is Ellipsis else f"[{', '.join(self.annotation(a, where) for a in parameters)}]"
+            return f"{self.annotation(collections.abc.Callable, where)}[{inner}, {self.annotation(result, where)}]"
+        if origin is not None:
+            if not args:  # tuple[()]
+                return f"{self.annotation(origin, where)}[()]"
+            return f"{self.annotation(origin, where)}[{', '.join(self.annotation(a, where) for a in args)}]"
+        if is_kernel_protocol(annotation):
+            return self._protocol(typing.cast(type, annotation))
+        if isinstance(annotation, type):
+            if annotation.__module__ == "builtins":
+                return annotation.__qualname__
+            self.imports.add(f"import {annotation.__module__}")
+            return f"{annotation.__module__}.{annotation.__qualname__}"
+        raise StubError(
+            f"{where}: the annotation {annotation!r} has no spelling in a stub; use a class or a typing form"
+        )
+
+    def _protocol(self, protocol: type) -> str:
+        if protocol not in self.protocols:
+            name = f"_{protocol.__name__}"
+            if name in self._protocol_names:
+                other = self._protocol_names[name]
+                raise StubError(
+                    f"two kernel protocols are both named {protocol.__name__!r}: {other.__module__} and "
+                    f"{protocol.__module__}; rename one"
+                )
+            self.protocols[protocol] = name
+            self._protocol_names[name] = protocol
+        return self.protocols[protocol]
+
+    def parameters(self, signature: inspect.Signature, where: str, skip_first: bool = False) -> list[str]:
+        """The parameters of a ``def`` as written in it, with ``/`` and ``*`` where the kinds change."""
+        P = inspect.Parameter
+        parts: list[str] = []
+        parameters = list(signature.parameters.values())[1 if skip_first else 0 :]
+        keyword_only_marked = False
+        for index, parameter in enumerate(parameters):
+            if parameter.kind is P.KEYWORD_ONLY and not keyword_only_marked:
+                parts.append("*")
+            if parameter.kind in (P.KEYWORD_ONLY, P.VAR_POSITIONAL):
+                keyword_only_marked = True
+            stars = "*" if parameter.kind is P.VAR_POSITIONAL else "**" if parameter.kind is P.VAR_KEYWORD else ""
+            text = stars + parameter.name
+            if parameter.annotation is not P.empty:
+                text += f": {self.annotation(parameter.annotation, f'{where}, parameter {parameter.name!r}')}"
+            if parameter.default is not P.empty:
+                text += (" = " if parameter.annotation is not P.empty else "=") + default_text(parameter.default)
+            parts.append(text)
+            following = parameters[index + 1] if index + 1 < len(parameters) else None
+            if parameter.kind is P.POSITIONAL_ONLY and (following is None or following.kind is not P.POSITIONAL_ONLY):
+                parts.append("/")
+        if skip_first:
+            parts.insert(0, "self")
+        return parts
+
+    def returns(self, signature: inspect.Signature, where: str) -> str:
+        if signature.return_annotation is inspect.Signature.empty:
+            return ""
+        return f" -> {self.annotation(signature.return_annotation, f'{where}, return annotation')}"
+
+
+def default_text(value: object) -> str:
+    """A literal default as written in the source; anything else is ``...`` (stubs do not evaluate defaults)."""
+    if value is None or isinstance(value, (bool, int, float, str, bytes)):
+        return repr(value)
+    return "..."
+
+
+def docstring(text: str | None, indent: str) -> list[str]:
+    if not text:
+        return []
+    lines = inspect.cleandoc(text).replace("\\", "\\\\").replace('"""', '\\"\\"\\"').splitlines()
+    if len(lines) == 1:
+        return [f'{indent}"""{lines[0]}"""']
+    body = [f"{indent}{line}" if line else "" for line in lines[1:]]
+    return [f'{indent}"""{lines[0]}', *body, f'{indent}"""']
+
+
+def definition(head: str, doc: str | None, indent: str = "") -> list[str]:
+    """``head`` (ending in ``:``) with the docstring as its body, or ``...`` without one."""
+    lines = docstring(doc, indent + "    ")
+    return [f"{indent}{head}", *lines] if lines else [f"{indent}{head} ..."]
+
+
+# -- the stub ----------------------------------------------------------------------------------------------------
+def command(backends: Sequence[str]) -> str:
+    """The command that regenerates a stub for ``backends``, as written in its header."""
+    if tuple(backends) == DEFAULT_BACKENDS:
+        return "lazyops stubs"
+    return f"lazyops stubs --backends {','.join(backends)}"
+
+
+def header(backends: Sequence[str]) -> list[str]:
+    generate = command(backends)
+    return [
+        f"# Generated by `{generate}` (also `python -m {generate}`) from the kernels of the backends",
+        f"# {', '.join(backends)}. Do not edit: `{generate} --check` fails when this file is stale.",
+    ]
+
+
+def render_stub(backends: str | Iterable[str] | None = None, registry: Registry | None = None) -> str:
+    """The text of ``lazyops/__init__.pyi`` declaring every kernel that ``backends`` export.
+
+    ``backends`` defaults to the built-ins; a project that installs a third-party backend passes it too (say
+    ``torch,triton,tilelang,mine``) and points its type checker at the result.
+    """
+    import lazyops
+
+    chosen = parse_backends(backends)
+    registry = registry or Registry.discover()
+    missing = sorted(set(lazyops.__all__) - set(PUBLIC_FUNCTIONS) - set(PUBLIC_ERRORS))
+    if missing:
+        raise StubError(
+            f"lazyops.__all__ has {', '.join(missing)}, which the stub generator does not declare; add them to "
+            "PUBLIC_FUNCTIONS or PUBLIC_ERRORS in lazyops/_stubgen.py"
+        )
+    renderer = Renderer()
+    kernels: list[str] = []
+    for kernel, owner in catalogue(registry, chosen).items():
+        function = factory(registry, owner, kernel)
+        where = f"backend {owner!r}, {kernel}"
+        signature = evaluated_signature(function, where)
+        known = set(renderer.protocols)
+        head = function_head(kernel, renderer.parameters(signature, where), renderer.returns(signature, where))
+        # Each kernel's protocol just above its factory: the two are read together.
+        for protocol in [p for p in renderer.protocols if p not in known]:
+            kernels += ["", "", *protocol_definition(renderer, protocol)]
+        kernels += ["", "", *definition(head, function.__doc__)]
+
+    lines = [
+        *header(chosen),
+        *docstring(lazyops.__doc__, ""),
+        "",
+        *TYPING_IMPORTS,
+        *sorted(line for line in renderer.imports if line.startswith("from ")),
+        "",
+        *sorted(line + "\n" for line in renderer.imports if line.startswith("import ")),
+        *LAZYOPS_IMPORTS,
+        "",
+        "__version__: str",
+        "__all__ = [",
+        *(f'    "{name}",' for name in lazyops.__all__),
+        "]",
+    ]
+    for name, head in {**PUBLIC_FUNCTIONS, **PRIVATE_FUNCTIONS}.items():
+        lines += ["", "", *definition(head, getattr(lazyops, name).__doc__)]
+    return "\n".join(lines + kernels) + "\n"
+
+
+def protocol_definition(renderer: Renderer, protocol: type) -> list[str]:
+    """A kernel's protocol, private and ``type_check_only``: it exists for checkers, not at run time."""
+    where = f"{protocol.__module__}.{protocol.__qualname__}"
+    call = evaluated_signature(vars(protocol)["__call__"], where)
+    parameters = renderer.parameters(call, where, skip_first=True)
+    head = function_head("__call__", parameters, renderer.returns(call, where), indent="    ")
+    lines = ["@type_check_only", f"class {renderer.protocols[protocol]}(Protocol):"]
+    lines += docstring(protocol.__doc__, "    ") + [""]
+    return lines + definition(head, vars(protocol)["__call__"].__doc__, "    ")
+
+
+def function_head(name: str, parameters: list[str], returns: str, indent: str = "") -> str:
+    """``def name(...) -> R:`` on one line, or one parameter a line when that would pass 120 characters."""
+    head = f"def {name}({', '.join(parameters)}){returns}:"
+    if len(indent + head) <= 120:
+        return head
+    inner = indent + "    "
+    return f"def {name}(\n" + "".join(f"{inner}{part},\n" for part in parameters) + f"{indent}){returns}:"
+
+
+# -- comparing backends ------------------------------------------------------------------------------------------
+def call_shape(annotation: object) -> tuple[tuple[object, ...], object] | None:
+    """``((argument types...), result)`` of a kernel's type: a protocol's ``__call__`` or a ``Callable[[...], R]``.
+
+    Both spell the same kernel call, so a backend that writes ``Callable[[Tensor], Tensor]`` agrees with a reference
+    that returns ``SoftmaxKernel``; parameter names are documentation (the protocols take positional arguments).
+    """
+    if is_kernel_protocol(annotation):
+        call = inspect.signature(vars(typing.cast(type, annotation))["__call__"], eval_str=True)
+        arguments = tuple(p.annotation for p in list(call.parameters.values())[1:])
+        return arguments, call.return_annotation
+    if typing.get_origin(annotation) is collections.abc.Callable and typing.get_args(annotation):
+        parameters, result = typing.get_args(annotation)
+        if parameters is not Ellipsis:
+            return tuple(parameters), result
+    return None
+
+
+def _shown(annotation: object) -> str:
+    if annotation is inspect.Parameter.empty:
+        return "no annotation"
+    shape = call_shape(annotation)
+    renderer = Renderer()
+    if shape is not None:
+        arguments, result = shape
+        text = f"({', '.join(renderer.annotation(a, '') for a in arguments)}) -> {renderer.annotation(result, '')}"
+        return f"a kernel {text}"
+    try:
+        return renderer.annotation(annotation, "")
+    except StubError:
+        return repr(annotation)
+
+
+def _same_type(left: object, right: object) -> bool:
+    shapes = call_shape(left), call_shape(right)
+    if shapes[0] is not None or shapes[1] is not None:
+        return shapes[0] == shapes[1]
+    return left == right
+
+
+def signature_mismatches(
+    kernel: str,
+    backend: str,
+    function: Callable[..., Any],
+    reference_backend: str,
+    reference: Callable[..., Any],
+) -> list[str]:
+    """Every way ``backend``'s factory for ``kernel`` differs from the reference's, one sentence each.
+
+    Compared: the parameters' names, order, kinds, defaults and annotations, and the kernel the factory returns.
+    Each sentence names the backend, the kernel and the parameter, so a failing test says what to fix.
+    """
+    head = f"backend {backend!r}, {kernel}"
+    ref = f"the reference ({reference_backend!r})"
+    try:
+        signature = evaluated_signature(function, head)
+    except StubError as error:
+        return [str(error)]
+    canonical = evaluated_signature(reference, f"backend {reference_backend!r}, {kernel}")
+    problems: list[str] = []
+    ours, theirs = signature.parameters, canonical.parameters
+    for name in theirs:
+        if name not in ours:
+            problems.append(f"{head}: parameter {name!r} is missing ({ref} has `{theirs[name]}`)")
+    for name in ours:
+        if name not in theirs:
+            problems.append(f"{head}: parameter {name!r} is not in {ref} (it has ({', '.join(theirs)}))")
+    common = [name for name in ours if name in theirs]
+    if common != [name for name in theirs if name in ours]:
+        problems.append(f"{head}: parameters are in the order ({', '.join(ours)}); {ref} has ({', '.join(theirs)})")
+    for name in common:
+        mine, canon = ours[name], theirs[name]
+        if mine.kind != canon.kind:
+            problems.append(
+                f"{head}: parameter {name!r} is {mine.kind.description}; {ref} has {canon.kind.description}"
+            )
+        if mine.default != canon.default:
+            problems.append(f"{head}: parameter {name!r} has {_default(mine)}; {ref} has {_default(canon)}")
+        if not _same_type(mine.annotation, canon.annotation):
+            problems.append(
+                f"{head}: parameter {name!r} is annotated {_shown(mine.annotation)}; "
+                f"{ref} has {_shown(canon.annotation)}"
+            )
+    if not _same_type(signature.return_annotation, canonical.return_annotation):
+        problems.append(
+            f"{head}: returns {_shown(signature.return_annotation)}; "
+            f"{ref} returns {_shown(canonical.return_annotation)}"
+        )
+    return problems
+
+
+def _default(parameter: inspect.Parameter) -> str:
+    return "no default" if parameter.default is parameter.empty else f"default {parameter.default!r}"
+
+
+# -- the command ---------------------------------------------------------------------------------------------------
+def source_root() -> Path | None:
+    """The repository root when lazyops runs from a source checkout (``src/lazyops``), else ``None``."""
+    package = Path(__file__).resolve().parent
+    root = package.parent.parent
+    if package.parent.name == "src" and (root / "pyproject.toml").is_file():
+        return root
+    return None
+
+
+def targets(output: str | None) -> list[Path]:
+    """The files a run writes or checks: ``--output``, or the checkout's stub (and the package's, unless a link)."""
+    if output is not None:
+        return [Path(output)]
+    root = source_root()
+    if root is None:
+        raise ConfigError(
+            "lazyops is installed, not run from a source checkout, so there is no default place for the stub; "
+            "pass --output, e.g. --output typings/lazyops/__init__.pyi (then point mypy_path or pyright's "
+            "stubPath at typings/)"
+        )
+    stub, package_stub = root / STUB, root / PACKAGE_STUB
+    if package_stub.is_symlink() and package_stub.resolve() == stub.resolve():
+        return [stub]  # the package's stub links to the checkout's: one file to write and to check
+    return [stub, package_stub]
+
+
+def main(check: bool = False, output: str | None = None, backends: str | Iterable[str] | None = None) -> int:
+    """Write the stub (0), or with ``check`` compare it (0 when current, 1 with a diff when stale or missing)."""
+    chosen = parse_backends(backends)
+    files = targets(output)
+    text = render_stub(chosen)
+    regenerate = command(chosen) + (f" --output {output}" if output is not None else "")
+    if check:
+        stale = 0
+        for path in files:
+            current = path.read_text(encoding="utf-8") if path.is_file() else ""
+            if current == text:
+                continue
+            stale += 1
+            print(f"lazyops: {path} is {'stale' if path.is_file() else 'missing'}:", file=sys.stderr)
+            old, new = current.splitlines(keepends=True), text.splitlines(keepends=True)
+            sys.stderr.writelines(difflib.unified_diff(old, new, f"{path} (committed)", f"{path} (generated)"))
+        if stale:
+            print(f"lazyops: regenerate with: {regenerate}", file=sys.stderr)
+            return 1
+        print(f"lazyops: {', '.join(map(str, files))} up to date")
+        return 0
+    for path in files:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text, encoding="utf-8")
+        print(f"lazyops: wrote {path}")
+    return 0

@@ -1,0 +1,32 @@
+"""An IDE sees the kernels: jedi (the completion engine of several editors) reads the stub beside ``__init__.py``.
+
+This runs against the package as this environment has it (the source tree's stub, through its symlink); the
+installed wheel gets the same check in test_installed_wheel.py.
+"""
+
+from __future__ import annotations
+
+import jedi
+
+import lazyops
+
+
+def test_completing_a_prefix_offers_the_kernel_with_its_factory_signature_and_docstring():
+    completions = jedi.Script("import lazyops\nlazyops.rms").complete()
+    assert [c.name for c in completions] == ["rmsnorm_tl"]
+    (signature,) = completions[0].get_signatures()
+    assert [p.name for p in signature.params] == ["n", "dtype", "eps"]
+    assert signature.to_string() == "rmsnorm_tl(n: int, dtype: torch.dtype | str, eps: float=1e-06) -> _RMSNormKernel"
+    assert "RMSNorm over the last dimension" in completions[0].docstring()
+
+
+def test_every_kernel_and_the_public_api_are_offered():
+    names = {c.name for c in jedi.Script("import lazyops\nlazyops.").complete()}
+    assert set(lazyops.kernels()) <= names
+    assert set(lazyops.__all__) <= names
+
+
+def test_the_kernel_call_shows_its_parameters():
+    source = "import lazyops\nkernel = lazyops.rope_tl(128, 'bfloat16')\nkernel("
+    (signature,) = jedi.Script(source).get_signatures(line=3, column=7)
+    assert [p.name for p in signature.params] == ["positions", "query", "key", "cos_sin_cache"]
