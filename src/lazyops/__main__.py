@@ -13,7 +13,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from typing import Sequence
+from typing import Any, Sequence
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -47,9 +47,10 @@ def _list(as_json: bool) -> int:
     state = lazyops._state()
     universe = state.universe()
     backends = lazyops.backends()
-    rows = []
+    rows: list[dict[str, Any]] = []
     for kernel in lazyops.kernels():
         exporters = [b for b in backends if b not in universe.unreadable and kernel in universe.exports(b)]
+        where: dict[str, str | None]
         try:
             resolution = lazyops.which(kernel)
             where = {"backend": resolution.backend, "reason": resolution.reason}

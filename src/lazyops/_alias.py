@@ -31,7 +31,7 @@ class BackendAliasFinder:
             return None
         from importlib.machinery import ModuleSpec
 
-        return ModuleSpec(fullname, self, origin=getattr(module, "__file__", None))
+        return ModuleSpec(fullname, self, origin=getattr(module, "__file__", None))  # type: ignore[arg-type]
 
     def create_module(self, spec: "importlib.machinery.ModuleSpec") -> "ModuleType":
         module = self._load_backend(spec.name[len(self._prefix):])

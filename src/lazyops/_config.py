@@ -26,6 +26,13 @@ class Settings:
     """
 
     __slots__ = ("chain", "fallback", "strict", "verbose", "trace", "trace_args", "origin")
+    chain: tuple[str, ...] | None
+    fallback: frozenset[str]
+    strict: bool
+    verbose: bool
+    trace: str | None
+    trace_args: bool
+    origin: dict[str, str]
 
     def __init__(
         self,

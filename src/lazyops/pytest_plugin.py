@@ -27,6 +27,7 @@ from lazyops._errors import KernelUnavailableError, LazyopsError
 
 if TYPE_CHECKING:
     from lazyops._namespace import Namespace
+    from types import TracebackType
 
 FIXTURE = "lazyops_backend"
 MARKER = "requires_kernels"
@@ -243,7 +244,7 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     params = [
         # A skip mark rather than leaving the backend out: the run then says which backends were not checked and
         # why, and -rs folds these skips into one line per file and backend.
-        pytest.param(name, id=name, marks=[pytest.mark.skip(reason=reasons[name])] if reasons.get(name) else [])
+        pytest.param(name, id=name, marks=[pytest.mark.skip(reason=reason)] if (reason := reasons.get(name)) else [])
         for name in _fixture_backends(metafunc.config)
     ]
     metafunc.parametrize(FIXTURE, params, indirect=True)
@@ -360,7 +361,8 @@ def _hide_lazyops_frames(config: pytest.Config, excinfo: pytest.ExceptionInfo[Ba
     """
     if config.getoption("fulltrace", False):
         return False
-    last_outside, tb = None, excinfo.tb
+    last_outside = None
+    tb: TracebackType | None = excinfo.tb
     while tb is not None:
         if not tb.tb_frame.f_code.co_filename.startswith(_PACKAGE_DIR):
             last_outside = tb
@@ -416,6 +418,7 @@ def pytest_make_collect_report(collector: pytest.Collector) -> Generator[None, p
     errors = _unavailable(getattr(call, "excinfo", None)) if report.failed else []
     if not errors:
         return report
+    assert call is not None  # errors came from its excinfo
     report.lazyops_missing = [[error.kernel, error.backend] for error in errors]  # type: ignore[attr-defined]
     if fail_missing(collector.config):
         if _hide_lazyops_frames(collector.config, call.excinfo):
