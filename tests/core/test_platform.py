@@ -1,0 +1,46 @@
+"""The platform default: tilelang on CUDA when installed, else triton; torch elsewhere."""
+
+from __future__ import annotations
+
+import pytest
+
+from conftest import run_python
+from lazyops import _platform
+
+
+@pytest.mark.parametrize(
+    "cuda, installed, expected",
+    [
+        (False, {"tilelang", "triton"}, "torch"),
+        (True, {"tilelang", "triton"}, "tilelang"),
+        (True, {"triton"}, "triton"),
+        (True, set(), "torch"),  # neither GPU backend installed: a default that cannot import would be no default
+    ],
+)
+def test_platform_default(monkeypatch, cuda, installed, expected):
+    monkeypatch.setattr(_platform, "has_cuda_device", lambda: cuda)
+    monkeypatch.setattr(_platform, "is_installed", lambda package: package in installed)
+    assert _platform.platform_default() == expected
+
+
+def test_finding_tilelang_does_not_import_it(fake_backends):
+    code = """
+    import sys
+    from lazyops._platform import is_installed, platform_default
+    print(is_installed("tilelang"), "tilelang" in sys.modules, platform_default())
+    """
+    result = run_python(code, fake_backends.env())
+    assert result.returncode == 0, result.stderr
+    installed, imported, _ = result.stdout.split()
+    assert imported == "False"
+
+
+def test_default_on_a_cuda_machine_is_used_by_the_namespace(fake_backends, monkeypatch):
+    from lazyops._namespace import Namespace
+
+    module_dict: dict = {}
+    namespace = Namespace(module_dict, environ={}, default=lambda: "triton")
+    assert namespace.which("rmsnorm_tl").backend == "triton"
+    assert namespace.which("rmsnorm_tl").reason == "selected"
+    namespace.configure(backend="torch", fallback=["rmsnorm_tl"])
+    assert (namespace.which("rmsnorm_tl").backend, namespace.which("rmsnorm_tl").reason) == ("triton", "fallback-list")
