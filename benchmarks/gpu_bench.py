@@ -21,14 +21,14 @@ import importlib
 import json
 import math
 import os
-import shlex
 import statistics
 import sys
 import time
 from dataclasses import dataclass
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable
+
+from _environment import describe_environment as shared_environment  # benchmarks/ is on sys.path
 
 ROOT = Path(__file__).resolve().parents[1]
 BACKENDS = ("torch", "triton", "tilelang")
@@ -270,18 +270,8 @@ def add_ratios(rows: list[dict[str, Any]]) -> None:
 
 
 def describe_environment(torch, device: str, backends: dict[str, str | None]) -> dict[str, Any]:
-    versions = {"torch": torch.__version__}
-    for package in ("triton", "tilelang"):
-        try:
-            versions[package] = getattr(importlib.import_module(package), "__version__", "?")
-        except Exception as error:  # noqa: BLE001
-            versions[package] = f"not importable ({type(error).__name__})"
     return {
-        "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        "device": torch.cuda.get_device_name() if device == "cuda" else "cpu (Triton interpreter; timings meaningless)",
-        "versions": versions,
-        "python": sys.version.split()[0],
-        "command": shlex.join(getattr(sys, "orig_argv", [sys.executable, *sys.argv])),
+        **shared_environment(torch, device, "Triton interpreter; timings meaningless"),
         "backends": {name: problem or "ok" for name, problem in backends.items()},
     }
 

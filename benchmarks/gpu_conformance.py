@@ -20,14 +20,14 @@ import argparse
 import importlib
 import json
 import os
-import shlex
 import sys
 import time
 import traceback
 from dataclasses import asdict, dataclass, field
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable, Iterator
+
+from _environment import describe_environment as shared_environment  # benchmarks/ is on sys.path
 
 ROOT = Path(__file__).resolve().parents[1]
 BACKENDS = ("torch", "triton", "tilelang")
@@ -376,18 +376,8 @@ CASES = {
 
 
 def describe_environment(torch, device: str) -> dict[str, Any]:
-    versions = {"torch": torch.__version__}
-    for package in ("triton", "tilelang"):
-        try:
-            versions[package] = getattr(importlib.import_module(package), "__version__", "?")
-        except Exception as error:  # noqa: BLE001
-            versions[package] = f"not importable ({type(error).__name__}: {first_line(error)})"
     return {
-        "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        "device": torch.cuda.get_device_name() if device == "cuda" else "cpu (Triton interpreter)",
-        "versions": versions,
-        "python": sys.version.split()[0],
-        "command": shlex.join(getattr(sys, "orig_argv", [sys.executable, *sys.argv])),
+        **shared_environment(torch, device, "Triton interpreter"),
         "TRITON_INTERPRET": os.environ.get("TRITON_INTERPRET", ""),
     }
 
