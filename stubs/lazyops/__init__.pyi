@@ -178,5 +178,6 @@ class _SoftmaxKernel(Protocol):
 def softmax_tl(n: int, dtype: torch.dtype | str) -> _SoftmaxKernel:
     """Softmax over the last dimension of ``x[M, n]``.
 
-    Returns ``kernel(x[M, n]) -> y[M, n]`` in ``dtype``; the math runs in float32.
+    Returns ``kernel(x[M, n]) -> y[M, n]`` in ``dtype``; the math runs in float32. ``-inf`` logits get 0, and
+    a row that is all ``-inf`` gives NaN, as ``torch.softmax`` does.
     """

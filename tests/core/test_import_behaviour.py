@@ -53,7 +53,7 @@ def test_first_access_imports_one_kernel_module_of_one_backend(fake_backends):
     report(kernel_modules=sorted(m for m in sys.modules if m.startswith("lazyops._backends.")))
     """
     report = loaded_after(code, fake_backends.env())
-    assert report["kernel_modules"] == ["lazyops._backends._checks", "lazyops._backends.torch", "lazyops._backends.torch.rmsnorm"]
+    assert report["kernel_modules"] == ["lazyops._backends.torch", "lazyops._backends.torch.rmsnorm"]
 
 
 def test_a_resolved_kernel_is_stored_and_later_reads_skip_getattr(fake_backends):

@@ -42,6 +42,35 @@ def assert_dynamic_tokens(source: str) -> None:
     assert "int M" in kernel_signature(source), "the token count must be a runtime parameter of the kernel"
 
 
+# --- every kernel ---------------------------------------------------------------------------------------------
+
+
+def tilelang_kernels() -> list[str]:
+    from lazyops._registry import Registry
+
+    return sorted(Registry.discover()["tilelang"].exports())
+
+
+@pytest.mark.parametrize("name", tilelang_kernels())
+@pytest.mark.parametrize("dtype", (torch.bfloat16, torch.float32))
+def test_every_program_a_factory_compiles_lowers_for_any_token_count(name: str, dtype: torch.dtype) -> None:
+    """Each program variant the factory compiles, at the spec's engine-sized configuration: one kernel serves
+    every token count."""
+    import importlib
+
+    from lazyops.specs import spec
+
+    kernel_spec = spec(name)
+    example = kernel_spec.benchmark(dtype)
+    config = kernel_spec.configure(*example.args, **example.kwargs)
+    module = importlib.import_module(f"lazyops._backends.tilelang.{name.removesuffix('_tl')}")
+    programs = module.programs(config)
+    assert programs, f"{name}: programs() compiles nothing"
+    for variant, build in programs.items():
+        source = lower(build())
+        assert "int M" in kernel_signature(source), f"{name} {variant}: the token count must be a runtime parameter"
+
+
 # --- row-wise kernels ------------------------------------------------------------------------------------------
 
 ROW_WIDTHS = (128, 1000, 4096, 5000, 16384, 40000)

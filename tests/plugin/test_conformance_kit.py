@@ -17,7 +17,12 @@ import lazyops
 from lazyops import BackendError, ConfigError
 from lazyops._backends.torch.add_rmsnorm import add_rmsnorm_tl
 from lazyops._backends.torch.rope import rope_tl
-from lazyops._backends.torch.softmax import softmax_reference, softmax_tl
+from lazyops._backends.torch.softmax import softmax_tl
+from lazyops.specs import kernel_names
+
+
+def softmax_reference(x: torch.Tensor) -> torch.Tensor:
+    return torch.softmax(x, dim=-1)
 
 testing = pytest.importorskip("lazyops.testing")
 
@@ -28,18 +33,16 @@ GOODPORT = {
     ''',
     "kernels": '''
         import torch
-        from lazyops._backends.torch.rmsnorm import rmsnorm_reference
-        from lazyops._backends.torch.silu_and_mul import silu_and_mul_reference
-        from lazyops._backends.torch.softmax import softmax_reference
+        from lazyops.specs.rmsnorm import rmsnorm_reference
 
         def softmax_tl(n, dtype):
-            return lambda x: softmax_reference(x.float()).to(dtype)
+            return lambda x: torch.softmax(x.float(), dim=-1).to(dtype)
 
         def rmsnorm_tl(n, dtype, eps=1e-6):
             return lambda x, weight: rmsnorm_reference(x.float(), weight.float(), eps).to(dtype)
 
         def silu_and_mul_tl(n, dtype):
-            return lambda x: silu_and_mul_reference(x.float()).to(dtype)
+            return lambda x: (torch.nn.functional.silu(x[:, :n].float()) * x[:, n:].float()).to(dtype)
 
         def gelu_tl(n, dtype):  # a kernel of its own, which lazyops.testing has no check for
             return lambda x: torch.nn.functional.gelu(x)
@@ -53,7 +56,7 @@ BADPORT = {
     ''',
     "kernels": '''
         import torch
-        from lazyops._backends.torch.rmsnorm import rmsnorm_reference
+        from lazyops.specs.rmsnorm import rmsnorm_reference
 
         def softmax_tl(n, dtype):
             def softmax(x):
@@ -93,8 +96,9 @@ def test_a_third_party_backend_checks_itself_through_the_plugin_fixture(project)
     ])
     result.stdout.fnmatch_lines([
         "E   * AssertionError: lazyops conformance of backend 'badport' on cpu (up to 5 examples per kernel):",
-        "E   *  FAILED        rmsnorm_tl: signature (n, dtype, epsilon=1e-06) differs from the reference's "
-        "(n, dtype, eps=1e-06); every backend's factory takes the same arguments",
+        "E   *  FAILED        rmsnorm_tl: backend 'badport', rmsnorm_tl: parameter 'eps' is missing (the reference "
+        "('lazyops.specs') has `eps: float = 1e-06`); backend 'badport', rmsnorm_tl: parameter 'epsilon' is not in "
+        "the reference ('lazyops.specs') (it has (n, dtype, eps))",
         "E   *  FAILED        softmax_tl: AssertionError: M=*: relative error * > 1e-0* (torch.*)",
         "E   *                smallest failing case: softmax_tl(*",
         "E   *                rerun it: lazyops.testing.check_case(factory, Case(kernel='softmax_tl'*",
@@ -129,7 +133,7 @@ def test_a_failure_names_the_kernel_the_error_and_a_case_that_reruns_it(installe
 
 def test_the_reference_backend_conforms():
     report = testing.run_conformance("torch", max_examples=8, device="cpu")
-    assert report.passed == sorted(testing.SPECS)
+    assert report.passed == list(kernel_names())
 
 
 def test_a_call_with_no_tokens_is_part_of_every_case_that_draws_one():
@@ -197,15 +201,16 @@ def test_check_case_requires_rope_to_rotate_in_place():
                 "positions_dtype": torch.int64}
     case = testing.Case("rope_tl", (64, torch.float16), {"is_neox": True}, (9,), 3, geometry)
     assert testing.check_case(rope_tl, case, device="cpu") < testing.TOLERANCE[torch.float16]
-    with pytest.raises(AssertionError, match="rope must return its"):
+    with pytest.raises(AssertionError, match="rope_tl must return its arguments"):
         testing.check_case(returns_copies, case, device="cpu")
 
 
 def test_references_are_the_torch_definitions_in_float64():
     x = torch.randn(4, 10, dtype=torch.float16)
     expected = softmax_reference(x.double())
-    assert testing.REFERENCES["softmax_tl"](x).dtype == torch.float64
-    assert torch.equal(testing.REFERENCES["softmax_tl"](x), expected)
+    got = testing.REFERENCES["softmax_tl"](x, n=10, dtype=torch.float16)
+    assert got.dtype == torch.float64
+    assert torch.equal(got, expected)
     assert sorted(testing.REFERENCES) == sorted(lazyops.kernels())
 
 
@@ -215,14 +220,18 @@ def test_import_lazyops_and_the_plugin_import_neither_the_kit_nor_hypothesis():
     assert loaded.strip() == "[]"
 
 
-def test_signature_check_ignores_annotations_but_not_names_or_defaults():
-    def same(n: "int", dtype: "whatever", eps=1e-6):  # noqa: F821
+def test_signature_check_takes_missing_annotations_but_not_other_names_defaults_or_types():
+    from lazyops.specs.rmsnorm import spec
+
+    def unannotated(n, dtype, eps=1e-6):
         pass
 
     def other_default(n, dtype, eps=1e-5):
         pass
 
-    from lazyops._backends.torch.rmsnorm import rmsnorm_tl
+    def other_type(n: str, dtype, eps=1e-6):
+        pass
 
-    assert testing.signature_mismatch(same, rmsnorm_tl) is None
-    assert "differs from the reference's (n, dtype, eps=1e-06)" in testing.signature_mismatch(other_default, rmsnorm_tl)
+    assert testing.signature_mismatch(unannotated, spec) is None
+    assert "parameter 'eps' has default 1e-05" in testing.signature_mismatch(other_default, spec)
+    assert "parameter 'n' is annotated str" in testing.signature_mismatch(other_type, spec)

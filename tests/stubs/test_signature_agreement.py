@@ -16,7 +16,8 @@ import torch
 from lazyops._errors import BackendError
 from lazyops._registry import BUILTINS, Registry
 from lazyops._resolve import REFERENCE
-from lazyops._stubgen import factory, signature_mismatches
+from lazyops._signature import signature_mismatches
+from lazyops._stubgen import factory
 
 #: The package each built-in backend's kernel modules import, and how to get it.
 NEEDS = {
@@ -101,7 +102,7 @@ def test_a_different_default_a_renamed_parameter_and_another_kernel_call_are_eac
     ]
 
 
-def test_order_kind_and_missing_annotations_are_named():
+def test_order_and_kind_are_named_and_a_missing_annotation_is_no_disagreement():
     def rmsnorm_tl(dtype, n: int, *, eps: float = 1e-6) -> Callable[[torch.Tensor, torch.Tensor], torch.Tensor]:
         raise NotImplementedError
 
@@ -113,7 +114,6 @@ def test_order_kind_and_missing_annotations_are_named():
     assert (
         "backend 'fake', rmsnorm_tl: parameter 'eps' is keyword-only; the reference ('torch') has positional or keyword"
     ) in problems
-    assert (
-        "backend 'fake', rmsnorm_tl: parameter 'dtype' is annotated no annotation; the reference ('torch') has "
-        "torch.dtype | str"
-    ) in problems
+    # A factory may leave annotations out (third-party ones often do); one it writes must agree.
+    assert not any("'dtype' is annotated" in problem for problem in problems)
+    assert len(problems) == 2

@@ -1,8 +1,7 @@
 """The conformance kit: how every backend's kernels are checked, for backend authors to check theirs the same way.
 
-One reference, used three ways: the torch backend's ``*_reference`` functions are the kernels' definition, the
-last-resort fallback, and (here, in float64) the yardstick every backend is measured against. Nothing in this
-package re-implements the math.
+One reference per kernel, in its spec (``lazyops.specs``): the kernel's definition and, computed here in float64,
+the yardstick every backend is measured against. Nothing in this package re-implements the math.
 
 - :func:`run_conformance` (``run_conformance("mybackend")``) checks every kernel a registered backend exports and
   raises ``AssertionError`` listing what failed; with the ``lazyops_backend`` fixture of the pytest plugin, one
@@ -10,17 +9,17 @@ package re-implements the math.
 - :func:`check_case` runs one example (a :class:`Case`) of one kernel against a factory.
 - :data:`REFERENCES` maps each kernel to its float64 reference; :mod:`lazyops.testing.strategies` holds the
   hypothesis strategies (shapes, dtypes, token counts, whole cases).
-- One module per kernel (``lazyops.testing.rmsnorm``...) holds that kernel's cases, reference and comparison.
+- Each kernel's cases, reference and traffic live in its spec (``lazyops.specs.rmsnorm``...): the kit holds the
+  judging, the specs what is judged.
 
 This package imports torch and hypothesis (``pip install 'lazyops[test]'``); ``import lazyops`` never imports it.
 """
 
 from __future__ import annotations
 
-from types import ModuleType
 from typing import Any, Callable
 
-from lazyops.testing import add_rmsnorm, matmul, rmsnorm, rope, silu_and_mul, softmax, strategies
+from lazyops.testing import strategies
 from lazyops.testing._case import Case
 from lazyops.testing._compare import DTYPES, TOLERANCE, Inputs, check_close, check_each, poison, relative_error, rows
 from lazyops.testing._conformance import (
@@ -39,35 +38,49 @@ __all__ = [
     "Inputs",
     "KernelResult",
     "REFERENCES",
-    "SPECS",
     "TOLERANCE",
     "check_case",
     "check_close",
     "check_each",
     "default_device",
     "poison",
+    "reference",
     "relative_error",
     "rows",
     "run_conformance",
     "signature_mismatch",
-    "spec",
     "strategies",
 ]
 
-#: Each kernel's conformance module: ``cases()``, ``reference(...)`` (float64), ``check(factory, case, ...)``,
-#: ``reference_factory`` (the torch factory, whose signature every backend shares).
-SPECS: dict[str, ModuleType] = {
-    module.KERNEL: module for module in (add_rmsnorm, matmul, rmsnorm, rope, silu_and_mul, softmax)
-}
 
-#: ``{kernel: float64 reference}``: each takes the kernel call's tensors (and the factory's static configuration
-#: the math needs, such as ``eps``) and returns what the kernel must return, in float64.
-REFERENCES: dict[str, Callable[..., Any]] = {kernel: module.reference for kernel, module in SPECS.items()}
+def reference(kernel: str) -> Callable[..., Any]:
+    """The float64 reference of ``kernel``: ``reference("rmsnorm_tl")(x, weight, n=..., dtype=..., eps=...)``.
+
+    It takes the kernel call's tensors and the factory's arguments, and returns what the call must produce (the
+    returned tensor, then each input it updates in place), computed in float64.
+    """
+    from lazyops.specs import spec
+
+    kernel_spec = spec(kernel)
+
+    def float64_reference(*tensors: Any, **factory_arguments: Any) -> Any:
+        import torch
+
+        config = kernel_spec.configure(**factory_arguments)
+        results = kernel_spec.reference(
+            config, *(t.double() if isinstance(t, torch.Tensor) and t.is_floating_point() else t for t in tensors)
+        )
+        return results[0] if len(results) == 1 else results
+
+    float64_reference.__name__ = f"{kernel.removesuffix('_tl')}_reference"
+    return float64_reference
 
 
-def spec(kernel: str) -> ModuleType:
-    """The conformance module of ``kernel``; a ``KeyError`` naming the kernels that have one otherwise."""
-    try:
-        return SPECS[kernel]
-    except KeyError:
-        raise KeyError(f"lazyops.testing has no conformance check for {kernel!r}; it has {', '.join(sorted(SPECS))}") from None
+def _references() -> dict[str, Callable[..., Any]]:
+    from lazyops.specs import kernel_names
+
+    return {kernel: reference(kernel) for kernel in kernel_names()}
+
+
+#: ``{kernel: float64 reference}`` for every specified kernel (see :func:`reference`).
+REFERENCES: dict[str, Callable[..., Any]] = _references()

@@ -7,7 +7,6 @@ built-ins are, and running the suite changes nothing about what ``lazyops`` reso
 
 from __future__ import annotations
 
-import inspect
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable
 
@@ -16,7 +15,7 @@ from hypothesis import HealthCheck, Phase, Verbosity, given
 
 from lazyops._errors import BackendError, ConfigError
 from lazyops.testing._case import Case
-from lazyops.testing._compare import TOLERANCE
+from lazyops.testing._compare import TOLERANCE, Inputs, check_close, check_each, poison, rows
 
 PASSED = "passed"
 FAILED = "FAILED"
@@ -113,16 +112,60 @@ def check_case(
 ) -> float:
     """Run one example: build the kernel with ``factory``, call it on ``case``'s inputs, compare with float64.
 
+    For each token count of the case: the kernel's spec draws the inputs (seeded by the case), the float64
+    reference computes what the call must produce, a NaN-filled block of the output's size is left free (so an
+    element the kernel never writes reads NaN), and the call's results are judged: the returned tensor by relative
+    error within the dtype's tolerance, each input updated in place element by element, and every element the
+    reference leaves as it was must stay bit-identical (rope's features past the rotary dimension, say).
+
     Returns the worst relative error ``‖out − ref‖ / ‖ref‖`` over the calls; raises ``AssertionError`` saying what
     is wrong (an error over the dtype's tolerance, a NaN, a wrong shape or dtype, an in-place tensor not updated).
     """
-    from lazyops.testing import spec
-
     import torch
 
+    from lazyops.specs import spec as spec_of_kernel
+
+    spec = spec_of_kernel(case.kernel)
     device = device or ("cuda" if torch.cuda.is_available() else "cpu")
     max_elements = max_elements or default_max_elements(device)
-    return spec(case.kernel).check(factory, case, device=device, max_elements=max_elements)
+    config = spec.configure(*case.args, **case.kwargs)
+    kernel = case.build(factory)
+    draw = Inputs(case.seed, device)
+    worst = 0.0
+    for tokens in case.tokens:
+        tokens = rows(tokens, spec.token_elements(config, case.geometry), max_elements)
+        args = spec.example_inputs(config, tokens, draw, case.geometry)
+        expected = dict(zip(spec.results, spec.reference(config, *(_float64(arg) for arg in args))))
+        before = {name: args[spec.inputs.index(name)].clone() for name in spec.mutates}
+        if "out" in expected:
+            poison(tuple(expected["out"].shape), config.dtype, device)
+        returned = kernel(*args)
+        what = f"M={tokens}"
+        if spec.returns == "out":
+            worst = max(worst, check_close(returned, expected["out"], config.dtype, what=what))
+        else:
+            want = tuple(args[spec.inputs.index(name)] for name in spec.returns)
+            assert isinstance(returned, tuple) and len(returned) == len(want) and all(
+                got is arg for got, arg in zip(returned, want)
+            ), f"{what}: {case.kernel} must return its arguments ({', '.join(spec.returns)}), updated in place"
+        for name in spec.mutates:
+            tensor = args[spec.inputs.index(name)]
+            check_each(tensor, expected[name], config.dtype, what=f"{what}: {name}")
+            worst = max(worst, check_close(tensor, expected[name], config.dtype, what=f"{what}: {name}"))
+            unchanged = (_float64(before[name]) == expected[name]).cpu()
+            assert torch.equal(tensor.cpu()[unchanged], before[name].cpu()[unchanged]), (
+                f"{what}: {name} changed where the reference leaves it as it was"
+            )
+    return worst
+
+
+def _float64(value: Any) -> Any:
+    """Floating tensors in float64 for the reference; integer ones (positions) and the rest as they are."""
+    import torch
+
+    if isinstance(value, torch.Tensor) and value.is_floating_point():
+        return value.to(torch.float64)
+    return value
 
 
 def run_conformance(
@@ -147,7 +190,9 @@ def run_conformance(
     Returns the :class:`ConformanceReport` (its ``str`` is a readable table) when nothing failed.
     """
     from lazyops import _state
-    from lazyops.testing import SPECS
+    from lazyops.specs import kernel_names
+
+    specified = kernel_names()
 
     state = _state()
     registry = state.universe().registry
@@ -160,12 +205,12 @@ def run_conformance(
     if reason:
         raise BackendError(f"run_conformance: {reason}", backend=backend)
     exported = registry[backend].exports()
-    wanted = sorted(SPECS) if kernels is None else list(dict.fromkeys(kernels))
-    unknown = [kernel for kernel in wanted if kernel not in SPECS]
+    wanted = list(specified) if kernels is None else list(dict.fromkeys(kernels))
+    unknown = [kernel for kernel in wanted if kernel not in specified]
     if unknown:
         raise ValueError(
             f"run_conformance(kernels=...): no conformance check for {', '.join(map(repr, unknown))}; "
-            f"lazyops.testing checks {', '.join(sorted(SPECS))}"
+            f"lazyops.testing checks {', '.join(specified)}"
         )
     device = device or default_device(backend)
     max_elements = max_elements or default_max_elements(device)
@@ -177,7 +222,7 @@ def run_conformance(
             continue
         results.append(_check_kernel(registry[backend], kernel, device, max_elements, max_examples, seed))
     if kernels is None:
-        results += [KernelResult(kernel, NO_SPEC) for kernel in sorted(exported - set(SPECS))]
+        results += [KernelResult(kernel, NO_SPEC) for kernel in sorted(exported - set(specified))]
 
     report = ConformanceReport(backend, str(device), max_examples, results)
     if report.failed:
@@ -188,14 +233,14 @@ def run_conformance(
 def _check_kernel(
     backend: Any, kernel: str, device: str, max_elements: int, max_examples: int, seed: int | None
 ) -> KernelResult:
-    from lazyops.testing import spec
+    from lazyops.specs import spec
 
     kernel_spec = spec(kernel)
     try:
         factory = backend.kernel(kernel)
     except Exception as error:  # it cannot be imported, or its stub is wrong: that is this kernel's failure
         return KernelResult(kernel, FAILED, message=_one_error(error))
-    mismatch = signature_mismatch(factory, kernel_spec.reference_factory)
+    mismatch = signature_mismatch(factory, kernel_spec, backend.name)
     if mismatch:
         return KernelResult(kernel, FAILED, message=mismatch)
 
@@ -215,7 +260,7 @@ def _check_kernel(
     @given(case=kernel_spec.cases())
     def check(case: Case) -> None:
         current[:] = [case]
-        error = kernel_spec.check(factory, case, device=device, max_elements=max_elements)
+        error = check_case(factory, case, device=device, max_elements=max_elements)
         result.examples += 1
         # Compared as a share of each dtype's tolerance: a bfloat16 error of 1e-3 is closer to passing than a
         # float32 one of 1e-5 is.
@@ -241,27 +286,29 @@ def _one_error(error: BaseException) -> str:
     return f"{type(error).__name__}: {text}".replace("\n", "\n                ")
 
 
-def signature_mismatch(factory: Callable[..., Any], reference_factory: Callable[..., Any]) -> str | None:
-    """Why ``factory`` cannot be called as the reference is (names, kinds, defaults), or None.
+def signature_mismatch(factory: Callable[..., Any], reference: Any, backend: str = "under test") -> str | None:
+    """Why ``factory`` cannot stand for the reference (``reference``: a kernel's spec, or a factory), or None.
 
-    Annotations are left out: a backend may spell ``torch.dtype`` differently, and callers never see them.
+    The one signature checker lazyops has (:func:`lazyops._signature.signature_mismatches`): parameter names,
+    order, kinds, defaults and annotations, and the kernel the factory returns.
     """
+    from lazyops._signature import signature_mismatches
+    from lazyops.specs import KernelSpec
 
-    def shape(function: Callable[..., Any]) -> list[tuple[str, Any, Any]]:
-        return [(p.name, p.kind, p.default) for p in inspect.signature(function).parameters.values()]
-
-    try:
-        ours, theirs = shape(reference_factory), shape(factory)
-    except (TypeError, ValueError) as error:
-        return f"its signature cannot be read ({error})"
-    if ours == theirs:
-        return None
-    return (
-        f"signature {_plain_signature(factory)} differs from the reference's {_plain_signature(reference_factory)}; "
-        "every backend's factory takes the same arguments"
-    )
+    if isinstance(reference, KernelSpec):
+        kernel, expected = reference.name, _signature_holder(reference)
+    else:
+        kernel, expected = getattr(reference, "__name__", "the kernel"), reference
+    problems = signature_mismatches(kernel, backend, factory, "lazyops.specs", expected)
+    return "; ".join(problems) or None
 
 
-def _plain_signature(function: Callable[..., Any]) -> str:
-    signature = inspect.signature(function)
-    return str(signature.replace(parameters=[p.replace(annotation=inspect.Parameter.empty) for p in signature.parameters.values()], return_annotation=inspect.Signature.empty))
+def _signature_holder(spec: Any) -> Callable[..., Any]:
+    """A function that carries ``spec``'s factory signature (what the signature checker reads)."""
+
+    def factory(*args: Any, **kwargs: Any) -> Any:
+        raise NotImplementedError
+
+    factory.__signature__ = spec.signature()  # type: ignore[attr-defined]
+    factory.__module__ = type(spec).__module__
+    return factory

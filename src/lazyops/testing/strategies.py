@@ -10,6 +10,7 @@ from __future__ import annotations
 import torch
 from hypothesis import strategies as st
 
+from lazyops.testing._case import Case
 from lazyops.testing._compare import DTYPES
 
 #: Widths that stress block boundaries; drawn alongside arbitrary small ones.
@@ -47,8 +48,26 @@ def epsilons() -> st.SearchStrategy[float]:
     return st.sampled_from([1e-6, 1e-5, 0.5])
 
 
-def cases(kernel: str) -> st.SearchStrategy:
+def row_cases(
+    kernel: str,
+    epsilons: st.SearchStrategy[float] | None = None,
+    geometry: st.SearchStrategy[dict] | None = None,
+) -> st.SearchStrategy[Case]:
+    """Examples of a row-wise kernel ``factory(n, dtype[, eps=...])``: widths, dtypes, token counts, seeds."""
+
+    @st.composite
+    def draw_case(draw: st.DrawFn) -> Case:
+        n = draw(feature_sizes())
+        dtype = draw(dtypes())
+        kwargs = {} if epsilons is None else {"eps": draw(epsilons)}
+        shape = {} if geometry is None else draw(geometry)
+        return Case(kernel, (n, dtype), kwargs, draw(token_sequences()), draw(seeds()), shape)
+
+    return draw_case()
+
+
+def cases(kernel: str) -> st.SearchStrategy[Case]:
     """Whole conformance examples (:class:`lazyops.testing.Case`) for ``kernel`` (``"rmsnorm_tl"``)."""
-    from lazyops.testing import spec
+    from lazyops.specs import spec
 
     return spec(kernel).cases()

@@ -9,13 +9,15 @@ on-disk cache, keyed by the program's text (a new process compiles nothing it co
 from __future__ import annotations
 
 import threading
-from typing import TYPE_CHECKING, Any, Callable, Hashable, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Hashable, Mapping, Sequence
 
 from lazyops._errors import BackendError
 
 if TYPE_CHECKING:
     import torch
 
+#: TileLang's name for float32, the dtype every kernel's math runs in.
+F32 = "float32"
 #: TileLang's name for each dtype the kernels take.
 TL_DTYPES = {"float32": "float32", "float16": "float16", "bfloat16": "bfloat16"}
 
@@ -71,29 +73,28 @@ def require_gpu(factory: str) -> None:
         raise BackendError(f"{factory}: backend 'tilelang' cannot run here: {reason}", backend="tilelang")
 
 
-def compiled(factory: str, key: Hashable, build: Callable[[], Any]) -> Any:
-    """The compiled kernel for one static configuration, compiling ``build()``'s program on first use.
+def compiled(label: str, programs: Mapping[Hashable, Callable[[], Any]]) -> dict[Hashable, Any]:
+    """The compiled kernel of each program variant of one static configuration, compiling those not yet built.
 
-    Each configuration has its own lock: threads warming up the same kernel compile it once, while different
-    kernels compile side by side (nvcc runs as a subprocess, so threads do overlap).
+    ``label`` names the configuration (``rmsnorm_tl(n=4096, dtype=torch.bfloat16, eps=1e-06)``): with the variant
+    it keys the in-process cache. Each key has its own lock: threads warming up the same kernel compile it once,
+    while different kernels compile side by side (nvcc runs as a subprocess, so threads do overlap); the missing
+    variants of one configuration compile in parallel.
     """
-    return compiled_many(factory, [(key, build)])[0]
-
-
-def compiled_many(factory: str, variants: Sequence[tuple[Hashable, Callable[[], Any]]]) -> list[Any]:
-    """Like :func:`compiled` for several variants of one kernel; the missing ones compile in parallel."""
-    require_gpu(factory)
+    require_gpu(label)
+    keys = {variant: (label, variant) for variant in programs}
     with _locks_lock:
-        by_id = {id(lock): lock for lock in (_key_locks.setdefault(key, threading.Lock()) for key, _ in variants)}
+        by_id = {id(lock): lock for lock in (_key_locks.setdefault(key, threading.Lock()) for key in keys.values())}
     locks = [by_id[ident] for ident in sorted(by_id)]  # one global order, so no deadlock
     for lock in locks:
         lock.acquire()
     try:
-        missing = [(key, build) for key, build in variants if key not in _compiled]
+        missing = [variant for variant, key in keys.items() if key not in _compiled]
         if missing:
-            for (key, _), kernel in zip(missing, _compile(factory, [build() for _, build in missing])):
-                _compiled[key] = kernel
-        return [_compiled[key] for key, _ in variants]
+            built = _compile(label, [programs[variant]() for variant in missing])
+            for variant, kernel in zip(missing, built):
+                _compiled[keys[variant]] = kernel
+        return {variant: _compiled[key] for variant, key in keys.items()}
     finally:
         for lock in locks:
             lock.release()

@@ -3,27 +3,14 @@
 # No ``from __future__ import annotations``: TileLang evaluates the T.Tensor annotations of a prim_func,
 # and string annotations could not see the builder's local sizes and dtypes.
 
-from typing import TYPE_CHECKING, Any
+from typing import Any, Callable
 
 import tilelang.language as T
 import torch
 
-from lazyops._backends._checks import (
-    canonical_dtype,
-    check_device,
-    check_tensor,
-    describe,
-    positive_float,
-    positive_int,
-    same_size,
-)
+from lazyops.specs.add_rmsnorm import AddRMSNormConfig, spec
 from lazyops._backends.tilelang._rows import RowPlan, plan_rows
-from lazyops._backends.tilelang._runtime import aligned, compiled, launch_in_place, tl_dtype
-
-if TYPE_CHECKING:  # the call's protocol is the reference's; imported for type checkers only
-    from lazyops._backends.torch.add_rmsnorm import AddRMSNormKernel
-
-F32 = "float32"
+from lazyops._backends.tilelang._runtime import F32, aligned, compiled, launch_in_place, tl_dtype
 
 
 def add_rmsnorm_program(n: int, dtype: str, eps: float, plan: RowPlan | None = None) -> Any:
@@ -105,27 +92,20 @@ def add_rmsnorm_program(n: int, dtype: str, eps: float, plan: RowPlan | None = N
     return main
 
 
-def add_rmsnorm_tl(n: int, dtype: torch.dtype | str, eps: float = 1e-6) -> "AddRMSNormKernel":
-    """``residual += x``, then RMSNorm of the sum with ``weight[n]``.
+def programs(config: AddRMSNormConfig) -> dict[str, Callable[[], Any]]:
+    """The programs the factory compiles for ``config``, by variant."""
+    return {"main": lambda: add_rmsnorm_program(config.n, tl_dtype(config.dtype), config.eps)}
 
-    Returns ``kernel(x[M, n], residual[M, n], weight[n]) -> y[M, n]``; ``residual`` is updated in place to
-    ``x + residual`` (rounded to ``dtype``), the norm is taken of the float32 sum.
-    """
-    n = positive_int("add_rmsnorm_tl", "n", n)
-    dtype = canonical_dtype("add_rmsnorm_tl", dtype)
-    eps = positive_float("add_rmsnorm_tl", "eps", eps)
-    name = describe("add_rmsnorm_tl", n=n, dtype=dtype, eps=eps)
-    kernel = compiled(name, ("add_rmsnorm", n, dtype, eps), lambda: add_rmsnorm_program(n, tl_dtype(dtype), eps))
+
+@spec.implementation(device_type="cuda")
+def add_rmsnorm_tl(config: AddRMSNormConfig) -> Callable[..., torch.Tensor]:
+    kernel = compiled(config.label, programs(config))["main"]
 
     def add_rmsnorm(x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
-        check_tensor(name, "x", x, shape=("M", n), dtype=dtype)
-        check_device(name, x, cuda=True)
-        check_tensor(name, "residual", residual, shape=("M", n), dtype=dtype, device=x.device)
-        check_tensor(name, "weight", weight, shape=(n,), dtype=dtype, device=x.device)
-        same_size(name, "the token count M", {"x": x.shape[0], "residual": residual.shape[0]})
         y = torch.empty_like(x)
         if x.shape[0]:
             launch_in_place(kernel, (aligned(x), residual, aligned(weight), y), written=(1,))
         return y
 
     return add_rmsnorm
+

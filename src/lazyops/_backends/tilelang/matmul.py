@@ -13,18 +13,13 @@ TFLOP/s on an H200 (cuBLAS's float32: 51).
 # and string annotations could not see the builder's local sizes and dtypes.
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable
+from typing import Any, Callable
 
 import tilelang.language as T
 import torch
 
-from lazyops._backends._checks import canonical_dtype, check_device, check_tensor, describe, positive_int
-from lazyops._backends.tilelang._runtime import aligned, compiled_many, require_gpu, tl_dtype
-
-if TYPE_CHECKING:  # the call's protocol is the reference's; imported for type checkers only
-    from lazyops._backends.torch.matmul import MatmulKernel
-
-F32 = "float32"
+from lazyops.specs.matmul import MatmulConfig, spec
+from lazyops._backends.tilelang._runtime import F32, aligned, compiled, require_gpu, tl_dtype
 
 
 @dataclass(frozen=True)
@@ -96,30 +91,27 @@ def matmul_program(n: int, k: int, dtype: str, tile: Tile) -> Any:
     return main
 
 
-def matmul_tl(n: int, k: int, dtype: torch.dtype | str) -> "MatmulKernel":
-    """A GEMM with the weight's shape fixed: ``a[M, k] @ b[k, n]``.
+def programs(config: MatmulConfig, shared_memory: int | None = None) -> dict[str, Callable[[], Any]]:
+    """The programs the factory compiles for ``config``, by variant: a small and a large tile."""
+    small, large = tiles_for(tl_dtype(config.dtype), shared_memory) if shared_memory else tiles_for(tl_dtype(config.dtype))
+    n, k, dtype = config.n, config.k, config.dtype
+    return {("small", small): _builder(n, k, dtype, small), ("large", large): _builder(n, k, dtype, large)}
 
-    Returns ``kernel(a[M, k], b[k, n]) -> c[M, n]`` in ``dtype``; products accumulate in float32. Two tile shapes
-    are compiled, sized for the current GPU; each call takes the large one when it yields enough tiles to keep
-    the GPU busy.
-    """
-    n = positive_int("matmul_tl", "n", n)
-    k = positive_int("matmul_tl", "k", k)
-    dtype = canonical_dtype("matmul_tl", dtype)
-    name = describe("matmul_tl", n=n, k=k, dtype=dtype)
-    require_gpu(name)
+
+@spec.implementation(device_type="cuda")
+def matmul_tl(config: MatmulConfig) -> Callable[..., torch.Tensor]:
+    # Two tile shapes are compiled, sized for the current GPU; each call takes the large one when it yields
+    # enough tiles to keep the GPU busy.
+    n, dtype = config.n, config.dtype
+    require_gpu(config.label)
     properties = torch.cuda.get_device_properties(torch.cuda.current_device())
     shared_memory = getattr(properties, "shared_memory_per_block_optin", 0) or 99 * 1024
-    small, large = tiles_for(tl_dtype(dtype), shared_memory)
+    large = tiles_for(tl_dtype(dtype), shared_memory)[1]
     sm_count = properties.multi_processor_count
-    small_kernel, large_kernel = compiled_many(
-        name, [(("matmul", n, k, dtype, tile), _builder(n, k, dtype, tile)) for tile in (small, large)]
-    )
+    kernels = compiled(config.label, programs(config, shared_memory))
+    small_kernel, large_kernel = kernels.values()
 
     def matmul(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-        check_tensor(name, "a", a, shape=("M", k), dtype=dtype)
-        check_device(name, a, cuda=True)
-        check_tensor(name, "b", b, shape=(k, n), dtype=dtype, device=a.device)
         m = a.shape[0]
         c = torch.empty((m, n), dtype=dtype, device=a.device)
         if m:

@@ -3,26 +3,14 @@
 # No ``from __future__ import annotations``: TileLang evaluates the T.Tensor annotations of a prim_func,
 # and string annotations could not see the builder's local sizes and dtypes.
 
-from typing import TYPE_CHECKING, Any
+from typing import Any, Callable
 
 import tilelang.language as T
 import torch
 
-from lazyops._backends._checks import (
-    canonical_dtype,
-    check_device,
-    check_tensor,
-    describe,
-    positive_float,
-    positive_int,
-)
+from lazyops.specs.rmsnorm import RMSNormConfig, spec
 from lazyops._backends.tilelang._rows import RowPlan, plan_rows
-from lazyops._backends.tilelang._runtime import aligned, compiled, tl_dtype
-
-if TYPE_CHECKING:  # the call's protocol is the reference's; imported for type checkers only
-    from lazyops._backends.torch.rmsnorm import RMSNormKernel
-
-F32 = "float32"
+from lazyops._backends.tilelang._runtime import F32, aligned, compiled, tl_dtype
 
 
 def rmsnorm_program(n: int, dtype: str, eps: float, plan: RowPlan | None = None) -> Any:
@@ -77,24 +65,20 @@ def rmsnorm_program(n: int, dtype: str, eps: float, plan: RowPlan | None = None)
     return main
 
 
-def rmsnorm_tl(n: int, dtype: torch.dtype | str, eps: float = 1e-6) -> "RMSNormKernel":
-    """RMSNorm over the last dimension of ``x[M, n]`` with a learned ``weight[n]``.
+def programs(config: RMSNormConfig) -> dict[str, Callable[[], Any]]:
+    """The programs the factory compiles for ``config``, by variant."""
+    return {"main": lambda: rmsnorm_program(config.n, tl_dtype(config.dtype), config.eps)}
 
-    Returns ``kernel(x[M, n], weight[n]) -> y[M, n]`` in ``dtype``; the math runs in float32.
-    """
-    n = positive_int("rmsnorm_tl", "n", n)
-    dtype = canonical_dtype("rmsnorm_tl", dtype)
-    eps = positive_float("rmsnorm_tl", "eps", eps)
-    name = describe("rmsnorm_tl", n=n, dtype=dtype, eps=eps)
-    kernel = compiled(name, ("rmsnorm", n, dtype, eps), lambda: rmsnorm_program(n, tl_dtype(dtype), eps))
+
+@spec.implementation(device_type="cuda")
+def rmsnorm_tl(config: RMSNormConfig) -> Callable[..., torch.Tensor]:
+    kernel = compiled(config.label, programs(config))["main"]
 
     def rmsnorm(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
-        check_tensor(name, "x", x, shape=("M", n), dtype=dtype)
-        check_device(name, x, cuda=True)
-        check_tensor(name, "weight", weight, shape=(n,), dtype=dtype, device=x.device)
         y = torch.empty_like(x)
         if x.shape[0]:
             kernel(aligned(x), aligned(weight), y)
         return y
 
     return rmsnorm
+

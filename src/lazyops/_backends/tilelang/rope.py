@@ -3,19 +3,16 @@
 # No ``from __future__ import annotations``: TileLang evaluates the T.Tensor annotations of a prim_func,
 # and string annotations could not see the builder's local sizes and dtypes.
 
-from typing import TYPE_CHECKING, Any, Callable
+from typing import Any, Callable
 
 import tilelang.language as T
 import torch
 
-from lazyops._backends._checks import canonical_dtype, check_device, check_rope_inputs, describe, positive_int
+from lazyops.specs.rope import RopeConfig, spec
 from lazyops._backends.tilelang._rows import next_power_of_two
-from lazyops._backends.tilelang._runtime import compiled_many, launch_in_place, tl_dtype
+from lazyops._backends.tilelang._runtime import F32, compiled, launch_in_place, tl_dtype
 
-if TYPE_CHECKING:  # the call's protocol is the reference's; imported for type checkers only
-    from lazyops._backends.torch.rope import RopeKernel
 
-F32 = "float32"
 THREADS = 128
 #: Bytes of features one block rotates per step (several heads of one token): a 16-byte vector per thread.
 STEP_BYTES = THREADS * 16
@@ -96,48 +93,27 @@ def rope_program(head_dim: int, dtype: str, is_neox: bool, cache_dtype: str, pos
     return main
 
 
-def rope_tl(head_dim: int, dtype: torch.dtype | str, is_neox: bool = True) -> "RopeKernel":
-    """Rotary embedding over the first ``r`` features of every head, in place.
-
-    Returns ``kernel(positions[M], query[M, Hq*head_dim], key[M, Hk*head_dim], cos_sin_cache[P, r])
-    -> (query, key)``. A cache row holds ``r/2`` cosines then ``r/2`` sines; ``is_neox`` rotates the two halves
-    of the rotary features, otherwise interleaved pairs (GPT-J style). The math runs in float32.
-
-    The cache may be float32 or ``dtype``, the positions int32 or int64: the factory compiles a kernel for each
-    combination, in parallel, so that no call has to. Positions are not range-checked on the host, which would
-    cost a device sync per call (tens of µs, and impossible inside a CUDA graph); a token whose position lies
-    outside the cache is left unrotated by the kernel, never read out of bounds.
-    """
-    head_dim = positive_int("rope_tl", "head_dim", head_dim)
-    dtype = canonical_dtype("rope_tl", dtype)
-    is_neox = bool(is_neox)
-    name = describe("rope_tl", head_dim=head_dim, dtype=dtype, is_neox=is_neox)
-    variants = [
-        (cache_dtype, positions_dtype)
-        for cache_dtype in dict.fromkeys((torch.float32, dtype))
+def programs(config: RopeConfig) -> dict[tuple[torch.dtype, torch.dtype], Callable[[], Any]]:
+    """The programs the factory compiles for ``config``: one per (cache dtype, positions dtype)."""
+    return {
+        (cache_dtype, positions_dtype): _builder(config.head_dim, config.dtype, config.is_neox, cache_dtype, positions_dtype)
+        for cache_dtype in dict.fromkeys((torch.float32, config.dtype))
         for positions_dtype in POSITION_DTYPES
-    ]
-    kernels = dict(
-        zip(
-            variants,
-            compiled_many(
-                name,
-                [
-                    (
-                        ("rope", head_dim, dtype, is_neox, cache_dtype, positions_dtype),
-                        _builder(head_dim, dtype, is_neox, cache_dtype, positions_dtype),
-                    )
-                    for cache_dtype, positions_dtype in variants
-                ],
-            ),
-        )
-    )
+    }
+
+
+@spec.implementation(device_type="cuda")
+def rope_tl(config: RopeConfig) -> Callable[..., tuple[torch.Tensor, torch.Tensor]]:
+    # The cache may be float32 or the dtype, the positions int32 or int64: the factory compiles a kernel for each
+    # combination, in parallel, so that no call has to. Positions are not range-checked on the host, which would
+    # cost a device sync per call (tens of µs, and impossible inside a CUDA graph); a token whose position lies
+    # outside the cache is left unrotated by the kernel, never read out of bounds.
+    head_dim = config.head_dim
+    kernels = compiled(config.label, programs(config))
 
     def rope(
         positions: torch.Tensor, query: torch.Tensor, key: torch.Tensor, cos_sin_cache: torch.Tensor
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        check_rope_inputs(name, head_dim, dtype, positions, query, key, cos_sin_cache)
-        check_device(name, positions, cuda=True)
         tokens = positions.shape[0]
         if tokens == 0:
             return query, key

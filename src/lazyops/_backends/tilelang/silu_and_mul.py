@@ -3,19 +3,16 @@
 # No ``from __future__ import annotations``: TileLang evaluates the T.Tensor annotations of a prim_func,
 # and string annotations could not see the builder's local sizes and dtypes.
 
-from typing import TYPE_CHECKING, Any
+from typing import Any, Callable
 
 import tilelang.language as T
 import torch
 
-from lazyops._backends._checks import canonical_dtype, check_device, check_tensor, describe, positive_int
+from lazyops.specs.silu_and_mul import SiluAndMulConfig, spec
 from lazyops._backends.tilelang._rows import next_power_of_two
-from lazyops._backends.tilelang._runtime import aligned, compiled, tl_dtype
+from lazyops._backends.tilelang._runtime import F32, aligned, compiled, tl_dtype
 
-if TYPE_CHECKING:  # the call's protocol is the reference's; imported for type checkers only
-    from lazyops._backends.torch.silu_and_mul import SiluAndMulKernel
 
-F32 = "float32"
 #: Outputs one thread block writes: 256 threads at 16 values each, enough bytes in flight per block to stream.
 TILE = 4096
 THREADS = 256
@@ -46,22 +43,21 @@ def silu_and_mul_program(n: int, dtype: str) -> Any:
     return main
 
 
-def silu_and_mul_tl(n: int, dtype: torch.dtype | str) -> "SiluAndMulKernel":
-    """The gate of a SwiGLU MLP: ``x[M, 2n]`` holds the gate then the up projection.
+def programs(config: SiluAndMulConfig) -> dict[str, Callable[[], Any]]:
+    """The programs the factory compiles for ``config``, by variant."""
+    return {"main": lambda: silu_and_mul_program(config.n, tl_dtype(config.dtype))}
 
-    Returns ``kernel(x[M, 2n]) -> y[M, n] = silu(x[:, :n]) * x[:, n:]`` in ``dtype``; the math runs in float32.
-    """
-    n = positive_int("silu_and_mul_tl", "n", n)
-    dtype = canonical_dtype("silu_and_mul_tl", dtype)
-    name = describe("silu_and_mul_tl", n=n, dtype=dtype)
-    kernel = compiled(name, ("silu_and_mul", n, dtype), lambda: silu_and_mul_program(n, tl_dtype(dtype)))
+
+@spec.implementation(device_type="cuda")
+def silu_and_mul_tl(config: SiluAndMulConfig) -> Callable[..., torch.Tensor]:
+    n, dtype = config.n, config.dtype
+    kernel = compiled(config.label, programs(config))["main"]
 
     def silu_and_mul(x: torch.Tensor) -> torch.Tensor:
-        check_tensor(name, "x", x, shape=("M", 2 * n), dtype=dtype)
-        check_device(name, x, cuda=True)
         y = torch.empty((x.shape[0], n), dtype=dtype, device=x.device)
         if x.shape[0]:
             kernel(aligned(x), y)
         return y
 
     return silu_and_mul
+

@@ -3,19 +3,16 @@
 # No ``from __future__ import annotations``: TileLang evaluates the T.Tensor annotations of a prim_func,
 # and string annotations could not see the builder's local sizes and dtypes.
 
-from typing import TYPE_CHECKING, Any
+from typing import Any, Callable
 
 import tilelang.language as T
 import torch
 
-from lazyops._backends._checks import canonical_dtype, check_device, check_tensor, describe, positive_int
+from lazyops.specs.softmax import SoftmaxConfig, spec
 from lazyops._backends.tilelang._rows import RowPlan, plan_rows
-from lazyops._backends.tilelang._runtime import aligned, compiled, tl_dtype
+from lazyops._backends.tilelang._runtime import F32, aligned, compiled, tl_dtype
 
-if TYPE_CHECKING:  # the call's protocol is the reference's; imported for type checkers only
-    from lazyops._backends.torch.softmax import SoftmaxKernel
 
-F32 = "float32"
 #: exp(x) = exp2(x * log2(e)): exp2 is a single hardware instruction plus a little range handling, expf more.
 LOG2E = 1.4426950408889634
 
@@ -92,22 +89,20 @@ def softmax_program(n: int, dtype: str, plan: RowPlan | None = None) -> Any:
     return main
 
 
-def softmax_tl(n: int, dtype: torch.dtype | str) -> "SoftmaxKernel":
-    """Softmax over the last dimension of ``x[M, n]``.
+def programs(config: SoftmaxConfig) -> dict[str, Callable[[], Any]]:
+    """The programs the factory compiles for ``config``, by variant."""
+    return {"main": lambda: softmax_program(config.n, tl_dtype(config.dtype))}
 
-    Returns ``kernel(x[M, n]) -> y[M, n]`` in ``dtype``; the math runs in float32.
-    """
-    n = positive_int("softmax_tl", "n", n)
-    dtype = canonical_dtype("softmax_tl", dtype)
-    name = describe("softmax_tl", n=n, dtype=dtype)
-    kernel = compiled(name, ("softmax", n, dtype), lambda: softmax_program(n, tl_dtype(dtype)))
+
+@spec.implementation(device_type="cuda")
+def softmax_tl(config: SoftmaxConfig) -> Callable[..., torch.Tensor]:
+    kernel = compiled(config.label, programs(config))["main"]
 
     def softmax(x: torch.Tensor) -> torch.Tensor:
-        check_tensor(name, "x", x, shape=("M", n), dtype=dtype)
-        check_device(name, x, cuda=True)
         y = torch.empty_like(x)
         if x.shape[0]:
             kernel(aligned(x), y)
         return y
 
     return softmax
+

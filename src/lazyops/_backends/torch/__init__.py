@@ -1,7 +1,7 @@
-"""The torch reference backend: every kernel, in plain PyTorch, math in float32.
+"""The torch backend: every kernel in plain PyTorch, the platform default on the CPU and the last-resort fallback.
 
-It is the specification of each kernel, the last-resort fallback and the reference every other backend is
-tested against (in float64, through the same ``*_reference`` functions). It runs wherever torch runs.
+It runs wherever torch runs. Each kernel's definition (and float64 test oracle) is its spec in ``lazyops.specs``;
+the modules here are the implementations that run.
 """
 
 import lazy_loader

@@ -1,38 +1,19 @@
-"""Softmax over the last dimension."""
+"""Softmax in plain PyTorch (the spec: ``lazyops.specs.softmax``)."""
 
 from __future__ import annotations
 
-from typing import Protocol
+from typing import Callable
 
 import torch
 
-from lazyops._backends._checks import canonical_dtype, check_tensor, describe, positive_int
+from lazyops.specs.softmax import SoftmaxConfig, spec
 
 
-def softmax_reference(x: torch.Tensor) -> torch.Tensor:
-    """The definition, computed in ``x``'s dtype (the kernel passes float32, the tests float64)."""
-    return torch.softmax(x, dim=-1)
-
-
-class SoftmaxKernel(Protocol):
-    """What ``softmax_tl`` returns (in every backend): the kernel call, positional arguments only."""
-
-    def __call__(self, x: torch.Tensor, /) -> torch.Tensor:
-        """``y[M, n] = softmax(x[M, n])`` over the last dimension, in the factory's dtype; ``M`` may vary."""
-        ...
-
-
-def softmax_tl(n: int, dtype: torch.dtype | str) -> SoftmaxKernel:
-    """Softmax over the last dimension of ``x[M, n]``.
-
-    Returns ``kernel(x[M, n]) -> y[M, n]`` in ``dtype``; the math runs in float32.
-    """
-    n = positive_int("softmax_tl", "n", n)
-    dtype = canonical_dtype("softmax_tl", dtype)
-    name = describe("softmax_tl", n=n, dtype=dtype)
+@spec.implementation
+def softmax_tl(config: SoftmaxConfig) -> Callable[..., torch.Tensor]:
+    dtype = config.dtype
 
     def softmax(x: torch.Tensor) -> torch.Tensor:
-        check_tensor(name, "x", x, shape=("M", n), dtype=dtype)
-        return softmax_reference(x.float()).to(dtype)
+        return torch.softmax(x.float(), dim=-1).to(dtype)
 
     return softmax

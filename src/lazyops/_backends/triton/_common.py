@@ -6,14 +6,10 @@ Private to this backend (the stub does not list it), imported by the kernel modu
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import triton
 
-from lazyops._backends._checks import check_device
-
-if TYPE_CHECKING:
-    import torch
 
 #: The widest row (a power of two) that one program holds in registers at once. Up to this width a row is read
 #: once and kept; a wider row is walked in ``LOOP_BLOCK`` pieces, twice, which costs a second read but never
@@ -62,6 +58,7 @@ def interpreting(kernel: Any) -> bool:
     return type(kernel).__name__ == "InterpretedFunction"
 
 
-def check_launch_device(name: str, tensor: torch.Tensor, *, interpret: bool) -> None:
-    """A compiled kernel dereferences CUDA pointers; the interpreter reads host memory. Refuse the other kind."""
-    check_device(name, tensor, cuda=not interpret)
+def launch_device(kernel: Any) -> str:
+    """The device kind a ``@triton.jit`` kernel's launch dereferences: CUDA pointers, or host memory in the
+    interpreter. Kernels refuse tensors of the other kind before launching."""
+    return "cpu" if interpreting(kernel) else "cuda"

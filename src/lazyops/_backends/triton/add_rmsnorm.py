@@ -2,24 +2,15 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import Callable
 
 import torch
 import triton
 import triton.language as tl
 
-from lazyops._backends._checks import (
-    canonical_dtype,
-    check_tensor,
-    describe,
-    positive_float,
-    positive_int,
-    same_size,
-)
-from lazyops._backends.triton._common import check_launch_device, interpreting, row_layout
+from lazyops.specs.add_rmsnorm import AddRMSNormConfig, spec
 
-if TYPE_CHECKING:  # the call's protocol is the reference's; imported for type checkers only
-    from lazyops._backends.torch.add_rmsnorm import AddRMSNormKernel
+from lazyops._backends.triton._common import launch_device, row_layout
 
 
 @triton.jit(do_not_specialize=["M", "eps"])
@@ -70,25 +61,12 @@ def _add_rmsnorm_kernel(
             tl.store(y_ptr + base + cols, (total * rstd * w).to(y_ptr.dtype.element_ty), mask=keep)
 
 
-def add_rmsnorm_tl(n: int, dtype: torch.dtype | str, eps: float = 1e-6) -> AddRMSNormKernel:
-    """``residual += x``, then RMSNorm of the sum with ``weight[n]``.
-
-    Returns ``kernel(x[M, n], residual[M, n], weight[n]) -> y[M, n]``; ``residual`` is updated in place to
-    ``x + residual`` (rounded to ``dtype``), the norm is taken of the float32 sum.
-    """
-    n = positive_int("add_rmsnorm_tl", "n", n)
-    dtype = canonical_dtype("add_rmsnorm_tl", dtype)
-    eps = positive_float("add_rmsnorm_tl", "eps", eps)
-    name = describe("add_rmsnorm_tl", n=n, dtype=dtype, eps=eps)
+@spec.implementation(device_type=launch_device(_add_rmsnorm_kernel))
+def add_rmsnorm_tl(config: AddRMSNormConfig) -> Callable[..., torch.Tensor]:
+    n, eps = config.n, config.eps
     layout = row_layout(n)
-    interpret = interpreting(_add_rmsnorm_kernel)
 
     def add_rmsnorm(x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
-        check_tensor(name, "x", x, shape=("M", n), dtype=dtype)
-        check_tensor(name, "residual", residual, shape=("M", n), dtype=dtype, device=x.device)
-        check_tensor(name, "weight", weight, shape=(n,), dtype=dtype, device=x.device)
-        same_size(name, "the token count M", {"x": x.shape[0], "residual": residual.shape[0]})
-        check_launch_device(name, x, interpret=interpret)
         m = x.shape[0]
         y = torch.empty_like(x)
         if m == 0:

@@ -2,18 +2,16 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import Callable
 
+from dataclasses import dataclass
 import torch
 import triton
 import triton.language as tl
 
-from lazyops._backends._checks import canonical_dtype, check_tensor, describe, positive_int
-from lazyops._backends.triton._common import check_launch_device, interpreting
+from lazyops.specs.matmul import MatmulConfig, spec
 
-if TYPE_CHECKING:  # the call's protocol is the reference's; imported for type checkers only
-    from lazyops._backends.torch.matmul import MatmulKernel
+from lazyops._backends.triton._common import interpreting, launch_device
 
 
 @triton.jit(do_not_specialize=["M"])
@@ -121,22 +119,12 @@ def tiling(m: int, n: int, k: int, dtype: torch.dtype) -> Tiling:
     )
 
 
-def matmul_tl(n: int, k: int, dtype: torch.dtype | str) -> MatmulKernel:
-    """A GEMM with the weight's shape fixed: ``a[M, k] @ b[k, n]``.
-
-    Returns ``kernel(a[M, k], b[k, n]) -> c[M, n]`` in ``dtype``; products accumulate in float32.
-    """
-    n = positive_int("matmul_tl", "n", n)
-    k = positive_int("matmul_tl", "k", k)
-    dtype = canonical_dtype("matmul_tl", dtype)
-    name = describe("matmul_tl", n=n, k=k, dtype=dtype)
-    interpret = interpreting(_matmul_kernel)
-    upcast = interpret and dtype != torch.float32
+@spec.implementation(device_type=launch_device(_matmul_kernel))
+def matmul_tl(config: MatmulConfig) -> Callable[..., torch.Tensor]:
+    n, k, dtype = config.n, config.k, config.dtype
+    upcast = interpreting(_matmul_kernel) and dtype != torch.float32
 
     def matmul(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-        check_tensor(name, "a", a, shape=("M", k), dtype=dtype)
-        check_tensor(name, "b", b, shape=(k, n), dtype=dtype, device=a.device)
-        check_launch_device(name, a, interpret=interpret)
         m = a.shape[0]
         c = torch.empty((m, n), dtype=dtype, device=a.device)
         if m == 0:

@@ -2,17 +2,15 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import Callable
 
 import torch
 import triton
 import triton.language as tl
 
-from lazyops._backends._checks import canonical_dtype, check_tensor, describe, positive_float, positive_int
-from lazyops._backends.triton._common import check_launch_device, interpreting, row_layout
+from lazyops.specs.rmsnorm import RMSNormConfig, spec
 
-if TYPE_CHECKING:  # the call's protocol is the reference's; imported for type checkers only
-    from lazyops._backends.torch.rmsnorm import RMSNormKernel
+from lazyops._backends.triton._common import launch_device, row_layout
 
 
 @triton.jit(do_not_specialize=["M", "eps"])
@@ -53,22 +51,12 @@ def _rmsnorm_kernel(
             )
 
 
-def rmsnorm_tl(n: int, dtype: torch.dtype | str, eps: float = 1e-6) -> RMSNormKernel:
-    """RMSNorm over the last dimension of ``x[M, n]`` with a learned ``weight[n]``.
-
-    Returns ``kernel(x[M, n], weight[n]) -> y[M, n]`` in ``dtype``; the math runs in float32.
-    """
-    n = positive_int("rmsnorm_tl", "n", n)
-    dtype = canonical_dtype("rmsnorm_tl", dtype)
-    eps = positive_float("rmsnorm_tl", "eps", eps)
-    name = describe("rmsnorm_tl", n=n, dtype=dtype, eps=eps)
+@spec.implementation(device_type=launch_device(_rmsnorm_kernel))
+def rmsnorm_tl(config: RMSNormConfig) -> Callable[..., torch.Tensor]:
+    n, eps = config.n, config.eps
     layout = row_layout(n)
-    interpret = interpreting(_rmsnorm_kernel)
 
     def rmsnorm(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
-        check_tensor(name, "x", x, shape=("M", n), dtype=dtype)
-        check_tensor(name, "weight", weight, shape=(n,), dtype=dtype, device=x.device)
-        check_launch_device(name, x, interpret=interpret)
         m = x.shape[0]
         y = torch.empty_like(x)
         if m == 0:

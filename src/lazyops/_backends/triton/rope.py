@@ -2,18 +2,15 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import Callable
 
 import torch
 import triton
 import triton.language as tl
 
-from lazyops._backends._checks import canonical_dtype, check_rope_inputs, describe, positive_int
-from lazyops._backends.triton._common import check_launch_device, interpreting, warps_for
-from lazyops._errors import KernelInputError
+from lazyops.specs.rope import RopeConfig, check_positions_in_cache, spec
 
-if TYPE_CHECKING:  # the call's protocol is the reference's; imported for type checkers only
-    from lazyops._backends.torch.rope import RopeKernel
+from lazyops._backends.triton._common import interpreting, launch_device, warps_for
 
 
 @triton.jit
@@ -92,38 +89,24 @@ def _rope_kernel(
     )
 
 
-def rope_tl(head_dim: int, dtype: torch.dtype | str, is_neox: bool = True) -> RopeKernel:
-    """Rotary embedding over the first ``r`` features of every head, in place.
-
-    Returns ``kernel(positions[M], query[M, Hq*head_dim], key[M, Hk*head_dim], cos_sin_cache[P, r])
-    -> (query, key)``. A cache row holds ``r/2`` cosines then ``r/2`` sines; ``is_neox`` rotates the two halves
-    of the rotary features, otherwise interleaved pairs (GPT-J style). The math runs in float32.
-
-    The head counts and ``r`` are read from the arguments on each call; each new combination compiles once.
-    Positions are not range-checked on a GPU (that would synchronise every call): a token whose position is
-    outside the cache is left unrotated. In Triton's interpreter, where the check is free, it raises like the
-    torch reference.
-    """
-    head_dim = positive_int("rope_tl", "head_dim", head_dim)
-    dtype = canonical_dtype("rope_tl", dtype)
-    is_neox = bool(is_neox)
-    name = describe("rope_tl", head_dim=head_dim, dtype=dtype, is_neox=is_neox)
+@spec.implementation(device_type=launch_device(_rope_kernel))
+def rope_tl(config: RopeConfig) -> Callable[..., tuple[torch.Tensor, torch.Tensor]]:
+    # The head counts and r are read from the arguments on each call; each new combination compiles once.
+    # Positions are not range-checked on a GPU (that would synchronise every call): a token whose position is
+    # outside the cache is left unrotated. In Triton's interpreter, where the check is free, it raises like the
+    # torch backend.
+    head_dim, is_neox, label = config.head_dim, config.is_neox, config.label
     interpret = interpreting(_rope_kernel)
 
     def rope(
         positions: torch.Tensor, query: torch.Tensor, key: torch.Tensor, cos_sin_cache: torch.Tensor
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        check_rope_inputs(name, head_dim, dtype, positions, query, key, cos_sin_cache)
-        check_launch_device(name, positions, interpret=interpret)
         m = positions.shape[0]
         if m == 0:
             return query, key
         cache_rows = cos_sin_cache.shape[0]
-        if interpret and not 0 <= int(positions.min()) <= int(positions.max()) < cache_rows:
-            raise KernelInputError(
-                f"{name}: positions range over [{int(positions.min())}, {int(positions.max())}], outside the "
-                f"cache's {cache_rows} rows"
-            )
+        if interpret:
+            check_positions_in_cache(label, positions, cache_rows)
         half = cos_sin_cache.shape[1] // 2
         query_heads = query.shape[1] // head_dim
         key_heads = key.shape[1] // head_dim

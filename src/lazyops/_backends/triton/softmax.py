@@ -2,17 +2,15 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import Callable
 
 import torch
 import triton
 import triton.language as tl
 
-from lazyops._backends._checks import canonical_dtype, check_tensor, describe, positive_int
-from lazyops._backends.triton._common import check_launch_device, interpreting, row_layout
+from lazyops.specs.softmax import SoftmaxConfig, spec
 
-if TYPE_CHECKING:  # the call's protocol is the reference's; imported for type checkers only
-    from lazyops._backends.torch.softmax import SoftmaxKernel
+from lazyops._backends.triton._common import launch_device, row_layout
 
 
 @triton.jit(do_not_specialize=["M"])
@@ -38,15 +36,17 @@ def _softmax_kernel(
         tl.store(y_ptr + base + cols, y.to(y_ptr.dtype.element_ty), mask=row_ok[:, None] & (cols < N))
     else:
         # Online softmax: one pass keeps a running maximum and the sum of exponentials scaled to it, lane by lane.
-        # Only rows wider than one block come here, so the first block is full and every lane has a finite
-        # maximum before a masked (-inf) lane is met.
+        # A lane may see only -inf so far (a masked logit, or the padding past N): its maximum is then -inf, and
+        # rescaling against it would compute exp(-inf - -inf) = NaN. Such a lane holds a sum of 0, so it rescales
+        # against 0 instead, which keeps that 0. A row that is all -inf still ends as NaN, as torch.softmax gives.
         lane_max = tl.full([ROWS, BLOCK_N], -float("inf"), tl.float32)
         lane_sum = tl.zeros([ROWS, BLOCK_N], tl.float32)
         for start in range(0, N, BLOCK_N):
             cols = start + tl.arange(0, BLOCK_N)[None, :]
             x = tl.load(x_ptr + base + cols, mask=cols < N, other=-float("inf")).to(tl.float32)
             new_max = tl.maximum(lane_max, x)
-            lane_sum = lane_sum * tl.exp(lane_max - new_max) + tl.exp(x - new_max)
+            pivot = tl.where(new_max == -float("inf"), 0.0, new_max)
+            lane_sum = lane_sum * tl.exp(lane_max - pivot) + tl.exp(x - pivot)
             lane_max = new_max
         row_max = tl.max(lane_max, axis=1)[:, None]
         row_sum = tl.sum(lane_sum * tl.exp(lane_max - row_max), axis=1)[:, None]
@@ -57,20 +57,12 @@ def _softmax_kernel(
             tl.store(y_ptr + base + cols, y.to(y_ptr.dtype.element_ty), mask=row_ok[:, None] & (cols < N))
 
 
-def softmax_tl(n: int, dtype: torch.dtype | str) -> SoftmaxKernel:
-    """Softmax over the last dimension of ``x[M, n]``.
-
-    Returns ``kernel(x[M, n]) -> y[M, n]`` in ``dtype``; the math runs in float32.
-    """
-    n = positive_int("softmax_tl", "n", n)
-    dtype = canonical_dtype("softmax_tl", dtype)
-    name = describe("softmax_tl", n=n, dtype=dtype)
+@spec.implementation(device_type=launch_device(_softmax_kernel))
+def softmax_tl(config: SoftmaxConfig) -> Callable[..., torch.Tensor]:
+    n = config.n
     layout = row_layout(n)
-    interpret = interpreting(_softmax_kernel)
 
     def softmax(x: torch.Tensor) -> torch.Tensor:
-        check_tensor(name, "x", x, shape=("M", n), dtype=dtype)
-        check_launch_device(name, x, interpret=interpret)
         m = x.shape[0]
         y = torch.empty_like(x)
         if m == 0:

@@ -117,37 +117,6 @@ def check_device(kernel: str, tensor: torch.Tensor, *, cuda: bool) -> None:
         raise KernelInputError(f"{kernel}: inputs must be CPU tensors here, got a tensor on {tensor.device}")
 
 
-def check_rope_inputs(
-    name: str,
-    head_dim: int,
-    dtype: torch.dtype,
-    positions: torch.Tensor,
-    query: torch.Tensor,
-    key: torch.Tensor,
-    cos_sin_cache: torch.Tensor,
-) -> None:
-    """The checks every backend's rope kernel makes: shared so the backends agree on what is valid."""
-    import torch
-
-    check_tensor(name, "positions", positions, shape=("M",), dtype=(torch.int32, torch.int64))
-    device = positions.device
-    check_tensor(name, "query", query, shape=("M", "Hq*head_dim"), dtype=dtype, device=device)
-    check_tensor(name, "key", key, shape=("M", "Hk*head_dim"), dtype=dtype, device=device)
-    check_tensor(name, "cos_sin_cache", cos_sin_cache, shape=("P", "r"), dtype=(torch.float32, dtype), device=device)
-    same_size(name, "the token count M", {"positions": positions.shape[0], "query": query.shape[0], "key": key.shape[0]})
-    for arg, tensor in (("query", query), ("key", key)):
-        if tensor.shape[1] % head_dim:
-            raise KernelInputError(
-                f"{name}: {arg} has {tensor.shape[1]} features per token, not a multiple of head_dim={head_dim}"
-            )
-    rotary_dim = cos_sin_cache.shape[1]
-    if rotary_dim % 2 or not 0 < rotary_dim <= head_dim:
-        raise KernelInputError(
-            f"{name}: cos_sin_cache rows hold {rotary_dim} values; the rotary dimension must be even and at most "
-            f"head_dim={head_dim} (each row is r/2 cosines then r/2 sines)"
-        )
-
-
 def describe(factory: str, **config: Any) -> str:
     """``rmsnorm_tl(n=4096, dtype=torch.bfloat16)``: how a kernel names itself in errors."""
     return f"{factory}({', '.join(f'{key}={value!r}' for key, value in config.items())})"

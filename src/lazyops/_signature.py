@@ -1,0 +1,163 @@
+"""One signature checker: does a backend's factory take the arguments the kernel's spec says, typed alike?
+
+Used by the stub generator (which writes the spec's signature for every kernel), by the conformance kit (which
+refuses a third-party factory that drifts) and by the tests of the built-in backends, so "agrees with the
+reference" means one thing everywhere. Compared: the parameters' names, order, kinds, defaults and annotations,
+and the kernel the factory returns (a ``Protocol`` with a ``__call__``, or a ``Callable[[...], R]``: both spell
+the same call).
+"""
+
+from __future__ import annotations
+
+import ast
+import collections.abc
+import inspect
+import sys
+import typing
+from typing import Any, Callable
+
+
+class SignatureError(Exception):
+    """A signature that cannot be read: an annotation that does not evaluate; names the factory."""
+
+
+def evaluated_signature(function: Callable[..., Any], where: str) -> inspect.Signature:
+    """The signature with its annotations evaluated (the modules write them as strings).
+
+    Names a module imports only for type checkers (under ``if TYPE_CHECKING:``, to keep its import light) are
+    imported here, as a type checker would see them.
+    """
+    try:
+        return inspect.signature(function, eval_str=True)
+    except NameError:
+        pass
+    try:
+        return inspect.signature(function, globals=type_checking_namespace(function), eval_str=True)
+    except NameError as error:
+        raise SignatureError(
+            f"{where}: an annotation cannot be evaluated ({error}); import the names the annotations use in the "
+            "factory's module (at module level or under `if TYPE_CHECKING:`)"
+        ) from error
+
+
+def type_checking_namespace(function: Callable[..., Any]) -> dict[str, Any]:
+    """The globals of ``function``'s module plus what its ``if TYPE_CHECKING:`` blocks import."""
+    module = sys.modules[inspect.unwrap(function).__module__]
+    namespace = dict(vars(module))
+    tree = ast.parse(inspect.getsource(module))
+    for node in tree.body:
+        if not isinstance(node, ast.If) or ast.unparse(node.test) not in ("TYPE_CHECKING", "typing.TYPE_CHECKING"):
+            continue
+        imports: list[ast.stmt] = [line for line in node.body if isinstance(line, (ast.Import, ast.ImportFrom))]
+        code = compile(ast.Module(body=imports, type_ignores=[]), module.__name__, "exec")
+        exec(code, namespace)  # noqa: S102 - import statements of the module's own source, nothing else
+    return namespace
+
+
+def is_kernel_protocol(annotation: object) -> bool:
+    """A ``Protocol`` class with its own ``__call__``: a kernel's call, written out in the stub."""
+    return (
+        isinstance(annotation, type)
+        and bool(getattr(annotation, "_is_protocol", False))
+        and "__call__" in vars(annotation)
+    )
+
+
+def call_shape(annotation: object) -> tuple[tuple[object, ...], object] | None:
+    """``((argument types...), result)`` of a kernel's type: a protocol's ``__call__`` or a ``Callable[[...], R]``.
+
+    Both spell the same kernel call, so a backend that writes ``Callable[[Tensor], Tensor]`` agrees with a reference
+    that returns ``SoftmaxKernel``; parameter names are documentation (the protocols take positional arguments).
+    """
+    if is_kernel_protocol(annotation):
+        call = inspect.signature(vars(typing.cast(type, annotation))["__call__"], eval_str=True)
+        arguments = tuple(p.annotation for p in list(call.parameters.values())[1:])
+        return arguments, call.return_annotation
+    if typing.get_origin(annotation) is collections.abc.Callable and typing.get_args(annotation):
+        parameters, result = typing.get_args(annotation)
+        if parameters is not Ellipsis:
+            return tuple(parameters), result
+    return None
+
+
+def _shown(annotation: object) -> str:
+    if annotation is inspect.Parameter.empty:
+        return "no annotation"
+    shape = call_shape(annotation)
+    from lazyops._stubgen import Renderer, StubError
+
+    renderer = Renderer()
+    if shape is not None:
+        arguments, result = shape
+        text = f"({', '.join(renderer.annotation(a, '') for a in arguments)}) -> {renderer.annotation(result, '')}"
+        return f"a kernel {text}"
+    try:
+        return renderer.annotation(annotation, "")
+    except StubError:
+        return repr(annotation)
+
+
+def _same_type(left: object, right: object) -> bool:
+    shapes = call_shape(left), call_shape(right)
+    if shapes[0] is not None or shapes[1] is not None:
+        return shapes[0] == shapes[1]
+    return left == right
+
+
+def signature_mismatches(
+    kernel: str,
+    backend: str,
+    function: Callable[..., Any],
+    reference_backend: str,
+    reference: Callable[..., Any],
+) -> list[str]:
+    """Every way ``backend``'s factory for ``kernel`` differs from the reference's, one sentence each.
+
+    Compared: the parameters' names, order, kinds, defaults and annotations, and the kernel the factory returns.
+    Each sentence names the backend, the kernel and the parameter, so a failing test says what to fix.
+    """
+    head = f"backend {backend!r}, {kernel}"
+    ref = f"the reference ({reference_backend!r})"
+    try:
+        signature = evaluated_signature(function, head)
+    except SignatureError as error:
+        return [str(error)]
+    canonical = evaluated_signature(reference, f"backend {reference_backend!r}, {kernel}")
+    problems: list[str] = []
+    ours, theirs = signature.parameters, canonical.parameters
+    for name in theirs:
+        if name not in ours:
+            problems.append(f"{head}: parameter {name!r} is missing ({ref} has `{theirs[name]}`)")
+    for name in ours:
+        if name not in theirs:
+            problems.append(f"{head}: parameter {name!r} is not in {ref} (it has ({', '.join(theirs)}))")
+    common = [name for name in ours if name in theirs]
+    if common != [name for name in theirs if name in ours]:
+        problems.append(f"{head}: parameters are in the order ({', '.join(ours)}); {ref} has ({', '.join(theirs)})")
+    for name in common:
+        mine, canon = ours[name], theirs[name]
+        if mine.kind != canon.kind:
+            problems.append(
+                f"{head}: parameter {name!r} is {mine.kind.description}; {ref} has {canon.kind.description}"
+            )
+        if mine.default != canon.default:
+            problems.append(f"{head}: parameter {name!r} has {_default(mine)}; {ref} has {_default(canon)}")
+        # No annotation has nothing to disagree with (a third-party factory may leave them out); one that is
+        # written must say what the spec says, since the stubs promise the spec's types whichever backend serves.
+        if mine.annotation is not mine.empty and not _same_type(mine.annotation, canon.annotation):
+            problems.append(
+                f"{head}: parameter {name!r} is annotated {_shown(mine.annotation)}; "
+                f"{ref} has {_shown(canon.annotation)}"
+            )
+    if signature.return_annotation is not signature.empty and not _same_type(
+        signature.return_annotation, canonical.return_annotation
+    ):
+        problems.append(
+            f"{head}: returns {_shown(signature.return_annotation)}; "
+            f"{ref} returns {_shown(canonical.return_annotation)}"
+        )
+    return problems
+
+
+def _default(parameter: inspect.Parameter) -> str:
+    return "no default" if parameter.default is parameter.empty else f"default {parameter.default!r}"

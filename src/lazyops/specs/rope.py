@@ -1,0 +1,179 @@
+"""Rotary position embedding applied in place to query and key, as vLLM's ``rotary_embedding``."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Mapping, Protocol
+
+import torch
+
+from lazyops._errors import KernelInputError
+from lazyops.specs import _checks as checks
+from lazyops.specs._spec import Example, KernelSpec, Traffic
+
+
+class RopeKernel(Protocol):
+    """What ``rope_tl`` returns (in every backend): the kernel call, positional arguments only."""
+
+    def __call__(
+        self, positions: torch.Tensor, query: torch.Tensor, key: torch.Tensor, cos_sin_cache: torch.Tensor, /
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Rotate ``query[M, Hq*head_dim]`` and ``key[M, Hk*head_dim]`` in place at ``positions[M]``; returns them.
+
+        ``cos_sin_cache[P, r]``: each row ``r/2`` cosines then ``r/2`` sines; the first ``r`` features of every
+        head are rotated.
+        """
+        ...
+
+
+@dataclass(frozen=True)
+class RopeConfig:
+    head_dim: int
+    dtype: torch.dtype
+    is_neox: bool
+    label: str
+
+
+def rope_reference(
+    positions: torch.Tensor, x: torch.Tensor, cos_sin_cache: torch.Tensor, head_dim: int, is_neox: bool
+) -> torch.Tensor:
+    """``x[M, H*head_dim]`` rotated (a new tensor), computed in ``x``'s dtype; the cache is cast to it."""
+    rotary_dim = cos_sin_cache.shape[1]
+    half = rotary_dim // 2
+    cos_sin = cos_sin_cache.to(x.dtype)[positions.long()]  # [M, rotary_dim]
+    cos = cos_sin[:, None, :half]
+    sin = cos_sin[:, None, half:]
+    heads = x.reshape(x.shape[0], x.shape[1] // head_dim, head_dim)  # -1 cannot be inferred when M == 0
+    rotated = heads.clone()
+    if is_neox:
+        x1, x2 = heads[..., :half], heads[..., half:rotary_dim]
+        rotated[..., :half] = x1 * cos - x2 * sin
+        rotated[..., half:rotary_dim] = x2 * cos + x1 * sin
+    else:
+        x1, x2 = heads[..., 0:rotary_dim:2], heads[..., 1:rotary_dim:2]
+        rotated[..., 0:rotary_dim:2] = x1 * cos - x2 * sin
+        rotated[..., 1:rotary_dim:2] = x2 * cos + x1 * sin
+    return rotated.reshape(x.shape)
+
+
+def check_positions_in_cache(label: str, positions: torch.Tensor, cache_rows: int) -> None:
+    """Positions index cache rows. Checking their values needs them on the host (a device sync), so only the
+    torch backend, which reads them there anyway, calls this; GPU kernels leave an out-of-range token unrotated."""
+    if positions.numel() and positions.device.type != "meta":
+        low, high = int(positions.min()), int(positions.max())
+        if not 0 <= low <= high < cache_rows:
+            raise KernelInputError(
+                f"{label}: positions range over [{low}, {high}], outside the cache's {cache_rows} rows"
+            )
+
+
+class RopeSpec(KernelSpec):
+    name = "rope_tl"
+    inputs = ("positions", "query", "key", "cos_sin_cache")
+    mutates = ("query", "key")
+    results = ("query", "key")
+    returns = ("query", "key")
+    kernel_type = RopeKernel
+
+    def configure(self, head_dim: int, dtype: torch.dtype | str, is_neox: bool = True) -> RopeConfig:  # type: ignore[override]
+        """Rotary embedding over the first ``r`` features of every head, in place.
+
+        Returns ``kernel(positions[M], query[M, Hq*head_dim], key[M, Hk*head_dim], cos_sin_cache[P, r])
+        -> (query, key)``. A cache row holds ``r/2`` cosines then ``r/2`` sines; ``is_neox`` rotates the two halves
+        of the rotary features, otherwise interleaved pairs (GPT-J style). The math runs in float32.
+        """
+        head_dim = checks.positive_int(self.name, "head_dim", head_dim)
+        dtype = checks.canonical_dtype(self.name, dtype)
+        is_neox = bool(is_neox)
+        return RopeConfig(head_dim, dtype, is_neox, checks.describe(self.name, head_dim=head_dim, dtype=dtype, is_neox=is_neox))
+
+    def check(self, config: RopeConfig, positions: Any, query: Any, key: Any, cos_sin_cache: Any) -> None:  # type: ignore[override]
+        name, head_dim, dtype = config.label, config.head_dim, config.dtype
+        checks.check_tensor(name, "positions", positions, shape=("M",), dtype=(torch.int32, torch.int64))
+        device = positions.device
+        checks.check_tensor(name, "query", query, shape=("M", "Hq*head_dim"), dtype=dtype, device=device)
+        checks.check_tensor(name, "key", key, shape=("M", "Hk*head_dim"), dtype=dtype, device=device)
+        checks.check_tensor(name, "cos_sin_cache", cos_sin_cache, shape=("P", "r"), dtype=(torch.float32, dtype), device=device)
+        checks.same_size(name, "the token count M", {"positions": positions.shape[0], "query": query.shape[0], "key": key.shape[0]})
+        for arg, tensor in (("query", query), ("key", key)):
+            if tensor.shape[1] % head_dim:
+                raise KernelInputError(
+                    f"{name}: {arg} has {tensor.shape[1]} features per token, not a multiple of head_dim={head_dim}"
+                )
+        rotary_dim = cos_sin_cache.shape[1]
+        if rotary_dim % 2 or not 0 < rotary_dim <= head_dim:
+            raise KernelInputError(
+                f"{name}: cos_sin_cache rows hold {rotary_dim} values; the rotary dimension must be even and at most "
+                f"head_dim={head_dim} (each row is r/2 cosines then r/2 sines)"
+            )
+        if query.numel() and key.numel() and query.data_ptr() == key.data_ptr() and query.device.type != "meta":
+            raise KernelInputError(f"{name}: query and key share memory; pass separate tensors")
+
+    def reference(  # type: ignore[override]
+        self, config: RopeConfig, positions: torch.Tensor, query: torch.Tensor, key: torch.Tensor, cos_sin_cache: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(query, key)`` rotated (new tensors; the inputs are left alone)."""
+
+        def rotated(x: torch.Tensor) -> torch.Tensor:
+            if x.shape[0] == 0:
+                return x.clone()
+            return rope_reference(positions, x, cos_sin_cache.to(x.dtype), config.head_dim, config.is_neox)
+
+        return rotated(query), rotated(key)
+
+    def cases(self) -> Any:
+        from hypothesis import strategies as st
+
+        from lazyops.testing import strategies
+        from lazyops.testing._case import Case
+
+        @st.composite
+        def cases(draw: st.DrawFn) -> Case:
+            head_dim = draw(st.sampled_from([2, 6, 64, 80, 128, 256]) | st.integers(2, 160))
+            # r even, from 2 up to the whole head: partial rotary (r < head_dim) is where a port forgets the tail.
+            whole, quarter = head_dim - head_dim % 2, head_dim // 4 * 2 or 2
+            rotary = draw(st.sampled_from([whole, quarter]) | st.integers(1, head_dim // 2).map(lambda h: 2 * h))
+            query_heads = draw(st.integers(1, 32))
+            geometry = {
+                "rotary_dim": rotary,
+                "query_heads": query_heads,
+                "key_heads": draw(st.integers(1, query_heads)),
+                "cache_rows": draw(st.integers(1, 4096)),
+                "cache_dtype": draw(st.sampled_from(["float32", "dtype"])),
+                "positions_dtype": draw(st.sampled_from([torch.int32, torch.int64])),
+            }
+            args = (head_dim, draw(strategies.dtypes()))
+            kwargs = {"is_neox": draw(st.booleans())}
+            return Case(self.name, args, kwargs, draw(strategies.token_sequences()), draw(strategies.seeds()), geometry)
+
+        return cases()
+
+    def example_inputs(self, config: RopeConfig, tokens: int, draw: Any, geometry: Mapping[str, Any]) -> tuple[Any, ...]:
+        g = geometry
+        cache_dtype = torch.float32 if g["cache_dtype"] == "float32" else config.dtype
+        cache = draw.randn(g["cache_rows"], g["rotary_dim"], dtype=cache_dtype)
+        positions = draw.randint(g["cache_rows"], tokens, dtype=g["positions_dtype"])
+        query = draw.randn(tokens, g["query_heads"] * config.head_dim, dtype=config.dtype)
+        key = draw.randn(tokens, g["key_heads"] * config.head_dim, dtype=config.dtype)
+        return positions, query, key, cache
+
+    def token_elements(self, config: RopeConfig, geometry: Mapping[str, Any]) -> int:
+        return (geometry["query_heads"] + geometry["key_heads"]) * config.head_dim
+
+    def traffic(self, config: RopeConfig, tokens: int, geometry: Mapping[str, Any]) -> Traffic:
+        g = geometry
+        size = config.dtype.itemsize
+        features = (g["query_heads"] + g["key_heads"]) * g["rotary_dim"]
+        # the rotated features of query and key read and written, a cache row and a position read per token
+        moved = tokens * (2 * features * size + g["rotary_dim"] * 4 + 8)
+        return Traffic(bytes=moved)
+
+    def benchmark(self, dtype: torch.dtype) -> Example:
+        geometry = {
+            "rotary_dim": 128, "query_heads": 32, "key_heads": 8, "cache_rows": 32768,
+            "cache_dtype": "float32", "positions_dtype": torch.int64,
+        }
+        return Example((128, dtype), {"is_neox": True}, geometry)
+
+
+spec = RopeSpec()

@@ -1,0 +1,92 @@
+"""Softmax over the last dimension, as ``torch.softmax`` computes it on every input, ``-inf`` included."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Mapping, Protocol
+
+import torch
+
+from lazyops.specs import _checks as checks
+from lazyops.specs._spec import Example, KernelSpec, Traffic
+
+#: How the conformance examples mask logits with ``-inf`` (attention masks do this routinely): nowhere, one entry,
+#: a span, the whole first ``block`` entries (the first pass of a looping kernel), all but one entry, the whole row
+#: (whose softmax is NaN, as torch gives). Masked rows alternate with unmasked ones.
+MASKS = ("none", "one", "span", "block", "all-but-one", "all")
+
+
+class SoftmaxKernel(Protocol):
+    """What ``softmax_tl`` returns (in every backend): the kernel call, positional arguments only."""
+
+    def __call__(self, x: torch.Tensor, /) -> torch.Tensor:
+        """``y[M, n] = softmax(x[M, n])`` over the last dimension, in the factory's dtype; ``M`` may vary."""
+        ...
+
+
+@dataclass(frozen=True)
+class SoftmaxConfig:
+    n: int
+    dtype: torch.dtype
+    label: str
+
+
+class SoftmaxSpec(KernelSpec):
+    name = "softmax_tl"
+    inputs = ("x",)
+    kernel_type = SoftmaxKernel
+
+    def configure(self, n: int, dtype: torch.dtype | str) -> SoftmaxConfig:  # type: ignore[override]
+        """Softmax over the last dimension of ``x[M, n]``.
+
+        Returns ``kernel(x[M, n]) -> y[M, n]`` in ``dtype``; the math runs in float32. ``-inf`` logits get 0, and
+        a row that is all ``-inf`` gives NaN, as ``torch.softmax`` does.
+        """
+        n = checks.positive_int(self.name, "n", n)
+        dtype = checks.canonical_dtype(self.name, dtype)
+        return SoftmaxConfig(n, dtype, checks.describe(self.name, n=n, dtype=dtype))
+
+    def check(self, config: SoftmaxConfig, x: Any) -> None:  # type: ignore[override]
+        checks.check_tensor(config.label, "x", x, shape=("M", config.n), dtype=config.dtype)
+
+    def reference(self, config: SoftmaxConfig, x: torch.Tensor) -> tuple[torch.Tensor]:  # type: ignore[override]
+        return (torch.softmax(x, dim=-1),)
+
+    def cases(self) -> Any:
+        from hypothesis import strategies as st
+
+        from lazyops.testing import strategies
+
+        masks = st.fixed_dictionaries({"mask": st.sampled_from(MASKS), "block": st.sampled_from([1024, 4096, 16384])})
+        return strategies.row_cases(self.name, geometry=masks)
+
+    def example_inputs(self, config: SoftmaxConfig, tokens: int, draw: Any, geometry: Mapping[str, Any]) -> tuple[Any, ...]:
+        x = draw.randn(tokens, config.n, dtype=torch.float32, scale=3.0, device="cpu")
+        mask = geometry.get("mask", "none")
+        n = config.n
+        for row in range(0, tokens, 2):
+            if mask == "one":
+                x[row, int(draw.randint(n, dtype=torch.int64, device="cpu"))] = float("-inf")
+            elif mask == "span":
+                start, length = (int(v) for v in draw.randint(n, 2, dtype=torch.int64, device="cpu"))
+                x[row, start : start + length + 1] = float("-inf")
+            elif mask == "block":
+                x[row, : geometry["block"]] = float("-inf")
+            elif mask == "all-but-one":
+                keep = int(draw.randint(n, dtype=torch.int64, device="cpu"))
+                x[row, :keep] = x[row, keep + 1 :] = float("-inf")
+            elif mask == "all":
+                x[row] = float("-inf")
+        return (x.to(config.dtype).to(draw.device),)
+
+    def token_elements(self, config: SoftmaxConfig, geometry: Mapping[str, Any]) -> int:
+        return config.n
+
+    def traffic(self, config: SoftmaxConfig, tokens: int, geometry: Mapping[str, Any]) -> Traffic:
+        return Traffic(bytes=2 * tokens * config.n * config.dtype.itemsize)
+
+    def benchmark(self, dtype: torch.dtype) -> Example:
+        return Example((4096, dtype))
+
+
+spec = SoftmaxSpec()

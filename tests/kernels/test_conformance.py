@@ -1,0 +1,144 @@
+"""Every specified kernel, in every backend that runs here, against its spec: what the conformance kit checks, and
+what a call must refuse.
+
+Parametrized by the kernel list (``lazyops.specs.kernel_names()``) and, through the plugin's ``lazyops_backend``
+fixture, by backend: a new kernel or backend is tested here with no test code of its own.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import torch
+from hypothesis import given
+
+from lazyops import testing
+from lazyops._errors import KernelInputError
+from lazyops.specs import spec
+from lazyops.testing import Case, check_case
+
+
+def test_kernel_matches_the_float64_reference(kernels, kernel):
+    """Drawn shapes, dtypes and token counts (zero included, several calls per kernel), poisoned outputs, and
+    in-place results checked element by element: the kit's check, through the public namespace."""
+    factory = kernels.factory(kernel)
+
+    @kernels.settings()
+    @given(case=spec(kernel).cases())
+    def check(case: Case) -> None:
+        check_case(factory, case, device=kernels.device, max_elements=kernels.max_elements)
+
+    check()
+
+
+def test_factory_signature_is_the_spec(kernels, kernel):
+    assert testing.signature_mismatch(kernels.factory(kernel), spec(kernel)) is None
+
+
+def drawn_calls(kernels, kernel: str, tokens: int = 6):
+    """Decorator: run the test on a few drawn examples, each as ``(kernel call, good arguments, case)``."""
+    kernel_spec = spec(kernel)
+
+    def decorate(test):
+        @kernels.settings(host_examples=3, examples=5)
+        @given(case=kernel_spec.cases())
+        def run(case: Case) -> None:
+            config = kernel_spec.configure(*case.args, **case.kwargs)
+            args = kernel_spec.example_inputs(config, tokens, testing.Inputs(case.seed, kernels.device), case.geometry)
+            test(kernels.factory(kernel)(*case.args, **case.kwargs), args, case)
+
+        return run
+
+    return decorate
+
+
+def bad_variants(args: tuple[Any, ...], names: tuple[str, ...]) -> dict[str, tuple[Any, ...]]:
+    """Calls no kernel may accept, one argument spoilt at a time: a dtype no kernel takes, a wider last dimension
+    (a size the factory fixed, or one that disagrees with the other arguments), a non-contiguous layout."""
+    variants = {}
+    for index, (name, tensor) in enumerate(zip(names, args)):
+        def spoilt(value: Any) -> tuple[Any, ...]:
+            return (*args[:index], value, *args[index + 1 :])
+
+        variants[f"{name} in float64"] = spoilt(tensor.double())
+        wider = torch.zeros(*tensor.shape[:-1], tensor.shape[-1] + 1, dtype=tensor.dtype, device=tensor.device)
+        variants[f"{name} one wider"] = spoilt(wider)
+        if tensor.dim() == 2 and tensor.shape[-1] > 1:
+            holder = torch.zeros(*tensor.shape[:-1], 2 * tensor.shape[-1], dtype=tensor.dtype, device=tensor.device)
+            holder[..., ::2] = tensor
+            variants[f"{name} strided in its last dimension"] = spoilt(holder[..., ::2])
+    return variants
+
+
+def test_bad_calls_are_refused_before_anything_is_written(kernels, kernel):
+    names = spec(kernel).inputs
+
+    @drawn_calls(kernels, kernel)
+    def check(call: Any, args: tuple[Any, ...], case: Case) -> None:
+        before = [arg.clone() for arg in args]
+        for what, bad in bad_variants(args, names).items():
+            with pytest.raises(KernelInputError):
+                call(*bad)
+                pytest.fail(f"{case}: a call with {what} was accepted")
+            for name, arg, original in zip(names, args, before):
+                assert torch.equal(arg, original), f"{case}: a refused call ({what}) changed {name}"
+
+    check()
+
+
+def test_bad_factory_arguments_are_refused(kernels, kernel):
+    """A size of zero, a float or a bool for a size, a dtype no kernel takes: refused by the factory."""
+    factory = kernels.factory(kernel)
+
+    @kernels.settings(host_examples=3, examples=3)
+    @given(case=spec(kernel).cases())
+    def check(case: Case) -> None:
+        for index, arg in enumerate(case.args):
+            if isinstance(arg, torch.dtype):
+                spoilt: tuple[Any, ...] = (torch.int8, torch.float64, "complex64")
+            elif isinstance(arg, int) and not isinstance(arg, bool):
+                spoilt = (0, -1, float(arg), True)
+            else:
+                continue
+            for bad in spoilt:
+                with pytest.raises(KernelInputError):
+                    factory(*case.args[:index], bad, *case.args[index + 1 :], **case.kwargs)
+                    pytest.fail(f"{case}: argument {index} = {bad!r} was accepted")
+
+    check()
+
+
+def test_inputs_that_require_grad_are_refused_unless_grad_mode_is_off(kernels, kernel):
+    """The kernels are for inference: no backend records an autograd graph, so none may pretend to. Refused before
+    anything is written; under ``no_grad`` and ``inference_mode`` the same call runs."""
+
+    @drawn_calls(kernels, kernel)
+    def check(call: Any, args: tuple[Any, ...], case: Case) -> None:
+        floating = [i for i, arg in enumerate(args) if arg.is_floating_point()]
+        for index in floating:
+            needing_grad = tuple(
+                arg.clone().requires_grad_(i == index) if i in floating else arg for i, arg in enumerate(args)
+            )
+            before = [arg.detach().clone() for arg in needing_grad]
+            with pytest.raises(KernelInputError, match="inference_mode"):
+                call(*needing_grad)
+            assert all(torch.equal(a.detach(), b) for a, b in zip(needing_grad, before)), f"{case}: a refused call wrote"
+            with torch.no_grad():
+                call(*needing_grad)
+        with torch.inference_mode():
+            call(*(arg.clone() for arg in args))
+
+    check()
+
+
+def test_tensors_on_another_kind_of_device_are_refused(kernels, kernel):
+    if kernels.backend == "torch":
+        pytest.skip("the torch backend runs on any device")
+
+    @drawn_calls(kernels, kernel)
+    def check(call: Any, args: tuple[Any, ...], case: Case) -> None:
+        with pytest.raises(KernelInputError):
+            call(*(arg.to(kernels.wrong_device) for arg in args))
+
+    check()
