@@ -52,14 +52,17 @@ def row_cases(
     kernel: str,
     epsilons: st.SearchStrategy[float] | None = None,
     geometry: st.SearchStrategy[dict] | None = None,
+    **options: st.SearchStrategy,
 ) -> st.SearchStrategy[Case]:
-    """Examples of a row-wise kernel ``factory(n, dtype[, eps=...])``: widths, dtypes, token counts, seeds."""
+    """Examples of a row-wise kernel ``factory(n, dtype[, eps=...][, option=...])``: widths, dtypes, token counts,
+    seeds, and each keyword argument drawn from its strategy (``approximate=st.sampled_from(["none", "tanh"])``)."""
 
     @st.composite
     def draw_case(draw: st.DrawFn) -> Case:
         n = draw(feature_sizes())
         dtype = draw(dtypes())
         kwargs = {} if epsilons is None else {"eps": draw(epsilons)}
+        kwargs.update({name: draw(strategy) for name, strategy in options.items()})
         shape = {} if geometry is None else draw(geometry)
         return Case(kernel, (n, dtype), kwargs, draw(token_sequences()), draw(seeds()), shape)
 
