@@ -115,23 +115,37 @@ class KernelSpec:
 
     # -- turning a backend's launch into the public factory ------------------------------------------------------
     def implementation(
-        self, build: Callable[[Any], Callable[..., Any]] | None = None, *, device_type: str | None = None
+        self,
+        build: Callable[[Any], Callable[..., Any]] | None = None,
+        *,
+        device_type: str | None = None,
+        backend: str | None = None,
     ) -> Any:
         """Decorator: ``build(config) -> launch`` becomes the public factory of this kernel.
 
         The factory has the spec's signature and docstring, normalises its arguments through :meth:`configure`
         and returns a kernel that runs :meth:`check`, refuses inputs that require grad while grad mode is on, and
-        (``device_type``: the device kind the launch dereferences) refuses tensors on another kind of device,
-        then calls ``launch``. ``launch`` receives checked arguments only. The factory keeps ``build``'s module
-        and takes the spec's name, so it pickles by reference.
+        (``device_type``: the device kind the launch dereferences) refuses tensors on another kind of device and
+        launches on the device of its tensors; then it calls ``launch``, which receives checked arguments only.
+        While ``torch.compile`` traces, the kernel is the custom operator ``lazyops_<backend>::<kernel>`` instead
+        (see ``lazyops.specs._ops``); ``backend`` defaults to the backend package the module belongs to. The
+        factory keeps ``build``'s module and takes the spec's name, so it pickles by reference.
         """
         if build is None:
-            return functools.partial(self.implementation, device_type=device_type)
+            return functools.partial(self.implementation, device_type=device_type, backend=backend)
+        from lazyops.specs import _ops
+
         spec = self
+        owner = backend or _ops.backend_of_module(build.__module__)
+
+        def checked(config: Any) -> Callable[..., Any]:
+            return spec.guarded(config, build(config), device_type)
 
         def factory(*args: Any, **kwargs: Any) -> Any:
             config = spec.configure(*args, **kwargs)
-            return spec.guarded(config, build(config), device_type)
+            kernel = checked(config)
+            operator = _ops.operator(spec, owner, config, kernel, checked)
+            return spec.traceable(config, kernel, operator)
 
         factory.__name__ = factory.__qualname__ = self.name
         factory.__module__ = build.__module__
@@ -139,6 +153,7 @@ class KernelSpec:
         factory.__signature__ = self.signature()  # type: ignore[attr-defined]
         factory.__annotations__ = dict(type(self).configure.__annotations__, **{"return": self.kernel_type})
         factory.lazyops_spec = self  # type: ignore[attr-defined]
+        factory.lazyops_backend = owner  # type: ignore[attr-defined]
         return factory
 
     def signature(self) -> inspect.Signature:
@@ -146,8 +161,12 @@ class KernelSpec:
         signature = inspect.signature(self.configure, eval_str=True)
         return signature.replace(return_annotation=self.kernel_type)
 
+    def output(self, config: Any, *args: Any) -> Any:
+        """An empty tensor shaped, typed and placed as the kernel's returned one (for ``returns == "out"``)."""
+        raise NotImplementedError
+
     def guarded(self, config: Any, launch: Callable[..., Any], device_type: str | None) -> Callable[..., Any]:
-        """The kernel a factory returns: the spec's checks, then the backend's launch."""
+        """The eager kernel: the spec's checks, then the backend's launch."""
         import torch
 
         check = self.check
@@ -179,10 +198,29 @@ class KernelSpec:
                         return launch(*args)
             return launch(*args)
 
-        kernel.__name__ = kernel.__qualname__ = self.name.removesuffix("_tl")
-        kernel.__doc__ = self.kernel_type.__call__.__doc__
-        kernel.lazyops_config = config  # type: ignore[attr-defined]
         return kernel
+
+    def traceable(self, config: Any, kernel: Callable[..., Any], operator: Callable[..., Any]) -> Callable[..., Any]:
+        """The kernel a factory returns: ``kernel`` when running, the custom ``operator`` while compiling."""
+        import torch
+
+        from lazyops.specs._ops import config_values
+
+        is_compiling = torch.compiler.is_compiling
+        values = config_values(config)
+        returned = None if self.returns == "out" else tuple(self.inputs.index(name) for name in self.returns)
+
+        def call(*args: Any) -> Any:
+            if is_compiling():
+                result = operator(*args, *values)
+                return result if returned is None else tuple(args[index] for index in returned)
+            return kernel(*args)
+
+        call.__name__ = call.__qualname__ = self.name.removesuffix("_tl")
+        call.__doc__ = self.kernel_type.__call__.__doc__
+        call.lazyops_config = config  # type: ignore[attr-defined]
+        call.lazyops_operator = operator  # type: ignore[attr-defined]
+        return call
 
 
 def spec_of(factory: Any) -> KernelSpec | None:

@@ -106,8 +106,6 @@ class RopeSpec(KernelSpec):
                 f"{name}: cos_sin_cache rows hold {rotary_dim} values; the rotary dimension must be even and at most "
                 f"head_dim={head_dim} (each row is r/2 cosines then r/2 sines)"
             )
-        if query.numel() and key.numel() and query.data_ptr() == key.data_ptr() and query.device.type != "meta":
-            raise KernelInputError(f"{name}: query and key share memory; pass separate tensors")
 
     def reference(  # type: ignore[override]
         self, config: RopeConfig, positions: torch.Tensor, query: torch.Tensor, key: torch.Tensor, cos_sin_cache: torch.Tensor

@@ -1,0 +1,167 @@
+"""Kernels inside engines: every kernel is a custom operator that ``torch.compile(fullgraph=True)`` and
+``torch.export`` keep in their graphs, with a fake implementation that agrees with the real one, while eager
+calls never pay for the dispatcher.
+
+On this CPU machine: the torch backend, and Triton in its interpreter (dynamo only sees the operator; its real
+implementation runs the interpreted kernel), are compiled with inductor. TileLang needs a GPU: the H200 results
+(``benchmarks/results/gpu_bench.md``) cover it.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import pytest
+import torch
+from hypothesis import given
+from torch.utils._python_dispatch import TorchDispatchMode
+
+from lazyops import testing
+from lazyops.specs import spec
+from lazyops.testing import Case
+
+
+def drawn(kernels, kernel: str, tokens: int = 5):
+    """Decorator: the test runs on a few drawn configurations, as ``(factory's kernel, arguments, case)``."""
+    kernel_spec = spec(kernel)
+
+    def decorate(test):
+        @kernels.settings(host_examples=2, examples=4)
+        @given(case=kernel_spec.cases())
+        def run(case: Case) -> None:
+            config = kernel_spec.configure(*case.args, **case.kwargs)
+            tokens_here = testing.rows(tokens, kernel_spec.token_elements(config, case.geometry), 20_000)
+            draw = testing.Inputs(case.seed, kernels.device)
+            args = kernel_spec.example_inputs(config, tokens_here, draw, case.geometry)
+            test(kernels.factory(kernel)(*case.args, **case.kwargs), args, case)
+
+        return run
+
+    return decorate
+
+
+def test_the_operator_passes_torch_library_opcheck(kernels, kernel):
+    """Schema (mutated arguments declared), fake implementation against the real one, dispatch registrations:
+    what ``torch.library.opcheck`` verifies of a custom operator."""
+
+    @drawn(kernels, kernel)
+    def check(call: Any, args: tuple[Any, ...], case: Case) -> None:
+        from lazyops.specs._ops import config_values
+
+        operator = call.lazyops_operator
+        assert operator.name().startswith(f"lazyops_{kernels.backend}::"), operator.name()
+        values = config_values(call.lazyops_config)
+        with torch.inference_mode(False), torch.no_grad():
+            torch.library.opcheck(operator, (*args, *values), test_utils=("test_schema", "test_faketensor"))
+
+    check()
+
+
+class RecordOperators(TorchDispatchMode):
+    def __init__(self) -> None:
+        super().__init__()
+        self.names: list[str] = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # type: ignore[override]
+        self.names.append(func.name())
+        return func(*args, **(kwargs or {}))
+
+
+def test_eager_calls_never_go_through_the_dispatcher(kernels, kernel):
+    """The dispatcher costs more than a launch should (about 13 µs a call on this CPU): eager calls run the
+    backend's kernel directly, and the operator is for tracing only."""
+
+    @drawn(kernels, kernel)
+    def check(call: Any, args: tuple[Any, ...], case: Case) -> None:
+        with RecordOperators() as recorded:
+            call(*args)
+        assert not [name for name in recorded.names if name.startswith("lazyops_")], recorded.names
+
+    check()
+
+
+def decoder_block(hidden: int, dtype: torch.dtype):
+    """A small decoder block in an engine's order: add_rmsnorm → QKV GEMM → rope → softmax over per-head scores →
+    O GEMM → rmsnorm → gate-up GEMM → SiLU-and-mul → down GEMM. Returns the block and a maker of its inputs."""
+    import lazyops
+
+    head_dim, heads, kv_heads, mlp = 16, hidden // 16, max(1, hidden // 32), 2 * hidden
+    add_rmsnorm = lazyops.add_rmsnorm_tl(hidden, dtype)
+    rmsnorm = lazyops.rmsnorm_tl(hidden, dtype)
+    qkv_proj = lazyops.matmul_tl((heads + 2 * kv_heads) * head_dim, hidden, dtype)
+    rope = lazyops.rope_tl(head_dim, dtype)
+    softmax = lazyops.softmax_tl(heads, dtype)
+    o_proj = lazyops.matmul_tl(hidden, heads * head_dim, dtype)
+    gate_up = lazyops.matmul_tl(2 * mlp, hidden, dtype)
+    down = lazyops.matmul_tl(hidden, mlp, dtype)
+    silu_and_mul = lazyops.silu_and_mul_tl(mlp, dtype)
+
+    def block(x, residual, norm_weight, positions, cache, w_qkv, w_o, w_gate_up, w_down):
+        h = add_rmsnorm(x, residual, norm_weight)
+        qkv = qkv_proj(h, w_qkv)
+        q = qkv[:, : heads * head_dim].contiguous()
+        k = qkv[:, heads * head_dim : (heads + kv_heads) * head_dim].contiguous()
+        q, k = rope(positions, q, k, cache)
+        tokens = q.shape[0]
+        per_head = q.view(tokens, heads, head_dim)
+        scores = softmax((per_head * k[:, :head_dim].view(tokens, 1, head_dim)).sum(-1).contiguous())
+        attended = o_proj((per_head * scores[..., None]).reshape(tokens, heads * head_dim), w_o)
+        h = rmsnorm(attended, norm_weight)
+        out = down(silu_and_mul(gate_up(h, w_gate_up)), w_down)
+        return out, residual
+
+    def inputs(tokens: int, device: str) -> tuple[torch.Tensor, ...]:
+        g = torch.Generator().manual_seed(tokens)
+
+        def randn(*shape: int, scale: float = 1.0) -> torch.Tensor:
+            return (torch.randn(*shape, generator=g) * scale).to(dtype).to(device)
+
+        return (
+            randn(tokens, hidden), randn(tokens, hidden), randn(hidden),
+            torch.randint(0, 64, (tokens,), generator=g).to(device), randn(64, head_dim),
+            randn(hidden, (heads + 2 * kv_heads) * head_dim, scale=hidden**-0.5),
+            randn(heads * head_dim, hidden, scale=hidden**-0.5), randn(hidden, 2 * mlp, scale=hidden**-0.5),
+            randn(mlp, hidden, scale=mlp**-0.5),
+        )
+
+    return block, inputs
+
+
+def assert_same(got: tuple[torch.Tensor, ...], expected: tuple[torch.Tensor, ...], dtype: torch.dtype) -> None:
+    for g, e in zip(got, expected):
+        testing.check_close(g, e.double(), dtype, tolerance=4 * testing.TOLERANCE[dtype])
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_a_decoder_block_compiles_fullgraph_and_matches_eager(kernels, dtype):
+    block, inputs = decoder_block(64, dtype)
+    args = inputs(6, kernels.device)
+    eager_args = copy.deepcopy(args)
+    with torch.inference_mode():
+        expected = block(*eager_args)
+        compiled = torch.compile(block, fullgraph=True, dynamic=False)
+        got = compiled(*args)
+        assert_same(got, expected, dtype)
+        # the residual was updated in place by the compiled graph, as by the eager call
+        assert torch.equal(args[1], eager_args[1])
+        # a second token count: the operators take any M
+        more = inputs(3, kernels.device)
+        assert_same(compiled(*copy.deepcopy(more)), block(*more), dtype)
+
+
+def test_a_decoder_block_exports(kernels):
+    dtype = torch.float32
+    block, inputs = decoder_block(64, dtype)
+
+    class Block(torch.nn.Module):
+        def forward(self, *args):
+            return block(*args)
+
+    args = inputs(4, kernels.device)
+    exported = torch.export.export(Block(), copy.deepcopy(args))
+    names = {str(node.target) for node in exported.graph.nodes if node.op == "call_function"}
+    assert any(name.startswith(f"lazyops_{kernels.backend}.") for name in names), names
+    with torch.inference_mode():
+        expected = block(*copy.deepcopy(args))
+    assert_same(exported.module()(*copy.deepcopy(args)), expected, dtype)
