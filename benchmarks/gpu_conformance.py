@@ -1,398 +1,334 @@
-"""Check every kernel of every backend that imports here against the float64 torch reference, on GPU-sized inputs.
+"""Check every kernel of every backend against its float64 reference on a GPU, with the conformance kit.
 
-    python3 benchmarks/gpu_conformance.py [--out DIR]              # on a CUDA machine
-    python3 benchmarks/gpu_conformance.py --device cpu --small     # the script's logic, on a CPU (Triton interpreted)
+    python3 benchmarks/gpu_conformance.py [--out DIR]                 # on a CUDA machine, every backend
+    python3 benchmarks/gpu_conformance.py --backend tilelang --max-examples 10
+    python3 benchmarks/gpu_conformance.py --device cpu --small        # the script's logic, on a CPU
 
-Writes ``gpu_conformance.md`` (a table: kernel x backend x dtype -> pass/fail, worst relative error, cases) and
-``gpu_conformance.json`` (every case) into DIR (default ``benchmarks/results``). CI has no GPU: these files are
-what the repository knows about the kernels on one.
+The judge is ``lazyops.testing``, the kit third-party backends check themselves with; this script holds no
+tolerance, reference or case of its own. For each backend (by registered name: built-in or third-party) and each
+kernel lazyops specifies:
 
-Each case draws fresh random inputs, computes the reference in float64 on the device, leaves a NaN-filled block of
-the output's size free just before the call (the caching allocator hands it to the kernel's output, so an element
-the kernel never writes reads NaN), and compares by ``‖out − ref‖ / ‖ref‖``; the in-place results
-(add_rmsnorm's residual, rope's query and key) are compared the same way. A backend that fails to import, a
-factory that raises, a kernel that crashes: each is recorded with its message and the run goes on.
+- **drawn**: ``run_conformance(backend, kernels=[kernel], max_examples=N, device=...)``: hypothesis draws shapes,
+  dtypes, token counts (zero included) and options from the spec's ``cases()``;
+- **grid**: for every dtype, the spec's engine-sized configuration (``spec.benchmark(dtype)``: hidden 4096; rope
+  32 + 8 heads of 128; matmul 4096 x 4096) at M = 1, 7, 128, 4096, 32768, each a ``Case`` run by ``check_case``;
+- **views**: the same configurations at M = 7 and 4096, every input moved to a contiguous view that starts one
+  element into its allocation (misaligned for vector loads and TMA), through ``check_case`` as well. It runs
+  last: a kernel that faults on a misaligned address poisons the CUDA context for whatever follows.
+
+``check_case`` draws the inputs from the spec, computes the float64 reference, leaves a NaN-filled block where
+the output will be allocated, and judges by relative error with the kit's tolerance per dtype (in-place results
+element by element too). Writes ``gpu_conformance.md`` (worst error per kernel x backend x dtype, against the
+tolerance) and ``gpu_conformance.json`` (every case) into DIR: ``benchmarks/results`` on CUDA, a temporary
+folder with ``--device cpu``. Exits 1 if anything that could run failed.
 """
 
 from __future__ import annotations
 
 import argparse
-import importlib
 import json
 import os
 import sys
+import tempfile
 import time
 import traceback
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any, Callable
 
-from _environment import describe_environment as shared_environment  # benchmarks/ is on sys.path
+from _environment import describe_environment  # benchmarks/ is on sys.path
 
 ROOT = Path(__file__).resolve().parents[1]
-BACKENDS = ("torch", "triton", "tilelang")
-KERNELS = ("softmax", "rmsnorm", "add_rmsnorm", "silu_and_mul", "rope", "matmul")
-#: The kernel tests' tolerances (tests/kernels/conftest.py): one unit in the last place for 16-bit types.
-TOLERANCE_BY_NAME = {"float32": 1e-5, "float16": 1e-3, "bfloat16": 8e-3}
-
-
-@dataclass(frozen=True)
-class Sizes:
-    tokens: tuple[int, ...]
-    hidden: tuple[int, ...]
-    matmul_tokens: tuple[int, ...]
-    matmul_shapes: tuple[tuple[int, int], ...]  # (n, k)
-    rope_heads: tuple[int, int]  # query, key
-    rope_head_dim: int
-    rope_rotary: tuple[int, ...]
-    cache_rows: int
-
-
-GPU_SIZES = Sizes(
-    tokens=(1, 7, 128, 4096, 32768),
-    hidden=(128, 1000, 4096, 8192),
-    matmul_tokens=(1, 7, 128, 4096),
-    matmul_shapes=((128, 128), (4096, 4096), (1000, 8192)),
-    rope_heads=(32, 8),
-    rope_head_dim=128,
-    rope_rotary=(128, 64),
-    cache_rows=8192,
-)
-#: Small enough for Triton's interpreter on a CPU: checks the script, not the kernels.
-SMALL_SIZES = Sizes(
-    tokens=(1, 7, 33),
-    hidden=(128, 1000),
-    matmul_tokens=(1, 33),
-    matmul_shapes=((128, 128), (100, 300)),
-    rope_heads=(4, 2),
-    rope_head_dim=128,
-    rope_rotary=(128, 64),
-    cache_rows=64,
-)
+GPU_TOKENS = (1, 7, 128, 4096, 32768)
+SMALL_TOKENS = (1, 7, 33)
+VIEW_TOKENS = (7, 4096)
+SMALL_VIEW_TOKENS = (7,)
+#: No cut of the token count: the grid's cases are engine-sized on purpose (the kit cuts inputs to stay small).
+NO_CUT = 2**62
 
 
 @dataclass
 class Outcome:
-    """One kernel x backend x dtype: its cases, the worst error seen, and what went wrong, if anything."""
+    """One part (drawn, grid, views) of one kernel x backend (x dtype, for the grid and views)."""
 
-    kernel: str
     backend: str
+    kernel: str
+    part: str
     dtype: str
-    tolerance: float
+    status: str = "pass"  # pass, FAIL, unavailable, not exported
     cases: int = 0
-    failed: int = 0
     worst: float = 0.0
+    tolerance: float | None = None
     worst_case: str = ""
     errors: list[str] = field(default_factory=list)
     seconds: float = 0.0
 
-    @property
-    def passed(self) -> bool:
-        return self.cases > 0 and self.failed == 0 and not self.errors
+    def failed(self, message: str) -> None:
+        self.status = "FAIL"
+        self.errors.append(message)
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results", help="where the results go")
+    parser.add_argument("--out", type=Path, help="where the results go (default: benchmarks/results on CUDA)")
     parser.add_argument("--device", choices=("cuda", "cpu"), default="cuda")
-    parser.add_argument("--small", action="store_true", help="small sizes (for a CPU, or a quick look)")
-    parser.add_argument("--backends", default=",".join(BACKENDS), help="comma list (default: all)")
-    parser.add_argument("--kernels", default=",".join(KERNELS), help="comma list (default: all)")
-    parser.add_argument("--dtypes", default="bfloat16,float16", help="comma list of float32, float16, bfloat16")
+    parser.add_argument("--small", action="store_true", help="sizes clamped to 256, few tokens (for a CPU)")
+    parser.add_argument("--backend", action="append", default=[], metavar="NAME",
+                        help="a backend to check (repeatable; default: every registered one)")
+    parser.add_argument("--kernels", help="comma list (default: every specified kernel)")
+    parser.add_argument("--dtypes", default="float32,float16,bfloat16")
+    parser.add_argument("--tokens", help=f"grid token counts (default: {','.join(map(str, GPU_TOKENS))})")
+    parser.add_argument("--max-examples", type=int, help="drawn examples per kernel (default: 25; --small: 5)")
+    parser.add_argument("--no-views", action="store_true", help="skip the misaligned-view cases")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument(
-        "--warm-up-threads", type=int, default=16,
-        help="build every factory of a backend in this many threads first (TileLang compiles for seconds each)",
-    )
+    parser.add_argument("--warm-up-threads", type=int, default=16,
+                        help="build the grid's factories in this many threads first (TileLang compiles each)")
     return parser.parse_args(argv)
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     if args.device == "cpu":
-        # Triton runs on a CPU only in its interpreter, chosen when a kernel is decorated: before any import.
-        os.environ.setdefault("TRITON_INTERPRET", "1")
+        os.environ.setdefault("TRITON_INTERPRET", "1")  # before any Triton kernel is decorated
     sys.path.insert(0, str(ROOT / "src"))
     import torch
+
+    from lazyops import _bench
+    from lazyops.specs import kernel_names
 
     if args.device == "cuda" and not torch.cuda.is_available():
         print("no CUDA device: run with --device cpu --small to check the script here", file=sys.stderr)
         return 2
-    sizes = SMALL_SIZES if args.small else GPU_SIZES
+    cuda = args.device == "cuda"
+    out = args.out or (ROOT / "benchmarks" / "results" if cuda else Path(tempfile.gettempdir()) / "lazyops-gpu-conformance")
+    kernels = [_bench.kernel_name(k) for k in args.kernels.split(",")] if args.kernels else list(kernel_names())
     dtypes = [getattr(torch, name) for name in args.dtypes.split(",")]
-    backends = [name for name in args.backends.split(",") if name]
-    kernels = [name for name in args.kernels.split(",") if name]
+    tokens = [int(m) for m in args.tokens.split(",")] if args.tokens else list(SMALL_TOKENS if args.small else GPU_TOKENS)
+    view_tokens = [] if args.no_views else list(SMALL_VIEW_TOKENS if args.small else VIEW_TOKENS)
+    max_examples = args.max_examples or (5 if args.small else 25)
+    status = _bench.backend_status(args.backend or None)
+    environment = {
+        **describe_environment(torch, args.device, "Triton interpreter"),
+        "TRITON_INTERPRET": os.environ.get("TRITON_INTERPRET", ""),
+        "small": args.small,
+        "max_examples": max_examples,
+        "seed": args.seed,
+        "backends": {name: problem or "runs" for name, problem in status.items()},
+    }
+    checker = Checker(args.device, args.small, args.seed)
     started = time.perf_counter()
-    outcomes: list[Outcome] = []
-    cases: list[dict[str, Any]] = []
-    environment = describe_environment(torch, args.device)
-    for backend in backends:
-        problem = backend_problem(backend)
-        if not problem:
-            warm_up(backend, kernels, dtypes, sizes, args.warm_up_threads)
+
+    def save() -> None:
+        write_results(out, checker, environment, time.perf_counter() - started, tokens, view_tokens)
+
+    runnable = []
+    for backend, problem in status.items():
+        if problem:
+            checker.unavailable(backend, kernels, problem)
+            continue
+        runnable.append(backend)
+        checker.warm_up(backend, kernels, dtypes, args.warm_up_threads)
+        for kernel in kernels:
+            checker.drawn(backend, kernel, max_examples)
+            for dtype in dtypes:
+                checker.grid(backend, kernel, dtype, tokens)
+            save()
+        if cuda:  # what one backend left cached must not crowd the next one's largest cases
+            torch.cuda.empty_cache()
+    for backend in runnable if view_tokens else ():
         for kernel in kernels:
             for dtype in dtypes:
-                outcome = Outcome(kernel, backend, str(dtype).removeprefix("torch."), tolerance_for(dtype))
-                outcomes.append(outcome)
-                if problem:
-                    outcome.errors.append(problem)
-                    continue
-                check_kernel(outcome, kernel, backend, dtype, sizes, args, cases)
-                print(summary_line(outcome), flush=True)
-        # What one backend left cached must not crowd the next one's largest cases.
-        if args.device == "cuda":
-            torch.cuda.empty_cache()
-    elapsed = time.perf_counter() - started
-    write_results(args.out, outcomes, cases, environment, elapsed)
-    print(render_markdown(outcomes, environment, elapsed))
-    checked = [o for o in outcomes if not unavailable(o)]
-    return 0 if all(o.passed for o in checked) else 1
+                checker.views(backend, kernel, dtype, view_tokens)
+        save()
+    save()
+    print(render_markdown(checker, environment, time.perf_counter() - started, tokens, view_tokens))
+    print(f"results in {out}")
+    return 1 if any(o.status == "FAIL" for o in checker.outcomes) else 0
 
 
-def unavailable(outcome: Outcome) -> bool:
-    return bool(outcome.errors) and outcome.errors[0].startswith("unavailable")
+class Checker:
+    """Runs the kit's checks and records an :class:`Outcome` per part; nothing it meets stops the run."""
 
+    def __init__(self, device: str, small: bool, seed: int) -> None:
+        from lazyops._registry import Registry
 
-# --- backends and kernels ------------------------------------------------------------------------------------------
+        self.device, self.small, self.seed = device, small, seed
+        self.registry = Registry.discover()
+        self.outcomes: list[Outcome] = []
+        self.cases: list[dict[str, Any]] = []
 
+    def record(self, outcome: Outcome) -> Outcome:
+        self.outcomes.append(outcome)
+        return outcome
 
-def backend_problem(backend: str) -> str | None:
-    """Why ``backend`` cannot be checked here (prefixed "unavailable: "), or None."""
-    try:
-        package = importlib.import_module(f"lazyops._backends.{backend}")
-        reason = getattr(package, "unavailable_reason", lambda: None)()
-    except Exception as error:  # noqa: BLE001 - recorded, not raised: one backend must not stop the run
-        return f"unavailable: importing lazyops._backends.{backend} failed: {type(error).__name__}: {error}"
-    if reason:
-        return f"unavailable: {reason}"
-    return None
+    def unavailable(self, backend: str, kernels: list[str], problem: str) -> None:
+        for kernel in kernels:
+            self.record(Outcome(backend, short(kernel), "all", "—", "unavailable", errors=[problem]))
 
+    def factory(self, backend: str, kernel: str) -> Callable[..., Any] | None:
+        entry = self.registry[backend]
+        return entry.kernel(kernel) if kernel in entry.exports() else None
 
-def warm_up(backend: str, kernels: list[str], dtypes: list, sizes: Sizes, threads: int) -> None:
-    """Build every factory configuration the cases will ask for, in parallel, so compiles overlap.
+    def warm_up(self, backend: str, kernels: list[str], dtypes: list[Any], threads: int) -> None:
+        """Build every grid configuration in parallel, so that a backend compiling per configuration (TileLang)
+        overlaps its compiles; a failure here is left for the case that needs the kernel to report."""
+        from lazyops import _bench
 
-    A backend that caches built kernels per configuration (TileLang does, in memory and on disk) then serves the
-    cases from its cache; a failure here is ignored, since the case that needs the factory reports it.
-    """
-    from concurrent.futures import ThreadPoolExecutor
+        def build(job: tuple[str, Any]) -> None:
+            kernel, dtype = job
+            try:
+                factory = self.factory(backend, kernel)
+                if factory is not None:
+                    chosen = _bench.example(kernel, dtype, small=self.small)
+                    factory(*chosen.args, **chosen.kwargs)
+            except Exception:  # noqa: BLE001 - reported by the case that needs it
+                pass
 
-    calls = []
-    for kernel in kernels:
-        for dtype in dtypes:
-            if kernel == "rope":
-                calls += [(kernel, (sizes.rope_head_dim, dtype), {"is_neox": neox}) for neox in (True, False)]
-            elif kernel == "matmul":
-                calls += [(kernel, (n, k, dtype), {}) for n, k in sizes.matmul_shapes]
+        started = time.perf_counter()
+        jobs = [(kernel, dtype) for kernel in kernels for dtype in dtypes]
+        with ThreadPoolExecutor(max_workers=max(1, threads)) as pool:
+            list(pool.map(build, jobs))
+        print(f"{backend}: {len(jobs)} configurations built in {time.perf_counter() - started:.1f} s", flush=True)
+
+    def drawn(self, backend: str, kernel: str, max_examples: int) -> None:
+        from lazyops.testing import TOLERANCE, run_conformance
+
+        outcome = self.record(Outcome(backend, short(kernel), "drawn", "all"))
+        started = time.perf_counter()
+        try:
+            report = run_conformance(backend, kernels=[kernel], max_examples=max_examples, device=self.device,
+                                     seed=self.seed)
+            result = report.results[0]
+            if result.status == "not exported":
+                outcome.status = "not exported"
             else:
-                calls += [(kernel, (n, dtype), {}) for n in sizes.hidden]
-
-    def build(call):
-        kernel, positional, keywords = call
-        try:
-            factory(backend, kernel)(*positional, **keywords)
-        except Exception:  # noqa: BLE001 - reported by the case that needs it
-            pass
-
-    started = time.perf_counter()
-    with ThreadPoolExecutor(max_workers=max(1, threads)) as pool:
-        list(pool.map(build, calls))
-    print(f"{backend}: {len(calls)} factories built in {time.perf_counter() - started:.1f} s", flush=True)
-
-
-def factory(backend: str, kernel: str) -> Callable[..., Any]:
-    module = importlib.import_module(f"lazyops._backends.{backend}.{kernel}")
-    return getattr(module, f"{kernel}_tl")
-
-
-def first_line(error: BaseException) -> str:
-    return str(error).splitlines()[0] if str(error) else ""
-
-
-def tolerance_for(dtype: Any) -> float:
-    return TOLERANCE_BY_NAME[str(dtype).removeprefix("torch.")]
-
-
-def check_kernel(outcome: Outcome, kernel: str, backend: str, dtype: Any, sizes: Sizes, args, cases: list) -> None:
-    started = time.perf_counter()
-    try:
-        make = factory(backend, kernel)
-    except Exception as error:  # noqa: BLE001
-        outcome.errors.append(f"importing the kernel failed: {type(error).__name__}: {error}")
-        return
-    for label, run in CASES[kernel](make, dtype, sizes, args.device, args.seed):
-        try:
-            errors = run()
+                outcome.cases, outcome.worst = result.examples, result.worst_error
+                if result.worst_dtype is not None:
+                    outcome.dtype = dtype_name(result.worst_dtype)
+                    outcome.tolerance = TOLERANCE[result.worst_dtype]
+        except AssertionError as error:  # the report, naming the smallest failing case
+            outcome.failed(str(error))
         except Exception as error:  # noqa: BLE001
-            message = f"{label}: {type(error).__name__}: {first_line(error)}"
-            outcome.errors.append(message)
-            cases.append({"kernel": kernel, "backend": backend, "dtype": outcome.dtype, "case": label,
-                          "error": message, "traceback": traceback.format_exc(limit=4)})
-            continue
-        outcome.cases += 1
-        worst = max(errors.values())
-        ok = worst <= outcome.tolerance
-        outcome.failed += not ok
-        if worst >= outcome.worst:
-            outcome.worst, outcome.worst_case = worst, label
-        cases.append({"kernel": kernel, "backend": backend, "dtype": outcome.dtype, "case": label,
-                      "relative_errors": errors, "passed": ok})
-    outcome.seconds = time.perf_counter() - started
+            outcome.failed(one_line(error))
+        outcome.seconds = time.perf_counter() - started
+        print(summary_line(outcome), flush=True)
+
+    def grid(self, backend: str, kernel: str, dtype: Any, tokens: list[int]) -> None:
+        self.run_cases(backend, kernel, dtype, tokens, "grid", lambda factory: factory)
+
+    def views(self, backend: str, kernel: str, dtype: Any, tokens: list[int]) -> None:
+        self.run_cases(backend, kernel, dtype, tokens, "views", misaligned)
+
+    def run_cases(self, backend: str, kernel: str, dtype: Any, tokens: list[int], part: str,
+                  wrap: Callable[[Callable[..., Any]], Callable[..., Any]]) -> None:
+        from lazyops import _bench
+        from lazyops.testing import TOLERANCE, Case, check_case
+
+        outcome = self.record(Outcome(backend, short(kernel), part, dtype_name(dtype), tolerance=TOLERANCE[dtype]))
+        started = time.perf_counter()
+        try:
+            factory = self.factory(backend, kernel)
+        except Exception as error:  # noqa: BLE001
+            outcome.failed(f"the factory: {one_line(error)}")
+            return
+        if factory is None:
+            outcome.status = "not exported"
+            return
+        chosen = _bench.example(kernel, dtype, small=self.small)
+        for m in tokens:
+            case = Case(kernel, chosen.args, dict(chosen.kwargs), (m,), self.seed + m, dict(chosen.geometry))
+            entry: dict[str, Any] = {"backend": backend, "kernel": short(kernel), "part": part,
+                                     "dtype": outcome.dtype, "M": m, "case": str(case)}
+            try:
+                error = check_case(wrap(factory), case, device=self.device, max_elements=NO_CUT)
+            except Exception as problem:  # noqa: BLE001 - an assertion of the kit, or a crash: both recorded
+                outcome.failed(f"M={m}: {one_line(problem)}")
+                entry.update(passed=False, error=one_line(problem), traceback=traceback.format_exc(limit=6))
+            else:
+                outcome.cases += 1
+                entry.update(passed=True, relative_error=error)
+                if error >= outcome.worst:
+                    outcome.worst, outcome.worst_case = error, f"M={m}"
+            self.cases.append(entry)
+        outcome.seconds = time.perf_counter() - started
+        print(summary_line(outcome), flush=True)
 
 
-# --- the cases: each yields (label, run) where run() returns {result name: relative error} ------------------------
+def misaligned(factory: Callable[..., Any]) -> Callable[..., Any]:
+    """``factory``, whose kernels get every tensor as a contiguous view starting one element into its allocation.
 
-Case = Iterator[tuple[str, Callable[[], dict[str, float]]]]
-
-
-def inputs(device: str, seed: int):
-    """A generator on ``device`` and a maker of standard-normal tensors from it."""
+    The results go back into the caller's tensors (and the returned inputs are the caller's), so ``check_case``
+    judges exactly what it judges for aligned inputs.
+    """
     import torch
 
-    generator = torch.Generator(device=device).manual_seed(seed)
+    def shifted(tensor: Any) -> Any:
+        if not isinstance(tensor, torch.Tensor) or tensor.numel() == 0:
+            return tensor
+        holder = torch.empty(tensor.numel() + 1, dtype=tensor.dtype, device=tensor.device)
+        view = holder[1:].view(tensor.shape)
+        view.copy_(tensor)
+        return view
 
-    def randn(*shape: int, dtype, scale: float = 1.0):
-        return (torch.randn(*shape, generator=generator, device=device, dtype=torch.float32) * scale).to(dtype)
+    def build(*args: Any, **kwargs: Any) -> Callable[..., Any]:
+        kernel = factory(*args, **kwargs)
 
-    return generator, randn
+        def call(*tensors: Any) -> Any:
+            moved = [shifted(t) for t in tensors]
+            returned = kernel(*moved)
+            for original, view in zip(tensors, moved):
+                if view is not original:
+                    original.copy_(view)
+            caller = {id(view): original for original, view in zip(tensors, moved)}
+            if isinstance(returned, tuple):
+                return tuple(caller.get(id(r), r) for r in returned)
+            return caller.get(id(returned), returned)
 
+        return call
 
-def poison(shape: tuple[int, ...], dtype, device: str) -> None:
-    """Free a NaN-filled block of the output's size just before the call: the kernel's output most likely gets it."""
-    import torch
-
-    block = torch.full(shape, float("nan"), dtype=dtype, device=device)
-    del block
-
-
-def relative_error(out, ref) -> float:
-    import torch
-
-    out = out.to(torch.float64)
-    if not torch.isfinite(out).all():
-        return float("inf")
-    norm = ref.norm().item()
-    diff = (out - ref).norm().item()
-    return diff / norm if norm else diff
-
-
-def row_cases(kernel: str):
-    def cases(make, dtype, sizes: Sizes, device: str, seed: int) -> Case:
-        from lazyops._backends.torch import add_rmsnorm, rmsnorm, silu_and_mul, softmax
-
-        for n in sizes.hidden:
-            built = make(n, dtype)
-            for m in sizes.tokens:
-                label = f"M={m} n={n}"
-
-                def run(built=built, m=m, n=n) -> dict[str, float]:
-                    _, randn = inputs(device, seed + m * 7919 + n)
-                    if kernel == "softmax":
-                        x = randn(m, n, dtype=dtype, scale=3.0)
-                        ref = softmax.softmax_reference(x.double())
-                        poison((m, n), dtype, device)
-                        return {"y": relative_error(built(x), ref)}
-                    if kernel == "rmsnorm":
-                        x, w = randn(m, n, dtype=dtype), randn(n, dtype=dtype)
-                        ref = rmsnorm.rmsnorm_reference(x.double(), w.double(), 1e-6)
-                        poison((m, n), dtype, device)
-                        return {"y": relative_error(built(x, w), ref)}
-                    if kernel == "add_rmsnorm":
-                        x, r, w = randn(m, n, dtype=dtype), randn(m, n, dtype=dtype, scale=4.0), randn(n, dtype=dtype)
-                        ref, total = add_rmsnorm.add_rmsnorm_reference(x.double(), r.double(), w.double(), 1e-6)
-                        poison((m, n), dtype, device)
-                        y = built(x, r, w)
-                        return {"y": relative_error(y, ref), "residual": relative_error(r, total)}
-                    x = randn(m, 2 * n, dtype=dtype, scale=3.0)
-                    ref = silu_and_mul.silu_and_mul_reference(x.double())
-                    poison((m, n), dtype, device)
-                    return {"y": relative_error(built(x), ref)}
-
-                yield label, run
-
-    return cases
-
-
-def rope_cases(make, dtype, sizes: Sizes, device: str, seed: int) -> Case:
-    import torch
-
-    from lazyops._backends.torch.rope import rope_reference
-
-    head_dim = sizes.rope_head_dim
-    query_heads, key_heads = sizes.rope_heads
-    for is_neox in (True, False):
-        built = make(head_dim, dtype, is_neox=is_neox)
-        for rotary in sizes.rope_rotary:
-            for cache_dtype in (torch.float32, dtype):
-                for m in sizes.tokens:
-                    label = f"M={m} r={rotary} neox={is_neox} cache={str(cache_dtype).removeprefix('torch.')}"
-
-                    def run(built=built, m=m, rotary=rotary, cache_dtype=cache_dtype, is_neox=is_neox):
-                        generator, randn = inputs(device, seed + m * 31 + rotary)
-                        # int64 positions with a float32 cache (vLLM's usual), int32 with a cache in the input dtype.
-                        index_dtype = torch.int64 if cache_dtype == torch.float32 else torch.int32
-                        positions = torch.randint(
-                            0, sizes.cache_rows, (m,), generator=generator, device=device, dtype=index_dtype
-                        )
-                        query = randn(m, query_heads * head_dim, dtype=dtype)
-                        key = randn(m, key_heads * head_dim, dtype=dtype)
-                        cache = randn(sizes.cache_rows, rotary, dtype=cache_dtype)
-                        query_ref = rope_reference(positions, query.double(), cache.double(), head_dim, is_neox)
-                        key_ref = rope_reference(positions, key.double(), cache.double(), head_dim, is_neox)
-                        built(positions, query, key, cache)
-                        return {"query": relative_error(query, query_ref), "key": relative_error(key, key_ref)}
-
-                    yield label, run
-
-
-def matmul_cases(make, dtype, sizes: Sizes, device: str, seed: int) -> Case:
-    from lazyops._backends.torch.matmul import matmul_reference
-
-    for n, k in sizes.matmul_shapes:
-        built = make(n, k, dtype)
-        for m in sizes.matmul_tokens:
-            label = f"M={m} n={n} k={k}"
-
-            def run(built=built, m=m, n=n, k=k) -> dict[str, float]:
-                _, randn = inputs(device, seed + m * 13 + n + k)
-                a, b = randn(m, k, dtype=dtype), randn(k, n, dtype=dtype)
-                ref = matmul_reference(a.double(), b.double())
-                poison((m, n), dtype, device)
-                return {"c": relative_error(built(a, b), ref)}
-
-            yield label, run
-
-
-CASES = {
-    "softmax": row_cases("softmax"),
-    "rmsnorm": row_cases("rmsnorm"),
-    "add_rmsnorm": row_cases("add_rmsnorm"),
-    "silu_and_mul": row_cases("silu_and_mul"),
-    "rope": rope_cases,
-    "matmul": matmul_cases,
-}
+    return build
 
 
 # --- results ---------------------------------------------------------------------------------------------------
 
 
-def describe_environment(torch, device: str) -> dict[str, Any]:
-    return {
-        **shared_environment(torch, device, "Triton interpreter"),
-        "TRITON_INTERPRET": os.environ.get("TRITON_INTERPRET", ""),
-    }
+def short(kernel: str) -> str:
+    return kernel.removesuffix("_tl")
 
 
-def summary_line(outcome: Outcome) -> str:
-    state = "pass" if outcome.passed else "FAIL"
-    extra = f"; {outcome.errors[0]}" if outcome.errors else ""
-    return (
-        f"{outcome.kernel:>13} {outcome.backend:>8} {outcome.dtype:>8}: {state} {outcome.cases} cases, worst "
-        f"{outcome.worst:.2e} ({outcome.worst_case}) in {outcome.seconds:.1f}s{extra}"
-    )
+def dtype_name(dtype: Any) -> str:
+    return str(dtype).removeprefix("torch.")
 
 
-def render_markdown(outcomes: list[Outcome], environment: dict[str, Any], elapsed: float) -> str:
+def one_line(error: BaseException) -> str:
+    text = str(error).strip().splitlines()
+    return f"{type(error).__name__}: {text[0] if text else ''}"
+
+
+def summary_line(o: Outcome) -> str:
+    worst = f"worst {o.worst:.2e}" + (f" ({o.worst_case})" if o.worst_case else "")
+    extra = f"; {o.errors[0][:200]}" if o.errors else ""
+    return f"{o.kernel:>13} {o.backend:>8} {o.part:>6} {o.dtype:>8}: {o.status} {o.cases} cases, {worst} in {o.seconds:.1f}s{extra}"
+
+
+def error_cell(o: Outcome | None) -> str:
+    if o is None:
+        return ""
+    if o.status in ("unavailable", "not exported"):
+        return o.status
+    if o.status == "FAIL":
+        return f"**FAIL** ({len(o.errors)} of {o.cases + len(o.errors)})"
+    return f"{o.worst:.1e}" + (f" ({o.worst_case})" if o.worst_case else "")
+
+
+def render_markdown(checker: Checker, environment: dict[str, Any], elapsed: float, tokens: list[int],
+                    view_tokens: list[int]) -> str:
+    from lazyops.testing import TOLERANCE
+
+    outcomes = checker.outcomes
     versions = ", ".join(f"{name} {version}" for name, version in environment["versions"].items())
+    tolerances = ", ".join(f"{dtype_name(d)} {t:.0e}" for d, t in TOLERANCE.items())
     lines = [
         "# Kernel conformance on a GPU",
         "",
@@ -400,43 +336,62 @@ def render_markdown(outcomes: list[Outcome], environment: dict[str, Any], elapse
         "",
         f"- date: {environment['date']}",
         f"- device: {environment['device']}",
-        f"- versions: {versions}; Python {environment['python']}",
+        f"- versions: {versions}; Python {environment['python']}; lazyops at {environment['commit']}",
+        f"- backends: {', '.join(f'{k} ({v})' for k, v in environment['backends'].items())}",
         f"- wall time: {elapsed:.0f} s",
         "",
-        "Relative error ‖out − ref‖ / ‖ref‖ against the torch reference in float64; an in-place result counts "
-        "as an output. Outputs are allocated over freed NaN-filled blocks, so an unwritten element fails the case.",
+        "Judged by the conformance kit (`lazyops.testing`): relative error ‖out − ref‖ / ‖ref‖ against the spec's "
+        f"reference in float64, tolerance per dtype ({tolerances}); in-place results also element by element; "
+        "outputs allocated over freed NaN-filled blocks, so an element never written fails. **grid**: the spec's "
+        f"engine-sized configuration (`spec.benchmark`) at M = {', '.join(map(str, tokens))}. **views**: the same "
+        f"at M = {', '.join(map(str, view_tokens)) or '—'}, every input a contiguous view one element into its "
+        f"allocation. **drawn**: `run_conformance`, up to {environment['max_examples']} hypothesis examples per "
+        f"kernel (seed {environment['seed']}), every dtype; its worst error is reported with the dtype it was seen in.",
         "",
-        "| kernel | backend | dtype | result | worst rel. error (tolerance) | cases | worst case |",
+        "| kernel | backend | dtype | result | grid: worst rel. error (tolerance) | views | cases |",
         "| --- | --- | --- | --- | --- | --- | --- |",
     ]
-    for o in outcomes:
-        if unavailable(o):
-            result = "unavailable"
-        else:
-            result = "pass" if o.passed else f"**FAIL** ({o.failed + len(o.errors)})"
-        worst = "—" if not o.cases else f"{o.worst:.2e} ({o.tolerance:.0e})"
-        lines.append(f"| {o.kernel} | {o.backend} | {o.dtype} | {result} | {worst} | {o.cases} | {o.worst_case} |")
-    problems = [(o, error) for o in outcomes for error in o.errors]
-    if problems:
+    by_key = {(o.backend, o.kernel, o.part, o.dtype): o for o in outcomes}
+    grids = [o for o in outcomes if o.part == "grid"]
+    for o in grids:
+        views = by_key.get((o.backend, o.kernel, "views", o.dtype))
+        failed = o.status == "FAIL" or (views is not None and views.status == "FAIL")
+        result = "**FAIL**" if failed else o.status
+        cases = o.cases + (views.cases if views else 0)
+        tolerance = f" ({o.tolerance:.0e})" if o.tolerance else ""
+        lines.append(f"| {o.kernel} | {o.backend} | {o.dtype} | {result} | {error_cell(o)}{tolerance} | "
+                     f"{error_cell(views)} | {cases} |")
+    for o in (o for o in outcomes if o.part == "all"):
+        lines.append(f"| {o.kernel} | {o.backend} | — | unavailable | | | 0 |")
+    drawn = [o for o in outcomes if o.part == "drawn"]
+    if drawn:
+        lines += ["", "## Drawn examples (hypothesis, `run_conformance`)", "",
+                  "| kernel | backend | result | examples | worst rel. error (dtype, tolerance) |",
+                  "| --- | --- | --- | --- | --- |"]
+        for o in drawn:
+            worst = f"{o.worst:.1e} ({o.dtype}, {o.tolerance:.0e})" if o.tolerance else "—"
+            lines.append(f"| {o.kernel} | {o.backend} | {'**FAIL**' if o.status == 'FAIL' else o.status} | "
+                         f"{o.cases} | {worst} |")
+    problems = [(o, error) for o in outcomes for error in o.errors if o.status != "unavailable"]
+    unavailable = {o.backend: o.errors[0] for o in outcomes if o.status == "unavailable"}
+    if problems or unavailable:
         lines += ["", "## Errors", ""]
-        seen: set[str] = set()
+        lines += [f"- {backend}: unavailable: {reason}" for backend, reason in unavailable.items()]
         for o, error in problems:
-            where = o.backend if error.startswith("unavailable") else f"{o.kernel} {o.backend} {o.dtype}"
-            key = f"{where}: {error}"
-            if key not in seen:
-                seen.add(key)
-                lines.append(f"- {key}")
+            text = error.replace("\n", "\n  ")
+            lines.append(f"- {o.kernel} {o.backend} {o.part} {o.dtype}: {text}")
     return "\n".join(lines) + "\n"
 
 
-def write_results(out: Path, outcomes, cases, environment, elapsed: float) -> None:
+def write_results(out: Path, checker: Checker, environment: dict[str, Any], elapsed: float, tokens: list[int],
+                  view_tokens: list[int]) -> None:
     out.mkdir(parents=True, exist_ok=True)
-    (out / "gpu_conformance.md").write_text(render_markdown(outcomes, environment, elapsed))
+    (out / "gpu_conformance.md").write_text(render_markdown(checker, environment, elapsed, tokens, view_tokens))
     payload = {
         "environment": environment,
         "elapsed_s": round(elapsed, 1),
-        "summary": [asdict(o) | {"passed": o.passed} for o in outcomes],
-        "cases": cases,
+        "summary": [asdict(o) for o in checker.outcomes],
+        "cases": checker.cases,
     }
     (out / "gpu_conformance.json").write_text(json.dumps(payload, indent=1, default=str) + "\n")
 
