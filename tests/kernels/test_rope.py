@@ -32,3 +32,25 @@ def test_meta_tensors_trace_without_reading_positions(kernels):
     key = torch.empty(3, 64, dtype=torch.float16, device=device)
     out = kernel(torch.empty(3, dtype=torch.int64, device=device), query, key, torch.empty(8, 64, device=device))
     assert out[0] is query and out[1] is key
+
+
+def test_positions_outside_the_cache_leave_their_tokens_alone_on_a_gpu(kernels):
+    """On a GPU the kernels do not range-check positions (that would synchronise every call); a token whose
+    position is outside the cache is left unrotated, and the others are rotated as the reference says."""
+    if kernels.device == "cpu":
+        pytest.skip("on the host positions are checked and refused (the test above)")
+    from lazyops.specs.rope import rope_reference
+    from lazyops.testing import check_close
+
+    kernel = kernels.factory("rope_tl")(128, torch.bfloat16)
+    device = kernels.device
+    cache = torch.randn(16, 128, dtype=torch.float32, device=device)
+    positions = torch.tensor([3, 16, -1, 5], device=device)
+    query = torch.randn(4, 256, dtype=torch.bfloat16, device=device)
+    key = torch.randn(4, 128, dtype=torch.bfloat16, device=device)
+    before_query, before_key = query.clone(), key.clone()
+    kernel(positions, query, key, cache)
+    assert torch.equal(query[1:3], before_query[1:3]) and torch.equal(key[1:3], before_key[1:3]), "rotated anyway"
+    inside = [0, 3]
+    expected = rope_reference(positions[inside], before_query[inside].double(), cache.double(), 128, True)
+    check_close(query[inside], expected, torch.bfloat16, what="the tokens inside the cache")
