@@ -10,6 +10,7 @@ import triton.language as tl
 
 from lazyops.specs.add_rmsnorm import AddRMSNormConfig, spec
 
+from lazyops._backends.triton._launch import Launcher
 from lazyops._backends.triton._common import launch_device, row_layout
 
 
@@ -65,16 +66,18 @@ def _add_rmsnorm_kernel(
 def add_rmsnorm_tl(config: AddRMSNormConfig) -> Callable[..., torch.Tensor]:
     n, eps = config.n, config.eps
     layout = row_layout(n)
+    launch = Launcher(
+        _add_rmsnorm_kernel,
+        {"N": n, "BLOCK_N": layout.block_n, "ROWS": layout.rows, "SINGLE_PASS": layout.single_pass},
+        num_warps=layout.num_warps,
+    )
 
     def add_rmsnorm(x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
         m = x.shape[0]
         y = torch.empty_like(x)
         if m == 0:
             return y
-        _add_rmsnorm_kernel[(triton.cdiv(m, layout.rows),)](
-            x, residual, weight, y, m, eps, N=n, BLOCK_N=layout.block_n, ROWS=layout.rows,
-            SINGLE_PASS=layout.single_pass, num_warps=layout.num_warps,
-        )
+        launch((triton.cdiv(m, layout.rows),), x, residual, weight, y, m, eps)
         return y
 
     return add_rmsnorm

@@ -11,6 +11,7 @@ import triton.language as tl
 
 from lazyops.specs.matmul import MatmulConfig, spec
 
+from lazyops._backends.triton._launch import Launcher
 from lazyops._backends.triton._common import interpreting, launch_device
 
 
@@ -123,6 +124,15 @@ def tiling(m: int, n: int, k: int, dtype: torch.dtype) -> Tiling:
 def matmul_tl(config: MatmulConfig) -> Callable[..., torch.Tensor]:
     n, k, dtype = config.n, config.k, config.dtype
     upcast = interpreting(_matmul_kernel) and dtype != torch.float32
+    #: one launcher per tiling (at most three: the token count is bucketed)
+    launchers: dict[Tiling, Launcher] = {}
+
+    def launcher(tiles: Tiling) -> Launcher:
+        constexprs = {
+            "N": n, "K": k, "BLOCK_M": tiles.block_m, "BLOCK_N": tiles.block_n, "BLOCK_K": tiles.block_k,
+            "GROUP_M": 8, "EVEN_K": k % tiles.block_k == 0, "UPCAST": upcast, "IEEE": dtype == torch.float32 or upcast,
+        }
+        return Launcher(_matmul_kernel, constexprs, num_warps=tiles.num_warps, num_stages=tiles.num_stages)
 
     def matmul(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
         m = a.shape[0]
@@ -130,12 +140,10 @@ def matmul_tl(config: MatmulConfig) -> Callable[..., torch.Tensor]:
         if m == 0:
             return c
         tiles = tiling(m, n, k, dtype)
-        grid = (triton.cdiv(m, tiles.block_m) * triton.cdiv(n, tiles.block_n),)
-        _matmul_kernel[grid](
-            a, b, c, m, N=n, K=k, BLOCK_M=tiles.block_m, BLOCK_N=tiles.block_n, BLOCK_K=tiles.block_k, GROUP_M=8,
-            EVEN_K=k % tiles.block_k == 0, UPCAST=upcast, IEEE=dtype == torch.float32 or upcast,
-            num_warps=tiles.num_warps, num_stages=tiles.num_stages,
-        )
+        launch = launchers.get(tiles)
+        if launch is None:
+            launch = launchers[tiles] = launcher(tiles)
+        launch((triton.cdiv(m, tiles.block_m) * triton.cdiv(n, tiles.block_n),), a, b, c, m)
         return c
 
     return matmul

@@ -10,6 +10,7 @@ import triton.language as tl
 
 from lazyops.specs.rmsnorm import RMSNormConfig, spec
 
+from lazyops._backends.triton._launch import Launcher
 from lazyops._backends.triton._common import launch_device, row_layout
 
 
@@ -55,16 +56,18 @@ def _rmsnorm_kernel(
 def rmsnorm_tl(config: RMSNormConfig) -> Callable[..., torch.Tensor]:
     n, eps = config.n, config.eps
     layout = row_layout(n)
+    launch = Launcher(
+        _rmsnorm_kernel,
+        {"N": n, "BLOCK_N": layout.block_n, "ROWS": layout.rows, "SINGLE_PASS": layout.single_pass},
+        num_warps=layout.num_warps,
+    )
 
     def rmsnorm(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
         m = x.shape[0]
         y = torch.empty_like(x)
         if m == 0:
             return y
-        _rmsnorm_kernel[(triton.cdiv(m, layout.rows),)](
-            x, weight, y, m, eps, N=n, BLOCK_N=layout.block_n, ROWS=layout.rows, SINGLE_PASS=layout.single_pass,
-            num_warps=layout.num_warps,
-        )
+        launch((triton.cdiv(m, layout.rows),), x, weight, y, m, eps)
         return y
 
     return rmsnorm

@@ -10,6 +10,7 @@ import triton.language as tl
 
 from lazyops.specs.rope import RopeConfig, check_positions_in_cache, spec
 
+from lazyops._backends.triton._launch import Launcher
 from lazyops._backends.triton._common import interpreting, launch_device, warps_for
 
 
@@ -97,6 +98,19 @@ def rope_tl(config: RopeConfig) -> Callable[..., tuple[torch.Tensor, torch.Tenso
     # torch backend.
     head_dim, is_neox, label = config.head_dim, config.is_neox, config.label
     interpret = interpreting(_rope_kernel)
+    #: one launcher per (rotary half, query heads, key heads): each combination is its own compiled kernel
+    launchers: dict[tuple[int, int, int], Launcher] = {}
+
+    def launcher(half: int, query_heads: int, key_heads: int) -> Launcher:
+        block_half = triton.next_power_of_2(half)
+        block_query_heads = triton.next_power_of_2(max(query_heads, 1))
+        constexprs = {
+            "HEAD_DIM": head_dim, "HALF": half, "BLOCK_HALF": block_half,
+            "QUERY_HEADS": query_heads, "BLOCK_QUERY_HEADS": block_query_heads,
+            "KEY_HEADS": key_heads, "BLOCK_KEY_HEADS": triton.next_power_of_2(max(key_heads, 1)),
+            "IS_NEOX": is_neox,
+        }
+        return Launcher(_rope_kernel, constexprs, num_warps=warps_for(block_query_heads * block_half))
 
     def rope(
         positions: torch.Tensor, query: torch.Tensor, key: torch.Tensor, cos_sin_cache: torch.Tensor
@@ -107,19 +121,11 @@ def rope_tl(config: RopeConfig) -> Callable[..., tuple[torch.Tensor, torch.Tenso
         cache_rows = cos_sin_cache.shape[0]
         if interpret:
             check_positions_in_cache(label, positions, cache_rows)
-        half = cos_sin_cache.shape[1] // 2
-        query_heads = query.shape[1] // head_dim
-        key_heads = key.shape[1] // head_dim
-        block_half = triton.next_power_of_2(half)
-        block_query_heads = triton.next_power_of_2(max(query_heads, 1))
-        block_key_heads = triton.next_power_of_2(max(key_heads, 1))
-        _rope_kernel[(m,)](
-            positions, query, key, cos_sin_cache, cache_rows,
-            HEAD_DIM=head_dim, HALF=half, BLOCK_HALF=block_half,
-            QUERY_HEADS=query_heads, BLOCK_QUERY_HEADS=block_query_heads,
-            KEY_HEADS=key_heads, BLOCK_KEY_HEADS=block_key_heads,
-            IS_NEOX=is_neox, num_warps=warps_for(block_query_heads * block_half),
-        )
+        geometry = (cos_sin_cache.shape[1] // 2, query.shape[1] // head_dim, key.shape[1] // head_dim)
+        launch = launchers.get(geometry)
+        if launch is None:
+            launch = launchers[geometry] = launcher(*geometry)
+        launch((m,), positions, query, key, cos_sin_cache, cache_rows)
         return query, key
 
     return rope

@@ -10,6 +10,7 @@ import triton.language as tl
 
 from lazyops.specs.silu_and_mul import SiluAndMulConfig, spec
 
+from lazyops._backends.triton._launch import Launcher
 from lazyops._backends.triton._common import MIN_PROGRAM_ELEMENTS, launch_device, warps_for
 
 #: An elementwise kernel needs no whole row in one program: the columns are split into blocks of at most this.
@@ -41,6 +42,7 @@ def silu_and_mul_tl(config: SiluAndMulConfig) -> Callable[..., torch.Tensor]:
     block_n = min(triton.next_power_of_2(n), MAX_BLOCK_N)
     rows = max(1, MIN_PROGRAM_ELEMENTS // block_n)
     num_warps = warps_for(rows * block_n)
+    launch = Launcher(_silu_and_mul_kernel, {"N": n, "BLOCK_N": block_n, "ROWS": rows}, num_warps=num_warps)
 
     def silu_and_mul(x: torch.Tensor) -> torch.Tensor:
         m = x.shape[0]
@@ -48,7 +50,7 @@ def silu_and_mul_tl(config: SiluAndMulConfig) -> Callable[..., torch.Tensor]:
         if m == 0:
             return y
         grid = (triton.cdiv(m, rows), triton.cdiv(n, block_n))
-        _silu_and_mul_kernel[grid](x, y, m, N=n, BLOCK_N=block_n, ROWS=rows, num_warps=num_warps)
+        launch(grid, x, y, m)
         return y
 
     return silu_and_mul

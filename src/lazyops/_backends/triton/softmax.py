@@ -10,6 +10,7 @@ import triton.language as tl
 
 from lazyops.specs.softmax import SoftmaxConfig, spec
 
+from lazyops._backends.triton._launch import Launcher
 from lazyops._backends.triton._common import launch_device, row_layout
 
 
@@ -61,16 +62,18 @@ def _softmax_kernel(
 def softmax_tl(config: SoftmaxConfig) -> Callable[..., torch.Tensor]:
     n = config.n
     layout = row_layout(n)
+    launch = Launcher(
+        _softmax_kernel,
+        {"N": n, "BLOCK_N": layout.block_n, "ROWS": layout.rows, "SINGLE_PASS": layout.single_pass},
+        num_warps=layout.num_warps,
+    )
 
     def softmax(x: torch.Tensor) -> torch.Tensor:
         m = x.shape[0]
         y = torch.empty_like(x)
         if m == 0:
             return y
-        _softmax_kernel[(triton.cdiv(m, layout.rows),)](
-            x, y, m, N=n, BLOCK_N=layout.block_n, ROWS=layout.rows, SINGLE_PASS=layout.single_pass,
-            num_warps=layout.num_warps,
-        )
+        launch((triton.cdiv(m, layout.rows),), x, y, m)
         return y
 
     return softmax

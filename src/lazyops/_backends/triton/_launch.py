@@ -1,0 +1,87 @@
+"""Launching a compiled Triton kernel directly, without ``JITFunction.run``'s per-call argument binding.
+
+``kernel[grid](*args, **constexprs)`` binds every argument, computes the specialization key (each pointer's
+16-byte alignment, each specialized integer's divisibility), hashes it and looks the binary up: tens of
+microseconds of host time per call, more than the kernels themselves take at decode sizes. A factory knows
+everything but the per-call values once, so :class:`Launcher` does the lookup once per specialization: the first
+call with a new key goes through ``JITFunction.run`` (which compiles if needed and returns the compiled kernel),
+later calls with the same key hand the arguments straight to the compiled kernel's launcher, as ``run`` itself
+does at its end (Triton >= 3.3).
+
+The key this module computes must be as fine as Triton's, or a binary specialized for aligned pointers would be
+handed a misaligned one: pointers by element type and 16-byte alignment, integers not in ``do_not_specialize`` by ``== 1`` and
+``% 16 == 0``, plus the device. Anything this module does not recognise (the interpreter, an older Triton without
+``knobs``, a launch hook such as a profiler's) takes the ordinary path.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+try:  # Triton >= 3.4 keeps its runtime switches in knobs; older ones take the ordinary path
+    from triton import knobs as _knobs
+except ImportError:  # pragma: no cover - depends on the installed Triton
+    _knobs = None
+
+
+class Launcher:
+    """``launcher(grid, *args)``: ``kernel[grid](*args, **constexprs, **options)``, the binary looked up once.
+
+    ``args`` are the kernel's runtime parameters in order; ``constexprs`` its compile-time parameters, which must
+    all follow the runtime ones in the kernel's signature (the launch passes them in that order).
+    """
+
+    def __init__(self, kernel: Any, constexprs: dict[str, Any], **options: Any) -> None:
+        self.kernel = kernel
+        self.constexprs = constexprs
+        self.options = options
+        self._binaries: dict[tuple[Any, ...], Any] = {}
+        names = list(getattr(kernel, "arg_names", ()))
+        self._direct = _knobs is not None and type(kernel).__name__ == "JITFunction" and bool(names)
+        if self._direct:
+            runtime = names[: len(names) - len(constexprs)]
+            if [name for name in names if name in constexprs] != names[len(runtime):]:
+                raise ValueError(f"{kernel}: the compile-time parameters must come last in the signature")
+            self._tail = tuple(constexprs[name] for name in names[len(runtime):])
+            skipped = set(getattr(kernel, "do_not_specialize", ()) or ())
+            self._specialized = tuple(
+                index not in skipped and name not in skipped for index, name in enumerate(runtime)
+            )
+            from triton.runtime import driver
+
+            self._driver = driver
+
+    def __call__(self, grid: tuple[int, ...], *args: Any) -> None:
+        if not self._direct or _knobs.runtime.launch_enter_hook is not None:
+            self.kernel[grid](*args, **self.constexprs, **self.options)
+            return
+        active = self._driver.active
+        device = active.get_current_device()
+        key = self._key(device, args)
+        binary = self._binaries.get(key)
+        if binary is None:
+            binary = self.kernel[grid](*args, **self.constexprs, **self.options)
+            if hasattr(binary, "result"):  # an asynchronous compile hands back a future
+                binary = binary.result()
+            self._binaries[key] = binary
+            return
+        stream = active.get_current_stream(device)
+        values = (*args, *self._tail)
+        grid_x = grid[0]
+        grid_y = grid[1] if len(grid) > 1 else 1
+        grid_z = grid[2] if len(grid) > 2 else 1
+        binary.run(
+            grid_x, grid_y, grid_z, stream, binary.function, binary.packed_metadata,
+            binary.launch_metadata(grid, stream, *values), None, _knobs.runtime.launch_exit_hook, *values,
+        )
+
+    def _key(self, device: int, args: tuple[Any, ...]) -> tuple[Any, ...]:
+        key: list[Any] = [device]
+        for value, specialized in zip(args, self._specialized):
+            if isinstance(value, torch.Tensor):
+                key.append((value.dtype, value.data_ptr() % 16 == 0))
+            elif specialized and type(value) is int:
+                key.append((value == 1, value % 16 == 0))
+        return tuple(key)
