@@ -76,22 +76,23 @@ def check_tensor(
     ``shape`` holds ints for sizes fixed by the factory and strings for sizes that may vary ("M"); a string that
     repeats across calls must be checked by the caller (see :func:`same_size`). The tensor must be contiguous:
     the kernels index rows by their width, so a strided view would be read wrongly, not merely slowly.
-    """
-    import torch
 
-    if not isinstance(tensor, torch.Tensor):
+    On the hot path of every kernel call: the accepting path is a handful of attribute reads and comparisons,
+    and everything that formats a message runs only once a check has failed.
+    """
+    if not isinstance(tensor, _tensor_type()):
         raise KernelInputError(f"{kernel}: {arg} must be a torch.Tensor, got {type(tensor).__name__}")
-    expected = tuple(shape)
-    if tensor.dim() != len(expected) or any(
-        isinstance(want, int) and got != want for got, want in zip(tensor.shape, expected)
-    ):
+    sizes = tensor.shape
+    if len(sizes) != len(shape):
+        _wrong_shape(kernel, arg, sizes, shape)
+    for got, want in zip(sizes, shape):
+        if got != want and type(want) is int:
+            _wrong_shape(kernel, arg, sizes, shape)
+    found = tensor.dtype
+    if found is not dtype and (type(dtype) is not tuple or found not in dtype):
+        allowed = dtype if isinstance(dtype, tuple) else (dtype,)
         raise KernelInputError(
-            f"{kernel}: {arg} has shape {tuple(tensor.shape)}; expected ({', '.join(map(str, expected))})"
-        )
-    allowed = dtype if isinstance(dtype, tuple) else (dtype,)
-    if tensor.dtype not in allowed:
-        raise KernelInputError(
-            f"{kernel}: {arg} has dtype {tensor.dtype}; expected {' or '.join(map(str, allowed))} "
+            f"{kernel}: {arg} has dtype {found}; expected {' or '.join(map(str, allowed))} "
             f"(build another kernel with the factory for another dtype)"
         )
     if device is not None and tensor.device != device:
@@ -100,6 +101,23 @@ def check_tensor(
         )
     if not tensor.is_contiguous():
         raise KernelInputError(f"{kernel}: {arg} is not contiguous (strides {tensor.stride()}); pass {arg}.contiguous()")
+
+
+def _wrong_shape(kernel: str, arg: str, sizes: Any, shape: tuple[int | str, ...]) -> None:
+    raise KernelInputError(f"{kernel}: {arg} has shape {tuple(sizes)}; expected ({', '.join(map(str, shape))})")
+
+
+_TENSOR: Any = None
+
+
+def _tensor_type() -> Any:
+    """``torch.Tensor``, imported on first need (this module is imported before torch may be)."""
+    global _TENSOR
+    if _TENSOR is None:
+        import torch
+
+        _TENSOR = torch.Tensor
+    return _TENSOR
 
 
 def same_size(kernel: str, what: str, sizes: dict[str, int]) -> None:
