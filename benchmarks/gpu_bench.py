@@ -197,12 +197,12 @@ def render_markdown(rows: list[Any], copy: Any, environment: dict[str, Any], ela
         f"- device-to-device copy, the ceiling: **{fmt(copy_rate)} GB/s** ({copy.note})"
         if copy_rate else f"- device-to-device copy: {copy.error}",
         "",
-        "Each kernel at its spec's engine-sized configuration (`spec.benchmark`, listed below). Medians of "
+        ("Each kernel at its spec's engine-sized configuration (`spec.benchmark`, listed below). Medians of "
         "`triton.testing.do_bench` (L2 flushed; calls rotate through enough input sets to overflow it; on a CPU, "
         "`perf_counter` medians). Bytes and FLOPs from `spec.traffic`: each input "
         "read once, each output written once, in-place tensors both. `torch eager` / `torch.compile`: the spec's "
         "definition in float32; other peers from `benchmarks/kernels/<kernel>.py`. For lazyops rows: the rate "
-        "over the best peer's in the same run, and the share of the copy ceiling.",
+        "over the best peer's in the same run, and the share of the copy ceiling."),
         "",
     ]
     configs = dict.fromkeys((row.kernel, row.config) for row in rows if row.config)

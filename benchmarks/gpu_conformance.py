@@ -32,10 +32,11 @@ import sys
 import tempfile
 import time
 import traceback
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from _environment import describe_environment  # benchmarks/ is on sys.path
 
@@ -175,21 +176,23 @@ class Checker:
         overlaps its compiles; a failure here is left for the case that needs the kernel to report."""
         from lazyops import _bench
 
-        def build(job: tuple[str, Any]) -> None:
+        def build(job: tuple[str, Any]) -> str | None:
             kernel, dtype = job
             try:
                 factory = self.factory(backend, kernel)
                 if factory is not None:
                     chosen = _bench.example(kernel, dtype, small=self.small)
                     factory(*chosen.args, **chosen.kwargs)
-            except Exception:  # noqa: BLE001 - reported by the case that needs it
-                pass
+            except Exception as error:  # noqa: BLE001 - reported again by the case that needs it
+                return one_line(error)
+            return None
 
         started = time.perf_counter()
         jobs = [(kernel, dtype) for kernel in kernels for dtype in dtypes]
         with ThreadPoolExecutor(max_workers=max(1, threads)) as pool:
-            list(pool.map(build, jobs))
-        print(f"{backend}: {len(jobs)} configurations built in {time.perf_counter() - started:.1f} s", flush=True)
+            failed = [error for error in pool.map(build, jobs) if error]
+        print(f"{backend}: {len(jobs)} configurations built in {time.perf_counter() - started:.1f} s"
+              + (f"; {len(failed)} failed, first: {failed[0]}" if failed else ""), flush=True)
 
     def drawn(self, backend: str, kernel: str, max_examples: int) -> None:
         from lazyops.testing import TOLERANCE, run_conformance
@@ -340,13 +343,13 @@ def render_markdown(checker: Checker, environment: dict[str, Any], elapsed: floa
         f"- backends: {', '.join(f'{k} ({v})' for k, v in environment['backends'].items())}",
         f"- wall time: {elapsed:.0f} s",
         "",
-        "Judged by the conformance kit (`lazyops.testing`): relative error ‖out − ref‖ / ‖ref‖ against the spec's "
+        ("Judged by the conformance kit (`lazyops.testing`): relative error ‖out − ref‖ / ‖ref‖ against the spec's "
         f"reference in float64, tolerance per dtype ({tolerances}); in-place results also element by element; "
         "outputs allocated over freed NaN-filled blocks, so an element never written fails. **grid**: the spec's "
         f"engine-sized configuration (`spec.benchmark`) at M = {', '.join(map(str, tokens))}. **views**: the same "
         f"at M = {', '.join(map(str, view_tokens)) or '—'}, every input a contiguous view one element into its "
         f"allocation. **drawn**: `run_conformance`, up to {environment['max_examples']} hypothesis examples per "
-        f"kernel (seed {environment['seed']}), every dtype; its worst error is reported with the dtype it was seen in.",
+        f"kernel (seed {environment['seed']}), every dtype; its worst error is reported with the dtype it was seen in."),
         "",
         "| kernel | backend | dtype | result | grid: worst rel. error (tolerance) | views | cases |",
         "| --- | --- | --- | --- | --- | --- | --- |",

@@ -5,7 +5,8 @@ torch has no fused add-and-norm op; liger-kernel has one.
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 
 def liger(config: Any) -> Callable[..., Any]:

@@ -6,7 +6,8 @@ the input dtype (float32 accumulation inside), which is what the GEMM goals are 
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 
 def cublas(config: Any) -> Callable[..., Any]:

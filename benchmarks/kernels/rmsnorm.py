@@ -6,7 +6,8 @@ peer that is not installed raises ``ImportError`` while building, and its row sa
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 
 def torch_native(config: Any) -> Callable[..., Any]:

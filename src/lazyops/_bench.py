@@ -36,13 +36,15 @@ import math
 import statistics
 import sys
 import time
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterable, Sequence
+from typing import Any
 
 import torch
 
-from lazyops.specs import kernel_names, spec as spec_of
+from lazyops.specs import kernel_names
+from lazyops.specs import spec as spec_of
 
 __all__ = [
     "Impl",
@@ -50,6 +52,7 @@ __all__ = [
     "Row",
     "backend_status",
     "copy_ceiling",
+    "default_device",
     "describe",
     "example",
     "fullgraph_check",
@@ -147,7 +150,7 @@ def example(kernel: str, dtype: Any = "bfloat16", *, small: bool = False) -> Any
     The clamp is for checking logic on the host (Triton's interpreter takes 10 s for one 4096 x 4096 GEMM); a
     clamped configuration that the spec refuses falls back to the full one.
     """
-    from lazyops.specs import Example
+    from lazyops.specs._spec import Example
 
     spec = spec_of(kernel_name(kernel))
     full = spec.benchmark(_dtype(dtype))
@@ -559,8 +562,12 @@ def _dtype_name(dtype: torch.dtype) -> str:
     return str(dtype).removeprefix("torch.")
 
 
-def _device(device: str | None) -> str:
+def default_device(device: str | None = None) -> str:
+    """``device``, or where the engine times by default: CUDA when torch sees it, else the host."""
     return str(device) if device else ("cuda" if torch.cuda.is_available() else "cpu")
+
+
+_device = default_device
 
 
 def _short(kernel: str) -> str:
@@ -633,7 +640,7 @@ def _median_us(fn: Callable[..., Any], sets: list[tuple[Any, ...]], device: str,
 
     with torch.no_grad():
         if device.startswith("cuda"):
-            import triton.testing
+            import triton.testing  # type: ignore[import-untyped]
 
             return float(triton.testing.do_bench(step, warmup=25, rep=100, return_mode="median")) * 1e3
         times = []
