@@ -3,6 +3,7 @@
     python3 benchmarks/gpu_bench.py [--out DIR] [--host] [--graph]     # on a CUDA machine
     python3 benchmarks/gpu_bench.py --backend triton --tokens 1,128,1024
     python3 benchmarks/gpu_bench.py --kernels rope,matmul --host --merge --out DIR    # add to DIR's results
+    python3 benchmarks/gpu_bench.py --replot --out DIR          # plots from DIR/gpu_bench.json, measuring nothing
     python3 benchmarks/gpu_bench.py --device cpu --small [--host --graph]  # the script's logic, on a CPU
 
 Every kernel lazyops specifies (``lazyops.specs.kernel_names()``) at its engine-sized configuration
@@ -61,6 +62,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--host", action="store_true", help="host time per call at one token")
     parser.add_argument("--graph", action="store_true", help="per-call time inside a CUDA graph")
     parser.add_argument("--graph-tokens", default=",".join(map(str, GRAPH_TOKENS)))
+    parser.add_argument("--replot", action="store_true",
+                        help="measure nothing: redraw DIR's plots and Markdown from its gpu_bench.json (for a "
+                             "machine without matplotlib, such as the H200)")
     parser.add_argument("--merge", action="store_true",
                         help="keep the rows of DIR/gpu_bench.json that this run does not remeasure (a run split "
                              "over several calls, each within a time limit)")
@@ -77,11 +81,13 @@ def main(argv: list[str] | None = None) -> int:
     from lazyops import _bench
     from lazyops.specs import kernel_names
 
-    if args.device == "cuda" and not torch.cuda.is_available():
+    if args.device == "cuda" and not torch.cuda.is_available() and not args.replot:
         print("no CUDA device: run with --device cpu --small to check the script here", file=sys.stderr)
         return 2
     cuda = args.device == "cuda"
     out = args.out or (ROOT / "benchmarks" / "results" if cuda else Path(tempfile.gettempdir()) / "lazyops-gpu-bench")
+    if args.replot:
+        return replot(out)
     compile_peers = cuda if args.compile is None else args.compile
     default_tokens = SMALL_TOKENS if args.small else GPU_TOKENS
     tokens = [int(m) for m in args.tokens.split(",")] if args.tokens else list(default_tokens)
@@ -122,6 +128,16 @@ def main(argv: list[str] | None = None) -> int:
     plots = write_plots(out, rows, copy, environment)
     print(render_markdown(rows, copy, environment, time.perf_counter() - started))
     print(f"results in {out}" + (f" ({plots})" if plots else ""))
+    return 0
+
+
+def replot(out: Path) -> int:
+    from lazyops._bench import Row
+
+    payload = json.loads((out / "gpu_bench.json").read_text())
+    rows, copy = [Row(**row) for row in payload["rows"]], Row(**payload["copy"])
+    (out / "gpu_bench.md").write_text(render_markdown(rows, copy, payload["environment"], payload["elapsed_s"]))
+    print(f"{out}: gpu_bench.md rewritten, {write_plots(out, rows, copy, payload['environment'])}")
     return 0
 
 
