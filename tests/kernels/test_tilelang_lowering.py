@@ -5,7 +5,7 @@ static configurations (odd widths, every dtype, both rope styles, ragged GEMM sh
 it, and the CUDA source shows the properties the design relies on: one kernel for every token count (``M`` is a
 kernel parameter), 16-byte vector accesses on aligned rows, a block-wide reduction for the row kernels, and for
 the GEMM TMA loads feeding wgmma in half precision and no tensor-core instruction at all in float32. Whether the
-kernels compute the right numbers is checked on a GPU by ``benchmarks/tilelang_gpu_check.py``.
+kernels compute the right numbers is checked on a GPU by ``benchmarks/gpu_conformance.py``.
 """
 
 from __future__ import annotations
