@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
-# The README's main job: install lazyops (no GPU extras) and show every kernel and where it resolves here.
+# The README's main job: install lazyops with its command line (the `cli` extra; no GPU extras) and run
+# `lazyops doctor`: versions, device, backends, configuration, and every kernel run once and checked against
+# the float64 reference. Its exit status is doctor's (0: everything selected works).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bash scripts/setup.sh
-.venv/bin/lazyops list
+bash scripts/setup.sh cli
+.venv/bin/lazyops doctor

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Create .venv and install lazyops with the extras given as arguments (e.g. `test,triton,tilelang`).
+# Create .venv and install lazyops with the extras given as arguments (e.g. `test,triton,tilelang,cli`).
 # torch is pinned to the CPU build this machine carries; an unpinned torch would pull a multi-GB CUDA build.
 set -euo pipefail
 cd "$(dirname "$0")/.."

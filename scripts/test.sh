@@ -3,5 +3,5 @@
 # Triton runs in its interpreter when no GPU is present (tests/conftest.py sets TRITON_INTERPRET=1 then).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bash scripts/setup.sh test,triton,tilelang
+bash scripts/setup.sh test,triton,tilelang,cli
 .venv/bin/python -m pytest "$@"

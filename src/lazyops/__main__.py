@@ -38,6 +38,10 @@ def _parser() -> argparse.ArgumentParser:
     stubs.add_argument(
         "--backends", default=None, help="comma list of backends whose kernels to include (default: the built-ins)"
     )
+
+    from lazyops.cli import add_subcommands
+
+    add_subcommands(commands)  # doctor, bench, warmup, trace: each sets args.run
     return parser
 
 
@@ -109,6 +113,8 @@ def _stubs(check: bool, output: str | None, backends: str | None) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
+    if hasattr(args, "run"):
+        return args.run(args)  # lazyops.cli's subcommands report their own errors
     import lazyops
 
     try:

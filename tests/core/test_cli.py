@@ -60,6 +60,8 @@ def test_console_script_is_declared():
 
 def test_ci_runs_the_readme_test_command():
     readme = (ROOT / "README.md").read_text()
-    assert "bash scripts/test.sh" in readme and "bash scripts/list.sh" in readme
+    assert "bash scripts/test.sh" in readme and "bash scripts/doctor.sh" in readme
     assert "bash scripts/test.sh" in (ROOT / ".ci" / "run").read_text()
-    assert ".venv/bin/lazyops list" in (ROOT / "scripts" / "list.sh").read_text()
+    main_job = (ROOT / "scripts" / "doctor.sh").read_text()
+    assert "setup.sh cli" in main_job and ".venv/bin/lazyops doctor" in main_job
+    assert "cli" in (ROOT / "scripts" / "test.sh").read_text().split("setup.sh", 1)[1].splitlines()[0]

@@ -8,8 +8,11 @@ on-disk cache, keyed by the program's text (a new process compiles nothing it co
 
 from __future__ import annotations
 
+import contextlib
+import logging
+import os
 import threading
-from typing import TYPE_CHECKING, Any, Callable, Hashable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Hashable, Iterator, Mapping, Sequence
 
 from lazyops._errors import BackendError
 
@@ -104,15 +107,52 @@ def _compile(factory: str, programs: list[Any]) -> list[Any]:
     import tilelang
 
     try:
-        if len(programs) == 1:
-            return [tilelang.compile(programs[0], target="cuda")]
-        return tilelang.par_compile(programs, target="cuda")
+        with quiet_tilelang():
+            if len(programs) == 1:
+                return [tilelang.compile(programs[0], target="cuda")]
+            # tilelang.par_compile is this loop plus a tqdm bar; the threads overlap because nvcc is a subprocess.
+            from concurrent.futures import ThreadPoolExecutor
+
+            workers = min(len(programs), os.cpu_count() or 1)
+            with ThreadPoolExecutor(workers, thread_name_prefix="lazyops-tilelang") as pool:
+                return list(pool.map(lambda program: tilelang.compile(program, target="cuda"), programs))
     except Exception as error:
         raise BackendError(
             f"{factory}: TileLang failed to compile the kernel ({type(error).__name__}: {error}); "
             "select another backend (LAZYOPS_BACKEND=triton or torch) and report the configuration",
             backend="tilelang",
         ) from error
+
+
+_quiet_lock = threading.Lock()
+_quiet_depth = 0
+_level_before = logging.NOTSET
+
+
+@contextlib.contextmanager
+def quiet_tilelang() -> Iterator[None]:
+    """TileLang's INFO lines (two per compile, plus cache keys) kept quiet while lazyops compiles.
+
+    A server warming up dozens of kernels would otherwise print a screenful on every start. Only TileLang's own
+    default level (INFO, set when it is imported) is raised to WARNING: warnings and errors still show, and a user
+    who set another level (``tilelang.set_log_level("DEBUG")``) keeps it. Nested and concurrent compiles share one
+    raise, undone when the last one ends.
+    """
+    global _quiet_depth, _level_before
+    logger = logging.getLogger("tilelang")
+    with _quiet_lock:
+        if _quiet_depth == 0:
+            _level_before = logger.level
+            if logger.level == logging.INFO:
+                logger.setLevel(logging.WARNING)
+        _quiet_depth += 1
+    try:
+        yield
+    finally:
+        with _quiet_lock:
+            _quiet_depth -= 1
+            if _quiet_depth == 0:
+                logger.setLevel(_level_before)
 
 
 def aligned(tensor: torch.Tensor) -> torch.Tensor:

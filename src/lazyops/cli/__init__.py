@@ -1,0 +1,66 @@
+"""The ``lazyops`` subcommands that run kernels: ``doctor``, ``bench``, ``warmup`` and ``trace``.
+
+One module per subcommand, each with ``HELP`` (its one-line summary), ``add_arguments(parser)`` and
+``main(args) -> exit status``; ``_output`` renders for all of them (rich on a terminal, plain text otherwise),
+``_errors`` holds the exit statuses, ``_traces`` reads ``LAZYOPS_TRACE`` files. ``lazyops.__main__`` only
+dispatches here.
+
+Importing this package or a subcommand module imports neither torch nor rich: ``lazyops --help`` stays instant,
+and the heavy imports happen inside ``main`` (rich and matplotlib are the ``cli`` extra).
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import importlib
+import sys
+from typing import Any, Callable
+
+from lazyops.cli._errors import INTERNAL, INTERRUPTED, USAGE, CommandError
+
+SUBCOMMANDS = ("doctor", "bench", "warmup", "trace")
+
+
+def add_subcommands(commands: Any) -> None:
+    """Add each subcommand's parser to ``commands`` (an argparse subparsers action); ``args.run(args)`` runs it."""
+    for name in SUBCOMMANDS:
+        module = importlib.import_module(f"lazyops.cli.{name}")
+        parser = commands.add_parser(
+            name, help=module.HELP, description=module.__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+        )
+        module.add_arguments(parser)
+        # SUPPRESS: a `--debug` given before the subcommand (a top-level option) is not reset by this default.
+        parser.add_argument(
+            "--debug", action="store_true", default=argparse.SUPPRESS, help="show the traceback of an error"
+        )
+        parser.set_defaults(run=functools.partial(run, module.main))
+
+
+def run(command: Callable[[argparse.Namespace], int], args: argparse.Namespace) -> int:
+    """``command(args)``, with every error turned into one line on stderr and its exit status (see ``_errors``)."""
+    try:
+        return command(args)
+    except KeyboardInterrupt:
+        print("lazyops: interrupted", file=sys.stderr)
+        return INTERRUPTED
+    except Exception as error:
+        if getattr(args, "debug", False):
+            raise
+        status, message = describe(error)
+        print(f"lazyops {args.command}: {message}", file=sys.stderr)
+        return status
+
+
+def describe(error: Exception) -> tuple[int, str]:
+    """The exit status and the one line an error is reported with."""
+    from lazyops._errors import BackendError, ConfigError
+
+    text = " ".join(str(error).split())
+    if isinstance(error, CommandError):
+        return error.exit_status, text
+    if isinstance(error, (ConfigError, BackendError)):
+        return USAGE, f"{type(error).__name__}: {text}"
+    if isinstance(error, OSError):
+        return USAGE, text
+    return INTERNAL, f"unexpected {type(error).__name__}: {text} (rerun with --debug for the traceback)"

@@ -1,0 +1,36 @@
+"""The command line's errors and exit statuses: one line on stderr and a documented status, never a traceback
+unless ``--debug`` asks for it.
+
+Exit statuses of every subcommand (the README's table):
+
+- 0: done, and nothing found wrong;
+- 1: done, and something found wrong: ``doctor`` found a selected backend or a kernel that cannot work or a
+  kernel that fails its check; ``bench`` or ``warmup`` could not build or run an implementation it was asked for;
+  ``trace --check`` found a kernel the backend lacks; ``which`` names an unavailable kernel; ``stubs --check``
+  found the stub stale;
+- 2: could not do what was asked: bad arguments, a configuration error in the environment, a backend that cannot
+  be loaded, an unreadable or malformed input file, the ``cli`` extra not installed;
+- 3: an unexpected error (a bug in lazyops or in a backend): ``--debug`` shows its traceback;
+- 130: interrupted (Ctrl-C).
+"""
+
+from __future__ import annotations
+
+OK = 0
+FOUND_PROBLEMS = 1
+USAGE = 2
+INTERNAL = 3
+INTERRUPTED = 130
+
+
+class CommandError(Exception):
+    """A subcommand cannot do what it was asked; the message says why and what to do instead."""
+
+    exit_status = USAGE
+
+
+class MissingExtraError(CommandError):
+    """A library of the ``cli`` extra (rich, matplotlib) is not installed."""
+
+    def __init__(self, package: str) -> None:
+        super().__init__(f"this command needs {package}, which is not installed; install it with: pip install 'lazyops[cli]'")

@@ -1,0 +1,113 @@
+"""Reading ``LAZYOPS_TRACE`` files back: what ``lazyops trace`` summarises and ``lazyops warmup`` rebuilds.
+
+A trace is JSON lines, one per first construction of a kernel factory (per distinct argument combination with
+``LAZYOPS_TRACE_ARGS=1``), written by ``lazyops._trace``. The arguments are stored as the text of their reprs
+(``4096, torch.bfloat16, eps=1e-06``), readable by people; :func:`parse_arguments` turns that text back into
+values without ``eval``: the text is parsed as a call's argument list, each value must be a Python literal or a
+``torch.<dtype>`` name, and anything else is refused. A trace file is input from elsewhere (another machine, a
+server's log directory): nothing in it may run code.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+from dataclasses import dataclass, field
+from typing import Any, Iterable
+
+from lazyops.cli._errors import CommandError
+
+
+@dataclass
+class Record:
+    """One trace line."""
+
+    kernel: str
+    backend: str
+    #: the arguments' text, or None when the trace was written without LAZYOPS_TRACE_ARGS=1
+    args: str | None
+    pid: int | None = None
+    rank: int | None = None
+    construct_ms: float | None = None
+    where: str = ""
+
+
+@dataclass
+class TraceLog:
+    records: list[Record] = field(default_factory=list)
+    #: lines that are not a trace record: ``file:line: why`` (a process killed mid-write leaves half a line)
+    skipped: list[str] = field(default_factory=list)
+    files: list[str] = field(default_factory=list)
+
+
+def read_traces(paths: Iterable[str]) -> TraceLog:
+    """Every record of every file; an unreadable file is a :class:`CommandError`, a malformed line is skipped."""
+    log = TraceLog()
+    for path in paths:
+        log.files.append(path)
+        try:
+            with open(path, encoding="utf-8") as trace:
+                lines = trace.readlines()
+        except OSError as error:
+            raise CommandError(f"cannot read the trace {path!r}: {error.strerror or error}") from None
+        except UnicodeDecodeError:
+            raise CommandError(f"{path!r} is not a lazyops trace (not UTF-8 text)") from None
+        for number, line in enumerate(lines, 1):
+            if not line.strip():
+                continue
+            where = f"{path}:{number}"
+            try:
+                log.records.append(_record(json.loads(line), where))
+            except (ValueError, TypeError, KeyError) as error:
+                log.skipped.append(f"{where}: {error}")
+    return log
+
+
+def _record(data: Any, where: str) -> Record:
+    if not isinstance(data, dict):
+        raise ValueError("not a JSON object")
+    kernel, backend, args = data["kernel"], data["backend"], data.get("args")
+    if not isinstance(kernel, str) or not isinstance(backend, str) or not (args is None or isinstance(args, str)):
+        raise TypeError("'kernel', 'backend' (and 'args') must be strings")
+    return Record(kernel, backend, args, data.get("pid"), data.get("rank"), data.get("construct_ms"), where)
+
+
+def parse_arguments(text: str) -> tuple[tuple[Any, ...], dict[str, Any]]:
+    """``"4096, torch.bfloat16, eps=1e-06"`` -> ``((4096, torch.bfloat16), {"eps": 1e-06})``, or ``ValueError``.
+
+    Literals (numbers, strings, booleans, None, tuples and lists of them) and ``torch.<dtype>`` names only.
+    """
+    try:
+        call = ast.parse(f"f({text})", mode="eval").body
+    except SyntaxError:
+        raise ValueError(f"cannot read the arguments {text!r}") from None
+    if not isinstance(call, ast.Call) or not isinstance(call.func, ast.Name) or call.func.id != "f":
+        raise ValueError(f"cannot read the arguments {text!r}")
+    args = tuple(_value(node, text) for node in call.args)
+    kwargs = {}
+    for keyword in call.keywords:
+        if keyword.arg is None:
+            raise ValueError(f"cannot read the arguments {text!r}: '**' is not an argument")
+        kwargs[keyword.arg] = _value(keyword.value, text)
+    return args, kwargs
+
+
+def _value(node: ast.expr, text: str) -> Any:
+    if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == "torch":
+        import torch
+
+        dtype = getattr(torch, node.attr, None)
+        if isinstance(dtype, torch.dtype):
+            return dtype
+        raise ValueError(f"{text!r}: torch.{node.attr} is not a torch dtype")
+    if isinstance(node, (ast.Tuple, ast.List)):
+        values = [_value(item, text) for item in node.elts]
+        return tuple(values) if isinstance(node, ast.Tuple) else values
+    if isinstance(node, ast.Starred):
+        raise ValueError(f"cannot read the arguments {text!r}: '*' is not an argument")
+    try:
+        return ast.literal_eval(node)
+    except ValueError:
+        raise ValueError(
+            f"cannot read the arguments {text!r}: {ast.unparse(node)!r} is neither a literal nor a torch dtype"
+        ) from None

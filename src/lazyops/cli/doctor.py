@@ -1,0 +1,491 @@
+"""lazyops doctor: what runs here, and is it right.
+
+Reports the Python, torch, Triton and TileLang versions and the device; each backend (whether it loads and can
+run here, its import time, and if not why, with the way out); the configuration read from the environment, each
+problem with its fix; and each kernel: where it resolves now, and the result of running it once on a small input
+in every backend that can run here, checked against the float64 reference (lazyops.testing.check_case, the judge
+of the conformance suite).
+
+Exit status: 0 when everything selected works and every check passes; 1 when a selected backend cannot run, a
+kernel cannot be resolved, or a check fails; 2 when the configuration is wrong (the problems say how to fix it).
+"""
+
+from __future__ import annotations
+
+import argparse
+import difflib
+import os
+import platform
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from lazyops.cli._errors import FOUND_PROBLEMS, OK, USAGE
+
+HELP = "versions, device, backends, configuration, and every kernel run once and checked"
+
+#: The variables lazyops reads, with a short meaning for the configuration table.
+VARIABLES = {
+    "LAZYOPS_BACKEND": "selected backend or chain",
+    "LAZYOPS_FALLBACK": "kernels forced to the default",
+    "LAZYOPS_STRICT": "no fallback of any kind",
+    "LAZYOPS_VERBOSE": "name every inherited kernel",
+    "LAZYOPS_TRACE": "construction trace file",
+    "LAZYOPS_TRACE_ARGS": "trace the arguments too",
+    "EAGER_IMPORT": "resolve everything at import",
+    "TRITON_INTERPRET": "Triton on the CPU",
+}
+#: The check's token counts: one token (the decode step) and a few rows, so both paths of a kernel run.
+TOKENS = (1, 7)
+#: Feature sizes of the check are the benchmark's, cut to this: enough for several blocks, fast on a CPU.
+SMALL = 256
+
+PASS, FAIL, ERROR, NO_SPEC = "pass", "FAIL", "error", "no spec"
+RUNS, CANNOT_RUN, NOT_INSTALLED, BROKEN = "ok", "cannot run", "not installed", "broken"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--backend",
+        metavar="NAME[,NAME]",
+        help="check the kernels of these backends only (default: every backend that can run here)",
+    )
+    parser.add_argument(
+        "--dtype", default="bfloat16", choices=("float32", "float16", "bfloat16"), help="the checks' dtype"
+    )
+    parser.add_argument("--json", action="store_true", help="print the report as JSON")
+
+
+@dataclass
+class BackendReport:
+    name: str
+    origin: str
+    status: str
+    selected: bool
+    import_s: float | None = None
+    reason: str | None = None
+    #: the backend's factories, imported (what the checks run)
+    factories: dict[str, Any] = field(default_factory=dict, repr=False)
+    #: kernels whose module could not be imported, with why
+    kernel_errors: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass
+class Check:
+    status: str
+    error: float | None = None
+    message: str = ""
+
+
+@dataclass
+class KernelReport:
+    kernel: str
+    backend: str | None = None
+    reason: str | None = None
+    problem: str | None = None
+    checks: dict[str, Check] = field(default_factory=dict)
+
+
+def main(args: argparse.Namespace) -> int:
+    from lazyops.cli._output import Output
+
+    output = Output()
+    report = diagnose(args, output)
+    if args.json:
+        output.json(report.as_json())
+    else:
+        report.render(output)
+    return report.exit_status
+
+
+class Report:
+    def __init__(self) -> None:
+        self.versions: dict[str, str | None] = {}
+        self.device = ""
+        self.variables: dict[str, str | None] = {}
+        self.config_problems: list[str] = []
+        self.config_warnings: list[str] = []
+        self.chain: tuple[str, ...] = ()
+        self.strict = False
+        self.default = ""
+        self.backends: list[BackendReport] = []
+        self.kernels: list[KernelReport] = []
+        self.dtype = ""
+
+    # -- the verdict -------------------------------------------------------------------------------------------
+    def failures(self) -> list[str]:
+        """What makes the exit status 1, one line each."""
+        found = [
+            f"selected backend {b.name!r} is {b.status}: {b.reason}"
+            for b in self.backends
+            if b.selected and b.status != RUNS
+        ]
+        for kernel in self.kernels:
+            if kernel.problem and not self.config_problems:
+                found.append(f"{kernel.kernel}: {kernel.problem}")
+            found += [
+                f"{kernel.kernel} in {backend}: {check.message}"
+                for backend, check in kernel.checks.items()
+                if check.status in (FAIL, ERROR)
+            ]
+        return found
+
+    @property
+    def exit_status(self) -> int:
+        if self.config_problems:
+            return USAGE
+        return FOUND_PROBLEMS if self.failures() else OK
+
+    # -- output ------------------------------------------------------------------------------------------------
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "versions": self.versions,
+            "device": self.device,
+            "configuration": {
+                "variables": self.variables,
+                "chain": list(self.chain),
+                "strict": self.strict,
+                "platform_default": self.default,
+                "problems": self.config_problems,
+                "warnings": self.config_warnings,
+            },
+            "backends": [
+                {
+                    "name": b.name,
+                    "origin": b.origin,
+                    "status": b.status,
+                    "selected": b.selected,
+                    "import_s": None if b.import_s is None else round(b.import_s, 4),
+                    "reason": b.reason,
+                }
+                for b in self.backends
+            ],
+            "dtype": self.dtype,
+            "kernels": [
+                {
+                    "kernel": k.kernel,
+                    "resolves_to": k.backend,
+                    "reason": k.reason,
+                    "problem": k.problem,
+                    "checks": {
+                        name: {"status": c.status, "error": c.error, "message": c.message}
+                        for name, c in k.checks.items()
+                    },
+                }
+                for k in self.kernels
+            ],
+            "failures": self.failures(),
+            "exit_status": self.exit_status,
+        }
+
+    def render(self, out: Any) -> None:
+        from lazyops.cli._output import seconds
+
+        out.line(("lazyops doctor", "head"))
+        names = {"python": "Python", "lazyops": "lazyops", "torch": "torch", "triton": "Triton", "tilelang": "TileLang"}
+        for key, label in names.items():
+            version = self.versions.get(key)
+            out.line(f"  {label:<9} ", (version, "") if version else ("not installed", "dim"))
+        out.line(f"  {'device':<9} {self.device}")
+
+        out.heading("Backends")
+        rows = []
+        for b in self.backends:
+            status = (b.status, "ok" if b.status == RUNS else ("fail" if b.selected else "warn"))
+            name = b.name + (" *" if b.selected else "")
+            rows.append([name, status, seconds(b.import_s), b.reason or ""])
+        out.table(["backend", "status", "import", "why not, and the way out"], rows, no_wrap=("backend", "status", "import"))
+        out.line(("* selected. import: the backend and its kernel modules (torch already loaded)", "dim"))
+
+        out.heading("Configuration")
+        rows = [[name, value if value is not None else ("(unset)", "dim"), meaning]
+                for name, value, meaning in ((n, self.variables.get(n), m) for n, m in VARIABLES.items())]
+        rows += [[name, value, ("not a lazyops variable", "warn")] for name, value in self.variables.items()
+                 if name not in VARIABLES]
+        out.table(["variable", "value", "meaning"], rows, no_wrap=("variable",))
+        if self.chain:
+            default = " (the platform default)" if self.chain == (self.default,) else f"; platform default: {self.default}"
+            out.line(f"  chain: {','.join(self.chain)}{default}", "; strict" if self.strict else "")
+        for problem in self.config_problems:
+            out.line(("  problem: ", "fail"), problem)
+        for warning in self.config_warnings:
+            out.line(("  warning: ", "warn"), warning)
+        if not self.config_problems and not self.config_warnings:
+            out.line(("  no problems", "ok"))
+
+        out.heading(f"Kernels (run once at M = {', '.join(map(str, TOKENS))}, {self.dtype}, vs float64)")
+        checked = [b.name for b in self.backends if any(b.name in k.checks for k in self.kernels)]
+        rows = []
+        for k in self.kernels:
+            where = (f"{k.backend} ({k.reason})", "") if k.backend and not k.problem else ("unavailable", "fail")
+            if self.config_problems:
+                where = ("not read", "fail")
+            if k.backend and k.problem:
+                where = (f"{k.backend}: fails", "fail")
+            cells = [_check_cell(k.checks.get(name)) for name in checked]
+            rows.append([k.kernel, where, *cells])
+        out.table(["kernel", "resolves to", *checked], rows, no_wrap=("kernel",))
+        out.line(("pass: the relative error ‖out − ref‖/‖ref‖ (shown) is within the dtype's tolerance", "dim"))
+
+        failures = self.failures()
+        for line in failures:
+            out.line(("  FAIL ", "fail"), line)
+        out.console.print()
+        passed = sum(c.status == PASS for k in self.kernels for c in k.checks.values())
+        total = sum(c.status != NO_SPEC for k in self.kernels for c in k.checks.values())
+        if self.exit_status == USAGE:
+            out.line(("configuration error: ", "fail"), "fix the problems above (exit status 2)")
+        elif failures:
+            out.line((f"{len(failures)} problem(s); ", "fail"), f"{passed} of {total} checks passed (exit status 1)")
+        else:
+            out.line(("all good: ", "ok"), f"{passed} of {total} checks passed")
+
+
+def _check_cell(check: Check | None) -> Any:
+    if check is None:
+        return ("-", "dim")
+    if check.status == PASS:
+        return (f"pass {check.error:.1e}" if check.error else "pass 0", "ok")
+    if check.status == NO_SPEC:
+        return ("no spec", "dim")
+    return (check.status, "fail")
+
+
+# -- gathering ---------------------------------------------------------------------------------------------------
+
+
+def diagnose(args: argparse.Namespace, out: Any) -> Report:
+    import lazyops
+
+    report = Report()
+    report.dtype = args.dtype
+    report.versions = versions()
+    state = lazyops._state()
+    try:
+        universe = state.universe()
+        registry = universe.registry
+        report.default = universe.default
+    except lazyops.BackendError as error:  # a bad entry point: nothing can be listed until it is fixed
+        report.config_problems.append(str(error))
+        return report
+    wanted = _wanted_backends(args.backend, registry.names)
+    read_configuration(report, state)
+    report.device = device()
+    if not report.chain and not report.config_problems:
+        report.chain = (report.default,)
+    for backend in registry:
+        report.backends.append(load_backend(backend, selected=backend.name in report.chain))
+    runnable = {b.name: b for b in report.backends if b.status == RUNS and b.name in wanted}
+    kernels = state.kernel_names()
+    work = [(k, b) for k in kernels for b in runnable.values() if k in b.factories]
+    with out.progress(len(work), "checking kernels") as progress:
+        for kernel in kernels:
+            entry = resolve_kernel(kernel, state, report)
+            for backend in runnable.values():
+                if kernel in backend.kernel_errors:
+                    entry.checks[backend.name] = Check(ERROR, message=backend.kernel_errors[kernel])
+                elif kernel in backend.factories:
+                    progress.working_on(f"{kernel} in {backend.name}")
+                    entry.checks[backend.name] = check_kernel(kernel, backend, args.dtype)
+                    progress.advance()
+            report.kernels.append(entry)
+    return report
+
+
+def _wanted_backends(option: str | None, known: tuple[str, ...]) -> set[str]:
+    if not option:
+        return set(known)
+    from lazyops.cli._errors import CommandError
+
+    names = {name.strip() for name in option.split(",") if name.strip()}
+    unknown = sorted(names - set(known))
+    if unknown:
+        raise CommandError(f"--backend: no backend named {', '.join(map(repr, unknown))}; known: {', '.join(known)}")
+    return names
+
+
+def versions() -> dict[str, str | None]:
+    from importlib import metadata
+
+    found: dict[str, str | None] = {"python": platform.python_version()}
+    for package in ("lazyops", "torch", "triton", "tilelang"):
+        try:
+            found[package] = metadata.version(package)
+        except metadata.PackageNotFoundError:
+            found[package] = None
+    if found["lazyops"] is None:  # run from a source tree without installing it
+        import lazyops
+
+        found["lazyops"] = lazyops.__version__
+    return found
+
+
+def device() -> str:
+    import torch
+
+    if torch.cuda.is_available():
+        index = torch.cuda.current_device()
+        major, minor = torch.cuda.get_device_capability(index)
+        count = torch.cuda.device_count()
+        more = f" (1 of {count})" if count > 1 else ""
+        return f"{torch.cuda.get_device_name(index)}, CUDA capability {major}.{minor}{more}"
+    return f"CPU only ({platform.machine()}, {os.cpu_count()} cores; torch sees no CUDA device)"
+
+
+def read_configuration(report: Report, state: Any) -> None:
+    """The variables as set, each malformed one as a problem (all of them, not just the first), then the whole."""
+    from lazyops import _config
+    from lazyops._errors import ConfigError
+
+    environ = os.environ
+    report.variables = {name: environ.get(name) for name in VARIABLES}
+    unknown = sorted(name for name in environ if name.startswith("LAZYOPS_") and name not in VARIABLES)
+    for name in unknown:
+        report.variables[name] = environ[name]
+        close = difflib.get_close_matches(name, VARIABLES, n=1)
+        hint = f"; did you mean {close[0]}?" if close else ""
+        report.config_warnings.append(f"{name} is not a lazyops variable and is ignored{hint}")
+
+    parsers = {
+        "LAZYOPS_BACKEND": lambda value: _config.parse_chain("LAZYOPS_BACKEND", value),
+        "LAZYOPS_FALLBACK": lambda value: _config.parse_fallback("LAZYOPS_FALLBACK", value),
+        "LAZYOPS_TRACE": lambda value: _config.settings_from_environment({"LAZYOPS_TRACE": value}),
+        **{
+            name: (lambda value, name=name: _config.parse_bool(name, value))
+            for name in ("LAZYOPS_STRICT", "LAZYOPS_VERBOSE", "LAZYOPS_TRACE_ARGS")
+        },
+    }
+    for name, parse in parsers.items():
+        if environ.get(name) is not None:
+            try:
+                parse(environ[name])
+            except ConfigError as error:
+                report.config_problems.append(str(error))
+    try:
+        _config.current_rank()
+    except ConfigError as error:
+        report.config_problems.append(str(error))
+    try:
+        settings = state.settings()
+    except ConfigError as error:
+        _add_problem(report, error)
+        _check_chain_alone(report, state, environ.get("LAZYOPS_BACKEND"))
+        return
+    except ImportError as error:  # a bad entry point, found while validating: reported with the backends
+        report.config_problems.append(str(error))
+        return
+    report.chain = settings.chain or ()
+    report.strict = settings.strict
+
+
+def _add_problem(report: Report, error: Exception) -> None:
+    if str(error) not in report.config_problems:
+        report.config_problems.append(str(error))
+
+
+def _check_chain_alone(report: Report, state: Any, value: str | None) -> None:
+    """The backend names, validated even when another variable is malformed (settings stop at the first)."""
+    from lazyops import _config, _resolve
+    from lazyops._errors import ConfigError
+
+    try:
+        chain = _config.parse_chain("LAZYOPS_BACKEND", value)
+        _resolve.validate(_config.Settings(chain=chain), state.universe())
+    except (ConfigError, ImportError) as error:
+        _add_problem(report, error)
+
+
+def load_backend(backend: Any, *, selected: bool) -> BackendReport:
+    """Load ``backend`` and import every kernel module it declares, timed; or say why it cannot run here."""
+    from lazyops._errors import BackendError
+
+    entry = BackendReport(backend.name, backend.origin, RUNS, selected)
+    started = time.perf_counter()
+    try:
+        exports = backend.exports()
+        reason = backend.unavailable_reason()
+    except BackendError as error:
+        entry.status = NOT_INSTALLED if error.missing else BROKEN
+        entry.reason = _one_line(error)
+        return entry
+    except Exception as error:  # a backend's own unavailable_reason() that raises
+        entry.status, entry.reason = BROKEN, f"its unavailable_reason() raised {type(error).__name__}: {error}"
+        return entry
+    if reason:
+        # Not imported further: a backend that cannot run here would only cost its import time (TileLang: seconds).
+        entry.status, entry.reason = CANNOT_RUN, _one_line(reason)
+        return entry
+    for kernel in sorted(exports):
+        try:
+            entry.factories[kernel] = backend.kernel(kernel)
+        except Exception as error:
+            entry.kernel_errors[kernel] = _one_line(error)
+    entry.import_s = time.perf_counter() - started
+    if exports and not entry.factories:
+        entry.status, entry.reason = BROKEN, next(iter(entry.kernel_errors.values()))
+    return entry
+
+
+def resolve_kernel(kernel: str, state: Any, report: Report) -> KernelReport:
+    """Where ``kernel`` resolves now, and whether that source works: the resolution path without the notices."""
+    entry = KernelReport(kernel)
+    if report.config_problems:
+        entry.problem = "not resolved: the configuration is wrong"
+        return entry
+    try:
+        resolution = state.which(kernel)
+    except Exception as error:
+        entry.problem = _one_line(error)
+        return entry
+    entry.backend, entry.reason = resolution.backend, resolution.reason
+    source = next(b for b in report.backends if b.name == resolution.backend)
+    if source.status != RUNS:
+        entry.problem = f"backend {source.name!r} is {source.status}: {source.reason}"
+    elif kernel in source.kernel_errors:
+        entry.problem = source.kernel_errors[kernel]
+    return entry
+
+
+def small_case(kernel: str, dtype: str) -> Any:
+    """The kernel's benchmark configuration with every size cut to :data:`SMALL`: a deterministic small example."""
+    import torch
+
+    from lazyops.specs import spec
+    from lazyops.testing import Case
+
+    example = spec(kernel).benchmark(getattr(torch, dtype))
+    return Case(
+        kernel,
+        tuple(_small(arg) for arg in example.args),
+        dict(example.kwargs),
+        tokens=TOKENS,
+        seed=0,
+        geometry={key: _small(value) for key, value in example.geometry.items()},
+    )
+
+
+def _small(value: Any) -> Any:
+    return min(value, SMALL) if isinstance(value, int) and not isinstance(value, bool) else value
+
+
+def check_kernel(kernel: str, backend: BackendReport, dtype: str) -> Check:
+    from lazyops.specs import has_spec
+    from lazyops.testing import check_case, default_device
+
+    if not has_spec(kernel):
+        return Check(NO_SPEC, message="lazyops specifies no such kernel, so it has no reference to check against")
+    case = small_case(kernel, dtype)
+    try:
+        import torch
+
+        with torch.inference_mode():
+            error = check_case(backend.factories[kernel], case, device=default_device(backend.name))
+    except AssertionError as failure:
+        return Check(FAIL, message=f"{_one_line(failure)} (rerun: lazyops.testing.check_case(factory, {case!r}))")
+    except Exception as failure:
+        return Check(ERROR, message=f"{type(failure).__name__}: {_one_line(failure)}")
+    return Check(PASS, error=error)
+
+
+def _one_line(value: object) -> str:
+    return " ".join(str(value).split())

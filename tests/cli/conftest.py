@@ -1,0 +1,49 @@
+"""The command line's tests: fake backends registered by entry points (a broken one, a wrong one) and a clean
+environment for the subprocesses (helpers in cli_support)."""
+
+from __future__ import annotations
+
+import textwrap
+
+import pytest
+
+
+@pytest.fixture
+def env(fake_backends):
+    """A clean environment (no LAZYOPS_* variables, no Triton interpreter) that sees lazyops' source and any fake
+    backend a test makes with ``fake_backends``."""
+    environment = fake_backends.env()
+    for variable in ("TRITON_INTERPRET", "NO_COLOR", "COLUMNS", "TQDM_DISABLE"):
+        environment.pop(variable, None)
+    return environment
+
+
+WRONG_RMSNORM = '''
+from lazyops.specs.rmsnorm import spec
+
+@spec.implementation
+def rmsnorm_tl(config):
+    """An rmsnorm that forgets to normalise: it must FAIL its check."""
+    return lambda x, weight: x * weight
+'''
+
+
+@pytest.fixture
+def wrong_backend(fake_backends):
+    """Backend 'wrong': a port whose one kernel (rmsnorm_tl) has the right signature and the wrong numbers."""
+    package = fake_backends.root / "lazyops_fake_wrong"
+    package.mkdir()
+    (package / "__init__.py").write_text(
+        "import lazy_loader\n__getattr__, __dir__, __all__ = lazy_loader.attach_stub(__name__, __file__)\n"
+    )
+    (package / "__init__.pyi").write_text("from .rmsnorm import rmsnorm_tl as rmsnorm_tl\n")
+    (package / "rmsnorm.py").write_text(textwrap.dedent(WRONG_RMSNORM))
+    fake_backends.register("wrong", package.name, "fake-wrong")
+    return "wrong"
+
+
+@pytest.fixture
+def broken_backend(fake_backends):
+    """Backend 'broken': a third-party package whose import raises."""
+    fake_backends.make("broken", ["rmsnorm_tl"], init_code="raise RuntimeError('the broken backend fails at import')")
+    return "broken"

@@ -1,0 +1,81 @@
+"""``lazyops doctor``: the report, its exit statuses, and what it says about broken configurations and backends."""
+
+from __future__ import annotations
+
+import json
+
+from cli_support import assert_one_line_error, assert_plain, lazyops_cli
+
+
+def test_doctor_runs_and_checks_every_kernel_here(env):
+    result = lazyops_cli("doctor", env=env)
+    assert result.returncode == 0, result.stdout + result.stderr
+    out = result.stdout
+    assert_plain(out)
+    for section in ("Backends", "Configuration", "Kernels"):
+        assert section in out
+    assert "torch" in out and "Python" in out and "device" in out
+    assert "rmsnorm_tl" in out and "torch (selected)" in out and "pass " in out
+    assert "all good" in out
+    assert "Failed to initialize NumPy" not in result.stderr
+
+
+def test_doctor_json_is_the_same_report(env):
+    result = lazyops_cli("doctor", "--json", "--dtype", "float32", env=env)
+    assert result.returncode == 0, result.stderr
+    report = json.loads(result.stdout)
+    assert report["exit_status"] == 0 and report["failures"] == []
+    backends = {b["name"]: b for b in report["backends"]}
+    assert backends["torch"]["status"] == "ok" and backends["torch"]["selected"]
+    assert backends["torch"]["import_s"] is not None
+    assert report["configuration"]["chain"] == ["torch"] and report["configuration"]["problems"] == []
+    kernels = {k["kernel"]: k for k in report["kernels"]}
+    assert set(kernels) >= {"rmsnorm_tl", "softmax_tl", "matmul_tl", "rope_tl"}
+    for entry in kernels.values():
+        assert entry["resolves_to"] == "torch" and entry["problem"] is None
+        check = entry["checks"]["torch"]
+        assert check["status"] == "pass" and check["error"] < 1e-5  # float32's tolerance
+    assert report["versions"]["torch"] and report["dtype"] == "float32"
+
+
+def test_each_configuration_problem_is_listed_with_its_fix_and_exit_2(env):
+    env.update(LAZYOPS_BACKEND="tritn", LAZYOPS_STRICT="maybe", LAZYOPS_BACKENDS="torch")
+    result = lazyops_cli("doctor", env=env)
+    assert result.returncode == 2, result.stdout + result.stderr
+    out = " ".join(result.stdout.split())  # the table wraps long messages
+    assert "LAZYOPS_STRICT='maybe' is not a boolean; use 1, true, yes or on" in out
+    assert "LAZYOPS_BACKEND names backend 'tritn'" in out and "Did you mean 'triton'" in out
+    assert "LAZYOPS_BACKENDS is not a lazyops variable and is ignored; did you mean LAZYOPS_BACKEND?" in out
+    assert "configuration error" in out
+    assert "Traceback" not in result.stderr
+
+
+def test_a_broken_selected_backend_and_a_failing_kernel_exit_1(env, broken_backend, wrong_backend):
+    env["LAZYOPS_BACKEND"] = "wrong,broken"
+    result = lazyops_cli("doctor", "--json", "--backend", "wrong,broken", env=env)
+    assert result.returncode == 1, result.stdout + result.stderr
+    report = json.loads(result.stdout)
+    backends = {b["name"]: b for b in report["backends"]}
+    assert backends["broken"]["status"] == "broken" and backends["broken"]["selected"]
+    assert "the broken backend fails at import" in backends["broken"]["reason"]
+    assert backends["wrong"]["status"] == "ok"
+    rmsnorm = next(k for k in report["kernels"] if k["kernel"] == "rmsnorm_tl")
+    assert rmsnorm["resolves_to"] == "wrong"
+    assert rmsnorm["checks"]["wrong"]["status"] == "FAIL"
+    assert "relative error" in rmsnorm["checks"]["wrong"]["message"]
+    assert "check_case" in rmsnorm["checks"]["wrong"]["message"]  # how to rerun the failing case
+    assert any("selected backend 'broken' is broken" in line for line in report["failures"])
+    assert list(rmsnorm["checks"]) == ["wrong"]  # --backend limits the checks
+
+
+def test_a_broken_backend_that_is_not_selected_is_reported_not_fatal(env, broken_backend):
+    result = lazyops_cli("doctor", "--backend", "broken", env=env)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "broken" in result.stdout and "importing backend 'broken'" in " ".join(result.stdout.split())
+    assert_plain(result.stdout)
+
+
+def test_bad_arguments_exit_2_with_one_line(env):
+    assert_one_line_error(lazyops_cli("doctor", "--backend", "nope", env=env), 2, "no backend named 'nope'")
+    result = lazyops_cli("doctor", "--dtype", "int8", env=env)
+    assert result.returncode == 2 and "invalid choice" in result.stderr

@@ -1,0 +1,151 @@
+"""``lazyops trace`` and ``lazyops warmup``: reading construction traces back, safely, and building from them."""
+
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+
+import pytest
+
+from cli_support import assert_one_line_error, assert_plain, lazyops_cli
+
+
+def record(kernel: str, args: str | None, backend: str = "torch", pid: int = 1) -> str:
+    line = {"time": "2026-11-30T12:00:00+0000", "pid": pid, "rank": 0, "kernel": kernel, "backend": backend,
+            "reason": "selected", "construct_ms": 1.0}
+    if args is not None:
+        line["args"] = args
+    return json.dumps(line)
+
+
+@pytest.fixture
+def trace(tmp_path: Path) -> Path:
+    """A server's trace: two processes, rmsnorm in two spellings of one configuration plus another, and rope."""
+    path = tmp_path / "trace.jsonl"
+    path.write_text(
+        "\n".join(
+            [
+                record("rmsnorm_tl", "256, torch.bfloat16", pid=1),
+                record("rmsnorm_tl", "256, 'bfloat16'", pid=1),
+                record("rmsnorm_tl", "256, torch.bfloat16", pid=2),
+                record("rmsnorm_tl", "128, torch.float16, eps=1e-05", pid=2),
+                record("rope_tl", "64, torch.bfloat16, is_neox=False", pid=2),
+                '{"kernel": "softmax_tl", "backe',  # a process killed mid-write
+            ]
+        )
+        + "\n"
+    )
+    return path
+
+
+def test_trace_summarises_kernels_and_marks_what_the_port_lacks(env, fake_backends, trace):
+    fake_backends.make("halfport", ["rmsnorm_tl"])
+    env["LAZYOPS_BACKEND"] = "halfport"
+    result = lazyops_cli("trace", str(trace), "--json", env=env)
+    assert result.returncode == 0, result.stderr
+    summary = json.loads(result.stdout)
+    assert summary["records"] == 5 and summary["processes"] == 2 and len(summary["skipped"]) == 1
+    assert summary["compared_with"] == "halfport"
+    kernels = {k["kernel"]: k for k in summary["kernels"]}
+    assert kernels["rmsnorm_tl"]["built"] == 4 and kernels["rmsnorm_tl"]["status"] == "exports"
+    assert [c["built"] for c in kernels["rmsnorm_tl"]["configurations"]] == [3, 1]  # 'bfloat16' is torch.bfloat16
+    assert kernels["rope_tl"]["status"] == "lacks" and kernels["rope_tl"]["note"] == "inherits torch"
+
+    table = lazyops_cli("trace", str(trace), "--check", env=env)
+    assert table.returncode == 1
+    assert_plain(table.stdout)
+    assert "LACKS" in table.stdout and "halfport lacks 1 of 2 traced kernels: rope_tl" in table.stdout
+    assert "skipped" in table.stderr and "trace.jsonl:6" in table.stderr
+
+    against = lazyops_cli("trace", str(trace), "--backend", "torch", "--check", env=env)
+    assert against.returncode == 0 and "torch exports every traced kernel" in against.stdout
+
+
+def test_trace_errors_are_one_line(env, tmp_path):
+    assert_one_line_error(lazyops_cli("trace", str(tmp_path / "missing.jsonl"), env=env), 2, "cannot read the trace")
+    assert lazyops_cli("trace", env=env).returncode == 2  # FILE is required
+    debug = lazyops_cli("trace", str(tmp_path / "missing.jsonl"), "--debug", env=env)
+    assert debug.returncode == 1 and "Traceback" in debug.stderr
+
+
+def test_warmup_builds_each_traced_configuration_once(env, trace):
+    result = lazyops_cli("warmup", "--from-trace", str(trace), "--tokens", "1,3", "--json", env=env)
+    assert result.returncode == 0, result.stderr
+    report = json.loads(result.stdout)
+    built = [(k["kernel"], k["args"]) for k in report["kernels"]]
+    assert built == [
+        ("rmsnorm_tl", "256, torch.bfloat16"),
+        ("rmsnorm_tl", "128, torch.float16, eps=1e-05"),
+        ("rope_tl", "64, torch.bfloat16, is_neox=False"),
+    ]
+    assert all(k["error"] is None and k["build_s"] >= 0 and k["calls_s"] > 0 for k in report["kernels"])
+
+    table = lazyops_cli("warmup", "--from-trace", str(trace), "--tokens", "0", env=env)
+    assert table.returncode == 0, table.stderr
+    assert_plain(table.stdout)
+    assert "3 configuration(s), built only" in table.stdout and "done in" in table.stdout
+
+
+def test_warmup_refuses_a_trace_it_cannot_use(env, tmp_path):
+    bare = tmp_path / "bare.jsonl"
+    bare.write_text(record("rmsnorm_tl", None) + "\n")
+    assert_one_line_error(lazyops_cli("warmup", "--from-trace", str(bare), env=env), 2, "LAZYOPS_TRACE_ARGS=1")
+
+    marker = tmp_path / "pwned"
+    hostile = tmp_path / "hostile.jsonl"
+    hostile.write_text(record("rmsnorm_tl", f"__import__('os').system('touch {marker}')") + "\n")
+    assert_one_line_error(
+        lazyops_cli("warmup", "--from-trace", str(hostile), env=env), 2, "is neither a literal nor a torch dtype"
+    )
+    assert not marker.exists()
+
+
+def test_warmup_reports_a_backend_that_cannot_run_here_and_exits_1(env, tmp_path):
+    gpu_trace = tmp_path / "gpu.jsonl"
+    gpu_trace.write_text(record("softmax_tl", "256, torch.bfloat16", backend="triton") + "\n")
+    result = lazyops_cli("warmup", "--from-trace", str(gpu_trace), env=env)
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert "failed" in result.stdout and "cannot run here" in " ".join(result.stdout.split())
+
+
+def test_argument_texts_are_read_without_eval():
+    import torch
+
+    from lazyops.cli._traces import parse_arguments
+
+    assert parse_arguments("4096, torch.bfloat16, eps=1e-06") == ((4096, torch.bfloat16), {"eps": 1e-06})
+    assert parse_arguments("128, 'float16', is_neox=True") == ((128, "float16"), {"is_neox": True})
+    assert parse_arguments("") == ((), {})
+    for hostile in ("open('x')", "torch.load('x')", "torch.nn", "*a", "**k", "1) + (2", "x"):
+        with pytest.raises(ValueError):
+            parse_arguments(hostile)
+
+
+def test_tilelang_compile_logs_are_silenced_but_warnings_stay():
+    from lazyops._backends.tilelang._runtime import quiet_tilelang
+
+    logger = logging.getLogger("tilelang")
+    child = logging.getLogger("tilelang.jit.kernel")
+    seen: list[str] = []
+
+    class Collect(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            seen.append(record.getMessage())
+
+    handler = Collect()
+    before = logger.level
+    logger.addHandler(handler)
+    logger.setLevel(logging.INFO)  # what TileLang sets at its import
+    try:
+        with quiet_tilelang():
+            with quiet_tilelang():
+                child.info("TileLang begins to compile kernel")
+            child.info("TileLang completes to compile kernel")
+            child.warning("a real warning")
+        assert logger.level == logging.INFO
+        child.info("after the compile")
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(before)
+    assert seen == ["a real warning", "after the compile"]
