@@ -28,5 +28,3 @@ def assert_one_line_error(result: subprocess.CompletedProcess, status: int, frag
     assert result.returncode == status, (result.returncode, result.stdout, result.stderr)
     assert fragment in result.stderr, result.stderr
     assert "Traceback" not in result.stderr, result.stderr
-
-

@@ -17,7 +17,10 @@ def test_bench_json_and_plot(env, tmp_path):
     assert report["tokens"] == [1, 4] and report["sizes"] == "small" and report["dtype"] == "bfloat16"
     rows = report["rows"]
     assert {(r["kernel"], r["impl"], r["tokens"]) for r in rows} == {
-        (kernel, impl, m) for kernel in ("rmsnorm", "matmul") for impl in ("lazyops torch", "torch eager") for m in (1, 4)
+        (kernel, impl, m)
+        for kernel in ("rmsnorm", "matmul")
+        for impl in ("lazyops torch", "torch eager")
+        for m in (1, 4)
     }
     for row in rows:
         assert row["error"] is None and row["us"] > 0 and row["rate"] > 0

@@ -45,7 +45,9 @@ def test_a_terminal_gets_colour_and_no_color_gets_plain_text(env, tmp_path):
         process = subprocess.Popen(
             [sys.executable, "-m", "lazyops", "trace", str(trace)],
             env={**env, "TERM": "xterm-256color", "COLUMNS": "100", **variables},
-            stdout=follower, stderr=follower, stdin=subprocess.DEVNULL,
+            stdout=follower,
+            stderr=follower,
+            stdin=subprocess.DEVNULL,
         )
         os.close(follower)
         chunks = []

@@ -12,8 +12,15 @@ from cli_support import assert_one_line_error, assert_plain, lazyops_cli
 
 
 def record(kernel: str, args: str | None, backend: str = "torch", pid: int = 1) -> str:
-    line = {"time": "2026-11-30T12:00:00+0000", "pid": pid, "rank": 0, "kernel": kernel, "backend": backend,
-            "reason": "selected", "construct_ms": 1.0}
+    line = {
+        "time": "2026-11-30T12:00:00+0000",
+        "pid": pid,
+        "rank": 0,
+        "kernel": kernel,
+        "backend": backend,
+        "reason": "selected",
+        "construct_ms": 1.0,
+    }
     if args is not None:
         line["args"] = args
     return json.dumps(line)

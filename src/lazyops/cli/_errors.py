@@ -33,4 +33,6 @@ class MissingExtraError(CommandError):
     """A library of the ``cli`` extra (rich, matplotlib) is not installed."""
 
     def __init__(self, package: str) -> None:
-        super().__init__(f"this command needs {package}, which is not installed; install it with: pip install 'lazyops[cli]'")
+        super().__init__(
+            f"this command needs {package}, which is not installed; install it with: pip install 'lazyops[cli]'"
+        )

@@ -59,7 +59,7 @@ class Output:
         self.stream = stream or sys.stdout
         self.errors = errors or sys.stderr
         self.fancy = wants_fancy(self.stream)
-        common = dict(highlight=False, markup=False, emoji=False)
+        common: dict[str, Any] = {"highlight": False, "markup": False, "emoji": False}
         if self.fancy:
             self.console = console.Console(file=self.stream, **common)
             self.error_console = console.Console(file=self.errors, **common)

@@ -65,7 +65,7 @@ def read_traces(paths: Iterable[str]) -> TraceLog:
 
 def _record(data: Any, where: str) -> Record:
     if not isinstance(data, dict):
-        raise ValueError("not a JSON object")
+        raise TypeError("not a JSON object")
     kernel, backend, args = data["kernel"], data["backend"], data.get("args")
     if not isinstance(kernel, str) or not isinstance(backend, str) or not (args is None or isinstance(args, str)):
         raise TypeError("'kernel', 'backend' (and 'args') must be strings")
@@ -104,7 +104,8 @@ def _value(node: ast.expr, text: str) -> Any:
         values = [_value(item, text) for item in node.elts]
         return tuple(values) if isinstance(node, ast.Tuple) else values
     if isinstance(node, ast.Starred):
-        raise ValueError(f"cannot read the arguments {text!r}: '*' is not an argument")
+        # ValueError, not TypeError: parse_arguments refuses every unreadable text alike
+        raise ValueError(f"cannot read the arguments {text!r}: '*' is not an argument")  # noqa: TRY004
     try:
         return ast.literal_eval(node)
     except ValueError:

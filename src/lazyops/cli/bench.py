@@ -35,7 +35,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="backends to time (default: every backend that can run here)",
     )
     parser.add_argument(
-        "--tokens", type=token_counts, default=None, metavar="M[,M]",
+        "--tokens",
+        type=token_counts,
+        default=None,
+        metavar="M[,M]",
         help="token counts (default: 1,128,8192 on a GPU, 1,128,1024 on the host)",
     )
     parser.add_argument("--dtype", default="bfloat16", choices=DTYPES, help="the kernels' dtype (default bfloat16)")
@@ -79,7 +82,9 @@ def main(args: argparse.Namespace) -> int:
     backends = _backends(args.backend, status)
     skipped = {name: reason for name, reason in status.items() if name not in backends and args.backend is None}
 
-    plans = [(kernel, _bench.implementations(kernel, backends, compile=args.compile, peers=False)) for kernel in kernels]
+    plans = [
+        (kernel, _bench.implementations(kernel, backends, compile=args.compile, peers=False)) for kernel in kernels
+    ]
     total = sum(len(impls) for _, impls in plans) * len(tokens)
     rows: list[Any] = []
     with output.progress(total, "timing") as progress:
@@ -230,7 +235,7 @@ def plot(rows: list[Any], path: str, subtitle: str) -> None:
         axis.set_ylabel(unit)
         axis.grid(True, alpha=0.3)
         axis.legend(fontsize=7)
-    for axis in list(axes.flat)[len(kernels):]:
+    for axis in list(axes.flat)[len(kernels) :]:
         axis.set_visible(False)
     figure.suptitle(f"lazyops bench: {subtitle}", fontsize=10)
     figure.tight_layout()

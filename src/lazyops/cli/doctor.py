@@ -14,11 +14,12 @@ from __future__ import annotations
 
 import argparse
 import difflib
+import functools
 import os
 import platform
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable
 
 from lazyops.cli._errors import FOUND_PROBLEMS, OK, USAGE
 
@@ -194,17 +195,25 @@ class Report:
             status = (b.status, "ok" if b.status == RUNS else ("fail" if b.selected else "warn"))
             name = b.name + (" *" if b.selected else "")
             rows.append([name, status, seconds(b.import_s), b.reason or ""])
-        out.table(["backend", "status", "import", "why not, and the way out"], rows, no_wrap=("backend", "status", "import"))
+        out.table(
+            ["backend", "status", "import", "why not, and the way out"], rows, no_wrap=("backend", "status", "import")
+        )
         out.line(("* selected. import: the backend and its kernel modules (torch already loaded)", "dim"))
 
         out.heading("Configuration")
-        rows = [[name, value if value is not None else ("(unset)", "dim"), meaning]
-                for name, value, meaning in ((n, self.variables.get(n), m) for n, m in VARIABLES.items())]
-        rows += [[name, value, ("not a lazyops variable", "warn")] for name, value in self.variables.items()
-                 if name not in VARIABLES]
-        out.table(["variable", "value", "meaning"], rows, no_wrap=("variable",))
+        settings: list[list[Any]] = [
+            [name, _shown(self.variables.get(name)), meaning] for name, meaning in VARIABLES.items()
+        ]
+        settings += [
+            [name, _shown(value), ("not a lazyops variable", "warn")]
+            for name, value in self.variables.items()
+            if name not in VARIABLES
+        ]
+        out.table(["variable", "value", "meaning"], settings, no_wrap=("variable",))
         if self.chain:
-            default = " (the platform default)" if self.chain == (self.default,) else f"; platform default: {self.default}"
+            default = (
+                " (the platform default)" if self.chain == (self.default,) else f"; platform default: {self.default}"
+            )
             out.line(f"  chain: {','.join(self.chain)}{default}", "; strict" if self.strict else "")
         for problem in self.config_problems:
             out.line(("  problem: ", "fail"), problem)
@@ -239,6 +248,12 @@ class Report:
             out.line((f"{len(failures)} problem(s); ", "fail"), f"{passed} of {total} checks passed (exit status 1)")
         else:
             out.line(("all good: ", "ok"), f"{passed} of {total} checks passed")
+
+
+def _shown(value: str | None) -> Any:
+    if value is None:
+        return ("(unset)", "dim")
+    return value if value.strip() else (repr(value), "dim")
 
 
 def _check_cell(check: Check | None) -> Any:
@@ -346,12 +361,12 @@ def read_configuration(report: Report, state: Any) -> None:
         hint = f"; did you mean {close[0]}?" if close else ""
         report.config_warnings.append(f"{name} is not a lazyops variable and is ignored{hint}")
 
-    parsers = {
+    parsers: dict[str, Callable[[str], object]] = {
         "LAZYOPS_BACKEND": lambda value: _config.parse_chain("LAZYOPS_BACKEND", value),
         "LAZYOPS_FALLBACK": lambda value: _config.parse_fallback("LAZYOPS_FALLBACK", value),
         "LAZYOPS_TRACE": lambda value: _config.settings_from_environment({"LAZYOPS_TRACE": value}),
         **{
-            name: (lambda value, name=name: _config.parse_bool(name, value))
+            name: functools.partial(_config.parse_bool, name)
             for name in ("LAZYOPS_STRICT", "LAZYOPS_VERBOSE", "LAZYOPS_TRACE_ARGS")
         },
     }
@@ -408,7 +423,7 @@ def load_backend(backend: Any, *, selected: bool) -> BackendReport:
         entry.status = NOT_INSTALLED if error.missing else BROKEN
         entry.reason = _one_line(error)
         return entry
-    except Exception as error:  # a backend's own unavailable_reason() that raises
+    except Exception as error:  # noqa: BLE001 - a backend's own unavailable_reason() that raises
         entry.status, entry.reason = BROKEN, f"its unavailable_reason() raised {type(error).__name__}: {error}"
         return entry
     if reason:
@@ -418,7 +433,7 @@ def load_backend(backend: Any, *, selected: bool) -> BackendReport:
     for kernel in sorted(exports):
         try:
             entry.factories[kernel] = backend.kernel(kernel)
-        except Exception as error:
+        except Exception as error:  # noqa: BLE001 - one kernel module that fails to import is that kernel's failure
             entry.kernel_errors[kernel] = _one_line(error)
     entry.import_s = time.perf_counter() - started
     if exports and not entry.factories:
@@ -434,7 +449,7 @@ def resolve_kernel(kernel: str, state: Any, report: Report) -> KernelReport:
         return entry
     try:
         resolution = state.which(kernel)
-    except Exception as error:
+    except Exception as error:  # noqa: BLE001 - whatever resolution raises is this kernel's problem, reported
         entry.problem = _one_line(error)
         return entry
     entry.backend, entry.reason = resolution.backend, resolution.reason
@@ -482,7 +497,7 @@ def check_kernel(kernel: str, backend: BackendReport, dtype: str) -> Check:
             error = check_case(backend.factories[kernel], case, device=default_device(backend.name))
     except AssertionError as failure:
         return Check(FAIL, message=f"{_one_line(failure)} (rerun: lazyops.testing.check_case(factory, {case!r}))")
-    except Exception as failure:
+    except Exception as failure:  # noqa: BLE001 - a kernel that raises is a failed check, not a crashed doctor
         return Check(ERROR, message=f"{type(failure).__name__}: {_one_line(failure)}")
     return Check(PASS, error=error)
 

@@ -112,7 +112,7 @@ def canonical(kernel: str, args: str | None) -> str:
         if has_spec(kernel):
             positional, keywords = parse_arguments(args)
             return str(spec(kernel).configure(*positional, **keywords).label)
-    except Exception:  # unreadable or refused: it is still a distinct configuration, named as traced
+    except Exception:  # noqa: BLE001, S110 - unreadable or refused: still a distinct configuration, named as traced
         pass
     return args
 

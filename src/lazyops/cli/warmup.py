@@ -34,7 +34,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--from-trace", nargs="+", metavar="FILE", help="trace files (LAZYOPS_TRACE with LAZYOPS_TRACE_ARGS=1)"
     )
     parser.add_argument(
-        "--tokens", default="1", metavar="M[,M]",
+        "--tokens",
+        default="1",
+        metavar="M[,M]",
         help="call each kernel once per token count after building it (default: 1; 0: build only)",
     )
     parser.add_argument(
@@ -156,7 +158,7 @@ def warm(job: Job, tokens: tuple[int, ...]) -> None:
 
     try:
         registry = lazyops._state().universe().registry
-        if job.backend not in registry:
+        if job.backend is None or job.backend not in registry:
             raise CommandError(f"backend {job.backend!r} is not installed here (known: {', '.join(registry.names)})")
         factory = registry[job.backend].kernel(job.kernel)
         started = time.perf_counter()
@@ -166,7 +168,7 @@ def warm(job: Job, tokens: tuple[int, ...]) -> None:
             started = time.perf_counter()
             call(job, kernel, tokens)
             job.calls_s = time.perf_counter() - started
-    except Exception as error:
+    except Exception as error:  # noqa: BLE001 - one configuration failing is its row's error; the others still build
         job.error = " ".join(f"{type(error).__name__}: {error}".split())
 
 
