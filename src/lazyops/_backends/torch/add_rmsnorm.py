@@ -1,4 +1,8 @@
-"""Residual add fused with RMSNorm in plain PyTorch (the spec: ``lazyops.specs.add_rmsnorm``)."""
+"""Residual add fused with RMSNorm in plain PyTorch (the spec: ``lazyops.specs.add_rmsnorm``).
+
+The sum is stored into ``residual`` in its dtype (one rounding, as the spec asks), and the norm is taken of that
+stored sum: one in-place add and the RMSNorm route of ``rmsnorm``, with no float32 copy of the sum kept aside.
+"""
 
 from __future__ import annotations
 
@@ -6,17 +10,19 @@ from typing import Callable
 
 import torch
 
+from lazyops._backends.torch.rmsnorm import cpu_rms_norm
 from lazyops.specs.add_rmsnorm import AddRMSNormConfig, spec
-from lazyops.specs.rmsnorm import rmsnorm_reference
 
 
 @spec.implementation
 def add_rmsnorm_tl(config: AddRMSNormConfig) -> Callable[..., torch.Tensor]:
-    dtype, eps = config.dtype, config.eps
+    n, eps = config.n, config.eps
+    rms_norm = torch.rms_norm
 
     def add_rmsnorm(x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
-        total = x.float() + residual.float()
-        residual.copy_(total)
-        return rmsnorm_reference(total, weight.float(), eps).to(dtype)
+        residual.add_(x)
+        if residual.device.type == "cpu":
+            return cpu_rms_norm(residual, weight, n, eps)
+        return rms_norm(residual, (n,), weight, eps)
 
     return add_rmsnorm

@@ -1,7 +1,14 @@
-"""Matrix product in plain PyTorch (the spec: ``lazyops.specs.matmul``)."""
+"""Matrix product in plain PyTorch (the spec: ``lazyops.specs.matmul``).
+
+``torch.mm`` in the input dtype accumulates in float32 (cuBLAS on CUDA, oneDNN or MKL on the CPU). The exception
+is a 16-bit product on a CPU without bfloat16/float16 matrix instructions (AVX2 machines): torch falls back to a
+scalar loop there, one to two orders of magnitude slower than upcasting both operands and calling float32 GEMM,
+so that is what the kernel does on such a CPU.
+"""
 
 from __future__ import annotations
 
+import functools
 from typing import Callable
 
 import torch
@@ -9,11 +16,24 @@ import torch
 from lazyops.specs.matmul import MatmulConfig, spec
 
 
+@functools.cache
+def cpu_has_native_gemm(dtype: torch.dtype) -> bool:
+    """Whether this CPU multiplies ``dtype`` matrices natively (through oneDNN) rather than in a scalar loop."""
+    if dtype == torch.float32:
+        return True
+    probes = ("_is_avx512_bf16_supported", "_is_amx_tile_supported") if dtype == torch.bfloat16 else ("_is_amx_fp16_supported",)
+    # private probes: where a torch release lacks one, the upcast is the safe answer (correct, maybe slower)
+    return any(getattr(torch.cpu, probe, lambda: False)() for probe in probes)
+
+
 @spec.implementation
 def matmul_tl(config: MatmulConfig) -> Callable[..., torch.Tensor]:
     dtype = config.dtype
+    mm = torch.mm
 
     def matmul(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-        return (a.float() @ b.float()).to(dtype)
+        if a.device.type == "cpu" and not cpu_has_native_gemm(dtype):
+            return mm(a.float(), b.float()).to(dtype)
+        return mm(a, b)
 
     return matmul

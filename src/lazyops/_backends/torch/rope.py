@@ -1,4 +1,10 @@
-"""Rotary embedding in plain PyTorch (the spec: ``lazyops.specs.rope``)."""
+"""Rotary embedding in plain PyTorch (the spec: ``lazyops.specs.rope``).
+
+Written over views: the rotary features of every head are read once into float32, rotated there (float32 math,
+one rounding at the store, as every backend computes), and copied back into the same views. Nothing else of a head
+is touched or cloned. Both tensors' rotations are computed before either is written, so neither write can alter
+the other's inputs, and every check has run before the first write.
+"""
 
 from __future__ import annotations
 
@@ -6,7 +12,25 @@ from typing import Callable
 
 import torch
 
-from lazyops.specs.rope import RopeConfig, check_positions_in_cache, rope_reference, spec
+from lazyops.specs.rope import RopeConfig, check_positions_in_cache, spec
+
+
+def rotated_features(
+    x: torch.Tensor, head_dim: int, cos: torch.Tensor, sin: torch.Tensor, is_neox: bool
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(view, values)``: the rotary features of ``x[M, H*head_dim]`` as a view, and their rotation in float32."""
+    rotary_dim = 2 * cos.shape[-1]
+    heads = x.view(x.shape[0], x.shape[1] // head_dim, head_dim)[..., :rotary_dim]
+    features = heads.float()  # a copy for 16-bit types; ``heads`` itself for float32, hence no writes below
+    rotation = torch.empty(features.shape, dtype=torch.float32, device=x.device)
+    if is_neox:
+        half = rotary_dim // 2
+        x1, x2, out1, out2 = features[..., :half], features[..., half:], rotation[..., :half], rotation[..., half:]
+    else:
+        x1, x2, out1, out2 = features[..., 0::2], features[..., 1::2], rotation[..., 0::2], rotation[..., 1::2]
+    torch.mul(x1, cos, out=out1).addcmul_(x2, sin, value=-1.0)
+    torch.mul(x2, cos, out=out2).addcmul_(x1, sin)
+    return heads, rotation
 
 
 @spec.implementation
@@ -16,13 +40,17 @@ def rope_tl(config: RopeConfig) -> Callable[..., tuple[torch.Tensor, torch.Tenso
     def rope(
         positions: torch.Tensor, query: torch.Tensor, key: torch.Tensor, cos_sin_cache: torch.Tensor
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        # Both checked before either is written: a refused call leaves query and key as they were.
+        # The torch backend reads positions on the host anyway: an index outside the cache is refused, not read.
         check_positions_in_cache(label, positions, cos_sin_cache.shape[0])
-        cache = cos_sin_cache.float()
-        rotated_query = rope_reference(positions, query.float(), cache, head_dim, is_neox)
-        rotated_key = rope_reference(positions, key.float(), cache, head_dim, is_neox)
-        query.copy_(rotated_query)
-        key.copy_(rotated_key)
+        cos_sin = cos_sin_cache.index_select(0, positions)
+        if cos_sin.dtype != torch.float32:
+            cos_sin = cos_sin.float()
+        half = cos_sin.shape[1] // 2
+        cos, sin = cos_sin[:, None, :half], cos_sin[:, None, half:]
+        query_view, query_rotated = rotated_features(query, head_dim, cos, sin, is_neox)
+        key_view, key_rotated = rotated_features(key, head_dim, cos, sin, is_neox)
+        query_view.copy_(query_rotated)
+        key_view.copy_(key_rotated)
         return query, key
 
     return rope
