@@ -2,7 +2,8 @@
 
 Written over views: the rotary features of every head are read once into float32, rotated there (float32 math,
 one rounding at the store, as every backend computes), and copied back into the same views. Nothing else of a head
-is touched or cloned. Both tensors' rotations are computed before either is written, so neither write can alter
+is touched or cloned. Positions are range-checked on the CPU; on a GPU, out-of-range tokens are left unrotated
+without reading the positions on the host, as the GPU backends do. Both tensors' rotations are computed before either is written, so neither write can alter
 the other's inputs, and every check has run before the first write.
 """
 
@@ -40,9 +41,19 @@ def rope_tl(config: RopeConfig) -> Callable[..., tuple[torch.Tensor, torch.Tenso
     def rope(
         positions: torch.Tensor, query: torch.Tensor, key: torch.Tensor, cos_sin_cache: torch.Tensor
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        # The torch backend reads positions on the host anyway: an index outside the cache is refused, not read.
-        check_positions_in_cache(label, positions, cos_sin_cache.shape[0])
-        cos_sin = cos_sin_cache.index_select(0, positions)
+        rows = cos_sin_cache.shape[0]
+        if positions.device.type == "cpu":
+            # On the host the values are at hand: an index outside the cache is refused, not read.
+            check_positions_in_cache(label, positions, rows)
+            cos_sin = cos_sin_cache.index_select(0, positions)
+        else:
+            # On a GPU, reading them would synchronise every call and break CUDA-graph capture. As the GPU
+            # backends do, a token whose position lies outside the cache is left as it is: it is rotated by
+            # cos = 1, sin = 0, which in float32 reproduces every feature exactly.
+            inside = (positions >= 0) & (positions < rows)
+            cos_sin = cos_sin_cache.index_select(0, positions.clamp(0, rows - 1))
+            identity = torch.cat([cos_sin.new_ones(cos_sin.shape[1] // 2), cos_sin.new_zeros(cos_sin.shape[1] // 2)])
+            cos_sin = torch.where(inside[:, None], cos_sin, identity)
         if cos_sin.dtype != torch.float32:
             cos_sin = cos_sin.float()
         half = cos_sin.shape[1] // 2
