@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import subprocess
 import sys
 import textwrap
 from pathlib import Path
@@ -92,14 +91,3 @@ def fake_backends(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     yield factory
     for name in [m for m in sys.modules if m.startswith("lazyops_fake_")]:
         del sys.modules[name]
-
-
-def run_python(code: str, env: dict[str, str], *args: str) -> subprocess.CompletedProcess:
-    """Run ``code`` in a fresh interpreter: import-time behaviour can only be observed from a new process."""
-    return subprocess.run(
-        [sys.executable, "-c", textwrap.dedent(code), *args],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
