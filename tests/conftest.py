@@ -9,7 +9,11 @@ from pathlib import Path
 
 import pytest
 
-SRC = str(Path(__file__).resolve().parents[1] / "src")
+import lazyops
+
+# The lazyops this test run imports (the checkout's src/ unless PYTHONPATH points elsewhere): subprocesses get the
+# same one, so a test run against another tree tests that tree throughout.
+SRC = str(Path(lazyops.__file__).resolve().parents[1])
 
 # The plugin tests (tests/plugin) run pytest inside pytest; pytest only honours pytest_plugins in this top-level
 # conftest, not in tests/plugin/conftest.py.

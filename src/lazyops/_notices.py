@@ -10,21 +10,26 @@ from __future__ import annotations
 import sys
 import threading
 
-from lazyops._config import current_rank
+from lazyops import _forksafe
 
 
 class Notices:
     def __init__(self) -> None:
         self._printed: set[str] = set()
         self._lock = threading.Lock()
+        _forksafe.register(self)
 
-    def emit(self, line: str, *, verbose: bool) -> None:
+    def emit(self, line: str, *, verbose: bool, rank: int) -> None:
+        """Print ``line`` to stderr unless it was printed before, or this is not rank 0 and not ``verbose``."""
         with self._lock:
             if line in self._printed:
                 return
             self._printed.add(line)
-        if verbose or current_rank() == 0:
+        if verbose or rank == 0:
             print(line, file=sys.stderr, flush=True)
+
+    def _after_fork_in_child(self) -> None:
+        self._lock = threading.Lock()
 
 
 def summary_line(
