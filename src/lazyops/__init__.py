@@ -16,6 +16,7 @@ import os as _os
 import sys as _sys
 
 from lazyops._errors import BackendError, ConfigError, KernelInputError, KernelUnavailableError, LazyopsError
+from lazyops._errors import hide_in_pytest_tracebacks as __tracebackhide__  # noqa: F401  (read by pytest)
 
 __version__ = "0.1.0"
 __all__ = [

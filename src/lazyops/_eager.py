@@ -20,7 +20,8 @@ from typing import Any
 from lazyops._errors import LazyopsError
 
 TOOLS = frozenset({"lazyops.__main__", "lazyops.pytest_plugin"})
-_IMPORTERS = ("<frozen importlib._bootstrap>", "runpy.py")
+# The import machinery's frames: frozen in CPython ("<frozen runpy>"), plain files elsewhere.
+_IMPORTERS = ("importlib._bootstrap>", "runpy>", "_bootstrap.py", "runpy.py")
 
 
 def resolve_at_import(state: Any) -> None:

@@ -54,3 +54,10 @@ def _rebuild_backend_error(message: str, backend: str, missing: bool) -> Backend
 
 class KernelInputError(LazyopsError, ValueError):
     """A kernel factory or kernel called with arguments it cannot serve (shape, dtype, device, layout)."""
+
+
+def hide_in_pytest_tracebacks(excinfo: object) -> bool:
+    """The ``__tracebackhide__`` of the modules a ``KernelUnavailableError`` passes through on its way from a
+    kernel access: pytest then ends such a traceback at the line that asked for the kernel (``--fulltrace`` shows
+    everything). Other errors keep their frames: there, lazyops' code may be what needs reading."""
+    return isinstance(getattr(excinfo, "value", None), KernelUnavailableError)

@@ -26,11 +26,13 @@ from typing import Any
 from lazyops import _forksafe
 from lazyops._config import Settings, apply_overrides, environment_without_overridden, settings_from_environment
 from lazyops._errors import BackendError
-from lazyops._notices import Notices, inherited_line, summary_line
+from lazyops._errors import hide_in_pytest_tracebacks as __tracebackhide__  # noqa: F401
+from lazyops._notices import Notices, inherited_line
 from lazyops._once import OnceCycleError
 from lazyops._platform import platform_default
 from lazyops._registry import Registry
-from lazyops._resolve import INHERITED, Resolution, chain_of, inherited_kernels, resolve, unknown_kernel_error, validate
+from lazyops._report import build_report
+from lazyops._resolve import INHERITED, Resolution, resolve, unknown_kernel_error, validate
 from lazyops._trace import Tracer
 from lazyops._wrap import ResolvedFactory
 
@@ -47,8 +49,6 @@ class InstalledUniverse:
         self._default_probe = default
         self._default: str | None = None
         self._known: frozenset[str] | None = None
-        #: backends whose kernel list could not be read, with why (shown by ``lazyops list``)
-        self.unreadable: dict[str, BackendError] = {}
 
     @property
     def backends(self) -> tuple[str, ...]:
@@ -68,20 +68,18 @@ class InstalledUniverse:
         if known is not None:
             return known
         names: set[str] = set()
-        unreadable: dict[str, BackendError] = {}
+        complete = True
         for backend in self.registry:
             try:
                 names |= backend.exports()
             except BackendError as error:
                 # A backend that cannot list its kernels only fails when it is selected; here it just
                 # contributes no names, so one broken plugin does not take the whole namespace down.
-                unreadable[backend.name] = error
-        if any(isinstance(error.__cause__, OnceCycleError) for error in unreadable.values()):
-            # Asked from inside a backend's own loading: the answer is incomplete, so it is not kept.
-            return frozenset(names)
-        self.unreadable = unreadable
-        self._known = frozenset(names)
-        return self._known
+                if isinstance(error.__cause__, OnceCycleError):
+                    complete = False  # asked from inside that backend's own loading: an answer not to keep
+        if complete:
+            self._known = frozenset(names)
+        return frozenset(names)
 
 
 class Namespace:
@@ -272,13 +270,12 @@ class Namespace:
             if self._summarised or generation != self._generation:
                 return
             self._summarised = True
+        if settings.chain is None:
+            return  # the platform default alone: nothing was asked for that could be missing
         universe = self.universe()
-        chain = chain_of(settings, universe)
-        if settings.chain is None or chain == (universe.default,):
-            return
-        lacking = inherited_kernels(settings, universe)
-        line = summary_line(chain, settings.strict, lacking, len(universe.known_kernels()), settings.verbose)
-        self.notices.emit(line, verbose=settings.verbose, rank=settings.rank)
+        line = build_report(settings, universe).summary_line()
+        if line is not None:
+            self.notices.emit(line, verbose=settings.verbose, rank=settings.rank)
 
     def eager_resolve(self) -> None:
         """``EAGER_IMPORT``: resolve every kernel now, so that any error surfaces at import."""

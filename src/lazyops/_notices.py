@@ -32,25 +32,6 @@ class Notices:
         self._lock = threading.Lock()
 
 
-def summary_line(
-    chain: tuple[str, ...], strict: bool, lacking: dict[str, str | None], total: int, verbose: bool
-) -> str:
-    """How many of the known kernels the chain lacks and where they will come from."""
-    selected = f"backend {','.join(chain)!r}" + (" (strict)" if strict else "")
-    if not lacking:
-        return f"lazyops: {selected} provides all {total} known kernels"
-    by_source: dict[str | None, list[str]] = {}
-    for kernel, source in lacking.items():
-        by_source.setdefault(source, []).append(kernel)
-    parts = []
-    for source, kernels in by_source.items():
-        where = f"inherited from {source!r}" if source else "unavailable (KernelUnavailableError)"
-        names = ", ".join(kernels) if verbose else kernels[0] + (f" and {len(kernels) - 1} more" if len(kernels) > 1 else "")
-        parts.append(f"{len(kernels)} {where}: {names}")
-    hint = "" if verbose or all(len(k) == 1 for k in by_source.values()) else " (LAZYOPS_VERBOSE=1 names them all)"
-    return f"lazyops: {selected} lacks {len(lacking)} of {total} known kernels; {'; '.join(parts)}{hint}"
-
-
 def inherited_line(kernel: str, source: str, lacking: tuple[str, ...]) -> str:
     return (
         f"lazyops: {kernel} runs from {source!r} (inherited): the selected backend "

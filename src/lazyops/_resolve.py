@@ -1,14 +1,14 @@
 """The resolution order, as pure logic over names and sets.
 
 Nothing here imports a backend: a ``Universe`` answers which backends exist and what each exports, and the
-functions below decide where a kernel comes from. That is the whole of the order in DESIGN.md, small enough for a
+functions below decide where a kernel comes from. That is the whole of the order in docs/design.md, small enough for a
 hypothesis model test to check against an independent model, and the reason ``which()`` can answer without
 importing anything.
 
 The three roles: the *chain* (the selected backends in priority order), the *platform default* (what runs best
 here), and the *reference* (``torch``: it implements every kernel, so it is the last resort). A kernel that the
 chain lacks is *inherited* from the default or the reference, never silently: the namespace wraps it so that its
-first call says so, and the first resolution prints how many kernels the chain lacks. A partial port is never
+first call says so, and the first resolution prints how many kernels the chain lacks (``_report``). A partial port is never
 mistaken for a complete one; strict means no fallback of any kind.
 """
 
@@ -19,6 +19,7 @@ from typing import Protocol
 
 from lazyops._config import Settings
 from lazyops._errors import ConfigError, KernelUnavailableError
+from lazyops._errors import hide_in_pytest_tracebacks as __tracebackhide__  # noqa: F401
 
 REFERENCE = "torch"
 
@@ -130,7 +131,7 @@ def validate(settings: Settings, universe: Universe) -> None:
 
 
 def resolve(kernel: str, settings: Settings, universe: Universe) -> Resolution:
-    """Where ``kernel`` comes from under ``settings``; the order of DESIGN.md, step by step.
+    """Where ``kernel`` comes from under ``settings``; the order of docs/design.md, step by step.
 
     Raises ``AttributeError`` for a private or unknown name and ``KernelUnavailableError`` for a known kernel that
     nothing allowed can supply. ``settings`` must have passed ``validate``.
@@ -169,22 +170,3 @@ def _exports_safely(universe: Universe, backend: str, kernel: str) -> bool:
         return kernel in universe.exports(backend)
     except ImportError:
         return False
-
-
-def inherited_kernels(settings: Settings, universe: Universe) -> dict[str, str | None]:
-    """Every known kernel the chain lacks, with the backend it will come from (``None``: it will raise).
-
-    The first resolution's summary line is made from this, so a user sees at once how much of a port is missing.
-    """
-    chain = chain_of(settings, universe)
-    exported = set().union(*(universe.exports(backend) for backend in chain))
-    lacking: dict[str, str | None] = {}
-    for kernel in sorted(universe.known_kernels() - exported):
-        source = None
-        if not settings.strict:
-            source = next(
-                (s for s in (universe.default, REFERENCE) if s in universe.backends and kernel in universe.exports(s)),
-                None,
-            )
-        lacking[kernel] = source
-    return lacking

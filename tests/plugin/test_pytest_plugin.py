@@ -350,3 +350,52 @@ def test_configured_holds_for_its_block_only_and_a_refusal_changes_nothing(insta
         with state.configured(backend="nope"):
             pytest.fail("a refused configuration must not enter the block")
     assert state.settings() == before
+
+
+# -- what must never take a test run down ----------------------------------------------------------------------
+UNRELATED_AND_KERNEL = """
+    def test_unrelated():
+        pass
+
+    def test_uses_a_kernel():
+        import lazyops
+        lazyops.rmsnorm_tl
+"""
+
+
+def test_eager_import_with_a_bad_configuration_does_not_crash_pytest(project):
+    project.tests(UNRELATED_AND_KERNEL)
+    project.setenv(EAGER_IMPORT="1", LAZYOPS_BACKEND="nope")
+    result = project.run()
+    assert result.ret == pytest.ExitCode.TESTS_FAILED, result.stderr.str()
+    result.assert_outcomes(passed=1, failed=1)
+    result.stdout.fnmatch_lines([
+        "lazyops: EAGER_IMPORT: resolving every kernel at import failed: ConfigError: LAZYOPS_BACKEND names backend "
+        "'nope'*",
+        "*ConfigError: LAZYOPS_BACKEND names backend 'nope'*",
+    ])
+
+
+def test_eager_import_with_an_unusable_backend_does_not_crash_pytest(project):
+    project.backends.make("offline", ["rmsnorm_tl"], init_code="def unavailable_reason():\n    return 'needs the Frobnicator board'\n")
+    project.tests(UNRELATED_AND_KERNEL)
+    project.setenv(EAGER_IMPORT="1", LAZYOPS_BACKEND="offline")
+    result = project.run()
+    result.assert_outcomes(passed=1, failed=1)
+    result.stdout.fnmatch_lines([
+        "lazyops: EAGER_IMPORT: resolving every kernel at import failed: BackendError: backend 'offline' cannot run "
+        "here: needs the Frobnicator board*",
+    ])
+
+
+def test_a_backend_whose_unavailable_reason_raises_does_not_crash_pytest(project):
+    project.backends.make("flaky", ["rmsnorm_tl"], init_code="def unavailable_reason():\n    raise RuntimeError('driver exploded')\n")
+    project.tests(UNRELATED_AND_KERNEL)
+    project.setenv(LAZYOPS_BACKEND="flaky")
+    result = project.run()
+    assert "INTERNALERROR" not in result.stdout.str() + result.stderr.str()
+    result.assert_outcomes(passed=1, failed=1)
+    result.stdout.fnmatch_lines([
+        "lazyops: backend 'flaky': its unavailable_reason() raised RuntimeError: driver exploded*",
+        "*BackendError: backend 'flaky': its unavailable_reason() raised RuntimeError: driver exploded*",
+    ])
