@@ -9,11 +9,12 @@ a thin, named question to that object.
 from __future__ import annotations
 
 import contextlib
+import sys
 from collections.abc import Iterator
 from types import ModuleType
 from typing import Any
 
-import lazyops
+import lazyops  # noqa: F401  (the package is initialised before its namespace is asked for)
 from lazyops._config import Settings
 from lazyops._errors import ConfigError
 from lazyops._namespace import Namespace
@@ -22,7 +23,9 @@ from lazyops._resolve import Resolution, resolve
 
 
 def _namespace() -> Namespace:
-    return lazyops._state()  # type: ignore[no-any-return]
+    # Through the module object: the stub type checkers read for lazyops does not publish _state, on purpose.
+    package: Any = sys.modules["lazyops"]
+    return package._state()  # type: ignore[no-any-return]
 
 
 def report() -> Report:

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 import lazyops
+from lazyops import _api
 
 # The lazyops this test run imports (the checkout's src/ unless PYTHONPATH points elsewhere): subprocesses get the
 # same one, so a test run against another tree tests that tree throughout.
@@ -85,8 +86,8 @@ def installed(fake_backends, monkeypatch: pytest.MonkeyPatch):
 
     def install(name: str, modules: dict[str, str]) -> None:
         write_backend(fake_backends, name, modules)
-        lazyops._state().reset()
+        _api.reset()
 
-    lazyops._state().reset()
+    _api.reset()
     yield install
-    lazyops._state().reset()
+    _api.reset()

@@ -339,17 +339,18 @@ def test_lazyops_backend_fixture_runs_only_over_the_selected_backends(project):
 def test_configured_holds_for_its_block_only_and_a_refusal_changes_nothing(installed):
     import lazyops
 
-    state = lazyops._state()
+    from lazyops import _api
+
     lazyops.configure(backend="torch")
-    before = state.settings()
-    with state.configured(strict=True) as inside:
+    before = _api.settings()
+    with _api.configured(strict=True) as inside:
         assert inside.strict and inside.chain == ("torch",)
-        assert state.settings() is inside
-    assert state.settings() == before and not state.settings().strict
+        assert _api.settings() is inside
+    assert _api.settings() == before and not _api.settings().strict
     with pytest.raises(lazyops.ConfigError):
-        with state.configured(backend="nope"):
+        with _api.configured(backend="nope"):
             pytest.fail("a refused configuration must not enter the block")
-    assert state.settings() == before
+    assert _api.settings() == before
 
 
 # -- what must never take a test run down ----------------------------------------------------------------------
