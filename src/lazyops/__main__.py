@@ -16,6 +16,7 @@ import argparse
 import json
 import sys
 from collections.abc import Sequence
+from typing import Any
 
 EXIT_OK, EXIT_NO, EXIT_CANNOT = 0, 1, 2
 
@@ -51,7 +52,7 @@ def _list(as_json: bool) -> int:
 
     report = _api.report()
     statuses = {name: reason or "ok" for name, reason in _api.backend_statuses().items()}
-    rows = [
+    rows: list[dict[str, Any]] = [
         {
             "kernel": source.kernel,
             "exported_by": list(source.exported_by),
@@ -61,8 +62,13 @@ def _list(as_json: bool) -> int:
         for source in report.kernels
     ]
     if as_json:
-        listing = {"chain": list(report.chain), "strict": report.strict, "backends": statuses, "kernels": rows,
-                   "refused_entry_points": list(report.refused)}
+        listing = {
+            "chain": list(report.chain),
+            "strict": report.strict,
+            "backends": statuses,
+            "kernels": rows,
+            "refused_entry_points": list(report.refused),
+        }
         print(json.dumps(listing, indent=2))
         return EXIT_OK
     print(f"chain: {','.join(report.chain)}{' (strict)' if report.strict else ''}   platform default: {report.default}")
@@ -84,7 +90,9 @@ def _list(as_json: bool) -> int:
 def _which(name: str, as_json: bool) -> int:
     import lazyops
 
-    if name in lazyops.__all__ or (not name.startswith("_") and name in vars(lazyops) and name not in lazyops.kernels()):
+    if name in lazyops.__all__ or (
+        not name.startswith("_") and name in vars(lazyops) and name not in lazyops.kernels()
+    ):
         value = getattr(lazyops, name)
         kind = "module" if isinstance(value, type(sys)) else "function" if callable(value) else "name"
         print(
@@ -99,8 +107,16 @@ def _which(name: str, as_json: bool) -> int:
         print(f"lazyops: {error}", file=sys.stderr)
         return EXIT_NO
     if as_json:
-        print(json.dumps({"kernel": name, "backend": resolution.backend, "reason": resolution.reason,
-                          "chain": list(resolution.chain)}))
+        print(
+            json.dumps(
+                {
+                    "kernel": name,
+                    "backend": resolution.backend,
+                    "reason": resolution.reason,
+                    "chain": list(resolution.chain),
+                }
+            )
+        )
         return EXIT_OK
     explanation = {
         "selected": "the selected backend exports it",

@@ -14,8 +14,9 @@ is loaded: an unrelated import elsewhere goes on, and a backend whose import use
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     import importlib.machinery
+    from collections.abc import Callable
     from types import ModuleType
-    from typing import Any, Callable
+    from typing import Any
 
 
 class BackendAliasFinder:
@@ -33,9 +34,11 @@ class BackendAliasFinder:
         self._load_backend = load_backend
         # Each module's own spec, from create_module to exec_module (a dict: aliases of different backends may be
         # imported by several threads at once).
-        self._own_specs: "dict[str, Any]" = {}
+        self._own_specs: dict[str, Any] = {}
 
-    def find_spec(self, fullname: str, path: "Any" = None, target: "Any" = None) -> "importlib.machinery.ModuleSpec | None":
+    def find_spec(
+        self, fullname: str, path: "Any" = None, target: "Any" = None
+    ) -> "importlib.machinery.ModuleSpec | None":
         if not fullname.startswith(self._prefix):
             return None
         name = fullname[len(self._prefix) :]

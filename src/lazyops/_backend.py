@@ -23,18 +23,21 @@ threads, or call ``lazyops.which()`` without deadlocking against another thread'
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import importlib.machinery
 import importlib.util
 import sys
+from collections.abc import Callable
 from types import ModuleType
-from typing import Any
+from typing import Any, TypeVar
 
 from lazyops._errors import BackendError
 from lazyops._manifest import ManifestError, read_manifest, stub_beside
 from lazyops._once import Once, OnceCycleError
 
 Manifest = dict[str, tuple["str | None", str]]
+T = TypeVar("T")
 
 
 class Backend:
@@ -68,7 +71,9 @@ class Backend:
         try:
             return dict(read_manifest(stub))
         except (ManifestError, SyntaxError, OSError) as error:
-            raise BackendError(f"backend {self.name!r} has an unusable kernel list: {error}", backend=self.name) from error
+            raise BackendError(
+                f"backend {self.name!r} has an unusable kernel list: {error}", backend=self.name
+            ) from error
 
     def _find_spec(self) -> importlib.machinery.ModuleSpec:
         try:
@@ -110,17 +115,17 @@ class Backend:
     def _roll_back(self, modules_before: set[str]) -> None:
         """Remove what this load added to the backend's package: the modules, and the attribute on the parent."""
         prefix = self.module_name + "."
-        added = [n for n in list(sys.modules) if n not in modules_before and (n == self.module_name or n.startswith(prefix))]
+        added = [
+            n for n in list(sys.modules) if n not in modules_before and (n == self.module_name or n.startswith(prefix))
+        ]
         for name in added:
             sys.modules.pop(name, None)
         parent, _, child = self.module_name.rpartition(".")
-        if self.module_name in added and parent in sys.modules and hasattr(sys.modules[parent], child):
-            try:
+        if self.module_name in added and parent in sys.modules:
+            with contextlib.suppress(AttributeError):
                 delattr(sys.modules[parent], child)
-            except AttributeError:
-                pass
 
-    def _once(self, once: Once[Any], compute: Any) -> Any:
+    def _once(self, once: Once[T], compute: Callable[[], T]) -> T:
         try:
             return once.get(compute)
         except OnceCycleError as error:

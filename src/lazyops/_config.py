@@ -77,7 +77,9 @@ def parse_name_list(source: str, value: str | Iterable[str], what: str) -> tuple
         raise ConfigError(f"{source}={_shown(value)} has an empty entry; write {what} separated by single commas")
     repeated = sorted({item for item in items if items.count(item) > 1})
     if repeated:
-        raise ConfigError(f"{source}={_shown(value)} names {', '.join(map(repr, repeated))} more than once; name each once")
+        raise ConfigError(
+            f"{source}={_shown(value)} names {', '.join(map(repr, repeated))} more than once; name each once"
+        )
     return tuple(items)
 
 
@@ -177,7 +179,11 @@ def settings_from_environment(environ: Mapping[str, str]) -> Settings:
     )
 
 
-_PARSE_ARGUMENT = {"backend": ("chain", parse_chain), "fallback": ("fallback", parse_fallback), "strict": ("strict", parse_strict)}
+_PARSE_ARGUMENT = {
+    "backend": ("chain", parse_chain),
+    "fallback": ("fallback", parse_fallback),
+    "strict": ("strict", parse_strict),
+}
 
 
 def apply_overrides(base: Settings, overrides: Mapping[str, Any]) -> Settings:

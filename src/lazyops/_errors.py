@@ -8,6 +8,8 @@ that cannot be loaded is an import problem with an install as its cure.
 This module is imported by ``import lazyops``: it imports nothing.
 """
 
+from __future__ import annotations
+
 
 class LazyopsError(Exception):
     """Base of every lazyops-specific error, for callers that want to catch them all."""
@@ -23,7 +25,11 @@ class KernelUnavailableError(LazyopsError, AttributeError):
         self.backend = backend
         self.available_in = available_in
 
-    def __reduce__(self):  # keep pickling (multiprocessing, pytest-xdist) working with the extra fields
+    def __reduce__(
+        self,
+    ) -> tuple[
+        type[KernelUnavailableError], tuple[str, str, tuple[str, ...], str]
+    ]:  # keep pickling (multiprocessing, pytest-xdist) working with the extra fields
         return (type(self), (self.kernel, self.backend, self.available_in, str(self)))
 
 
@@ -44,7 +50,7 @@ class BackendError(LazyopsError, ImportError):
         self.backend = backend
         self.missing = missing
 
-    def __reduce__(self):
+    def __reduce__(self) -> tuple[object, tuple[str, str, bool]]:
         return (_rebuild_backend_error, (str(self), self.backend, self.missing))
 
 

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import os
 import weakref
-from typing import Callable, Protocol
+from collections.abc import Callable
+from typing import Protocol
 
 
 class ForkSafe(Protocol):

@@ -14,7 +14,8 @@ fields: one thread (the owner) runs the computation, the others wait on an event
 from __future__ import annotations
 
 import threading
-from typing import Callable, Generic, TypeVar
+from collections.abc import Callable
+from typing import Generic, TypeVar
 
 from lazyops import _forksafe
 
@@ -50,15 +51,16 @@ class Once(Generic[T]):
                 if self._done:
                     return self._value  # type: ignore[return-value]
                 if self._owner == me:
-                    raise OnceCycleError(f"{self.what} was asked for again while it was being computed, by the same thread")
+                    raise OnceCycleError(
+                        f"{self.what} was asked for again while it was being computed, by the same thread"
+                    )
                 if self._owner is None:
                     self._owner, finished = me, threading.Event()
                     self._finished = finished
                     break
-                finished = self._finished
-                owner = self._owner
-            assert finished is not None
-            self._wait(me, owner, finished)
+                waiting_for, owner = self._finished, self._owner
+            assert waiting_for is not None  # set together with _owner
+            self._wait(me, owner, waiting_for)
         try:
             value = compute()
         except BaseException:

@@ -14,7 +14,8 @@ built-in in place. ``Registry.refused`` lists every refusal, for ``lazyops list`
 from __future__ import annotations
 
 import re
-from typing import Iterable, Iterator, NoReturn
+from collections.abc import Iterable, Iterator
+from typing import NoReturn
 
 from lazyops._backend import Backend
 from lazyops._errors import BackendError
@@ -35,7 +36,7 @@ _MODULE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*\Z")
 class EntryPointSpec:
     """The three facts of one entry point that discovery uses (also how tests describe fake ones)."""
 
-    __slots__ = ("name", "value", "distribution")
+    __slots__ = ("distribution", "name", "value")
 
     def __init__(self, name: str, value: str, distribution: str) -> None:
         self.name, self.value, self.distribution = name, value, distribution
@@ -129,7 +130,9 @@ class Registry:
         return iter(self._backends.values())
 
 
-def _backend_of(name: str, claimants: list[EntryPointSpec], builtin: Backend | RefusedBackend | None) -> Backend | RefusedBackend:
+def _backend_of(
+    name: str, claimants: list[EntryPointSpec], builtin: Backend | RefusedBackend | None
+) -> Backend | RefusedBackend:
     """The backend that entry points named ``name`` register, or the refusal saying why they cannot."""
     distributions = " and ".join(spec.distribution for spec in claimants)
     if builtin is not None:

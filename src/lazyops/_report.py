@@ -66,7 +66,11 @@ class Report:
             else:
                 names = f"{kernels[0]} and {len(kernels) - 1} more"
             parts.append(f"{len(kernels)} {where}: {names}")
-        hint = "" if self.verbose or all(len(k) == 1 for k in by_source.values()) else " (LAZYOPS_VERBOSE=1 names them all)"
+        hint = (
+            ""
+            if self.verbose or all(len(k) == 1 for k in by_source.values())
+            else " (LAZYOPS_VERBOSE=1 names them all)"
+        )
         return f"lazyops: {selected} lacks {len(lacking)} of {total} known kernels; {'; '.join(parts)}{hint}"
 
 

@@ -8,8 +8,8 @@ importing anything.
 The three roles: the *chain* (the selected backends in priority order), the *platform default* (what runs best
 here), and the *reference* (``torch``: it implements every kernel, so it is the last resort). A kernel that the
 chain lacks is *inherited* from the default or the reference, never silently: the namespace wraps it so that its
-first call says so, and the first resolution prints how many kernels the chain lacks (``_report``). A partial port is never
-mistaken for a complete one; strict means no fallback of any kind.
+first call says so, and the first resolution prints how many kernels the chain lacks (``_report``). A partial port
+is never mistaken for a complete one; strict means no fallback of any kind.
 """
 
 from __future__ import annotations
@@ -53,7 +53,7 @@ class Resolution:
     exactly when it is inherited or forced by the fallback list).
     """
 
-    __slots__ = ("kernel", "backend", "reason", "chain", "lacking")
+    __slots__ = ("backend", "chain", "kernel", "lacking", "reason")
 
     def __init__(self, kernel: str, backend: str, reason: str, chain: tuple[str, ...], lacking: tuple[str, ...]):
         self.kernel = kernel
@@ -100,7 +100,8 @@ def validate(settings: Settings, universe: Universe) -> None:
         for backend in settings.chain:
             if backend not in universe.backends:
                 raise ConfigError(
-                    f"{origin['backend']} names backend {backend!r}, which is not registered.{suggest(backend, universe.backends)}"
+                    f"{origin['backend']} names backend {backend!r}, which is not registered."
+                    f"{suggest(backend, universe.backends)}"
                     f" Known backends: {', '.join(universe.backends)} (third-party ones register through the "
                     "'lazyops.backends' entry-point group)"
                 )
@@ -116,7 +117,8 @@ def validate(settings: Settings, universe: Universe) -> None:
     for kernel in sorted(settings.fallback):
         if kernel not in universe.known_kernels():
             raise ConfigError(
-                f"{origin['fallback']} names {kernel!r}, which no backend exports.{suggest(kernel, universe.known_kernels())}"
+                f"{origin['fallback']} names {kernel!r}, which no backend exports."
+                f"{suggest(kernel, universe.known_kernels())}"
             )
         if not any(kernel in universe.exports(backend) for backend in chain):
             raise ConfigError(
@@ -152,15 +154,20 @@ def resolve(kernel: str, settings: Settings, universe: Universe) -> Resolution:
             if source in universe.backends and kernel in universe.exports(source):
                 return Resolution(kernel, source, INHERITED, chain, chain)
     available_in = tuple(backend for backend in universe.backends if _exports_safely(universe, backend, kernel))
-    mode = "strict mode allows no fallback" if settings.strict else "neither the platform default nor the reference has it"
+    mode = (
+        "strict mode allows no fallback" if settings.strict else "neither the platform default nor the reference has it"
+    )
     raise KernelUnavailableError(
         kernel,
         ",".join(chain),
         available_in,
         f"kernel {kernel!r} is not available from backend {','.join(chain)!r} and {mode}; "
         f"it is available in: {', '.join(available_in) or 'no loadable backend'}. "
-        + ("Add one of those to LAZYOPS_BACKEND, or unset LAZYOPS_STRICT to inherit it."
-           if settings.strict else "Add one of those to LAZYOPS_BACKEND."),
+        + (
+            "Add one of those to LAZYOPS_BACKEND, or unset LAZYOPS_STRICT to inherit it."
+            if settings.strict
+            else "Add one of those to LAZYOPS_BACKEND."
+        ),
     )
 
 

@@ -16,7 +16,8 @@ from __future__ import annotations
 import functools
 import threading
 import time
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from lazyops import _forksafe
 from lazyops._resolve import Resolution

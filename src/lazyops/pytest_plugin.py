@@ -363,7 +363,9 @@ def _fail_note(errors: list[KernelUnavailableError]) -> str:
 
 
 @pytest.hookimpl(wrapper=True, trylast=True)
-def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Generator[None, pytest.TestReport, pytest.TestReport]:
+def pytest_runtest_makereport(
+    item: pytest.Item, call: pytest.CallInfo[None]
+) -> Generator[None, pytest.TestReport, pytest.TestReport]:
     # trylast makes this the innermost wrapper: the skip is decided before xfail handling looks at the report. The
     # traceback of a failure (--lazyops-fail-missing) ends at the line that asked for the kernel: lazyops' frames
     # on that path declare __tracebackhide__ for KernelUnavailableError (--fulltrace shows them).
@@ -387,7 +389,9 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
 
 
 @pytest.hookimpl(wrapper=True)
-def pytest_make_collect_report(collector: pytest.Collector) -> Generator[None, pytest.CollectReport, pytest.CollectReport]:
+def pytest_make_collect_report(
+    collector: pytest.Collector,
+) -> Generator[None, pytest.CollectReport, pytest.CollectReport]:
     """A test module whose import asks for a missing kernel (``ROPE = lazyops.rope_tl``) is skipped as a whole."""
     report = yield
     call = getattr(report, "call", None)  # pytest keeps the CallInfo there until collect_one_node pops it
