@@ -14,18 +14,25 @@ import sys
 import pytest
 
 import lazyops
-from lazyops import _api
-from lazyops import BackendError, ConfigError
-from lazyops._namespace import Namespace
-
 from fresh_interpreter import run_python
+from lazyops import BackendError, ConfigError, _api
+from lazyops._namespace import Namespace
 
 
 @pytest.fixture
 def ns(monkeypatch):
     """The real ``lazyops`` module, rediscovering backends, with no LAZYOPS_* variable set."""
-    for variable in ("LAZYOPS_BACKEND", "LAZYOPS_FALLBACK", "LAZYOPS_STRICT", "LAZYOPS_VERBOSE", "LAZYOPS_TRACE",
-                     "LAZYOPS_TRACE_ARGS", "RANK", "LOCAL_RANK", "EAGER_IMPORT"):
+    for variable in (
+        "LAZYOPS_BACKEND",
+        "LAZYOPS_FALLBACK",
+        "LAZYOPS_STRICT",
+        "LAZYOPS_VERBOSE",
+        "LAZYOPS_TRACE",
+        "LAZYOPS_TRACE_ARGS",
+        "RANK",
+        "LOCAL_RANK",
+        "EAGER_IMPORT",
+    ):
         monkeypatch.delenv(variable, raising=False)
     _api.reset()
     yield lazyops
@@ -56,9 +63,13 @@ def test_unavailable_reason_returning_a_non_string_is_a_backend_error(fake_backe
 
 # -- trace failures and ranks ----------------------------------------------------------------------------------
 @pytest.mark.parametrize("target", ["/dev/full", "a directory", "a name too long"])
-def test_a_trace_that_cannot_be_written_warns_once_and_never_breaks_a_kernel(fake_backends, ns, tmp_path, monkeypatch, capsys, target):
+def test_a_trace_that_cannot_be_written_warns_once_and_never_breaks_a_kernel(
+    fake_backends, ns, tmp_path, monkeypatch, capsys, target
+):
     fake_backends.make("ext", ["alpha_tl", "beta_tl"])
-    path = {"/dev/full": "/dev/full", "a directory": str(tmp_path), "a name too long": str(tmp_path / ("t" * 300))}[target]
+    path = {"/dev/full": "/dev/full", "a directory": str(tmp_path), "a name too long": str(tmp_path / ("t" * 300))}[
+        target
+    ]
     monkeypatch.setenv("LAZYOPS_TRACE", path)
     _api.reset()
     ns.configure(backend="ext")
@@ -213,3 +224,17 @@ def test_one_bad_entry_point_is_refused_and_everything_else_keeps_working(fake_b
         with pytest.raises(BackendError, match=fragment):
             ns.configure(backend=name)
             ns.alpha_tl
+
+
+# -- the default_device() hook ---------------------------------------------------------------------------------
+def test_default_device_is_the_backend_hook_or_cpu(fake_backends, ns):
+    fake_backends.make("gpu", ["alpha_tl"], init_code="def default_device():\n    return 'cuda:1'\n")
+    fake_backends.make("plain", ["alpha_tl"])
+    fake_backends.make("broken", ["alpha_tl"], init_code="def default_device():\n    raise OSError('no driver')\n")
+    _api.reset()
+    assert _api.default_device("gpu") == "cuda:1"
+    assert _api.default_device("plain") == "cpu"
+    with pytest.raises(BackendError, match=r"backend 'broken': its default_device\(\) raised OSError: no driver"):
+        _api.default_device("broken")
+    with pytest.raises(ConfigError, match="no backend named 'nope' is registered"):
+        _api.default_device("nope")

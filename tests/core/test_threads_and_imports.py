@@ -39,7 +39,9 @@ def race_backends(fake_backends, tmp_path):
     return fake_backends, calls
 
 
-RACE = FAKE_DEFAULT + """
+RACE = (
+    FAKE_DEFAULT
+    + """
 import json, sys, threading
 import lazyops
 
@@ -92,6 +94,7 @@ print(json.dumps({
     "gamma_now_from": lazyops.which("gamma_tl").backend if with_configure else None,
 }))
 """
+)
 
 
 @pytest.mark.parametrize("mode", ["access", "configure"])
@@ -110,7 +113,9 @@ def test_threads_racing_the_very_first_access_build_one_namespace(race_backends,
         report = last_json(result)
         assert report["alive"] == 0 and report["errors"] == [], report
         assert report["states"] == report["namespaces_built"] == 1, (repetition, report)
-        assert calls.read_text() == "x", f"register_backend ran {len(calls.read_text())} times (repetition {repetition})"
+        assert calls.read_text() == "x", (
+            f"register_backend ran {len(calls.read_text())} times (repetition {repetition})"
+        )
         lines = [line for line in result.stderr.splitlines() if line.startswith("lazyops:")]
         assert len(lines) == len(set(lines)), f"a line printed twice (repetition {repetition}):\n{result.stderr}"
         if mode == "access":
@@ -214,7 +219,9 @@ def test_register_backend_calling_which_while_another_thread_resolves_does_not_d
 
 
 def test_fork_while_another_thread_resolves_leaves_the_child_a_usable_namespace(fake_backends):
-    fake_backends.make("slow", ["alpha_tl"], kernel_code="import builtins; builtins.loading.set(); import time; time.sleep(2)")
+    fake_backends.make(
+        "slow", ["alpha_tl"], kernel_code="import builtins; builtins.loading.set(); import time; time.sleep(2)"
+    )
     fake_backends.make("quick", ["beta_tl"])
     code = """
     import builtins, json, os, threading, time
