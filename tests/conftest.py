@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 import os
-import subprocess
 import sys
 import textwrap
 from pathlib import Path
 
 import pytest
 
-SRC = str(Path(__file__).resolve().parents[1] / "src")
+import lazyops
+
+# The lazyops this test run imports (the checkout's src/ unless PYTHONPATH points elsewhere): subprocesses get the
+# same one, so a test run against another tree tests that tree throughout.
+SRC = str(Path(lazyops.__file__).resolve().parents[1])
 
 # The plugin tests (tests/plugin) run pytest inside pytest; pytest only honours pytest_plugins in this top-level
 # conftest, not in tests/plugin/conftest.py.
@@ -92,14 +95,3 @@ def fake_backends(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     yield factory
     for name in [m for m in sys.modules if m.startswith("lazyops_fake_")]:
         del sys.modules[name]
-
-
-def run_python(code: str, env: dict[str, str], *args: str) -> subprocess.CompletedProcess:
-    """Run ``code`` in a fresh interpreter: import-time behaviour can only be observed from a new process."""
-    return subprocess.run(
-        [sys.executable, "-c", textwrap.dedent(code), *args],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )

@@ -5,24 +5,39 @@ What a backend package may provide, beside its kernels:
 - ``__init__.pyi``: the manifest (see ``_manifest``); without it the package is imported to list its public
   ``*_tl`` names.
 - ``register_backend()``: run once, right after the package is first imported. If it raises, the load is rolled
-  back: the package's modules leave ``sys.modules`` and the next access tries again, so nothing half-registered
-  stays behind.
+  back: the modules this load added leave ``sys.modules`` (modules that were there before stay, even inside the
+  package: the program may be using them) and the next access tries again, so nothing half-registered stays.
 - ``unavailable_reason()``: ``None`` when the backend can run on this machine, else why not and the way out. It
   is asked when a kernel is resolved from the backend, so that a user learns it then, with the cure, instead of
   from a driver error at the first launch.
+- ``default_device()``: where the backend's kernels take tensors by default (``"cuda"``, ``"cpu"``, ...), for
+  tools that make inputs for it (the conformance kit, benchmarks); ``"cpu"`` when absent.
+
+A hook that raises or returns the wrong type is the backend's bug, reported as a ``BackendError`` naming the
+backend and chained to the original error, never as a raw exception (an ``AttributeError`` escaping from here
+would make ``hasattr(lazyops, ...)`` quietly false).
+
+Loading runs the backend's code, so no lazyops lock is held meanwhile (see ``_once``): it may import, start
+threads, or call ``lazyops.which()`` without deadlocking against another thread's first access.
 """
 
 from __future__ import annotations
 
+import contextlib
 import importlib
+import importlib.machinery
 import importlib.util
 import sys
-import threading
+from collections.abc import Callable
 from types import ModuleType
-from typing import Any
+from typing import Any, TypeVar
 
 from lazyops._errors import BackendError
 from lazyops._manifest import ManifestError, read_manifest, stub_beside
+from lazyops._once import Once, OnceCycleError
+
+Manifest = dict[str, tuple["str | None", str]]
+T = TypeVar("T")
 
 
 class Backend:
@@ -33,9 +48,8 @@ class Backend:
         self.module_name = module
         self.origin = origin  # "built-in", or the distribution that registered it
         self.install_hint = install_hint
-        self._lock = threading.RLock()
-        self._manifest: dict[str, tuple[str | None, str]] | None = None
-        self._module: ModuleType | None = None
+        self._manifest: Once[Manifest] = Once(f"reading the kernel list of backend {name!r}")
+        self._module: Once[ModuleType] = Once(f"loading backend {name!r}")
 
     def __repr__(self) -> str:
         return f"<lazyops backend {self.name!r}: {self.module_name} ({self.origin})>"
@@ -44,30 +58,27 @@ class Backend:
     def exports(self) -> frozenset[str]:
         return frozenset(self.manifest())
 
-    def manifest(self) -> dict[str, tuple[str | None, str]]:
+    def manifest(self) -> Manifest:
         """``{kernel: (submodule or None, attribute)}``; reads the stub, or imports a package that has none."""
-        with self._lock:
-            if self._manifest is None:
-                stub = stub_beside(self._find_spec().origin)
-                if stub is not None:
-                    try:
-                        self._manifest = dict(read_manifest(stub))
-                    except (ManifestError, SyntaxError, OSError) as error:
-                        raise BackendError(
-                            f"backend {self.name!r} has an unusable kernel list: {error}", backend=self.name
-                        ) from error
-                else:
-                    module = self.load()
-                    names = (name for name in dir(module) if name.endswith("_tl") and not name.startswith("_"))
-                    self._manifest = {name: (None, name) for name in sorted(names)}
-            return self._manifest
+        return self._once(self._manifest, self._read_manifest)
+
+    def _read_manifest(self) -> Manifest:
+        stub = stub_beside(self._find_spec().origin)
+        if stub is None:
+            module = self.load()
+            names = (name for name in dir(module) if name.endswith("_tl") and not name.startswith("_"))
+            return {name: (None, name) for name in sorted(names)}
+        try:
+            return dict(read_manifest(stub))
+        except (ManifestError, SyntaxError, OSError) as error:
+            raise BackendError(
+                f"backend {self.name!r} has an unusable kernel list: {error}", backend=self.name
+            ) from error
 
     def _find_spec(self) -> importlib.machinery.ModuleSpec:
         try:
             spec = importlib.util.find_spec(self.module_name)
-        except ModuleNotFoundError as error:
-            raise self._import_error(error) from error
-        except Exception as error:  # a parent package that fails to import
+        except Exception as error:  # a parent package that is missing or fails to import
             raise self._import_error(error) from error
         if spec is None:
             raise BackendError(
@@ -81,41 +92,89 @@ class Backend:
     # -- loading -----------------------------------------------------------------------------------------------
     def load(self) -> ModuleType:
         """Import the backend package and run its ``register_backend()`` once; roll back if either fails."""
-        with self._lock:
-            if self._module is not None:
-                return self._module
-            try:
-                module = importlib.import_module(self.module_name)
-                hook = getattr(module, "register_backend", None)
-                if callable(hook):
-                    hook()
-            except BaseException as error:
-                self._roll_back()
-                if isinstance(error, (KeyboardInterrupt, SystemExit)):
-                    raise
-                raise self._import_error(error) from error
-            self._module = module
-            return module
+        return self._once(self._module, self._import_and_register)
+
+    def _import_and_register(self) -> ModuleType:
+        modules_before = set(sys.modules)
+        try:
+            module = importlib.import_module(self.module_name)
+            hook = getattr(module, "register_backend", None)
+            if callable(hook):
+                hook()
+        except BaseException as error:
+            self._roll_back(modules_before)
+            if isinstance(error, (KeyboardInterrupt, SystemExit)):
+                raise
+            raise self._import_error(error) from error
+        return module
 
     @property
     def loaded(self) -> bool:
-        return self._module is not None
+        return self._module.done
 
-    def _roll_back(self) -> None:
+    def _roll_back(self, modules_before: set[str]) -> None:
+        """Remove what this load added to the backend's package: the modules, and the attribute on the parent."""
         prefix = self.module_name + "."
-        for name in [n for n in sys.modules if n == self.module_name or n.startswith(prefix)]:
-            del sys.modules[name]
+        added = [
+            n for n in list(sys.modules) if n not in modules_before and (n == self.module_name or n.startswith(prefix))
+        ]
+        for name in added:
+            sys.modules.pop(name, None)
         parent, _, child = self.module_name.rpartition(".")
-        if parent and parent in sys.modules and getattr(sys.modules[parent], child, None) is not None:
-            try:
+        if self.module_name in added and parent in sys.modules:
+            with contextlib.suppress(AttributeError):
                 delattr(sys.modules[parent], child)
-            except AttributeError:
-                pass
+
+    def _once(self, once: Once[T], compute: Callable[[], T]) -> T:
+        try:
+            return once.get(compute)
+        except OnceCycleError as error:
+            raise BackendError(
+                f"backend {self.name!r}: {error}. Its import or register_backend() asks for one of its own kernels "
+                "(or for a backend whose loading waits for this one); resolve kernels after loading, not during it",
+                backend=self.name,
+            ) from error
+
+    # -- the optional hooks ------------------------------------------------------------------------------------
+    def _call_hook(self, hook_name: str, expected: str) -> Any:
+        """Call the package's ``hook_name()`` if it has one (``None`` if not); its failures become BackendError."""
+        module = self.load()
+        try:
+            hook = getattr(module, hook_name, None)
+            if not callable(hook):
+                return None
+            value = hook()
+        except Exception as error:
+            raise BackendError(
+                f"backend {self.name!r}: its {hook_name}() raised {type(error).__name__}: {error}; it must return "
+                f"{expected}. Fix the backend ({self.origin}), or select another one (LAZYOPS_BACKEND)",
+                backend=self.name,
+            ) from error
+        return value
 
     def unavailable_reason(self) -> str | None:
-        check = getattr(self.load(), "unavailable_reason", None)
-        return check() if callable(check) else None
+        reason = self._call_hook("unavailable_reason", "None or a string saying why the backend cannot run here")
+        if reason is not None and not isinstance(reason, str):
+            raise BackendError(
+                f"backend {self.name!r}: its unavailable_reason() returned {reason!r}; it must return None or a "
+                f"string saying why the backend cannot run here. Fix the backend ({self.origin})",
+                backend=self.name,
+            )
+        return reason or None
 
+    def default_device(self) -> str:
+        device = self._call_hook("default_device", "a device name such as 'cuda' or 'cpu'")
+        if device is None:
+            return "cpu"
+        if not isinstance(device, str) or not device:
+            raise BackendError(
+                f"backend {self.name!r}: its default_device() returned {device!r}; it must return a device name "
+                f"such as 'cuda' or 'cpu'. Fix the backend ({self.origin})",
+                backend=self.name,
+            )
+        return device
+
+    # -- kernels -----------------------------------------------------------------------------------------------
     def kernel(self, kernel: str) -> Any:
         """The backend's own factory object for ``kernel``; raises ``BackendError`` if it cannot run here."""
         submodule, attribute = self.manifest()[kernel]
@@ -143,15 +202,24 @@ class Backend:
         if isinstance(error, BackendError):
             return error
         if isinstance(error, ModuleNotFoundError) and error.name:
-            own = error.name == self.module_name or self.module_name.startswith(error.name + ".")
-            if own:
+            missing = error.name
+            if missing == self.module_name or self.module_name.startswith(missing + "."):
                 message = f"backend {self.name!r} ({self.origin}): {what} is not installed; {self.install_hint}"
-            else:
-                message = (
-                    f"backend {self.name!r} needs the package {error.name.partition('.')[0]!r}, which is not "
-                    f"installed; {self.install_hint}"
+                return BackendError(message, backend=self.name, missing=True)
+            if missing.startswith(self.module_name + "."):
+                # The package is there (it may just have served another kernel); one of its own modules is not.
+                return BackendError(
+                    f"backend {self.name!r} ({self.origin}) is installed, but its module {missing!r} does not exist "
+                    f"(needed for {what}): the installation is incomplete, or the backend's stub names a module "
+                    f"that is not there. Reinstall the backend ({self.install_hint}), or fix its stub",
+                    backend=self.name,
                 )
-            return BackendError(message, backend=self.name, missing=True)
+            return BackendError(
+                f"backend {self.name!r} needs the package {missing.partition('.')[0]!r}, which is not installed; "
+                f"{self.install_hint}",
+                backend=self.name,
+                missing=True,
+            )
         return BackendError(
             f"importing backend {self.name!r} ({what}) failed: {type(error).__name__}: {error}; "
             "the chained traceback shows where. Fix it, or select another backend (LAZYOPS_BACKEND)",

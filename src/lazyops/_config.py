@@ -8,8 +8,11 @@ bad value and the valid choices.
 
 from __future__ import annotations
 
+import dataclasses
 import os
-from typing import Any, Iterable, Mapping
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
 
 from lazyops._errors import ConfigError
 
@@ -17,62 +20,35 @@ _TRUE = frozenset({"1", "true", "yes", "on"})
 _FALSE = frozenset({"0", "false", "no", "off", ""})
 
 
+_VARIABLE_OF = {"backend": "LAZYOPS_BACKEND", "fallback": "LAZYOPS_FALLBACK", "strict": "LAZYOPS_STRICT"}
+"""The environment variable behind each ``configure()`` argument."""
+
+
+@dataclass(frozen=True, slots=True)
 class Settings:
     """One configuration, immutable once built.
 
     ``chain`` is ``None`` for the platform default (the default is found only when needed, so strict mode with an
-    explicit chain never probes the platform). ``origin`` maps each of ``backend``, ``fallback``, ``strict`` to
-    where its value came from, so an error can name the variable or argument the user has to change.
+    explicit chain never probes the platform). ``rank`` is the data-parallel rank (``RANK``, else ``LOCAL_RANK``),
+    read once with the rest so that every line printed under one configuration agrees on it. ``origin`` maps each
+    of ``backend``, ``fallback``, ``strict`` to where its value came from, so an error can name the variable or
+    argument the user has to change; it is not part of a configuration's value (two equal settings may come from
+    different places).
     """
 
-    __slots__ = ("chain", "fallback", "strict", "verbose", "trace", "trace_args", "origin")
-    chain: tuple[str, ...] | None
-    fallback: frozenset[str]
-    strict: bool
-    verbose: bool
-    trace: str | None
-    trace_args: bool
-    origin: dict[str, str]
-
-    def __init__(
-        self,
-        chain: tuple[str, ...] | None = None,
-        fallback: frozenset[str] = frozenset(),
-        strict: bool = False,
-        verbose: bool = False,
-        trace: str | None = None,
-        trace_args: bool = False,
-        origin: Mapping[str, str] | None = None,
-    ) -> None:
-        set_ = object.__setattr__
-        set_(self, "chain", chain)
-        set_(self, "fallback", frozenset(fallback))
-        set_(self, "strict", strict)
-        set_(self, "verbose", verbose)
-        set_(self, "trace", trace)
-        set_(self, "trace_args", trace_args)
-        set_(self, "origin", dict(origin or {"backend": "LAZYOPS_BACKEND", "fallback": "LAZYOPS_FALLBACK", "strict": "LAZYOPS_STRICT"}))
-
-    def __setattr__(self, name: str, value: Any) -> None:
-        raise AttributeError(f"Settings are immutable; use lazyops.configure() to change {name}")
+    chain: tuple[str, ...] | None = None
+    fallback: frozenset[str] = frozenset()
+    strict: bool = False
+    verbose: bool = False
+    trace: str | None = None
+    trace_args: bool = False
+    rank: int = 0
+    origin: Mapping[str, str] = field(default_factory=lambda: dict(_VARIABLE_OF), compare=False, repr=False)
 
     def replace(self, **changes: Any) -> Settings:
-        values = {name: getattr(self, name) for name in self.__slots__}
-        origin = dict(values["origin"])
-        origin.update(changes.pop("origin", {}))
-        values.update(changes, origin=origin)
-        return Settings(**values)
-
-    def __repr__(self) -> str:
-        fields = ", ".join(f"{name}={getattr(self, name)!r}" for name in self.__slots__ if name != "origin")
-        return f"Settings({fields})"
-
-    def __eq__(self, other: object) -> bool:
-        if not isinstance(other, Settings):
-            return NotImplemented
-        return all(getattr(self, n) == getattr(other, n) for n in self.__slots__ if n != "origin")
-
-    __hash__ = None  # type: ignore[assignment]
+        """A copy with ``changes``; ``origin`` given here updates the origins rather than replacing them all."""
+        origin = {**self.origin, **changes.pop("origin", {})}
+        return dataclasses.replace(self, origin=origin, **changes)
 
 
 def parse_bool(source: str, value: str) -> bool:
@@ -101,7 +77,9 @@ def parse_name_list(source: str, value: str | Iterable[str], what: str) -> tuple
         raise ConfigError(f"{source}={_shown(value)} has an empty entry; write {what} separated by single commas")
     repeated = sorted({item for item in items if items.count(item) > 1})
     if repeated:
-        raise ConfigError(f"{source}={_shown(value)} names {', '.join(map(repr, repeated))} more than once; name each once")
+        raise ConfigError(
+            f"{source}={_shown(value)} names {', '.join(map(repr, repeated))} more than once; name each once"
+        )
     return tuple(items)
 
 
@@ -109,26 +87,47 @@ def _shown(value: str | Iterable[str]) -> str:
     return repr(value if isinstance(value, str) else ",".join(map(str, value)))
 
 
-def parse_chain(source: str, value: str | Iterable[str] | None) -> tuple[str, ...] | None:
-    """``LAZYOPS_BACKEND``: unset or empty is the platform default; else a priority chain of backend names."""
+def parse_chain(source: str, value: object) -> tuple[str, ...] | None:
+    """``LAZYOPS_BACKEND`` or ``configure(backend=...)``: ``None`` (or empty) is the platform default; else a
+    priority chain, from a comma list or an ordered sequence of names. A set is refused: its order, which is the
+    chain's meaning, would depend on ``PYTHONHASHSEED``."""
     if value is None or (isinstance(value, str) and not value.strip()):
         return None
+    if isinstance(value, (set, frozenset)) or (not isinstance(value, (str, list, tuple))):
+        kind = "an unordered set" if isinstance(value, (set, frozenset)) else f"a {type(value).__name__}"
+        raise ConfigError(
+            f"{source} got {kind} ({value!r}); a priority chain is ordered: pass a name, a comma list "
+            "('triton,torch'), a list or tuple of names, or None for the platform default"
+        )
     chain = parse_name_list(source, value, "backend names")
     if not chain:
         raise ConfigError(f"{source}: an empty list of backends; pass None for the platform default")
     return chain
 
 
-def parse_fallback(source: str, value: str | Iterable[str] | None) -> frozenset[str]:
+def parse_fallback(source: str, value: object) -> frozenset[str]:
+    """``LAZYOPS_FALLBACK`` or ``configure(fallback=...)``: kernel names, as a comma list or any collection of
+    names (order does not matter here, so a set is fine)."""
     if value is None or (isinstance(value, str) and not value.strip()):
         return frozenset()
+    if not isinstance(value, str) and (isinstance(value, (Mapping, bytes)) or not isinstance(value, Iterable)):
+        raise ConfigError(
+            f"{source} got a {type(value).__name__} ({value!r}); pass kernel names as a comma list, a list, tuple "
+            "or set of names, or None for none"
+        )
     return frozenset(parse_name_list(source, value, "kernel names"))
 
 
-def expand_trace_path(template: str) -> str:
+def parse_strict(source: str, value: object) -> bool:
+    if not isinstance(value, bool):
+        raise ConfigError(f"{source} must be True or False, got {type(value).__name__} {value!r}")
+    return value
+
+
+def expand_trace_path(template: str, rank: int) -> str:
     """Fill ``{pid}`` and ``{rank}`` so that processes of one job write separate files."""
     try:
-        return template.format(pid=os.getpid(), rank=current_rank())
+        return template.format(pid=os.getpid(), rank=rank)
     except (KeyError, IndexError, ValueError) as error:
         raise ConfigError(
             f"LAZYOPS_TRACE={template!r} has a placeholder other than {{pid}} and {{rank}} ({error}); "
@@ -136,24 +135,33 @@ def expand_trace_path(template: str) -> str:
         ) from None
 
 
-def current_rank() -> int:
-    """This process's data-parallel rank (``RANK``, else ``LOCAL_RANK``), 0 when neither is set."""
+def parse_rank(environ: Mapping[str, str]) -> int:
+    """This process's data-parallel rank (``RANK``, else ``LOCAL_RANK``), 0 when neither is set.
+
+    A value that is not an integer is a ``ConfigError``, raised whenever the configuration is read, like any other
+    malformed variable: guessing would either silence rank 0's lines or print every rank's, and a launcher that
+    sets ``RANK`` wrongly has other things to fix too.
+    """
     for variable in ("RANK", "LOCAL_RANK"):
-        value = os.environ.get(variable, "").strip()
+        value = environ.get(variable, "").strip()
         if value:
             try:
                 return int(value)
             except ValueError:
-                raise ConfigError(f"{variable}={value!r} is not an integer rank") from None
+                raise ConfigError(
+                    f"{variable}={value!r} is not an integer rank (lazyops reads RANK, else LOCAL_RANK, so that only "
+                    "rank 0 prints); set it to this process's rank, or unset it"
+                ) from None
     return 0
 
 
 def settings_from_environment(environ: Mapping[str, str]) -> Settings:
-    """Parse every ``LAZYOPS_*`` variable; the first malformed one raises ``ConfigError``."""
+    """Parse every ``LAZYOPS_*`` variable and the rank; the first malformed one raises ``ConfigError``."""
+    rank = parse_rank(environ)
     trace_template = environ.get("LAZYOPS_TRACE", "").strip() or None
     trace = None
     if trace_template is not None:
-        trace = expand_trace_path(trace_template)
+        trace = expand_trace_path(trace_template, rank)
         directory = os.path.dirname(os.path.abspath(trace))
         if not os.path.isdir(directory):
             raise ConfigError(
@@ -167,23 +175,31 @@ def settings_from_environment(environ: Mapping[str, str]) -> Settings:
         verbose=parse_bool("LAZYOPS_VERBOSE", environ.get("LAZYOPS_VERBOSE", "")),
         trace=trace,
         trace_args=parse_bool("LAZYOPS_TRACE_ARGS", environ.get("LAZYOPS_TRACE_ARGS", "")),
+        rank=rank,
     )
+
+
+_PARSE_ARGUMENT = {
+    "backend": ("chain", parse_chain),
+    "fallback": ("fallback", parse_fallback),
+    "strict": ("strict", parse_strict),
+}
 
 
 def apply_overrides(base: Settings, overrides: Mapping[str, Any]) -> Settings:
     """``configure()``'s arguments over the environment's settings; arguments left out keep ``base``'s values."""
     changes: dict[str, Any] = {}
     origin: dict[str, str] = {}
-    if "backend" in overrides:
-        changes["chain"] = parse_chain("configure(backend=...)", overrides["backend"])
-        origin["backend"] = "configure(backend=...)"
-    if "fallback" in overrides:
-        changes["fallback"] = parse_fallback("configure(fallback=...)", overrides["fallback"])
-        origin["fallback"] = "configure(fallback=...)"
-    if "strict" in overrides:
-        strict = overrides["strict"]
-        if not isinstance(strict, bool):
-            raise ConfigError(f"configure(strict=...) must be True or False, got {strict!r}")
-        changes["strict"] = strict
-        origin["strict"] = "configure(strict=...)"
+    for argument, value in overrides.items():
+        field_name, parse = _PARSE_ARGUMENT[argument]
+        source = f"configure({argument}=...)"
+        changes[field_name] = parse(source, value)
+        origin[argument] = source
     return base.replace(origin=origin, **changes)
+
+
+def environment_without_overridden(environ: Mapping[str, str], overrides: Mapping[str, Any]) -> dict[str, str]:
+    """The environment minus the variables ``configure()`` overrides: their values cannot matter, so they are not
+    parsed and cannot be a mistake."""
+    overridden = {_VARIABLE_OF[argument] for argument in overrides}
+    return {name: value for name, value in environ.items() if name not in overridden}

@@ -8,6 +8,8 @@ that cannot be loaded is an import problem with an install as its cure.
 This module is imported by ``import lazyops``: it imports nothing.
 """
 
+from __future__ import annotations
+
 
 class LazyopsError(Exception):
     """Base of every lazyops-specific error, for callers that want to catch them all."""
@@ -23,7 +25,11 @@ class KernelUnavailableError(LazyopsError, AttributeError):
         self.backend = backend
         self.available_in = available_in
 
-    def __reduce__(self):  # keep pickling (multiprocessing, pytest-xdist) working with the extra fields
+    def __reduce__(
+        self,
+    ) -> tuple[
+        type[KernelUnavailableError], tuple[str, str, tuple[str, ...], str]
+    ]:  # keep pickling (multiprocessing, pytest-xdist) working with the extra fields
         return (type(self), (self.kernel, self.backend, self.available_in, str(self)))
 
 
@@ -44,7 +50,7 @@ class BackendError(LazyopsError, ImportError):
         self.backend = backend
         self.missing = missing
 
-    def __reduce__(self):
+    def __reduce__(self) -> tuple[object, tuple[str, str, bool]]:
         return (_rebuild_backend_error, (str(self), self.backend, self.missing))
 
 
@@ -54,3 +60,10 @@ def _rebuild_backend_error(message: str, backend: str, missing: bool) -> Backend
 
 class KernelInputError(LazyopsError, ValueError):
     """A kernel factory or kernel called with arguments it cannot serve (shape, dtype, device, layout)."""
+
+
+def hide_in_pytest_tracebacks(excinfo: object) -> bool:
+    """The ``__tracebackhide__`` of the modules a ``KernelUnavailableError`` passes through on its way from a
+    kernel access: pytest then ends such a traceback at the line that asked for the kernel (``--fulltrace`` shows
+    everything). Other errors keep their frames: there, lazyops' code may be what needs reading."""
+    return isinstance(getattr(excinfo, "value", None), KernelUnavailableError)

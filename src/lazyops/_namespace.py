@@ -1,10 +1,18 @@
 """The state behind ``lazyops.__getattr__``: settings, backends, and the resolved kernels.
 
 One ``Namespace`` owns a module's ``__dict__``: a resolved kernel is stored there, so every later read is a plain
-attribute read that never reaches ``__getattr__`` again. Resolution holds one lock, re-checking the dict inside
-it, so threads racing on a first access resolve once and all get the same object. ``configure()`` validates a
-whole new configuration before touching anything, then drops every stored kernel; a failed ``configure()``
-changes nothing.
+attribute read that never reaches ``__getattr__`` again.
+
+Threads. The namespace's lock guards its own fields and is held only for a few dictionary operations, never while
+code lazyops does not control runs (a backend's import, its ``register_backend()`` or ``unavailable_reason()``):
+such code may import, start threads or call back into lazyops, and a lock held across it invites deadlocks with the
+import system's locks. So a first access decides under the lock what to do, loads outside it (each backend loads
+once, see ``_once``), and stores under the lock again, re-checking: threads racing on a first access all get the
+object the first of them stored, and a resolution begun before a ``configure()`` is not stored after it (each
+``configure()`` or ``reset()`` starts a new *generation*).
+
+``configure()`` validates a whole new configuration before touching anything, then drops every stored kernel; a
+failed ``configure()`` changes nothing.
 """
 
 from __future__ import annotations
@@ -12,31 +20,35 @@ from __future__ import annotations
 import contextlib
 import os
 import threading
-from typing import Any, Callable, Iterator, Mapping, MutableMapping
+from collections.abc import Callable, Iterator, Mapping, MutableMapping
+from typing import Any
 
-from lazyops._config import Settings, apply_overrides, settings_from_environment
+from lazyops import _forksafe
+from lazyops._config import Settings, apply_overrides, environment_without_overridden, settings_from_environment
+from lazyops._errors import BackendError, KernelUnavailableError
+from lazyops._errors import hide_in_pytest_tracebacks as __tracebackhide__  # noqa: F401
+from lazyops._notices import Notices, inherited_line
+from lazyops._once import OnceCycleError
 from lazyops._platform import platform_default
 from lazyops._registry import Registry
-from lazyops._resolve import INHERITED, Resolution, chain_of, inherited_kernels, resolve, unknown_kernel_error, validate
-from lazyops._notices import Notices, inherited_line, summary_line
+from lazyops._report import build_report
+from lazyops._resolve import INHERITED, Resolution, resolve, unknown_kernel_error, validate
 from lazyops._trace import Tracer
 from lazyops._wrap import ResolvedFactory
-from lazyops._errors import BackendError
-
-
-_VARIABLE_OF = {"backend": "LAZYOPS_BACKEND", "fallback": "LAZYOPS_FALLBACK", "strict": "LAZYOPS_STRICT"}
 
 
 class InstalledUniverse:
-    """The ``_resolve.Universe`` of a registry: exports from manifests, the default probed on first need."""
+    """The ``_resolve.Universe`` of a registry: exports from manifests, the default probed on first need.
+
+    Its memos are computed without a lock (reading a kernel list may import a stub-less backend) and published
+    whole; two threads computing one at once compute the same thing.
+    """
 
     def __init__(self, registry: Registry, default: Callable[[], str]) -> None:
         self.registry = registry
         self._default_probe = default
         self._default: str | None = None
         self._known: frozenset[str] | None = None
-        #: backends whose kernel list could not be read, with why (shown by ``lazyops list``)
-        self.unreadable: dict[str, BackendError] = {}
 
     @property
     def backends(self) -> tuple[str, ...]:
@@ -52,17 +64,22 @@ class InstalledUniverse:
         return self.registry[backend].exports()
 
     def known_kernels(self) -> frozenset[str]:
-        if self._known is None:
-            known: set[str] = set()
-            for backend in self.registry:
-                try:
-                    known |= backend.exports()
-                except BackendError as error:
-                    # A backend that cannot list its kernels only fails when it is selected; here it just
-                    # contributes no names, so one broken plugin does not take the whole namespace down.
-                    self.unreadable[backend.name] = error
-            self._known = frozenset(known)
-        return self._known
+        known = self._known
+        if known is not None:
+            return known
+        names: set[str] = set()
+        complete = True
+        for backend in self.registry:
+            try:
+                names |= backend.exports()
+            except BackendError as error:
+                # A backend that cannot list its kernels only fails when it is selected; here it just
+                # contributes no names, so one broken plugin does not take the whole namespace down.
+                if isinstance(error.__cause__, OnceCycleError):
+                    complete = False  # asked from inside that backend's own loading: an answer not to keep
+        if complete:
+            self._known = frozenset(names)
+        return frozenset(names)
 
 
 class Namespace:
@@ -74,11 +91,13 @@ class Namespace:
         discover: Callable[[], Registry] = Registry.discover,
         default: Callable[[], str] = platform_default,
     ) -> None:
+        # Nothing here imports or runs user code: lazyops._state() builds this under a lock.
         self._dict = module_dict
         self._environ = environ
         self._discover = discover
         self._default = default
-        self._lock = threading.RLock()
+        self._lock = threading.Lock()
+        self._generation = 0
         self._universe: InstalledUniverse | None = None
         self._settings: Settings | None = None
         self._overrides: dict[str, Any] = {}
@@ -86,12 +105,19 @@ class Namespace:
         self._tracer: Tracer | None = None
         self._summarised = False
         self.notices = Notices()
+        #: what EAGER_IMPORT's resolution raised when lazyops was imported for its own tools (see lazyops._eager)
+        self.eager_error: BaseException | None = None
+        _forksafe.register(self)
 
     # -- what is installed -------------------------------------------------------------------------------------
     def universe(self) -> InstalledUniverse:
+        universe = self._universe
+        if universe is not None:
+            return universe
+        fresh = InstalledUniverse(self._discover(), self._default)  # reads metadata: outside the lock
         with self._lock:
             if self._universe is None:
-                self._universe = InstalledUniverse(self._discover(), self._default)
+                self._universe = fresh
             return self._universe
 
     def backend_names(self) -> tuple[str, ...]:
@@ -115,25 +141,39 @@ class Namespace:
     # -- configuration -----------------------------------------------------------------------------------------
     def settings(self) -> Settings:
         """The settings in force, read from the environment on first need and validated then."""
-        with self._lock:
-            if self._settings is None:
-                self._settings = self._read(self._overrides)
-            return self._settings
+        return self._current()[1]
+
+    def _current(self) -> tuple[int, Settings]:
+        while True:
+            with self._lock:
+                generation, settings, overrides = self._generation, self._settings, self._overrides
+            if settings is not None:
+                return generation, settings
+            settings = self._read(overrides)  # validating may import a stub-less backend: outside the lock
+            with self._lock:
+                if self._generation == generation:
+                    if self._settings is None:
+                        self._settings = settings
+                    return generation, self._settings
+            # configure() or reset() ran meanwhile: read what is in force now
 
     def _read(self, overrides: Mapping[str, Any]) -> Settings:
-        # A variable that configure() overrides is not parsed: its value cannot matter, so it cannot be a mistake.
-        environ = {k: v for k, v in self._environ.items() if k not in {_VARIABLE_OF[name] for name in overrides}}
+        environ = environment_without_overridden(self._environ, overrides)
         settings = apply_overrides(settings_from_environment(environ), overrides)
         validate(settings, self.universe())
         return settings
 
     def configure(self, **overrides: Any) -> Settings:
-        with self._lock:
-            merged = {**self._overrides, **overrides}
+        while True:
+            with self._lock:
+                generation, merged = self._generation, {**self._overrides, **overrides}
             settings = self._read(merged)  # raises before anything changes
-            self._overrides = merged
-            self._install(settings)
-            return settings
+            with self._lock:
+                if self._generation == generation:
+                    self._overrides = merged
+                    self._install(settings)
+                    return settings
+            # another configure() won the race: apply these arguments over its configuration
 
     @contextlib.contextmanager
     def configured(self, **overrides: Any) -> Iterator[Settings]:
@@ -145,7 +185,7 @@ class Namespace:
         """
         with self._lock:
             previous = dict(self._overrides)
-            settings = self.configure(**overrides)
+        settings = self.configure(**overrides)
         try:
             yield settings
         finally:
@@ -161,10 +201,12 @@ class Namespace:
             self._install(None)
 
     def _install(self, settings: Settings | None) -> None:
+        """Start a new generation under ``settings`` (``None``: read on next need). Called with the lock held."""
         for name in self._stored:
             self._dict.pop(name, None)
         self._stored.clear()
         self._settings = settings
+        self._generation += 1
         self._tracer = None
         self._summarised = False
 
@@ -173,8 +215,7 @@ class Namespace:
         if not isinstance(kernel, str):
             raise TypeError(f"lazyops.which() takes a kernel name, got {type(kernel).__name__}")
         self._check_name(kernel)
-        with self._lock:
-            return resolve(kernel, self.settings(), self.universe())
+        return resolve(kernel, self.settings(), self.universe())
 
     def _check_name(self, kernel: str) -> None:
         # Private and unknown names fail before the configuration is read: tools probe such names (copy's
@@ -188,54 +229,61 @@ class Namespace:
     def attribute(self, kernel: str) -> Any:
         """``lazyops.<kernel>`` on first access: resolve, load, wrap if needed, store."""
         self._check_name(kernel)
-        with self._lock:
-            if kernel in self._stored:  # another thread resolved it while this one waited
+        while True:
+            generation, settings = self._current()
+            with self._lock:
+                if kernel in self._stored and generation == self._generation:
+                    return self._dict[kernel]
+            self._summarise(generation, settings)  # before resolving: in strict mode the first access may well raise
+            universe = self.universe()
+            resolution = resolve(kernel, settings, universe)
+            factory = universe.registry[resolution.backend].kernel(kernel)  # the backend's code runs here
+            with self._lock:
+                if generation != self._generation:
+                    continue  # configure() ran meanwhile: resolve again under what is in force now
+                if kernel not in self._stored:  # the first thread to get here stores; every thread returns that
+                    self._dict[kernel] = self._wrap(factory, resolution, settings)
+                    self._stored.add(kernel)
                 return self._dict[kernel]
-            settings = self.settings()
-            self._summarise(settings)  # before resolving: in strict mode the first access may well raise
-            resolution = resolve(kernel, settings, self.universe())
-            factory = self.universe().registry[resolution.backend].kernel(kernel)
-            resolved = self._wrap(factory, resolution, settings)
-            self._dict[kernel] = resolved
-            self._stored.add(kernel)
-            return resolved
 
     def _wrap(self, factory: Any, resolution: Resolution, settings: Settings) -> Any:
+        """The object to store: ``factory`` itself, or a wrapper for a notice or tracing. Called with the lock held."""
         announce = None
         if resolution.reason == INHERITED:
             line = inherited_line(resolution.kernel, resolution.backend, resolution.lacking)
-            verbose = settings.verbose
 
             def announce() -> None:
-                self.notices.emit(line, verbose=verbose)
+                self.notices.emit(line, verbose=settings.verbose, rank=settings.rank)
 
         if settings.trace and self._tracer is None:
-            self._tracer = Tracer(settings.trace, settings.trace_args)
+            self._tracer = Tracer(settings.trace, settings.trace_args, settings.rank, self._report_trace_failure)
         if announce is None and self._tracer is None:
             return factory
         return ResolvedFactory(factory, resolution, on_first_call=announce, tracer=self._tracer)
 
-    def _summarise(self, settings: Settings) -> None:
+    def _report_trace_failure(self, line: str) -> None:
+        self.notices.emit(line, verbose=True, rank=0)  # every rank: each writes its own file
+
+    def _summarise(self, generation: int, settings: Settings) -> None:
         """The first resolution's one line, when the chain is anything but the platform default alone."""
-        if self._summarised:
-            return
-        self._summarised = True
+        with self._lock:
+            if self._summarised or generation != self._generation:
+                return
+            self._summarised = True
+        if settings.chain is None:
+            return  # the platform default alone: nothing was asked for that could be missing
         universe = self.universe()
-        chain = chain_of(settings, universe)
-        if settings.chain is None or chain == (universe.default,):
-            return
-        lacking = inherited_kernels(settings, universe)
-        line = summary_line(chain, settings.strict, lacking, len(universe.known_kernels()), settings.verbose)
-        self.notices.emit(line, verbose=settings.verbose)
+        line = build_report(settings, universe).summary_line()
+        if line is not None:
+            self.notices.emit(line, verbose=settings.verbose, rank=settings.rank)
 
     def eager_resolve(self) -> None:
         """``EAGER_IMPORT``: resolve every kernel now, so that any error surfaces at import."""
-        from lazyops._errors import KernelUnavailableError
-
         for kernel in self.kernel_names():
-            try:
+            # A kernel the chain lacks in strict mode is not an import problem: a partial port is a valid state,
+            # and the access itself raises with the full explanation.
+            with contextlib.suppress(KernelUnavailableError):
                 self.attribute(kernel)
-            except KernelUnavailableError:
-                # Not an import problem: strict mode on a partial backend is a valid state, and the access itself
-                # raises with the full explanation.
-                pass
+
+    def _after_fork_in_child(self) -> None:
+        self._lock = threading.Lock()

@@ -10,40 +10,26 @@ from __future__ import annotations
 import sys
 import threading
 
-from lazyops._config import current_rank
+from lazyops import _forksafe
 
 
 class Notices:
     def __init__(self) -> None:
         self._printed: set[str] = set()
         self._lock = threading.Lock()
+        _forksafe.register(self)
 
-    def emit(self, line: str, *, verbose: bool) -> None:
+    def emit(self, line: str, *, verbose: bool, rank: int) -> None:
+        """Print ``line`` to stderr unless it was printed before, or this is not rank 0 and not ``verbose``."""
         with self._lock:
             if line in self._printed:
                 return
             self._printed.add(line)
-        if verbose or current_rank() == 0:
+        if verbose or rank == 0:
             print(line, file=sys.stderr, flush=True)
 
-
-def summary_line(
-    chain: tuple[str, ...], strict: bool, lacking: dict[str, str | None], total: int, verbose: bool
-) -> str:
-    """How many of the known kernels the chain lacks and where they will come from."""
-    selected = f"backend {','.join(chain)!r}" + (" (strict)" if strict else "")
-    if not lacking:
-        return f"lazyops: {selected} provides all {total} known kernels"
-    by_source: dict[str | None, list[str]] = {}
-    for kernel, source in lacking.items():
-        by_source.setdefault(source, []).append(kernel)
-    parts = []
-    for source, kernels in by_source.items():
-        where = f"inherited from {source!r}" if source else "unavailable (KernelUnavailableError)"
-        names = ", ".join(kernels) if verbose else kernels[0] + (f" and {len(kernels) - 1} more" if len(kernels) > 1 else "")
-        parts.append(f"{len(kernels)} {where}: {names}")
-    hint = "" if verbose or all(len(k) == 1 for k in by_source.values()) else " (LAZYOPS_VERBOSE=1 names them all)"
-    return f"lazyops: {selected} lacks {len(lacking)} of {total} known kernels; {'; '.join(parts)}{hint}"
+    def _after_fork_in_child(self) -> None:
+        self._lock = threading.Lock()
 
 
 def inherited_line(kernel: str, source: str, lacking: tuple[str, ...]) -> str:

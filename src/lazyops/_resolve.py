@@ -1,15 +1,15 @@
 """The resolution order, as pure logic over names and sets.
 
 Nothing here imports a backend: a ``Universe`` answers which backends exist and what each exports, and the
-functions below decide where a kernel comes from. That is the whole of the order in DESIGN.md, small enough for a
+functions below decide where a kernel comes from. That is the whole of the order in docs/design.md, small enough for a
 hypothesis model test to check against an independent model, and the reason ``which()`` can answer without
 importing anything.
 
 The three roles: the *chain* (the selected backends in priority order), the *platform default* (what runs best
 here), and the *reference* (``torch``: it implements every kernel, so it is the last resort). A kernel that the
 chain lacks is *inherited* from the default or the reference, never silently: the namespace wraps it so that its
-first call says so, and the first resolution prints how many kernels the chain lacks. A partial port is never
-mistaken for a complete one; strict means no fallback of any kind.
+first call says so, and the first resolution prints how many kernels the chain lacks (``_report``). A partial port
+is never mistaken for a complete one; strict means no fallback of any kind.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ from typing import Protocol
 
 from lazyops._config import Settings
 from lazyops._errors import ConfigError, KernelUnavailableError
+from lazyops._errors import hide_in_pytest_tracebacks as __tracebackhide__  # noqa: F401
 
 REFERENCE = "torch"
 
@@ -52,7 +53,7 @@ class Resolution:
     exactly when it is inherited or forced by the fallback list).
     """
 
-    __slots__ = ("kernel", "backend", "reason", "chain", "lacking")
+    __slots__ = ("backend", "chain", "kernel", "lacking", "reason")
 
     def __init__(self, kernel: str, backend: str, reason: str, chain: tuple[str, ...], lacking: tuple[str, ...]):
         self.kernel = kernel
@@ -99,7 +100,8 @@ def validate(settings: Settings, universe: Universe) -> None:
         for backend in settings.chain:
             if backend not in universe.backends:
                 raise ConfigError(
-                    f"{origin['backend']} names backend {backend!r}, which is not registered.{suggest(backend, universe.backends)}"
+                    f"{origin['backend']} names backend {backend!r}, which is not registered."
+                    f"{suggest(backend, universe.backends)}"
                     f" Known backends: {', '.join(universe.backends)} (third-party ones register through the "
                     "'lazyops.backends' entry-point group)"
                 )
@@ -115,7 +117,8 @@ def validate(settings: Settings, universe: Universe) -> None:
     for kernel in sorted(settings.fallback):
         if kernel not in universe.known_kernels():
             raise ConfigError(
-                f"{origin['fallback']} names {kernel!r}, which no backend exports.{suggest(kernel, universe.known_kernels())}"
+                f"{origin['fallback']} names {kernel!r}, which no backend exports."
+                f"{suggest(kernel, universe.known_kernels())}"
             )
         if not any(kernel in universe.exports(backend) for backend in chain):
             raise ConfigError(
@@ -130,7 +133,7 @@ def validate(settings: Settings, universe: Universe) -> None:
 
 
 def resolve(kernel: str, settings: Settings, universe: Universe) -> Resolution:
-    """Where ``kernel`` comes from under ``settings``; the order of DESIGN.md, step by step.
+    """Where ``kernel`` comes from under ``settings``; the order of docs/design.md, step by step.
 
     Raises ``AttributeError`` for a private or unknown name and ``KernelUnavailableError`` for a known kernel that
     nothing allowed can supply. ``settings`` must have passed ``validate``.
@@ -151,15 +154,20 @@ def resolve(kernel: str, settings: Settings, universe: Universe) -> Resolution:
             if source in universe.backends and kernel in universe.exports(source):
                 return Resolution(kernel, source, INHERITED, chain, chain)
     available_in = tuple(backend for backend in universe.backends if _exports_safely(universe, backend, kernel))
-    mode = "strict mode allows no fallback" if settings.strict else "neither the platform default nor the reference has it"
+    mode = (
+        "strict mode allows no fallback" if settings.strict else "neither the platform default nor the reference has it"
+    )
     raise KernelUnavailableError(
         kernel,
         ",".join(chain),
         available_in,
         f"kernel {kernel!r} is not available from backend {','.join(chain)!r} and {mode}; "
         f"it is available in: {', '.join(available_in) or 'no loadable backend'}. "
-        + ("Add one of those to LAZYOPS_BACKEND, or unset LAZYOPS_STRICT to inherit it."
-           if settings.strict else "Add one of those to LAZYOPS_BACKEND."),
+        + (
+            "Add one of those to LAZYOPS_BACKEND, or unset LAZYOPS_STRICT to inherit it."
+            if settings.strict
+            else "Add one of those to LAZYOPS_BACKEND."
+        ),
     )
 
 
@@ -169,22 +177,3 @@ def _exports_safely(universe: Universe, backend: str, kernel: str) -> bool:
         return kernel in universe.exports(backend)
     except ImportError:
         return False
-
-
-def inherited_kernels(settings: Settings, universe: Universe) -> dict[str, str | None]:
-    """Every known kernel the chain lacks, with the backend it will come from (``None``: it will raise).
-
-    The first resolution's summary line is made from this, so a user sees at once how much of a port is missing.
-    """
-    chain = chain_of(settings, universe)
-    exported = set().union(*(universe.exports(backend) for backend in chain))
-    lacking: dict[str, str | None] = {}
-    for kernel in sorted(universe.known_kernels() - exported):
-        source = None
-        if not settings.strict:
-            source = next(
-                (s for s in (universe.default, REFERENCE) if s in universe.backends and kernel in universe.exports(s)),
-                None,
-            )
-        lacking[kernel] = source
-    return lacking

@@ -62,7 +62,7 @@ PUBLIC_FUNCTIONS = {
 PUBLIC_ERRORS = ("BackendError", "ConfigError", "KernelInputError", "KernelUnavailableError", "LazyopsError")
 #: Private names the package itself reaches through the module (its command line, its pytest plugin): once the stub
 #: exists, type checkers read it instead of ``__init__.py``, so what it leaves out does not exist for them.
-PRIVATE_FUNCTIONS = {"_state": "def _state() -> Namespace:"}
+PRIVATE_FUNCTIONS: dict[str, str] = {}
 #: What the stub imports besides the modules its kernels' annotations need (those are collected as it is written).
 TYPING_IMPORTS = ("from collections.abc import Iterable", "from typing import Protocol, type_check_only")
 LAZYOPS_IMPORTS = (

@@ -18,20 +18,22 @@ from __future__ import annotations
 
 import contextlib
 import os
-from typing import TYPE_CHECKING, Any, Generator, Iterable
+from collections.abc import Generator, Iterable
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
 import lazyops
+from lazyops import _api
 from lazyops._errors import KernelUnavailableError, LazyopsError
+from lazyops._resolve import FALLBACK_LIST, INHERITED
 
 if TYPE_CHECKING:
-    from lazyops._namespace import Namespace
-    from types import TracebackType
+    from lazyops._report import Report
 
 FIXTURE = "lazyops_backend"
 MARKER = "requires_kernels"
-_PACKAGE_DIR = os.path.dirname(os.path.abspath(lazyops.__file__)) + os.sep
+_PACKAGE_DIR = os.path.dirname(os.path.abspath(lazyops.__file__)) + os.sep  # frames inside it are lazyops'
 
 #: what pytest_configure set up (the session's configuration, the environment), undone at unconfigure
 _SESSION = pytest.StashKey[contextlib.ExitStack]()
@@ -102,7 +104,7 @@ def pytest_configure(config: pytest.Config) -> None:
     if strict:
         overrides["strict"] = True
     try:
-        stack.enter_context(_state().configured(**overrides))
+        stack.enter_context(_api.configured(**overrides))
     except LazyopsError as error:
         raise pytest.UsageError(f"lazyops: {_option_words(backend, strict)}: {error}") from None
     # Subprocesses the tests start (an engine's workers) must see the same selection as this process.
@@ -144,59 +146,48 @@ def _option_words(backend: str | None, strict: bool) -> str:
     return " ".join(words + (["--lazyops-strict"] if strict else []))
 
 
-def _state() -> Namespace:
-    return lazyops._state()
-
-
 # -- the header ----------------------------------------------------------------------------------------------
 def pytest_report_header(config: pytest.Config) -> list[str]:
     """One line: the backend in force and how many kernels come from it, from the fallback, from nowhere.
 
-    Computed with ``lazyops.which`` (names and stubs only, no kernel module is imported). A configuration mistake
-    is printed here rather than raised: the header is the first place a user looks, and a crash there would hide
-    every test result.
+    Computed from ``lazyops._api.report()`` (names and stubs only, no kernel module is imported). A configuration
+    mistake, or what ``EAGER_IMPORT=1`` failed on, is printed here rather than raised: the header is the first
+    place a user looks, and a crash there would hide every test result (of projects that do not even use lazyops).
     """
+    lines = []
+    eager = _api.eager_error()
+    if eager is not None:
+        lines.append(
+            f"lazyops: EAGER_IMPORT: resolving every kernel at import failed: {type(eager).__name__}: {eager}; "
+            "tests that use lazyops' kernels fail with it"
+        )
     try:
-        return header_lines(config)
+        lines += header_lines(config)
     except LazyopsError as error:
-        return [f"lazyops: {error}"]
+        if eager is None or str(error) != str(eager):
+            lines.append(f"lazyops: {error}")
+    return lines
 
 
 def header_lines(config: pytest.Config) -> list[str]:
-    from lazyops._resolve import FALLBACK_LIST, INHERITED, chain_of
-
-    state = _state()
-    settings = state.settings()
-    universe = state.universe()
-    chain = chain_of(settings, universe)
-    kernels = state.kernel_names()
+    report = _api.report()
     selected: dict[str, int] = {}
     elsewhere: dict[str, list[str]] = {}  # "inherited from torch": [kernels]
     missing: list[str] = []
-    for kernel in kernels:
-        try:
-            resolution = state.which(kernel)
-        except KernelUnavailableError:
-            missing.append(kernel)
-            continue
-        if resolution.reason == INHERITED:
-            elsewhere.setdefault(f"inherited from {resolution.backend}", []).append(kernel)
-        elif resolution.reason == FALLBACK_LIST:
-            elsewhere.setdefault(f"forced to {resolution.backend} by {settings.origin['fallback']}", []).append(kernel)
+    for source in report.kernels:
+        if source.backend is None:
+            missing.append(source.kernel)
+        elif source.reason == INHERITED:
+            elsewhere.setdefault(f"inherited from {source.backend}", []).append(source.kernel)
+        elif source.reason == FALLBACK_LIST:
+            elsewhere.setdefault(f"forced to {source.backend} by {report.origin['fallback']}", []).append(source.kernel)
         else:
-            selected[resolution.backend] = selected.get(resolution.backend, 0) + 1
+            selected[source.backend] = selected.get(source.backend, 0) + 1
 
-    if settings.chain is None:
-        origin = "platform default"
-    elif config.getoption("lazyops_backend") is not None:
-        origin = "--lazyops-backend"
-    else:
-        origin = settings.origin["backend"]
-    flags = origin + (", strict" if settings.strict else "")
-    names = ",".join(chain)
-    line = f"lazyops: backend {names} ({flags}) \N{EM DASH} {sum(selected.values())} of {len(kernels)} kernels from {names}"
-    if len(chain) > 1 and selected:
-        line += f" ({', '.join(f'{selected[backend]} {backend}' for backend in chain if backend in selected)})"
+    line = f"lazyops: backend {','.join(report.chain)} ({_origin_words(config, report)}) \N{EM DASH} "
+    line += f"{sum(selected.values())} of {len(report.kernels)} kernels from {','.join(report.chain)}"
+    if len(report.chain) > 1 and selected:
+        line += f" ({', '.join(f'{selected[backend]} {backend}' for backend in report.chain if backend in selected)})"
     line += "".join(f", {len(found)} {where}" for where, found in elsewhere.items())
     if missing:
         line += f", {len(missing)} missing (tests that need them {'fail' if fail_missing(config) else 'skip'})"
@@ -205,10 +196,21 @@ def header_lines(config: pytest.Config) -> list[str]:
         parts = [f"{where}: {', '.join(found)}" for where, found in elsewhere.items()]
         parts += [f"missing: {', '.join(missing)}"] if missing else []
         lines.append(f"lazyops: {'; '.join(parts)}")
-    if settings.chain is not None:
+    if not report.chain_is_default:
         # Selected by hand, so it may not suit this machine: say so now, not at the first kernel.
-        lines += [f"lazyops: {reason}" for backend in chain if (reason := state.unavailable_reason(backend))]
+        lines += [f"lazyops: {reason}" for backend in report.chain if (reason := _api.unavailable_reason(backend))]
+    lines += [f"lazyops: {refusal}" for refusal in report.refused]
     return lines
+
+
+def _origin_words(config: pytest.Config, report: Report) -> str:
+    if report.chain_is_default:
+        origin = "platform default"
+    elif config.getoption("lazyops_backend") is not None:
+        origin = "--lazyops-backend"
+    else:
+        origin = report.origin["backend"]
+    return origin + (", strict" if report.strict else "")
 
 
 # -- the lazyops_backend fixture -----------------------------------------------------------------------------
@@ -233,7 +235,7 @@ def lazyops_backend(request: pytest.FixtureRequest) -> Generator[str, None, None
     reason = runnable(request.config).get(name)
     if reason:  # a parameter given by hand (pytest_generate_tests marks its own as skipped)
         pytest.skip(reason)
-    with _state().configured(backend=name, strict=True, fallback=None):
+    with _api.configured(backend=name, strict=True, fallback=None):
         yield name
 
 
@@ -261,7 +263,7 @@ def _parametrized_by_hand(metafunc: pytest.Metafunc) -> bool:
 
 
 def _fixture_backends(config: pytest.Config) -> list[str]:
-    settings = _state().settings()
+    settings = _api.settings()
     if settings.chain is not None:
         return list(settings.chain)
     return list(lazyops.backends())
@@ -270,8 +272,7 @@ def _fixture_backends(config: pytest.Config) -> list[str]:
 def runnable(config: pytest.Config) -> dict[str, str | None]:
     """Why each registered backend cannot run here (``None``: it can); loads backend packages, not kernels."""
     if _RUNNABLE not in config.stash:
-        state = _state()
-        config.stash[_RUNNABLE] = {name: state.unavailable_reason(name) for name in state.backend_names()}
+        config.stash[_RUNNABLE] = _api.backend_statuses()
     return config.stash[_RUNNABLE]
 
 
@@ -304,17 +305,13 @@ def missing_kernels(kernels: Iterable[str], backend: str | None) -> list[KernelU
     configuration to ask about, not the session's. An unknown name raises its plain ``AttributeError`` (a typo in
     a marker is a mistake to fix, not a kernel to port).
     """
-    from lazyops._config import Settings
-    from lazyops._resolve import resolve
-
-    state = _state()
     errors = []
     for kernel in kernels:
         try:
             if backend is None:
-                state.which(kernel)
+                lazyops.which(kernel)
             else:
-                resolve(kernel, Settings(chain=(backend,), strict=True), state.universe())
+                _api.resolve_alone(kernel, backend)
         except KernelUnavailableError as error:
             errors.append(error)
     return errors
@@ -353,27 +350,6 @@ def _where_accessed(excinfo: pytest.ExceptionInfo[BaseException]) -> tuple[str, 
     return None
 
 
-def _hide_lazyops_frames(config: pytest.Config, excinfo: pytest.ExceptionInfo[BaseException]) -> bool:
-    """Cut the resolution machinery off a failure's traceback (``--fulltrace`` keeps it): the message says it all.
-
-    The raw traceback is cut, not pytest's view of it: pytest rebuilds its view from the raw entries when it trims
-    the test function's frames, so a filtered view would not survive.
-    """
-    if config.getoption("fulltrace", False):
-        return False
-    last_outside = None
-    tb: TracebackType | None = excinfo.tb
-    while tb is not None:
-        if not tb.tb_frame.f_code.co_filename.startswith(_PACKAGE_DIR):
-            last_outside = tb
-        tb = tb.tb_next
-    if last_outside is None or last_outside.tb_next is None:
-        return False
-    last_outside.tb_next = None
-    excinfo.traceback = type(excinfo.traceback)(excinfo.tb)  # pytest may have cached the longer one
-    return True
-
-
 def _item_location(item: pytest.Item) -> tuple[str, int]:
     path, line, _ = item.reportinfo()
     return os.fspath(path), (line or 0) + 1
@@ -387,10 +363,12 @@ def _fail_note(errors: list[KernelUnavailableError]) -> str:
 
 
 @pytest.hookimpl(wrapper=True, trylast=True)
-def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Generator[None, pytest.TestReport, pytest.TestReport]:
-    # trylast makes this the innermost wrapper: the skip is decided before xfail handling looks at the report.
-    if call.excinfo is not None and fail_missing(item.config) and isinstance(call.excinfo.value, KernelUnavailableError):
-        _hide_lazyops_frames(item.config, call.excinfo)  # before the report renders the traceback
+def pytest_runtest_makereport(
+    item: pytest.Item, call: pytest.CallInfo[None]
+) -> Generator[None, pytest.TestReport, pytest.TestReport]:
+    # trylast makes this the innermost wrapper: the skip is decided before xfail handling looks at the report. The
+    # traceback of a failure (--lazyops-fail-missing) ends at the line that asked for the kernel: lazyops' frames
+    # on that path declare __tracebackhide__ for KernelUnavailableError (--fulltrace shows them).
     report = yield
     errors = _unavailable(call.excinfo) if call.when in ("setup", "call") else []
     if not errors:
@@ -411,7 +389,9 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
 
 
 @pytest.hookimpl(wrapper=True)
-def pytest_make_collect_report(collector: pytest.Collector) -> Generator[None, pytest.CollectReport, pytest.CollectReport]:
+def pytest_make_collect_report(
+    collector: pytest.Collector,
+) -> Generator[None, pytest.CollectReport, pytest.CollectReport]:
     """A test module whose import asks for a missing kernel (``ROPE = lazyops.rope_tl``) is skipped as a whole."""
     report = yield
     call = getattr(report, "call", None)  # pytest keeps the CallInfo there until collect_one_node pops it
@@ -421,8 +401,6 @@ def pytest_make_collect_report(collector: pytest.Collector) -> Generator[None, p
     assert call is not None  # errors came from its excinfo
     report.lazyops_missing = [[error.kernel, error.backend] for error in errors]  # type: ignore[attr-defined]
     if fail_missing(collector.config):
-        if _hide_lazyops_frames(collector.config, call.excinfo):
-            report.longrepr = collector.repr_failure(call.excinfo)
         report.sections.append(("lazyops", _fail_note(errors)))
         return report
     location = _where_accessed(call.excinfo) or (str(collector.path), 1)

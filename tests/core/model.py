@@ -1,4 +1,4 @@
-"""An independent model of DESIGN.md's resolution order, and fake backends to run the real namespace on.
+"""An independent model of the resolution order in docs/design.md, and fake backends to run the real namespace on.
 
 The model is written from the contract's text, not from ``lazyops._resolve``: the tests compare the two on random
 universes, so a mistake would have to be made twice, the same way, to pass.

@@ -115,12 +115,19 @@ def test_failing_import_is_chained_and_the_namespace_recovers_after_configure(fa
     assert namespace.attribute("rmsnorm_tl").__module__ == "lazyops._backends.torch.rmsnorm"
 
 
-def test_two_distributions_claiming_one_name_is_an_error_naming_both():
+def test_two_distributions_claiming_one_name_are_both_refused_naming_both():
     specs = [EntryPointSpec("ext", "a.backend", "dist-a"), EntryPointSpec("ext", "b.backend", "dist-b")]
-    with pytest.raises(BackendError, match="claimed twice: by dist-a and by dist-b"):
-        Registry.discover(specs)
-    with pytest.raises(BackendError, match="claimed twice: by built-in and by rogue"):
-        Registry.discover([EntryPointSpec("torch", "rogue.backend", "rogue")])
+    registry = Registry.discover(specs)
+    with pytest.raises(BackendError, match="claimed twice: by dist-a and dist-b"):
+        registry["ext"].exports()
+    assert [refused.name for refused in registry.refused] == ["ext"]
+
+
+def test_a_third_party_claiming_a_builtin_name_is_refused_and_the_builtin_stays():
+    registry = Registry.discover([EntryPointSpec("torch", "rogue.backend", "rogue")])
+    assert registry["torch"].module_name == "lazyops._backends.torch"
+    (refused,) = registry.refused
+    assert "claimed by built-in and by rogue" in refused.reason and "the built-in stays in use" in refused.reason
 
 
 @pytest.mark.parametrize(
@@ -130,9 +137,11 @@ def test_two_distributions_claiming_one_name_is_an_error_naming_both():
         (EntryPointSpec("ok", "x.y:attr", "d"), "module path"),
     ],
 )
-def test_malformed_entry_points_are_refused(spec, message):
+def test_malformed_entry_points_are_refused_on_use(spec, message):
+    registry = Registry.discover([spec])
     with pytest.raises(BackendError, match=message):
-        Registry.discover([spec])
+        registry[spec.name].load()
+    assert [refused.name for refused in registry.refused] == [spec.name]
 
 
 def test_environment_selects_registered_names_only_never_module_paths(fake_backends):

@@ -65,3 +65,44 @@ def test_ci_runs_the_readme_test_command():
     main_job = (ROOT / "scripts" / "doctor.sh").read_text()
     assert "setup.sh cli" in main_job and ".venv/bin/lazyops doctor" in main_job
     assert "cli" in (ROOT / "scripts" / "test.sh").read_text().split("setup.sh", 1)[1].splitlines()[0]
+
+
+def test_eager_import_with_a_bad_configuration_is_one_line_and_exit_2(fake_backends):
+    env = fake_backends.env(EAGER_IMPORT="1", LAZYOPS_BACKEND="nope")
+    for command in ([sys.executable, "-m", "lazyops", "list"],
+                    [sys.executable, "-c", "import sys; from lazyops.__main__ import main; sys.exit(main(['list']))"]):
+        result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300)
+        assert result.returncode == 2, result.stderr
+        assert len(result.stderr.strip().splitlines()) == 1, result.stderr  # one line, no traceback
+        assert "ConfigError: LAZYOPS_BACKEND names backend 'nope'" in result.stderr
+
+
+def test_stubs_to_a_path_that_cannot_be_written_is_one_line_and_exit_2(fake_backends, tmp_path):
+    for output in ("/dev/full", str(tmp_path)):
+        result = lazyops_cli("stubs", "--output", output, env=fake_backends.env())
+        assert result.returncode == 2, result.stderr
+        assert "Traceback" not in result.stderr and f"cannot write {output!r}" in result.stderr
+    debug = lazyops_cli("--debug", "stubs", "--output", str(tmp_path), env=fake_backends.env())
+    assert debug.returncode != 0 and "Traceback" in debug.stderr
+
+
+def test_which_of_a_public_function_says_it_is_not_a_kernel(fake_backends):
+    result = lazyops_cli("which", "configure", env=fake_backends.env())
+    assert result.returncode == 1
+    assert "'configure' is not a kernel: it is a public function of lazyops" in result.stderr
+    assert "no attribute" not in result.stderr
+
+
+def test_list_survives_a_backend_whose_unavailable_reason_raises(fake_backends):
+    fake_backends.make("flaky", ["alpha_tl"], init_code="def unavailable_reason():\n    raise RuntimeError('driver exploded')\n")
+    result = lazyops_cli("list", env=fake_backends.env())
+    assert result.returncode == 0 and "Traceback" not in result.stderr, result.stderr
+    assert "flaky      backend 'flaky': its unavailable_reason() raised RuntimeError: driver exploded" in result.stdout
+
+
+def test_list_shows_a_refused_entry_point_and_everything_else(fake_backends):
+    fake_backends.register("torch", "lazyops_rogue", "rogue-dist")
+    result = lazyops_cli("list", env=fake_backends.env())
+    assert result.returncode == 0, result.stderr
+    assert "refused entry point: backend name 'torch' is claimed by built-in and by rogue-dist" in result.stdout
+    assert "rmsnorm_tl" in result.stdout and "torch (selected)" in result.stdout

@@ -7,7 +7,7 @@ import textwrap
 
 import pytest
 
-from conftest import run_python
+from fresh_interpreter import run_python
 
 HEAVY = ["torch", "numpy", "triton", "tilelang", "lazy_loader", "importlib.metadata", "typing", "inspect"]
 BUILTIN_BACKENDS = ["lazyops._backends.torch", "lazyops._backends.triton", "lazyops._backends.tilelang"]

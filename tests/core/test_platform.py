@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from conftest import run_python
+from fresh_interpreter import run_python
 from lazyops import _platform
 
 

@@ -14,7 +14,12 @@ from pathlib import Path
 
 import pytest
 
-SRC = str(Path(__file__).resolve().parents[2] / "src")
+import lazyops
+from lazyops import _api
+
+# The lazyops this test run imports (the checkout's src/ unless PYTHONPATH points elsewhere): subprocesses get the
+# same one, so a test run against another tree tests that tree throughout.
+SRC = str(Path(lazyops.__file__).resolve().parents[1])
 CLEARED = (
     "LAZYOPS_BACKEND", "LAZYOPS_FALLBACK", "LAZYOPS_STRICT", "LAZYOPS_VERBOSE", "LAZYOPS_TRACE", "LAZYOPS_TRACE_ARGS",
     "EAGER_IMPORT", "RANK", "LOCAL_RANK", "PYTEST_ADDOPTS", "PYTEST_PLUGINS", "PYTEST_DISABLE_PLUGIN_AUTOLOAD",
@@ -81,8 +86,8 @@ def installed(fake_backends, monkeypatch: pytest.MonkeyPatch):
 
     def install(name: str, modules: dict[str, str]) -> None:
         write_backend(fake_backends, name, modules)
-        lazyops._state().reset()
+        _api.reset()
 
-    lazyops._state().reset()
+    _api.reset()
     yield install
-    lazyops._state().reset()
+    _api.reset()

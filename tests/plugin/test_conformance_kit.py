@@ -14,6 +14,7 @@ import pytest
 import torch
 
 import lazyops
+from lazyops import _api
 from lazyops import BackendError, ConfigError
 from lazyops._backends.torch.add_rmsnorm import add_rmsnorm_tl
 from lazyops._backends.torch.rope import rope_tl
@@ -127,7 +128,7 @@ def test_a_failure_names_the_kernel_the_error_and_a_case_that_reruns_it(installe
     case_text = message.split("rerun it: lazyops.testing.check_case(factory, ")[1].rsplit(")", 1)[0]
     case = eval(case_text, {"Case": testing.Case, "torch": torch})  # the printed case is the case
     with pytest.raises(AssertionError, match="relative error"):
-        testing.check_case(lazyops._state().universe().registry["badport"].kernel("softmax_tl"), case, device="cpu")
+        testing.check_case(_api.kernel_factory("badport", "softmax_tl"), case, device="cpu")
     assert testing.check_case(softmax_tl, case, device="cpu") < testing.TOLERANCE[case.dtype]
 
 

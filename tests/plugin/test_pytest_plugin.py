@@ -339,14 +339,64 @@ def test_lazyops_backend_fixture_runs_only_over_the_selected_backends(project):
 def test_configured_holds_for_its_block_only_and_a_refusal_changes_nothing(installed):
     import lazyops
 
-    state = lazyops._state()
+    from lazyops import _api
+
     lazyops.configure(backend="torch")
-    before = state.settings()
-    with state.configured(strict=True) as inside:
+    before = _api.settings()
+    with _api.configured(strict=True) as inside:
         assert inside.strict and inside.chain == ("torch",)
-        assert state.settings() is inside
-    assert state.settings() == before and not state.settings().strict
+        assert _api.settings() is inside
+    assert _api.settings() == before and not _api.settings().strict
     with pytest.raises(lazyops.ConfigError):
-        with state.configured(backend="nope"):
+        with _api.configured(backend="nope"):
             pytest.fail("a refused configuration must not enter the block")
-    assert state.settings() == before
+    assert _api.settings() == before
+
+
+# -- what must never take a test run down ----------------------------------------------------------------------
+UNRELATED_AND_KERNEL = """
+    def test_unrelated():
+        pass
+
+    def test_uses_a_kernel():
+        import lazyops
+        lazyops.rmsnorm_tl
+"""
+
+
+def test_eager_import_with_a_bad_configuration_does_not_crash_pytest(project):
+    project.tests(UNRELATED_AND_KERNEL)
+    project.setenv(EAGER_IMPORT="1", LAZYOPS_BACKEND="nope")
+    result = project.run()
+    assert result.ret == pytest.ExitCode.TESTS_FAILED, result.stderr.str()
+    result.assert_outcomes(passed=1, failed=1)
+    result.stdout.fnmatch_lines([
+        "lazyops: EAGER_IMPORT: resolving every kernel at import failed: ConfigError: LAZYOPS_BACKEND names backend "
+        "'nope'*",
+        "*ConfigError: LAZYOPS_BACKEND names backend 'nope'*",
+    ])
+
+
+def test_eager_import_with_an_unusable_backend_does_not_crash_pytest(project):
+    project.backends.make("offline", ["rmsnorm_tl"], init_code="def unavailable_reason():\n    return 'needs the Frobnicator board'\n")
+    project.tests(UNRELATED_AND_KERNEL)
+    project.setenv(EAGER_IMPORT="1", LAZYOPS_BACKEND="offline")
+    result = project.run()
+    result.assert_outcomes(passed=1, failed=1)
+    result.stdout.fnmatch_lines([
+        "lazyops: EAGER_IMPORT: resolving every kernel at import failed: BackendError: backend 'offline' cannot run "
+        "here: needs the Frobnicator board*",
+    ])
+
+
+def test_a_backend_whose_unavailable_reason_raises_does_not_crash_pytest(project):
+    project.backends.make("flaky", ["rmsnorm_tl"], init_code="def unavailable_reason():\n    raise RuntimeError('driver exploded')\n")
+    project.tests(UNRELATED_AND_KERNEL)
+    project.setenv(LAZYOPS_BACKEND="flaky")
+    result = project.run()
+    assert "INTERNALERROR" not in result.stdout.str() + result.stderr.str()
+    result.assert_outcomes(passed=1, failed=1)
+    result.stdout.fnmatch_lines([
+        "lazyops: backend 'flaky': its unavailable_reason() raised RuntimeError: driver exploded*",
+        "*BackendError: backend 'flaky': its unavailable_reason() raised RuntimeError: driver exploded*",
+    ])

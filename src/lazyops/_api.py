@@ -1,0 +1,123 @@
+"""The internal API of lazyops' own tools: the command line, the pytest plugin, the conformance kit.
+
+Private (not part of ``lazyops``' public surface, not in its stub) but stable: these tools need more than the
+public functions (a backend's module, whether it can run here, a configuration for the length of a block), and
+reaching into the namespace object for it would tie every tool to how the namespace is built. Everything here is
+a thin, named question to that object.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import sys
+from collections.abc import Iterator
+from types import ModuleType
+from typing import Any
+
+import lazyops  # noqa: F401  (the package is initialised before its namespace is asked for)
+from lazyops._config import Settings
+from lazyops._errors import ConfigError
+from lazyops._namespace import Namespace
+from lazyops._report import Report, build_report
+from lazyops._resolve import Resolution, resolve
+
+
+def _namespace() -> Namespace:
+    # Through the module object: the stub type checkers read for lazyops does not publish _state, on purpose.
+    package: Any = sys.modules["lazyops"]
+    return package._state()  # type: ignore[no-any-return]
+
+
+def report() -> Report:
+    """Where each kernel comes from under the configuration in force (names and stubs only; nothing imported)."""
+    namespace = _namespace()
+    universe = namespace.universe()
+    settings = namespace.settings()
+    refused = tuple(r.reason for r in universe.registry.refused)
+    return build_report(settings, universe, refused=refused)
+
+
+def settings() -> Settings:
+    """The settings in force (read and validated on first need; raises ``ConfigError`` if they are wrong)."""
+    return _namespace().settings()
+
+
+def _backend(name: str) -> Any:
+    registry = _namespace().universe().registry
+    if name not in registry:
+        raise ConfigError(
+            f"no backend named {name!r} is registered; known backends: {', '.join(registry.names)} (third-party "
+            "ones register through the 'lazyops.backends' entry-point group)"
+        )
+    return registry[name]
+
+
+def backend_module(name: str) -> ModuleType:
+    """The backend's package, loaded (``register_backend()`` run) if it was not; ``BackendError`` if it cannot."""
+    return _backend(name).load()  # type: ignore[no-any-return]
+
+
+def exports(name: str) -> frozenset[str]:
+    """The kernel names backend ``name`` exports (from its stub; ``BackendError`` if it cannot be read)."""
+    return _backend(name).exports()  # type: ignore[no-any-return]
+
+
+def kernel_factory(name: str, kernel: str) -> Any:
+    """Backend ``name``'s own factory for ``kernel``, bypassing the configuration (no wrapper, nothing stored)."""
+    return _backend(name).kernel(kernel)
+
+
+def unavailable_reason(name: str) -> str | None:
+    """``None`` when backend ``name`` can serve kernels here, else why not (loads its package, no kernel module)."""
+    _backend(name)
+    return _namespace().unavailable_reason(name)
+
+
+def backend_statuses() -> dict[str, str | None]:
+    """``unavailable_reason`` of every registered backend, in registry order."""
+    return {name: _namespace().unavailable_reason(name) for name in _namespace().backend_names()}
+
+
+def default_device(name: str) -> str:
+    """Where backend ``name``'s kernels take tensors by default: its ``default_device()`` hook, else ``"cpu"``."""
+    return _backend(name).default_device()  # type: ignore[no-any-return]
+
+
+def resolve_alone(kernel: str, backend: str) -> Resolution:
+    """Where ``kernel`` would resolve with ``backend`` selected alone and strict (the ``lazyops_backend`` fixture's
+    configuration): raises ``KernelUnavailableError`` if the backend lacks it, without changing anything."""
+    return resolve(kernel, Settings(chain=(backend,), strict=True), _namespace().universe())
+
+
+@contextlib.contextmanager
+def configured(**overrides: Any) -> Iterator[Settings]:
+    """``lazyops.configure(**overrides)`` for a ``with`` block, then the configuration before it back."""
+    with _namespace().configured(**overrides) as settings:
+        yield settings
+
+
+def reset() -> None:
+    """Forget ``configure()``'s arguments and every resolution, and rediscover the backends: as just imported."""
+    _namespace().reset()
+
+
+def eager_error() -> BaseException | None:
+    """What ``EAGER_IMPORT``'s resolution raised when lazyops was imported for one of its tools (see ``_eager``)."""
+    return _namespace().eager_error
+
+
+__all__ = [
+    "Report",
+    "backend_module",
+    "backend_statuses",
+    "configured",
+    "default_device",
+    "eager_error",
+    "exports",
+    "kernel_factory",
+    "report",
+    "reset",
+    "resolve_alone",
+    "settings",
+    "unavailable_reason",
+]

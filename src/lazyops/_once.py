@@ -1,0 +1,114 @@
+"""``Once``: run a piece of user code at most once, without holding a lock while it runs.
+
+Loading a backend runs code lazyops does not control (the package's import, its ``register_backend()``), and that
+code may import other modules, start threads, or call back into lazyops. Holding a lock across it invites lock
+order inversions with the import system's locks, so a ``Once`` holds its lock only to read and write its own
+fields: one thread (the owner) runs the computation, the others wait on an event, then read the outcome.
+
+- success is kept: every later call returns the same value;
+- failure is not: the waiters and later callers try again (as Python's import system does after a failed import);
+- re-entry from the owner thread, and a cycle of threads each waiting for a ``Once`` another of them owns, raise
+  ``OnceCycleError`` instead of hanging.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from typing import Generic, TypeVar
+
+from lazyops import _forksafe
+
+T = TypeVar("T")
+
+# Which Once each thread is waiting for: read to find a cycle before waiting. Guarded by _WAITING_LOCK.
+_WAITING: dict[int, Once[object]] = {}
+_WAITING_LOCK = threading.Lock()
+
+
+class OnceCycleError(RuntimeError):
+    """The computation, directly or through other threads, waits for itself."""
+
+
+class Once(Generic[T]):
+    def __init__(self, what: str) -> None:
+        self.what = what
+        self._lock = threading.Lock()
+        self._done = False
+        self._value: T | None = None
+        self._owner: int | None = None
+        self._finished: threading.Event | None = None
+        _forksafe.register(self)
+
+    @property
+    def done(self) -> bool:
+        return self._done
+
+    def get(self, compute: Callable[[], T]) -> T:
+        me = threading.get_ident()
+        while True:
+            with self._lock:
+                if self._done:
+                    return self._value  # type: ignore[return-value]
+                if self._owner == me:
+                    raise OnceCycleError(
+                        f"{self.what} was asked for again while it was being computed, by the same thread"
+                    )
+                if self._owner is None:
+                    self._owner, finished = me, threading.Event()
+                    self._finished = finished
+                    break
+                waiting_for, owner = self._finished, self._owner
+            assert waiting_for is not None  # set together with _owner
+            self._wait(me, owner, waiting_for)
+        try:
+            value = compute()
+        except BaseException:
+            with self._lock:
+                self._owner = self._finished = None
+            finished.set()
+            raise
+        with self._lock:
+            self._value, self._done = value, True
+            self._owner = self._finished = None
+        finished.set()
+        return value
+
+    def _wait(self, me: int, owner: int, finished: threading.Event) -> None:
+        with _WAITING_LOCK:
+            cycle = [self.what]
+            thread: int | None = owner
+            while thread is not None:
+                if thread == me:
+                    raise OnceCycleError(f"{' waits for '.join(cycle)}, which waits for the first: a cycle of threads")
+                blocking = _WAITING.get(thread)
+                if blocking is None:
+                    break
+                cycle.append(blocking.what)
+                thread = blocking._owner
+            _WAITING[me] = self  # type: ignore[assignment]
+        try:
+            finished.wait()
+        finally:
+            with _WAITING_LOCK:
+                _WAITING.pop(me, None)
+
+    def reset(self) -> None:
+        """Forget a kept value (a rolled-back load must be done again)."""
+        with self._lock:
+            self._done, self._value = False, None
+
+    def _after_fork_in_child(self) -> None:
+        # Only the forking thread survives: a computation another thread was running will never finish here.
+        self._lock = threading.Lock()
+        if self._owner is not None and self._owner != threading.get_ident():
+            self._owner = self._finished = None
+
+
+def _reset_waiting_after_fork() -> None:
+    global _WAITING_LOCK
+    _WAITING_LOCK = threading.Lock()
+    _WAITING.clear()
+
+
+_forksafe.at_fork_in_child(_reset_waiting_after_fork)
