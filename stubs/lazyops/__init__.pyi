@@ -50,9 +50,9 @@ def configure(
 ) -> Settings:
     """Set the backend chain, the fallback list or strict mode from code, as the environment variables do.
 
-    ``backend`` is a name, a comma list or a sequence of names (a priority chain), or ``None`` for the platform
-    default; ``fallback`` the kernel names that must come from the platform default; ``strict`` forbids every
-    fallback. Arguments left out keep their current values. The whole configuration is validated at once
+    ``backend`` is a name, a comma list or a list or tuple of names (a priority chain), or ``None`` for the
+    platform default; ``fallback`` the kernel names that must come from the platform default; ``strict`` forbids
+    every fallback. Arguments left out keep their current values. The whole configuration is validated at once
     (``ConfigError``, nothing changed, if it is wrong), and every resolved kernel is dropped, so the next access
     resolves afresh. Returns the settings now in force.
     """
@@ -72,10 +72,6 @@ def backends() -> tuple[str, ...]:
 
 def kernels() -> tuple[str, ...]:
     """Every kernel name any known backend exports, sorted."""
-
-
-def _state() -> Namespace:
-    """The namespace behind this module, built on first use: its imports are the part worth postponing."""
 
 
 @type_check_only
