@@ -43,10 +43,9 @@ def canonical_dtype(factory: str, dtype: Any) -> torch.dtype:
             f"use one of {', '.join(SUPPORTED_DTYPES)}"
         )
     if name not in SUPPORTED_DTYPES:
-        raise KernelInputError(
-            f"{factory}: dtype {dtype!r} is not supported; use one of {', '.join(SUPPORTED_DTYPES)}"
-        )
-    return getattr(torch, name)
+        raise KernelInputError(f"{factory}: dtype {dtype!r} is not supported; use one of {', '.join(SUPPORTED_DTYPES)}")
+    canonical: torch.dtype = getattr(torch, name)
+    return canonical
 
 
 def positive_int(factory: str, param: str, value: Any) -> int:
@@ -85,7 +84,7 @@ def check_tensor(
     sizes = tensor.shape
     if len(sizes) != len(shape):
         _wrong_shape(kernel, arg, sizes, shape)
-    for got, want in zip(sizes, shape):
+    for got, want in zip(sizes, shape, strict=True):
         if got != want and type(want) is int:
             _wrong_shape(kernel, arg, sizes, shape)
     found = tensor.dtype
@@ -100,7 +99,9 @@ def check_tensor(
             f"{kernel}: {arg} is on {tensor.device}; expected {device}, where the other arguments are"
         )
     if not tensor.is_contiguous():
-        raise KernelInputError(f"{kernel}: {arg} is not contiguous (strides {tensor.stride()}); pass {arg}.contiguous()")
+        raise KernelInputError(
+            f"{kernel}: {arg} is not contiguous (strides {tensor.stride()}); pass {arg}.contiguous()"
+        )
 
 
 def _wrong_shape(kernel: str, arg: str, sizes: Any, shape: tuple[int | str, ...]) -> None:
@@ -122,7 +123,9 @@ def _tensor_type() -> Any:
 
 def same_size(kernel: str, what: str, sizes: dict[str, int]) -> None:
     """Check that a varying size (the token count, say) agrees across arguments."""
-    if len(set(sizes.values())) > 1:
+    # Compared, not hashed: under torch.compile the sizes are symbolic, and a symbolic size has no hash.
+    values = list(sizes.values())
+    if any(value != values[0] for value in values[1:]):
         found = ", ".join(f"{arg}: {size}" for arg, size in sizes.items())
         raise KernelInputError(f"{kernel}: {what} differs between arguments ({found}); they must be equal")
 
