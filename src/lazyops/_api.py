@@ -18,8 +18,9 @@ import lazyops  # noqa: F401  (the package is initialised before its namespace i
 from lazyops._config import Settings
 from lazyops._errors import ConfigError
 from lazyops._namespace import Namespace
+from lazyops._registry import Backend, RefusedBackend
 from lazyops._report import Report, build_report
-from lazyops._resolve import Resolution, resolve
+from lazyops._resolve import Resolution, resolve, validate
 
 
 def _namespace() -> Namespace:
@@ -42,7 +43,26 @@ def settings() -> Settings:
     return _namespace().settings()
 
 
-def _backend(name: str) -> Any:
+def default_backend() -> str:
+    """The platform default: ``tilelang`` or ``triton`` with a CUDA device, else ``torch`` (probed once)."""
+    return _namespace().universe().default
+
+
+def check(settings: Settings) -> None:
+    """Raise the ``ConfigError`` that ``settings`` would raise against the installed backends, if any.
+
+    For ``lazyops doctor``, which checks the backend names alone when another variable is already malformed (the
+    settings in force stop at the first mistake).
+    """
+    validate(settings, _namespace().universe())
+
+
+def backend(name: str) -> Backend | RefusedBackend:
+    """Backend ``name``'s registry entry (``ConfigError`` if none): its ``origin``, and its hooks asked directly.
+
+    For ``lazyops doctor``, which reports what the other functions here fold together: a broken hook apart from a
+    backend that cannot run, the hook's own reason, where the backend was registered from.
+    """
     registry = _namespace().universe().registry
     if name not in registry:
         raise ConfigError(
@@ -54,22 +74,22 @@ def _backend(name: str) -> Any:
 
 def backend_module(name: str) -> ModuleType:
     """The backend's package, loaded (``register_backend()`` run) if it was not; ``BackendError`` if it cannot."""
-    return _backend(name).load()  # type: ignore[no-any-return]
+    return backend(name).load()
 
 
 def exports(name: str) -> frozenset[str]:
     """The kernel names backend ``name`` exports (from its stub; ``BackendError`` if it cannot be read)."""
-    return _backend(name).exports()  # type: ignore[no-any-return]
+    return backend(name).exports()
 
 
 def kernel_factory(name: str, kernel: str) -> Any:
     """Backend ``name``'s own factory for ``kernel``, bypassing the configuration (no wrapper, nothing stored)."""
-    return _backend(name).kernel(kernel)
+    return backend(name).kernel(kernel)
 
 
 def unavailable_reason(name: str) -> str | None:
     """``None`` when backend ``name`` can serve kernels here, else why not (loads its package, no kernel module)."""
-    _backend(name)
+    backend(name)
     return _namespace().unavailable_reason(name)
 
 
@@ -80,7 +100,7 @@ def backend_statuses() -> dict[str, str | None]:
 
 def default_device(name: str) -> str:
     """Where backend ``name``'s kernels take tensors by default: its ``default_device()`` hook, else ``"cpu"``."""
-    return _backend(name).default_device()  # type: ignore[no-any-return]
+    return backend(name).default_device()
 
 
 def resolve_alone(kernel: str, backend: str) -> Resolution:
@@ -108,9 +128,12 @@ def eager_error() -> BaseException | None:
 
 __all__ = [
     "Report",
+    "backend",
     "backend_module",
     "backend_statuses",
+    "check",
     "configured",
+    "default_backend",
     "default_device",
     "eager_error",
     "exports",

@@ -91,7 +91,7 @@ class Namespace:
         discover: Callable[[], Registry] = Registry.discover,
         default: Callable[[], str] = platform_default,
     ) -> None:
-        # Nothing here imports or runs user code: lazyops._state() builds this under a lock.
+        # Nothing here imports or runs user code: the package's state accessor builds this under a lock.
         self._dict = module_dict
         self._environ = environ
         self._discover = discover

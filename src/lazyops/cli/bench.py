@@ -71,7 +71,7 @@ def main(args: argparse.Namespace) -> int:
 
     kernels = _kernels(args.kernels)
     if args.backend is not None:  # checked before torch is imported: a typo costs no seconds
-        _backends(args.backend, dict.fromkeys(lazyops._state().universe().registry.names))
+        _backends(args.backend, dict.fromkeys(lazyops.backends()))
     from lazyops import _bench
 
     device = _bench._device(None)
@@ -125,7 +125,7 @@ def _kernels(names: list[str]) -> list[str]:
     if not names:
         return list(known)
     chosen = [name if name.endswith("_tl") else f"{name}_tl" for name in names]
-    for name, full in zip(names, chosen):
+    for name, full in zip(names, chosen, strict=True):
         if full not in known:
             short = ", ".join(k.removesuffix("_tl") for k in known)
             raise CommandError(f"no kernel {name!r}; the kernels are {short}")
@@ -222,7 +222,7 @@ def plot(rows: list[Any], path: str, subtitle: str) -> None:
     columns = min(3, len(kernels))
     lines = math.ceil(len(kernels) / columns)
     figure, axes = pyplot.subplots(lines, columns, figsize=(5 * columns, 3.6 * lines), squeeze=False)
-    for axis, kernel in zip(axes.flat, kernels):
+    for axis, kernel in zip(axes.flat, kernels, strict=False):
         mine = [row for row in rows if row.kernel == kernel and row.rate is not None]
         for impl in dict.fromkeys(row.impl for row in mine):
             points = sorted((row.tokens, row.rate) for row in mine if row.impl == impl)

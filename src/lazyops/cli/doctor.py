@@ -18,8 +18,9 @@ import functools
 import os
 import platform
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 from lazyops.cli._errors import FOUND_PROBLEMS, OK, USAGE
 
@@ -271,37 +272,36 @@ def _check_cell(check: Check | None) -> Any:
 
 def diagnose(args: argparse.Namespace, out: Any) -> Report:
     import lazyops
+    from lazyops import _api
 
     report = Report()
     report.dtype = args.dtype
     report.versions = versions()
-    state = lazyops._state()
     try:
-        universe = state.universe()
-        registry = universe.registry
-        report.default = universe.default
+        names = lazyops.backends()
+        report.default = _api.default_backend()
     except lazyops.BackendError as error:  # a bad entry point: nothing can be listed until it is fixed
         report.config_problems.append(str(error))
         return report
-    wanted = _wanted_backends(args.backend, registry.names)
-    read_configuration(report, state)
+    wanted = _wanted_backends(args.backend, names)
+    read_configuration(report)
     report.device = device()
     if not report.chain and not report.config_problems:
         report.chain = (report.default,)
-    for backend in registry:
-        report.backends.append(load_backend(backend, selected=backend.name in report.chain))
+    for name in names:
+        report.backends.append(load_backend(_api.backend(name), selected=name in report.chain))
     runnable = {b.name: b for b in report.backends if b.status == RUNS and b.name in wanted}
-    kernels = state.kernel_names()
+    kernels = lazyops.kernels()
     work = [(k, b) for k in kernels for b in runnable.values() if k in b.factories]
     with out.progress(len(work), "checking kernels") as progress:
         for kernel in kernels:
-            entry = resolve_kernel(kernel, state, report)
-            for backend in runnable.values():
-                if kernel in backend.kernel_errors:
-                    entry.checks[backend.name] = Check(ERROR, message=backend.kernel_errors[kernel])
-                elif kernel in backend.factories:
-                    progress.working_on(f"{kernel} in {backend.name}")
-                    entry.checks[backend.name] = check_kernel(kernel, backend, args.dtype)
+            entry = resolve_kernel(kernel, report)
+            for loaded in runnable.values():
+                if kernel in loaded.kernel_errors:
+                    entry.checks[loaded.name] = Check(ERROR, message=loaded.kernel_errors[kernel])
+                elif kernel in loaded.factories:
+                    progress.working_on(f"{kernel} in {loaded.name}")
+                    entry.checks[loaded.name] = check_kernel(kernel, loaded, args.dtype)
                     progress.advance()
             report.kernels.append(entry)
     return report
@@ -347,9 +347,9 @@ def device() -> str:
     return f"CPU only ({platform.machine()}, {os.cpu_count()} cores; torch sees no CUDA device)"
 
 
-def read_configuration(report: Report, state: Any) -> None:
+def read_configuration(report: Report) -> None:
     """The variables as set, each malformed one as a problem (all of them, not just the first), then the whole."""
-    from lazyops import _config
+    from lazyops import _api, _config
     from lazyops._errors import ConfigError
 
     environ = os.environ
@@ -377,14 +377,14 @@ def read_configuration(report: Report, state: Any) -> None:
             except ConfigError as error:
                 report.config_problems.append(str(error))
     try:
-        _config.current_rank()
+        _config.parse_rank(environ)
     except ConfigError as error:
         report.config_problems.append(str(error))
     try:
-        settings = state.settings()
+        settings = _api.settings()
     except ConfigError as error:
         _add_problem(report, error)
-        _check_chain_alone(report, state, environ.get("LAZYOPS_BACKEND"))
+        _check_chain_alone(report, environ.get("LAZYOPS_BACKEND"))
         return
     except ImportError as error:  # a bad entry point, found while validating: reported with the backends
         report.config_problems.append(str(error))
@@ -398,14 +398,14 @@ def _add_problem(report: Report, error: Exception) -> None:
         report.config_problems.append(str(error))
 
 
-def _check_chain_alone(report: Report, state: Any, value: str | None) -> None:
+def _check_chain_alone(report: Report, value: str | None) -> None:
     """The backend names, validated even when another variable is malformed (settings stop at the first)."""
-    from lazyops import _config, _resolve
+    from lazyops import _api, _config
     from lazyops._errors import ConfigError
 
     try:
         chain = _config.parse_chain("LAZYOPS_BACKEND", value)
-        _resolve.validate(_config.Settings(chain=chain), state.universe())
+        _api.check(_config.Settings(chain=chain))
     except (ConfigError, ImportError) as error:
         _add_problem(report, error)
 
@@ -441,14 +441,16 @@ def load_backend(backend: Any, *, selected: bool) -> BackendReport:
     return entry
 
 
-def resolve_kernel(kernel: str, state: Any, report: Report) -> KernelReport:
+def resolve_kernel(kernel: str, report: Report) -> KernelReport:
     """Where ``kernel`` resolves now, and whether that source works: the resolution path without the notices."""
     entry = KernelReport(kernel)
     if report.config_problems:
         entry.problem = "not resolved: the configuration is wrong"
         return entry
     try:
-        resolution = state.which(kernel)
+        import lazyops
+
+        resolution = lazyops.which(kernel)
     except Exception as error:  # noqa: BLE001 - whatever resolution raises is this kernel's problem, reported
         entry.problem = _one_line(error)
         return entry

@@ -112,7 +112,7 @@ def canonical(kernel: str, args: str | None) -> str:
         if has_spec(kernel):
             positional, keywords = parse_arguments(args)
             return str(spec(kernel).configure(*positional, **keywords).label)
-    except Exception:  # noqa: BLE001, S110 - unreadable or refused: still a distinct configuration, named as traced
+    except Exception:  # noqa: BLE001 - unreadable or refused: still a distinct configuration, named as traced
         pass
     return args
 
@@ -120,18 +120,18 @@ def canonical(kernel: str, args: str | None) -> str:
 def compare(kernels: list[KernelSummary], backend: str | None) -> str:
     """Mark each kernel against ``backend`` (or the selected configuration); returns what it was compared with."""
     import lazyops
+    from lazyops import _api
 
-    state = lazyops._state()
     if backend is not None:
-        registry = state.universe().registry
-        if backend not in registry:
-            raise CommandError(f"--backend: no backend named {backend!r}; known: {', '.join(registry.names)}")
-        exports = registry[backend].exports()
+        known = lazyops.backends()
+        if backend not in known:
+            raise CommandError(f"--backend: no backend named {backend!r}; known: {', '.join(known)}")
+        exports = _api.exports(backend)
         for k in kernels:
             k.status = "exports" if k.kernel in exports else "lacks"
         return backend
-    settings = state.settings()  # a ConfigError here is the user's to fix first (exit 2)
-    chain = ",".join(settings.chain) if settings.chain else f"{state.universe().default} (default)"
+    settings = _api.settings()  # a ConfigError here is the user's to fix first (exit 2)
+    chain = ",".join(settings.chain) if settings.chain else f"{_api.default_backend()} (default)"
     for k in kernels:
         try:
             resolution = lazyops.which(k.kernel)
@@ -179,7 +179,7 @@ def render(out: Any, log: Any, kernels: list[KernelSummary], compared: str, proc
                 ]
             )
     out.table(
-        ["kernel", "configuration (factory arguments)", "built", "by", compared.split(" ")[0]],
+        ["kernel", "configuration (factory arguments)", "built", "by", compared.split(" ", maxsplit=1)[0]],
         rows,
         justify=["left", "left", "right", "left", "left"],
         no_wrap=("kernel", "built"),

@@ -155,12 +155,13 @@ def default_jobs(dtype: str) -> list[Job]:
 def warm(job: Job, tokens: tuple[int, ...]) -> None:
     """Build ``job``'s kernel from its backend, then call it at each token count; record the times or the error."""
     import lazyops
+    from lazyops import _api
 
     try:
-        registry = lazyops._state().universe().registry
-        if job.backend is None or job.backend not in registry:
-            raise CommandError(f"backend {job.backend!r} is not installed here (known: {', '.join(registry.names)})")
-        factory = registry[job.backend].kernel(job.kernel)
+        known = lazyops.backends()
+        if job.backend is None or job.backend not in known:
+            raise CommandError(f"backend {job.backend!r} is not installed here (known: {', '.join(known)})")
+        factory = _api.kernel_factory(job.backend, job.kernel)
         started = time.perf_counter()
         kernel = factory(*job.args, **job.kwargs)
         job.build_s = time.perf_counter() - started

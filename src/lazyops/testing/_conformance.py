@@ -7,12 +7,15 @@ built-ins are, and running the suite changes nothing about what ``lazyops`` reso
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Any, Callable, Iterable
+from typing import Any
 
 import hypothesis
 from hypothesis import HealthCheck, Phase, Verbosity, given
 
+import lazyops
+from lazyops import _api
 from lazyops._errors import BackendError, ConfigError
 from lazyops.testing._case import Case
 from lazyops.testing._compare import TOLERANCE, Inputs, check_close, check_each, poison, rows
@@ -85,20 +88,15 @@ class ConformanceReport:
         if self.not_exported:
             lines.append(f"  not exported  {', '.join(self.not_exported)}")
         if self.unchecked:
-            lines.append(f"  unchecked     {', '.join(self.unchecked)} (lazyops.testing has no conformance check for it)")
+            lines.append(
+                f"  unchecked     {', '.join(self.unchecked)} (lazyops.testing has no conformance check for it)"
+            )
         return "\n".join(lines)
 
 
 def default_device(backend: str) -> str:
-    """Where ``backend``'s kernels take tensors: a CUDA device when torch sees one (Triton's interpreter: the host)."""
-    if backend == "triton":
-        from lazyops._backends.triton import interpreter_requested
-
-        if interpreter_requested():
-            return "cpu"
-    import torch
-
-    return "cuda" if torch.cuda.is_available() else "cpu"
+    """Where ``backend``'s kernels take tensors: its ``default_device()`` hook (``"cpu"`` when it has none)."""
+    return _api.default_device(backend)
 
 
 def default_max_elements(device: str) -> int:
@@ -132,10 +130,10 @@ def check_case(
     kernel = case.build(factory)
     draw = Inputs(case.seed, device)
     worst = 0.0
-    for tokens in case.tokens:
-        tokens = rows(tokens, spec.token_elements(config, case.geometry), max_elements)
+    for requested in case.tokens:
+        tokens = rows(requested, spec.token_elements(config, case.geometry), max_elements)
         args = spec.example_inputs(config, tokens, draw, case.geometry)
-        expected = dict(zip(spec.results, spec.reference(config, *(_float64(arg) for arg in args))))
+        expected = dict(zip(spec.results, spec.reference(config, *(_float64(arg) for arg in args)), strict=True))
         before = {name: args[spec.inputs.index(name)].clone() for name in spec.mutates}
         if "out" in expected:
             poison(tuple(expected["out"].shape), config.dtype, device)
@@ -145,8 +143,10 @@ def check_case(
             worst = max(worst, check_close(returned, expected["out"], config.dtype, what=what))
         else:
             want = tuple(args[spec.inputs.index(name)] for name in spec.returns)
-            assert isinstance(returned, tuple) and len(returned) == len(want) and all(
-                got is arg for got, arg in zip(returned, want)
+            assert (
+                isinstance(returned, tuple)
+                and len(returned) == len(want)
+                and all(got is arg for got, arg in zip(returned, want, strict=True))
             ), f"{what}: {case.kernel} must return its arguments ({', '.join(spec.returns)}), updated in place"
         for name in spec.mutates:
             tensor = args[spec.inputs.index(name)]
@@ -189,22 +189,19 @@ def run_conformance(
 
     Returns the :class:`ConformanceReport` (its ``str`` is a readable table) when nothing failed.
     """
-    from lazyops import _state
     from lazyops.specs import kernel_names
 
     specified = kernel_names()
 
-    state = _state()
-    registry = state.universe().registry
-    if backend not in registry:
+    if backend not in lazyops.backends():
         raise ConfigError(
             f"run_conformance({backend!r}): no backend of that name is registered; known backends: "
-            f"{', '.join(registry.names)}"
+            f"{', '.join(lazyops.backends())}"
         )
-    reason = state.unavailable_reason(backend)
+    reason = _api.unavailable_reason(backend)
     if reason:
         raise BackendError(f"run_conformance: {reason}", backend=backend)
-    exported = registry[backend].exports()
+    exported = _api.exports(backend)
     wanted = list(specified) if kernels is None else list(dict.fromkeys(kernels))
     unknown = [kernel for kernel in wanted if kernel not in specified]
     if unknown:
@@ -220,7 +217,7 @@ def run_conformance(
         if kernel not in exported:
             results.append(KernelResult(kernel, NOT_EXPORTED))
             continue
-        results.append(_check_kernel(registry[backend], kernel, device, max_elements, max_examples, seed))
+        results.append(_check_kernel(backend, kernel, device, max_elements, max_examples, seed))
     if kernels is None:
         results += [KernelResult(kernel, NO_SPEC) for kernel in sorted(exported - set(specified))]
 
@@ -231,16 +228,16 @@ def run_conformance(
 
 
 def _check_kernel(
-    backend: Any, kernel: str, device: str, max_elements: int, max_examples: int, seed: int | None
+    backend: str, kernel: str, device: str, max_elements: int, max_examples: int, seed: int | None
 ) -> KernelResult:
     from lazyops.specs import spec
 
     kernel_spec = spec(kernel)
     try:
-        factory = backend.kernel(kernel)
-    except Exception as error:  # it cannot be imported, or its stub is wrong: that is this kernel's failure
+        factory = _api.kernel_factory(backend, kernel)
+    except Exception as error:  # noqa: BLE001 - it cannot be imported, or its stub is wrong: this kernel's failure
         return KernelResult(kernel, FAILED, message=_one_error(error))
-    mismatch = signature_mismatch(factory, kernel_spec, backend.name)
+    mismatch = signature_mismatch(factory, kernel_spec, backend)
     if mismatch:
         return KernelResult(kernel, FAILED, message=mismatch)
 
@@ -264,14 +261,17 @@ def _check_kernel(
         result.examples += 1
         # Compared as a share of each dtype's tolerance: a bfloat16 error of 1e-3 is closer to passing than a
         # float32 one of 1e-5 is.
-        if result.worst_dtype is None or error / TOLERANCE[case.dtype] > result.worst_error / TOLERANCE[result.worst_dtype]:
+        if (
+            result.worst_dtype is None
+            or error / TOLERANCE[case.dtype] > result.worst_error / TOLERANCE[result.worst_dtype]
+        ):
             result.worst_error, result.worst_dtype = error, case.dtype
 
     if seed is not None:
         check = hypothesis.seed(seed)(check)
     try:
         check()
-    except Exception as error:
+    except Exception as error:  # noqa: BLE001 - whatever the kernel raises is its failure, reported with the case
         result.status = FAILED
         result.message = _one_error(error)
         result.case = current[0] if current else None

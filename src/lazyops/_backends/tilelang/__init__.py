@@ -15,6 +15,12 @@ import lazy_loader
 
 __getattr__, __dir__, __all__ = lazy_loader.attach_stub(__name__, __file__)
 
+
+def default_device() -> str:
+    """The GPU: the kernels are compiled for the visible NVIDIA device."""
+    return "cuda"
+
+
 # Defined beside the compile cache, which checks it too; imported here because the core looks for it on the
 # backend package. Importing _runtime is cheap: it imports neither torch nor tilelang at module level.
 from lazyops._backends.tilelang._runtime import unavailable_reason as unavailable_reason  # noqa: E402

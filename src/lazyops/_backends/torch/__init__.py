@@ -7,3 +7,10 @@ the modules here are the implementations that run.
 import lazy_loader
 
 __getattr__, __dir__, __all__ = lazy_loader.attach_stub(__name__, __file__)
+
+
+def default_device() -> str:
+    """A CUDA device when torch sees one, else the host: the reference runs wherever its tensors are."""
+    import torch  # here, not at the top: importing a backend package stays cheap
+
+    return "cuda" if torch.cuda.is_available() else "cpu"

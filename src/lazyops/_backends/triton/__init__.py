@@ -23,6 +23,11 @@ def interpreter_requested() -> bool:
     return os.environ.get("TRITON_INTERPRET", "").strip().lower() in _TRUE
 
 
+def default_device() -> str:
+    """The host in Triton's interpreter (it runs kernels on CPU tensors), else the GPU."""
+    return "cpu" if interpreter_requested() else "cuda"
+
+
 def unavailable_reason() -> str | None:
     """Why this backend cannot run here, or None when it can (a CUDA device is visible, or the interpreter is on).
 
