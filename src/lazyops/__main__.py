@@ -140,7 +140,8 @@ def _stubs(check: bool, output: str | None, backends: str | None) -> int:
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     if hasattr(args, "run"):
-        return args.run(args)  # lazyops.cli's subcommands report their own errors
+        status: int = args.run(args)  # lazyops.cli's subcommands report their own errors
+        return status
     from lazyops._errors import LazyopsError
 
     try:

@@ -202,7 +202,11 @@ def implementations(
     impls.append(Impl(EAGER, "peer", lambda chosen: eager_call(spec, _configure(spec, chosen))))
     if compile:
         impls.append(
-            Impl(COMPILED, "peer", lambda chosen: torch.compile(eager_call(spec, _configure(spec, chosen)), dynamic=False))
+            Impl(
+                COMPILED,
+                "peer",
+                lambda chosen: torch.compile(eager_call(spec, _configure(spec, chosen)), dynamic=False),
+            )
         )
     if peers:
         impls.extend(_module_peers(spec, peers_from or peer_dir()))
@@ -288,6 +292,7 @@ def _module_peers(spec: Any, folder: Path | None) -> list[Impl]:
         declared = dict(module.PEERS)
     except Exception as error:  # noqa: BLE001 - a broken peer module is one error row, not a crashed run
         return [Impl(f"peers of {path.name}", "peer", _unbuildable, f"{path}: {_one_line(error)}")]
+
     def peer(build: Callable[[Any], Any]) -> Callable[[Any], Any]:
         return lambda chosen: build(_configure(spec, chosen))
 
@@ -333,9 +338,17 @@ def measure(
         sets = _input_sets(spec, config, chosen, m, device, rotate)
         for impl in impls:
             row = Row(
-                _short(name), impl.name, impl.kind, "stream", m, _dtype_name(dtype),
-                unit="TFLOP/s" if compute else "GB/s", bytes=traffic.bytes, flops=traffic.flops,
-                input_sets=len(sets), config=described,
+                _short(name),
+                impl.name,
+                impl.kind,
+                "stream",
+                m,
+                _dtype_name(dtype),
+                unit="TFLOP/s" if compute else "GB/s",
+                bytes=traffic.bytes,
+                flops=traffic.flops,
+                input_sets=len(sets),
+                config=described,
             )
             call = built[impl.name]
             if isinstance(call, str):
@@ -379,8 +392,9 @@ def host_time(
     args = _input_sets(spec, config, chosen, 1, device, 0)[0]
     rows = []
     for impl in impls:
-        row = Row(_short(name), impl.name, impl.kind, "host", 1, _dtype_name(dtype), note=f"{calls} calls",
-                  config=described)
+        row = Row(
+            _short(name), impl.name, impl.kind, "host", 1, _dtype_name(dtype), note=f"{calls} calls", config=described
+        )
         call = _build(impl, chosen)
         if isinstance(call, str):
             row.error = call
@@ -430,8 +444,16 @@ def graph_time(
     for m in tokens:
         args = _input_sets(spec, config, chosen, m, device, 0)[0]
         for impl in impls:
-            row = Row(_short(name), impl.name, impl.kind, "graph", m, _dtype_name(dtype),
-                      note=f"{captures} calls captured, {replays} replays", config=described)
+            row = Row(
+                _short(name),
+                impl.name,
+                impl.kind,
+                "graph",
+                m,
+                _dtype_name(dtype),
+                note=f"{captures} calls captured, {replays} replays",
+                config=described,
+            )
             call = built[impl.name]
             if not device.startswith("cuda"):
                 row.error = f"CUDA graphs need a CUDA device (this run: {device})"
@@ -489,7 +511,7 @@ def fullgraph_check(
                 _synchronize(device)
                 row.first_call_s = time.perf_counter() - started
                 want = _results(fn(*eager_args), eager_args)
-                worst = max((relative_error(g, w) for g, w in zip(got, want)), default=0.0)
+                worst = max((relative_error(g, w) for g, w in zip(got, want, strict=True)), default=0.0)
                 row.note = f"ok (backend={backend}); relative error against eager {worst:.1e}"
             except Exception as error:  # noqa: BLE001 - the exact error is the result
                 row.error = f"{type(error).__name__}: {error}"[:4000]
@@ -506,8 +528,18 @@ def copy_ceiling(megabytes: int = 256, *, device: str | None = None) -> Row:
     source = torch.randn(elements, device=device, dtype=torch.float32).to(torch.bfloat16)
     target = torch.empty_like(source)
     moved = 2 * source.numel() * source.element_size()
-    row = Row("copy", "torch copy_", "ceiling", "copy", 0, "bfloat16", unit="GB/s", bytes=moved, input_sets=1,
-              note=f"{megabytes} MiB read and written")
+    row = Row(
+        "copy",
+        "torch copy_",
+        "ceiling",
+        "copy",
+        0,
+        "bfloat16",
+        unit="GB/s",
+        bytes=moved,
+        input_sets=1,
+        note=f"{megabytes} MiB read and written",
+    )
     try:
         row.us = _median_us(lambda s, t: t.copy_(s), [(source, target)], device, 5)
         row.rate = moved / (row.us * 1e-6) / 1e9
@@ -583,7 +615,9 @@ def describe(kernel: str, dtype: Any = "bfloat16", *, small: bool = False) -> st
     name = kernel_name(kernel)
     chosen = example(name, dtype, small=small)
     label = _configure(spec_of(name), chosen).label
-    geometry = ", ".join(f"{key}={_dtype_name(v) if isinstance(v, torch.dtype) else v}" for key, v in chosen.geometry.items())
+    geometry = ", ".join(
+        f"{key}={_dtype_name(v) if isinstance(v, torch.dtype) else v}" for key, v in chosen.geometry.items()
+    )
     return f"{label} with {geometry}" if geometry else label
 
 
@@ -640,7 +674,7 @@ def _median_us(fn: Callable[..., Any], sets: list[tuple[Any, ...]], device: str,
 
     with torch.no_grad():
         if device.startswith("cuda"):
-            import triton.testing  # type: ignore[import-untyped]
+            import triton.testing
 
             return float(triton.testing.do_bench(step, warmup=25, rep=100, return_mode="median")) * 1e3
         times = []
@@ -672,7 +706,7 @@ def _graph_us(fn: Callable[..., Any], args: tuple[Any, ...], captures: int, repl
             graph.replay()
         end.record()
         torch.cuda.synchronize()
-    return start.elapsed_time(end) * 1e3 / (replays * captures)
+    return float(start.elapsed_time(end)) * 1e3 / (replays * captures)
 
 
 def _clone(args: tuple[Any, ...]) -> tuple[Any, ...]:

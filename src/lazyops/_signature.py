@@ -14,7 +14,8 @@ import collections.abc
 import inspect
 import sys
 import typing
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 
 class SignatureError(Exception):
@@ -50,7 +51,7 @@ def type_checking_namespace(function: Callable[..., Any]) -> dict[str, Any]:
             continue
         imports: list[ast.stmt] = [line for line in node.body if isinstance(line, (ast.Import, ast.ImportFrom))]
         code = compile(ast.Module(body=imports, type_ignores=[]), module.__name__, "exec")
-        exec(code, namespace)  # noqa: S102 - import statements of the module's own source, nothing else
+        exec(code, namespace)  # import statements of the module's own source, nothing else
     return namespace
 
 

@@ -15,12 +15,12 @@ exist; each kernel's signature is the torch reference's (the specification), or,
 backend has, that backend's own. Generating imports the kernel modules that supply those signatures, nothing else.
 
 The same comparison that picks the reference's signature checks the other backends against it
-(:func:`lazyops._signature.signature_mismatches`), so a backend that drifts is named together with the parameter that differs.
+(:func:`lazyops._signature.signature_mismatches`), so a backend that drifts is named together with the parameter
+that differs.
 """
 
 from __future__ import annotations
 
-import ast
 import collections.abc
 import difflib
 import importlib
@@ -28,13 +28,14 @@ import inspect
 import sys
 import types
 import typing
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
-from typing import Any, Callable, Iterable, Sequence
+from typing import Any
 
 from lazyops._errors import ConfigError
 from lazyops._registry import BUILTINS, Registry
 from lazyops._resolve import REFERENCE, suggest
-from lazyops._signature import SignatureError, call_shape, evaluated_signature, is_kernel_protocol
+from lazyops._signature import SignatureError, evaluated_signature, is_kernel_protocol
 
 #: The backends whose kernels the committed stub declares.
 DEFAULT_BACKENDS = tuple(name for name, _, _ in BUILTINS)
@@ -96,7 +97,8 @@ def factory(registry: Registry, backend: str, kernel: str) -> Callable[..., Any]
     entry = registry[backend]
     submodule, attribute = entry.manifest()[kernel]
     module = entry.load() if submodule is None else importlib.import_module(f"{entry.module_name}.{submodule}")
-    return getattr(module, attribute)
+    factory: Callable[..., Any] = getattr(module, attribute)
+    return factory
 
 
 def catalogue(registry: Registry, backends: Sequence[str]) -> dict[str, str]:
@@ -296,7 +298,7 @@ def protocol_definition(renderer: Renderer, protocol: type) -> list[str]:
     parameters = renderer.parameters(call, where, skip_first=True)
     head = function_head("__call__", parameters, renderer.returns(call, where), indent="    ")
     lines = ["@type_check_only", f"class {renderer.protocols[protocol]}(Protocol):"]
-    lines += docstring(protocol.__doc__, "    ") + [""]
+    lines += [*docstring(protocol.__doc__, "    "), ""]
     return lines + definition(head, vars(protocol)["__call__"].__doc__, "    ")
 
 

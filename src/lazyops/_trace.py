@@ -39,7 +39,7 @@ class Tracer:
         """Append the line for this construction, if it is the first of its kind; never raises."""
         try:
             arguments = _describe_arguments(args, kwargs) if self.with_args else None
-        except Exception as error:  # an argument whose repr() raises
+        except Exception as error:  # noqa: BLE001 - an argument whose repr() raises: traced, not fatal
             arguments = f"<arguments could not be described: {type(error).__name__}>"
         key = (kernel, arguments)
         with self._lock:

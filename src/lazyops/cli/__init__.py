@@ -15,7 +15,8 @@ import argparse
 import functools
 import importlib
 import sys
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from lazyops.cli._errors import INTERNAL, INTERRUPTED, USAGE, CommandError
 

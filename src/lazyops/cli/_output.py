@@ -16,7 +16,8 @@ import contextlib
 import json
 import os
 import sys
-from typing import Any, Iterator, Sequence, TextIO
+from collections.abc import Iterator, Sequence
+from typing import Any, TextIO
 
 from lazyops.cli._errors import MissingExtraError
 
@@ -117,7 +118,7 @@ class Output:
         for index, column in enumerate(columns):
             table.add_column(
                 column,
-                justify=(justify[index] if justify else "left"),  # type: ignore[arg-type]
+                justify=(justify[index] if justify else "left"),
                 no_wrap=column in no_wrap,
                 overflow="fold",
             )

@@ -12,8 +12,9 @@ from __future__ import annotations
 
 import ast
 import json
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any, Iterable
+from typing import Any
 
 from lazyops.cli._errors import CommandError
 
@@ -105,7 +106,7 @@ def _value(node: ast.expr, text: str) -> Any:
         return tuple(values) if isinstance(node, ast.Tuple) else values
     if isinstance(node, ast.Starred):
         # ValueError, not TypeError: parse_arguments refuses every unreadable text alike
-        raise ValueError(f"cannot read the arguments {text!r}: '*' is not an argument")  # noqa: TRY004
+        raise ValueError(f"cannot read the arguments {text!r}: '*' is not an argument")
     try:
         return ast.literal_eval(node)
     except ValueError:

@@ -21,7 +21,7 @@ from lazyops._manifest import read_manifest
 if TYPE_CHECKING:
     from lazyops.specs._spec import KernelSpec
 
-__all__ = ["KernelSpec", "Traffic", "Example", "kernel_names", "spec", "has_spec"]
+__all__ = ["Example", "KernelSpec", "Traffic", "has_spec", "kernel_names", "spec"]
 
 
 def kernel_names() -> tuple[str, ...]:

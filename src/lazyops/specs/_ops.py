@@ -19,7 +19,8 @@ from __future__ import annotations
 import dataclasses
 import re
 import threading
-from typing import TYPE_CHECKING, Any, Callable
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from lazyops.specs._spec import KernelSpec
@@ -100,13 +101,14 @@ def operator(
             library = _libraries[namespace] = torch.library.Library(namespace, "FRAGMENT")
         names = static_fields(config)
         count = len(spec.inputs)
+
         def kernel_for(values: tuple[Any, ...]) -> Callable[..., Any]:
             built = _kernels.get((backend, spec.name, values))
             if built is None:
                 with _lock:
                     built = _kernels.get((backend, spec.name, values))
                     if built is None:
-                        built = build(spec.configure(**dict(zip(names, values))))
+                        built = build(spec.configure(**dict(zip(names, values, strict=True))))
                         _kernels[(backend, spec.name, values)] = built
             return built
 
@@ -116,13 +118,13 @@ def operator(
 
         def fake(*args: Any) -> Any:
             tensors, values = args[:count], args[count:]
-            config_of_call = spec.configure(**dict(zip(names, values)))
+            config_of_call = spec.configure(**dict(zip(names, values, strict=True)))
             spec.check(config_of_call, *tensors)
             return spec.output(config_of_call, *tensors) if spec.returns == "out" else None
 
         library.define(schema(spec, config))
         library.impl(stem(spec), real, "CompositeExplicitAutograd")
         torch.library.register_fake(f"{namespace}::{stem(spec)}", fake, lib=library)
-        op = getattr(getattr(torch.ops, namespace), stem(spec)).default
+        op: Callable[..., Any] = getattr(getattr(torch.ops, namespace), stem(spec)).default
         _registered[key] = op
         return op

@@ -22,8 +22,9 @@ from __future__ import annotations
 
 import functools
 import inspect
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable, ClassVar, Mapping
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from lazyops._errors import KernelInputError
 
@@ -178,7 +179,7 @@ class KernelSpec:
         def kernel(*args: Any) -> Any:
             check(config, *args)
             if is_grad_enabled():
-                for name, tensor in zip(inputs, args):
+                for name, tensor in zip(inputs, args, strict=False):
                     if tensor.requires_grad:
                         raise KernelInputError(
                             f"{label}: {name} requires grad while grad mode is on; lazyops kernels are for "

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Mapping, Protocol
+from typing import Any, Protocol
 
 import torch
 
@@ -35,7 +36,7 @@ class AddRMSNormSpec(KernelSpec):
     results = ("out", "residual")
     kernel_type = AddRMSNormKernel
 
-    def configure(self, n: int, dtype: torch.dtype | str, eps: float = 1e-6) -> AddRMSNormConfig:  # type: ignore[override]
+    def configure(self, n: int, dtype: torch.dtype | str, eps: float = 1e-6) -> AddRMSNormConfig:
         """``residual += x``, then RMSNorm of the sum with ``weight[n]``.
 
         Returns ``kernel(x[M, n], residual[M, n], weight[n]) -> y[M, n]``; ``residual`` is updated in place to
@@ -46,14 +47,14 @@ class AddRMSNormSpec(KernelSpec):
         eps = checks.positive_float(self.name, "eps", eps)
         return AddRMSNormConfig(n, dtype, eps, checks.describe(self.name, n=n, dtype=dtype, eps=eps))
 
-    def check(self, config: AddRMSNormConfig, x: Any, residual: Any, weight: Any) -> None:  # type: ignore[override]
+    def check(self, config: AddRMSNormConfig, x: Any, residual: Any, weight: Any) -> None:
         label, n, dtype = config.label, config.n, config.dtype
         checks.check_tensor(label, "x", x, shape=("M", n), dtype=dtype)
         checks.check_tensor(label, "residual", residual, shape=("M", n), dtype=dtype, device=x.device)
         checks.check_tensor(label, "weight", weight, shape=(n,), dtype=dtype, device=x.device)
         checks.same_size(label, "the token count M", {"x": x.shape[0], "residual": residual.shape[0]})
 
-    def output(self, config: AddRMSNormConfig, x: Any, residual: Any, weight: Any) -> torch.Tensor:  # type: ignore[override]
+    def output(self, config: AddRMSNormConfig, x: Any, residual: Any, weight: Any) -> torch.Tensor:
         return torch.empty_like(x)
 
     def reference(  # type: ignore[override]
@@ -68,9 +69,15 @@ class AddRMSNormSpec(KernelSpec):
 
         return strategies.row_cases(self.name, strategies.epsilons())
 
-    def example_inputs(self, config: AddRMSNormConfig, tokens: int, draw: Any, geometry: Mapping[str, Any]) -> tuple[Any, ...]:
+    def example_inputs(
+        self, config: AddRMSNormConfig, tokens: int, draw: Any, geometry: Mapping[str, Any]
+    ) -> tuple[Any, ...]:
         n, dtype = config.n, config.dtype
-        return draw.randn(tokens, n, dtype=dtype), draw.randn(tokens, n, dtype=dtype, scale=4.0), draw.randn(n, dtype=dtype)
+        return (
+            draw.randn(tokens, n, dtype=dtype),
+            draw.randn(tokens, n, dtype=dtype, scale=4.0),
+            draw.randn(n, dtype=dtype),
+        )
 
     def token_elements(self, config: AddRMSNormConfig, geometry: Mapping[str, Any]) -> int:
         return config.n

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Mapping, Protocol
+from typing import Any, Protocol
 
 import torch
 
@@ -37,7 +38,7 @@ class MatmulSpec(KernelSpec):
     inputs = ("a", "b")
     kernel_type = MatmulKernel
 
-    def configure(self, n: int, k: int, dtype: torch.dtype | str) -> MatmulConfig:  # type: ignore[override]
+    def configure(self, n: int, k: int, dtype: torch.dtype | str) -> MatmulConfig:
         """A GEMM with the weight's shape fixed: ``a[M, k] @ b[k, n]``.
 
         Returns ``kernel(a[M, k], b[k, n]) -> c[M, n]`` in ``dtype``; products accumulate in float32.
@@ -47,11 +48,11 @@ class MatmulSpec(KernelSpec):
         dtype = checks.canonical_dtype(self.name, dtype)
         return MatmulConfig(n, k, dtype, checks.describe(self.name, n=n, k=k, dtype=dtype))
 
-    def check(self, config: MatmulConfig, a: Any, b: Any) -> None:  # type: ignore[override]
+    def check(self, config: MatmulConfig, a: Any, b: Any) -> None:
         checks.check_tensor(config.label, "a", a, shape=("M", config.k), dtype=config.dtype)
         checks.check_tensor(config.label, "b", b, shape=(config.k, config.n), dtype=config.dtype, device=a.device)
 
-    def output(self, config: MatmulConfig, a: Any, b: Any) -> torch.Tensor:  # type: ignore[override]
+    def output(self, config: MatmulConfig, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
         return a.new_empty((a.shape[0], config.n))
 
     def reference(self, config: MatmulConfig, a: torch.Tensor, b: torch.Tensor) -> tuple[torch.Tensor]:  # type: ignore[override]
@@ -66,10 +67,16 @@ class MatmulSpec(KernelSpec):
         sizes = strategies.feature_sizes(SIZES, max_small=300)
         return st.builds(
             lambda n, k, dtype, tokens, seed: Case(self.name, (n, k, dtype), {}, tokens, seed),
-            sizes, sizes, strategies.dtypes(), strategies.token_sequences(), strategies.seeds(),
+            sizes,
+            sizes,
+            strategies.dtypes(),
+            strategies.token_sequences(),
+            strategies.seeds(),
         )
 
-    def example_inputs(self, config: MatmulConfig, tokens: int, draw: Any, geometry: Mapping[str, Any]) -> tuple[Any, ...]:
+    def example_inputs(
+        self, config: MatmulConfig, tokens: int, draw: Any, geometry: Mapping[str, Any]
+    ) -> tuple[Any, ...]:
         return draw.randn(tokens, config.k, dtype=config.dtype), draw.randn(config.k, config.n, dtype=config.dtype)
 
     def token_elements(self, config: MatmulConfig, geometry: Mapping[str, Any]) -> int:

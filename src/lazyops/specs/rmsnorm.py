@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Mapping, Protocol
+from typing import Any, Protocol
 
 import torch
 
@@ -37,7 +38,7 @@ class RMSNormSpec(KernelSpec):
     inputs = ("x", "weight")
     kernel_type = RMSNormKernel
 
-    def configure(self, n: int, dtype: torch.dtype | str, eps: float = 1e-6) -> RMSNormConfig:  # type: ignore[override]
+    def configure(self, n: int, dtype: torch.dtype | str, eps: float = 1e-6) -> RMSNormConfig:
         """RMSNorm over the last dimension of ``x[M, n]`` with a learned ``weight[n]``.
 
         Returns ``kernel(x[M, n], weight[n]) -> y[M, n]`` in ``dtype``; the math runs in float32.
@@ -47,11 +48,11 @@ class RMSNormSpec(KernelSpec):
         eps = checks.positive_float(self.name, "eps", eps)
         return RMSNormConfig(n, dtype, eps, checks.describe(self.name, n=n, dtype=dtype, eps=eps))
 
-    def check(self, config: RMSNormConfig, x: Any, weight: Any) -> None:  # type: ignore[override]
+    def check(self, config: RMSNormConfig, x: Any, weight: Any) -> None:
         checks.check_tensor(config.label, "x", x, shape=("M", config.n), dtype=config.dtype)
         checks.check_tensor(config.label, "weight", weight, shape=(config.n,), dtype=config.dtype, device=x.device)
 
-    def output(self, config: RMSNormConfig, x: Any, weight: Any) -> torch.Tensor:  # type: ignore[override]
+    def output(self, config: RMSNormConfig, x: Any, weight: Any) -> torch.Tensor:
         return torch.empty_like(x)
 
     def reference(self, config: RMSNormConfig, x: torch.Tensor, weight: torch.Tensor) -> tuple[torch.Tensor]:  # type: ignore[override]
@@ -62,7 +63,9 @@ class RMSNormSpec(KernelSpec):
 
         return strategies.row_cases(self.name, strategies.epsilons())
 
-    def example_inputs(self, config: RMSNormConfig, tokens: int, draw: Any, geometry: Mapping[str, Any]) -> tuple[Any, ...]:
+    def example_inputs(
+        self, config: RMSNormConfig, tokens: int, draw: Any, geometry: Mapping[str, Any]
+    ) -> tuple[Any, ...]:
         return draw.randn(tokens, config.n, dtype=config.dtype), draw.randn(config.n, dtype=config.dtype)
 
     def token_elements(self, config: RMSNormConfig, geometry: Mapping[str, Any]) -> int:

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Mapping, Protocol
+from typing import Any, Protocol
 
 import torch
 
@@ -75,7 +76,7 @@ class RopeSpec(KernelSpec):
     returns = ("query", "key")
     kernel_type = RopeKernel
 
-    def configure(self, head_dim: int, dtype: torch.dtype | str, is_neox: bool = True) -> RopeConfig:  # type: ignore[override]
+    def configure(self, head_dim: int, dtype: torch.dtype | str, is_neox: bool = True) -> RopeConfig:
         """Rotary embedding over the first ``r`` features of every head, in place.
 
         Returns ``kernel(positions[M], query[M, Hq*head_dim], key[M, Hk*head_dim], cos_sin_cache[P, r])
@@ -85,16 +86,22 @@ class RopeSpec(KernelSpec):
         head_dim = checks.positive_int(self.name, "head_dim", head_dim)
         dtype = checks.canonical_dtype(self.name, dtype)
         is_neox = bool(is_neox)
-        return RopeConfig(head_dim, dtype, is_neox, checks.describe(self.name, head_dim=head_dim, dtype=dtype, is_neox=is_neox))
+        return RopeConfig(
+            head_dim, dtype, is_neox, checks.describe(self.name, head_dim=head_dim, dtype=dtype, is_neox=is_neox)
+        )
 
-    def check(self, config: RopeConfig, positions: Any, query: Any, key: Any, cos_sin_cache: Any) -> None:  # type: ignore[override]
+    def check(self, config: RopeConfig, positions: Any, query: Any, key: Any, cos_sin_cache: Any) -> None:
         name, head_dim, dtype = config.label, config.head_dim, config.dtype
         checks.check_tensor(name, "positions", positions, shape=("M",), dtype=(torch.int32, torch.int64))
         device = positions.device
         checks.check_tensor(name, "query", query, shape=("M", "Hq*head_dim"), dtype=dtype, device=device)
         checks.check_tensor(name, "key", key, shape=("M", "Hk*head_dim"), dtype=dtype, device=device)
-        checks.check_tensor(name, "cos_sin_cache", cos_sin_cache, shape=("P", "r"), dtype=(torch.float32, dtype), device=device)
-        checks.same_size(name, "the token count M", {"positions": positions.shape[0], "query": query.shape[0], "key": key.shape[0]})
+        checks.check_tensor(
+            name, "cos_sin_cache", cos_sin_cache, shape=("P", "r"), dtype=(torch.float32, dtype), device=device
+        )
+        checks.same_size(
+            name, "the token count M", {"positions": positions.shape[0], "query": query.shape[0], "key": key.shape[0]}
+        )
         for arg, tensor in (("query", query), ("key", key)):
             if tensor.shape[1] % head_dim:
                 raise KernelInputError(
@@ -108,7 +115,12 @@ class RopeSpec(KernelSpec):
             )
 
     def reference(  # type: ignore[override]
-        self, config: RopeConfig, positions: torch.Tensor, query: torch.Tensor, key: torch.Tensor, cos_sin_cache: torch.Tensor
+        self,
+        config: RopeConfig,
+        positions: torch.Tensor,
+        query: torch.Tensor,
+        key: torch.Tensor,
+        cos_sin_cache: torch.Tensor,
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """``(query, key)`` rotated (new tensors; the inputs are left alone)."""
 
@@ -146,7 +158,9 @@ class RopeSpec(KernelSpec):
 
         return cases()
 
-    def example_inputs(self, config: RopeConfig, tokens: int, draw: Any, geometry: Mapping[str, Any]) -> tuple[Any, ...]:
+    def example_inputs(
+        self, config: RopeConfig, tokens: int, draw: Any, geometry: Mapping[str, Any]
+    ) -> tuple[Any, ...]:
         g = geometry
         cache_dtype = torch.float32 if g["cache_dtype"] == "float32" else config.dtype
         cache = draw.randn(g["cache_rows"], g["rotary_dim"], dtype=cache_dtype)
@@ -156,7 +170,7 @@ class RopeSpec(KernelSpec):
         return positions, query, key, cache
 
     def token_elements(self, config: RopeConfig, geometry: Mapping[str, Any]) -> int:
-        return (geometry["query_heads"] + geometry["key_heads"]) * config.head_dim
+        return int(geometry["query_heads"] + geometry["key_heads"]) * config.head_dim
 
     def traffic(self, config: RopeConfig, tokens: int, geometry: Mapping[str, Any]) -> Traffic:
         g = geometry
@@ -168,8 +182,12 @@ class RopeSpec(KernelSpec):
 
     def benchmark(self, dtype: torch.dtype) -> Example:
         geometry = {
-            "rotary_dim": 128, "query_heads": 32, "key_heads": 8, "cache_rows": 32768,
-            "cache_dtype": "float32", "positions_dtype": torch.int64,
+            "rotary_dim": 128,
+            "query_heads": 32,
+            "key_heads": 8,
+            "cache_rows": 32768,
+            "cache_dtype": "float32",
+            "positions_dtype": torch.int64,
         }
         return Example((128, dtype), {"is_neox": True}, geometry)
 

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Mapping, Protocol
+from typing import Any, Protocol
 
 import torch
 
@@ -31,7 +32,7 @@ class SiluAndMulSpec(KernelSpec):
     inputs = ("x",)
     kernel_type = SiluAndMulKernel
 
-    def configure(self, n: int, dtype: torch.dtype | str) -> SiluAndMulConfig:  # type: ignore[override]
+    def configure(self, n: int, dtype: torch.dtype | str) -> SiluAndMulConfig:
         """The gate of a SwiGLU MLP: ``x[M, 2n]`` holds the gate then the up projection.
 
         Returns ``kernel(x[M, 2n]) -> y[M, n] = silu(x[:, :n]) * x[:, n:]`` in ``dtype``; the math runs in float32.
@@ -40,10 +41,10 @@ class SiluAndMulSpec(KernelSpec):
         dtype = checks.canonical_dtype(self.name, dtype)
         return SiluAndMulConfig(n, dtype, checks.describe(self.name, n=n, dtype=dtype))
 
-    def check(self, config: SiluAndMulConfig, x: Any) -> None:  # type: ignore[override]
+    def check(self, config: SiluAndMulConfig, x: Any) -> None:
         checks.check_tensor(config.label, "x", x, shape=("M", 2 * config.n), dtype=config.dtype)
 
-    def output(self, config: SiluAndMulConfig, x: Any) -> torch.Tensor:  # type: ignore[override]
+    def output(self, config: SiluAndMulConfig, x: torch.Tensor) -> torch.Tensor:
         return x.new_empty((x.shape[0], config.n))
 
     def reference(self, config: SiluAndMulConfig, x: torch.Tensor) -> tuple[torch.Tensor]:  # type: ignore[override]
@@ -55,7 +56,9 @@ class SiluAndMulSpec(KernelSpec):
 
         return strategies.row_cases(self.name)
 
-    def example_inputs(self, config: SiluAndMulConfig, tokens: int, draw: Any, geometry: Mapping[str, Any]) -> tuple[Any, ...]:
+    def example_inputs(
+        self, config: SiluAndMulConfig, tokens: int, draw: Any, geometry: Mapping[str, Any]
+    ) -> tuple[Any, ...]:
         return (draw.randn(tokens, 2 * config.n, dtype=config.dtype, scale=3.0),)
 
     def token_elements(self, config: SiluAndMulConfig, geometry: Mapping[str, Any]) -> int:

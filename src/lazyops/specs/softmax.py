@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Mapping, Protocol
+from typing import Any, Protocol
 
 import torch
 
@@ -36,7 +37,7 @@ class SoftmaxSpec(KernelSpec):
     inputs = ("x",)
     kernel_type = SoftmaxKernel
 
-    def configure(self, n: int, dtype: torch.dtype | str) -> SoftmaxConfig:  # type: ignore[override]
+    def configure(self, n: int, dtype: torch.dtype | str) -> SoftmaxConfig:
         """Softmax over the last dimension of ``x[M, n]``.
 
         Returns ``kernel(x[M, n]) -> y[M, n]`` in ``dtype``; the math runs in float32. ``-inf`` logits get 0, and
@@ -46,10 +47,10 @@ class SoftmaxSpec(KernelSpec):
         dtype = checks.canonical_dtype(self.name, dtype)
         return SoftmaxConfig(n, dtype, checks.describe(self.name, n=n, dtype=dtype))
 
-    def check(self, config: SoftmaxConfig, x: Any) -> None:  # type: ignore[override]
+    def check(self, config: SoftmaxConfig, x: Any) -> None:
         checks.check_tensor(config.label, "x", x, shape=("M", config.n), dtype=config.dtype)
 
-    def output(self, config: SoftmaxConfig, x: Any) -> torch.Tensor:  # type: ignore[override]
+    def output(self, config: SoftmaxConfig, x: Any) -> torch.Tensor:
         return torch.empty_like(x)
 
     def reference(self, config: SoftmaxConfig, x: torch.Tensor) -> tuple[torch.Tensor]:  # type: ignore[override]
@@ -63,7 +64,9 @@ class SoftmaxSpec(KernelSpec):
         masks = st.fixed_dictionaries({"mask": st.sampled_from(MASKS), "block": st.sampled_from([1024, 4096, 16384])})
         return strategies.row_cases(self.name, geometry=masks)
 
-    def example_inputs(self, config: SoftmaxConfig, tokens: int, draw: Any, geometry: Mapping[str, Any]) -> tuple[Any, ...]:
+    def example_inputs(
+        self, config: SoftmaxConfig, tokens: int, draw: Any, geometry: Mapping[str, Any]
+    ) -> tuple[Any, ...]:
         x = draw.randn(tokens, config.n, dtype=torch.float32, scale=3.0, device="cpu")
         mask = geometry.get("mask", "none")
         n = config.n

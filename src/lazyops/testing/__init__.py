@@ -17,7 +17,8 @@ This package imports torch and hypothesis (``pip install 'lazyops[test]'``); ``i
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from lazyops.testing import strategies
 from lazyops.testing._case import Case
@@ -32,13 +33,13 @@ from lazyops.testing._conformance import (
 )
 
 __all__ = [
-    "Case",
-    "ConformanceReport",
     "DTYPES",
-    "Inputs",
-    "KernelResult",
     "REFERENCES",
     "TOLERANCE",
+    "Case",
+    "ConformanceReport",
+    "Inputs",
+    "KernelResult",
     "check_case",
     "check_close",
     "check_each",

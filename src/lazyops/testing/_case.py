@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping
+from typing import Any
 
 
 @dataclass(frozen=True)
@@ -30,9 +31,11 @@ class Case:
         return next(arg for arg in self.args if isinstance(arg, torch.dtype))
 
     def build(self, factory: Callable[..., Any]) -> Callable[..., Any]:
-        return factory(*self.args, **self.kwargs)
+        kernel: Callable[..., Any] = factory(*self.args, **self.kwargs)
+        return kernel
 
     def __str__(self) -> str:
         arguments = [repr(arg) for arg in self.args] + [f"{key}={value!r}" for key, value in self.kwargs.items()]
         extra = "".join(f", {key}={value!r}" for key, value in self.geometry.items())
-        return f"{self.kernel}({', '.join(arguments)}) called with M={', '.join(map(str, self.tokens))}{extra}, seed={self.seed}"
+        tokens = ", ".join(map(str, self.tokens))
+        return f"{self.kernel}({', '.join(arguments)}) called with M={tokens}{extra}, seed={self.seed}"

@@ -24,8 +24,8 @@ def relative_error(out: torch.Tensor, ref: torch.Tensor) -> float:
     """``‖out − ref‖ / ‖ref‖`` in float64 (the plain difference when ``ref`` is all zero or empty)."""
     out64 = out.to(torch.float64).cpu()
     ref64 = ref.to(torch.float64).cpu()
-    norm = ref64.norm().item()
-    diff = (out64 - ref64).norm().item()
+    norm = float(ref64.norm())
+    diff = float((out64 - ref64).norm())
     return diff / norm if norm else diff
 
 

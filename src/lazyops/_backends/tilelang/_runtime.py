@@ -12,7 +12,8 @@ import contextlib
 import logging
 import os
 import threading
-from typing import TYPE_CHECKING, Any, Callable, Hashable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Hashable, Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
 from lazyops._errors import BackendError
 
@@ -76,7 +77,7 @@ def require_gpu(factory: str) -> None:
         raise BackendError(f"{factory}: backend 'tilelang' cannot run here: {reason}", backend="tilelang")
 
 
-def compiled(label: str, programs: Mapping[Hashable, Callable[[], Any]]) -> dict[Hashable, Any]:
+def compiled(label: str, programs: Mapping[Any, Callable[[], Any]]) -> dict[Any, Any]:
     """The compiled kernel of each program variant of one static configuration, compiling those not yet built.
 
     ``label`` names the configuration (``rmsnorm_tl(n=4096, dtype=torch.bfloat16, eps=1e-06)``): with the variant
@@ -95,7 +96,7 @@ def compiled(label: str, programs: Mapping[Hashable, Callable[[], Any]]) -> dict
         missing = [variant for variant, key in keys.items() if key not in _compiled]
         if missing:
             built = _compile(label, [programs[variant]() for variant in missing])
-            for variant, kernel in zip(missing, built):
+            for variant, kernel in zip(missing, built, strict=True):
                 _compiled[keys[variant]] = kernel
         return {variant: _compiled[key] for variant, key in keys.items()}
     finally:

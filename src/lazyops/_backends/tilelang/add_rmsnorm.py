@@ -3,14 +3,15 @@
 # No ``from __future__ import annotations``: TileLang evaluates the T.Tensor annotations of a prim_func,
 # and string annotations could not see the builder's local sizes and dtypes.
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import tilelang.language as T
 import torch
 
-from lazyops.specs.add_rmsnorm import AddRMSNormConfig, spec
 from lazyops._backends.tilelang._rows import RowPlan, plan_rows
 from lazyops._backends.tilelang._runtime import F32, aligned, compiled, launch_in_place, tl_dtype
+from lazyops.specs.add_rmsnorm import AddRMSNormConfig, spec
 
 
 def add_rmsnorm_program(n: int, dtype: str, eps: float, plan: RowPlan | None = None) -> Any:
@@ -108,4 +109,3 @@ def add_rmsnorm_tl(config: AddRMSNormConfig) -> Callable[..., torch.Tensor]:
         return y
 
     return add_rmsnorm
-

@@ -12,14 +12,15 @@ TFLOP/s on an H200 (cuBLAS's float32: 51).
 # No ``from __future__ import annotations``: TileLang evaluates the T.Tensor annotations of a prim_func,
 # and string annotations could not see the builder's local sizes and dtypes.
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 import tilelang.language as T
 import torch
 
-from lazyops.specs.matmul import MatmulConfig, spec
 from lazyops._backends.tilelang._runtime import F32, aligned, compiled, require_gpu, tl_dtype
+from lazyops.specs.matmul import MatmulConfig, spec
 
 
 @dataclass(frozen=True)
@@ -91,9 +92,11 @@ def matmul_program(n: int, k: int, dtype: str, tile: Tile) -> Any:
     return main
 
 
-def programs(config: MatmulConfig, shared_memory: int | None = None) -> dict[str, Callable[[], Any]]:
+def programs(config: MatmulConfig, shared_memory: int | None = None) -> dict[tuple[str, Tile], Callable[[], Any]]:
     """The programs the factory compiles for ``config``, by variant: a small and a large tile."""
-    small, large = tiles_for(tl_dtype(config.dtype), shared_memory) if shared_memory else tiles_for(tl_dtype(config.dtype))
+    small, large = (
+        tiles_for(tl_dtype(config.dtype), shared_memory) if shared_memory else tiles_for(tl_dtype(config.dtype))
+    )
     n, k, dtype = config.n, config.k, config.dtype
     return {("small", small): _builder(n, k, dtype, small), ("large", large): _builder(n, k, dtype, large)}
 

@@ -3,14 +3,15 @@
 # No ``from __future__ import annotations``: TileLang evaluates the T.Tensor annotations of a prim_func,
 # and string annotations could not see the builder's local sizes and dtypes.
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import tilelang.language as T
 import torch
 
-from lazyops.specs.rmsnorm import RMSNormConfig, spec
 from lazyops._backends.tilelang._rows import RowPlan, plan_rows
 from lazyops._backends.tilelang._runtime import F32, aligned, compiled, tl_dtype
+from lazyops.specs.rmsnorm import RMSNormConfig, spec
 
 
 def rmsnorm_program(n: int, dtype: str, eps: float, plan: RowPlan | None = None) -> Any:
@@ -81,4 +82,3 @@ def rmsnorm_tl(config: RMSNormConfig) -> Callable[..., torch.Tensor]:
         return y
 
     return rmsnorm
-

@@ -3,15 +3,15 @@
 # No ``from __future__ import annotations``: TileLang evaluates the T.Tensor annotations of a prim_func,
 # and string annotations could not see the builder's local sizes and dtypes.
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import tilelang.language as T
 import torch
 
-from lazyops.specs.rope import RopeConfig, spec
 from lazyops._backends.tilelang._rows import next_power_of_two
 from lazyops._backends.tilelang._runtime import F32, compiled, launch_in_place, tl_dtype
-
+from lazyops.specs.rope import RopeConfig, spec
 
 THREADS = 128
 #: Bytes of features one block rotates per step (several heads of one token): a 16-byte vector per thread.
@@ -80,7 +80,7 @@ def rope_program(head_dim: int, dtype: str, is_neox: bool, cache_dtype: str, pos
                     i = j // 2
                     first = j % 2 == 0
                 # A position outside the cache leaves its token unrotated instead of reading out of bounds.
-                rotated = j < 2 * half and 0 <= position and position < P
+                rotated = j < 2 * half and position >= 0 and position < P
                 cos[j] = T.if_then_else(rotated, T.cast(cache[position, i], F32), T.float32(1))
                 sin[j] = T.if_then_else(
                     rotated,
@@ -96,7 +96,9 @@ def rope_program(head_dim: int, dtype: str, is_neox: bool, cache_dtype: str, pos
 def programs(config: RopeConfig) -> dict[tuple[torch.dtype, torch.dtype], Callable[[], Any]]:
     """The programs the factory compiles for ``config``: one per (cache dtype, positions dtype)."""
     return {
-        (cache_dtype, positions_dtype): _builder(config.head_dim, config.dtype, config.is_neox, cache_dtype, positions_dtype)
+        (cache_dtype, positions_dtype): _builder(
+            config.head_dim, config.dtype, config.is_neox, cache_dtype, positions_dtype
+        )
         for cache_dtype in dict.fromkeys((torch.float32, config.dtype))
         for positions_dtype in POSITION_DTYPES
     }

@@ -3,15 +3,15 @@
 # No ``from __future__ import annotations``: TileLang evaluates the T.Tensor annotations of a prim_func,
 # and string annotations could not see the builder's local sizes and dtypes.
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import tilelang.language as T
 import torch
 
-from lazyops.specs.silu_and_mul import SiluAndMulConfig, spec
 from lazyops._backends.tilelang._rows import next_power_of_two
 from lazyops._backends.tilelang._runtime import F32, aligned, compiled, tl_dtype
-
+from lazyops.specs.silu_and_mul import SiluAndMulConfig, spec
 
 #: Outputs one thread block writes: 256 threads at 16 values each, enough bytes in flight per block to stream.
 TILE = 4096
@@ -60,4 +60,3 @@ def silu_and_mul_tl(config: SiluAndMulConfig) -> Callable[..., torch.Tensor]:
         return y
 
     return silu_and_mul
-

@@ -3,15 +3,15 @@
 # No ``from __future__ import annotations``: TileLang evaluates the T.Tensor annotations of a prim_func,
 # and string annotations could not see the builder's local sizes and dtypes.
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import tilelang.language as T
 import torch
 
-from lazyops.specs.softmax import SoftmaxConfig, spec
 from lazyops._backends.tilelang._rows import RowPlan, plan_rows
 from lazyops._backends.tilelang._runtime import F32, aligned, compiled, tl_dtype
-
+from lazyops.specs.softmax import SoftmaxConfig, spec
 
 #: exp(x) = exp2(x * log2(e)): exp2 is a single hardware instruction plus a little range handling, expf more.
 LOG2E = 1.4426950408889634
@@ -68,8 +68,7 @@ def softmax_program(n: int, dtype: str, plan: RowPlan | None = None) -> Any:
                     lane_sum[i, j] = T.if_then_else(
                         new_max == neg_inf,
                         T.float32(0),
-                        lane_sum[i, j] * T.exp2((lane_max[i, j] - new_max) * LOG2E)
-                        + T.exp2((value - new_max) * LOG2E),
+                        lane_sum[i, j] * T.exp2((lane_max[i, j] - new_max) * LOG2E) + T.exp2((value - new_max) * LOG2E),
                     )
                     lane_max[i, j] = new_max
             T.reduce_max(lane_max, row_max, dim=1)
@@ -105,4 +104,3 @@ def softmax_tl(config: SoftmaxConfig) -> Callable[..., torch.Tensor]:
         return y
 
     return softmax
-

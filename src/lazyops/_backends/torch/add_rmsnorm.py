@@ -6,7 +6,7 @@ stored sum: one in-place add and the RMSNorm route of ``rmsnorm``, with no float
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import torch
 

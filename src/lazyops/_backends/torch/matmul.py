@@ -9,7 +9,7 @@ so that is what the kernel does on such a CPU.
 from __future__ import annotations
 
 import functools
-from typing import Callable
+from collections.abc import Callable
 
 import torch
 
@@ -21,7 +21,11 @@ def cpu_has_native_gemm(dtype: torch.dtype) -> bool:
     """Whether this CPU multiplies ``dtype`` matrices natively (through oneDNN) rather than in a scalar loop."""
     if dtype == torch.float32:
         return True
-    probes = ("_is_avx512_bf16_supported", "_is_amx_tile_supported") if dtype == torch.bfloat16 else ("_is_amx_fp16_supported",)
+    probes = (
+        ("_is_avx512_bf16_supported", "_is_amx_tile_supported")
+        if dtype == torch.bfloat16
+        else ("_is_amx_fp16_supported",)
+    )
     # private probes: where a torch release lacks one, the upcast is the safe answer (correct, maybe slower)
     return any(getattr(torch.cpu, probe, lambda: False)() for probe in probes)
 

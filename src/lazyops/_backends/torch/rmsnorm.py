@@ -9,7 +9,7 @@ of one float32 tensor. Small inputs, where only the number of calls counts, keep
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import torch
 

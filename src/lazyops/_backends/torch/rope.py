@@ -3,13 +3,13 @@
 Written over views: the rotary features of every head are read once into float32, rotated there (float32 math,
 one rounding at the store, as every backend computes), and copied back into the same views. Nothing else of a head
 is touched or cloned. Positions are range-checked on the CPU; on a GPU, out-of-range tokens are left unrotated
-without reading the positions on the host, as the GPU backends do. Both tensors' rotations are computed before either is written, so neither write can alter
-the other's inputs, and every check has run before the first write.
+without reading the positions on the host, as the GPU backends do. Both tensors' rotations are computed before
+either is written, so neither write can alter the other's inputs, and every check has run before the first write.
 """
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import torch
 

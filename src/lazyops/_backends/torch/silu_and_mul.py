@@ -7,7 +7,7 @@ rounds once; the README gives the measured difference, well inside the conforman
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import torch
 

@@ -6,7 +6,7 @@ kernel is that one call: no float32 copy in, none out.
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import torch
 

@@ -10,7 +10,6 @@ from typing import Any
 
 import triton
 
-
 #: The widest row (a power of two) that one program holds in registers at once. Up to this width a row is read
 #: once and kept; a wider row is walked in ``LOOP_BLOCK`` pieces, twice, which costs a second read but never
 #: spills registers. 16384 float32 values over 16 warps is 32 registers a thread.

@@ -9,9 +9,9 @@ later calls with the same key hand the arguments straight to the compiled kernel
 does at its end (Triton >= 3.3).
 
 The key this module computes must be as fine as Triton's, or a binary specialized for aligned pointers would be
-handed a misaligned one: pointers by element type and 16-byte alignment, integers not in ``do_not_specialize`` by ``== 1`` and
-``% 16 == 0``, plus the device. Anything this module does not recognise (the interpreter, an older Triton without
-``knobs``, a launch hook such as a profiler's) takes the ordinary path.
+handed a misaligned one: pointers by element type and 16-byte alignment, integers not in ``do_not_specialize``
+by ``== 1`` and ``% 16 == 0``, plus the device. Anything this module does not recognise (the interpreter, an
+older Triton without ``knobs``, a launch hook such as a profiler's) takes the ordinary path.
 """
 
 from __future__ import annotations
@@ -42,9 +42,9 @@ class Launcher:
         self._direct = _knobs is not None and type(kernel).__name__ == "JITFunction" and bool(names)
         if self._direct:
             runtime = names[: len(names) - len(constexprs)]
-            if [name for name in names if name in constexprs] != names[len(runtime):]:
+            if [name for name in names if name in constexprs] != names[len(runtime) :]:
                 raise ValueError(f"{kernel}: the compile-time parameters must come last in the signature")
-            self._tail = tuple(constexprs[name] for name in names[len(runtime):])
+            self._tail = tuple(constexprs[name] for name in names[len(runtime) :])
             skipped = set(getattr(kernel, "do_not_specialize", ()) or ())
             self._specialized = tuple(
                 index not in skipped and name not in skipped for index, name in enumerate(runtime)
@@ -73,13 +73,21 @@ class Launcher:
         grid_y = grid[1] if len(grid) > 1 else 1
         grid_z = grid[2] if len(grid) > 2 else 1
         binary.run(
-            grid_x, grid_y, grid_z, stream, binary.function, binary.packed_metadata,
-            binary.launch_metadata(grid, stream, *values), None, _knobs.runtime.launch_exit_hook, *values,
+            grid_x,
+            grid_y,
+            grid_z,
+            stream,
+            binary.function,
+            binary.packed_metadata,
+            binary.launch_metadata(grid, stream, *values),
+            None,
+            _knobs.runtime.launch_exit_hook,
+            *values,
         )
 
     def _key(self, device: int, args: tuple[Any, ...]) -> tuple[Any, ...]:
         key: list[Any] = [device]
-        for value, specialized in zip(args, self._specialized):
+        for value, specialized in zip(args, self._specialized, strict=False):
             if isinstance(value, torch.Tensor):
                 key.append((value.dtype, value.data_ptr() % 16 == 0))
             elif specialized and type(value) is int:

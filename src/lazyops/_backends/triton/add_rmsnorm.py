@@ -2,16 +2,15 @@
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import torch
 import triton
 import triton.language as tl
 
-from lazyops.specs.add_rmsnorm import AddRMSNormConfig, spec
-
-from lazyops._backends.triton._launch import Launcher
 from lazyops._backends.triton._common import launch_device, row_layout
+from lazyops._backends.triton._launch import Launcher
+from lazyops.specs.add_rmsnorm import AddRMSNormConfig, spec
 
 
 @triton.jit(do_not_specialize=["M", "eps"])

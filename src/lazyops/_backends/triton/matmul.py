@@ -2,17 +2,16 @@
 
 from __future__ import annotations
 
-from typing import Callable
-
+from collections.abc import Callable
 from dataclasses import dataclass
+
 import torch
 import triton
 import triton.language as tl
 
-from lazyops.specs.matmul import MatmulConfig, spec
-
-from lazyops._backends.triton._launch import Launcher
 from lazyops._backends.triton._common import interpreting, launch_device
+from lazyops._backends.triton._launch import Launcher
+from lazyops.specs.matmul import MatmulConfig, spec
 
 
 @triton.jit(do_not_specialize=["M"])
@@ -67,7 +66,7 @@ def _matmul_kernel(
             # in float32, so the result is the same as a GPU's.
             a = a.to(tl.float32)
             b = b.to(tl.float32)
-        if IEEE:
+        if IEEE:  # noqa: SIM108 - a constexpr branch, compiled away; statements keep each arm's comment beside it
             # float32 inputs: a GPU's tl.dot would otherwise round them to TF32 (10 mantissa bits).
             acc = tl.dot(a, b, acc, input_precision="ieee")
         else:
@@ -129,8 +128,15 @@ def matmul_tl(config: MatmulConfig) -> Callable[..., torch.Tensor]:
 
     def launcher(tiles: Tiling) -> Launcher:
         constexprs = {
-            "N": n, "K": k, "BLOCK_M": tiles.block_m, "BLOCK_N": tiles.block_n, "BLOCK_K": tiles.block_k,
-            "GROUP_M": 8, "EVEN_K": k % tiles.block_k == 0, "UPCAST": upcast, "IEEE": dtype == torch.float32 or upcast,
+            "N": n,
+            "K": k,
+            "BLOCK_M": tiles.block_m,
+            "BLOCK_N": tiles.block_n,
+            "BLOCK_K": tiles.block_k,
+            "GROUP_M": 8,
+            "EVEN_K": k % tiles.block_k == 0,
+            "UPCAST": upcast,
+            "IEEE": dtype == torch.float32 or upcast,
         }
         return Launcher(_matmul_kernel, constexprs, num_warps=tiles.num_warps, num_stages=tiles.num_stages)
 

@@ -2,16 +2,15 @@
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import torch
 import triton
 import triton.language as tl
 
-from lazyops.specs.rmsnorm import RMSNormConfig, spec
-
-from lazyops._backends.triton._launch import Launcher
 from lazyops._backends.triton._common import launch_device, row_layout
+from lazyops._backends.triton._launch import Launcher
+from lazyops.specs.rmsnorm import RMSNormConfig, spec
 
 
 @triton.jit(do_not_specialize=["M", "eps"])
@@ -47,9 +46,7 @@ def _rmsnorm_kernel(
             cols = start + tl.arange(0, BLOCK_N)[None, :]
             x = tl.load(x_ptr + base + cols, mask=cols < N, other=0.0).to(tl.float32)
             w = tl.load(w_ptr + cols, mask=cols < N, other=0.0).to(tl.float32)
-            tl.store(
-                y_ptr + base + cols, (x * rstd * w).to(y_ptr.dtype.element_ty), mask=row_ok[:, None] & (cols < N)
-            )
+            tl.store(y_ptr + base + cols, (x * rstd * w).to(y_ptr.dtype.element_ty), mask=row_ok[:, None] & (cols < N))
 
 
 @spec.implementation(device_type=launch_device(_rmsnorm_kernel))

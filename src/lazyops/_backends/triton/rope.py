@@ -2,16 +2,15 @@
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import torch
 import triton
 import triton.language as tl
 
-from lazyops.specs.rope import RopeConfig, check_positions_in_cache, spec
-
-from lazyops._backends.triton._launch import Launcher
 from lazyops._backends.triton._common import interpreting, launch_device, warps_for
+from lazyops._backends.triton._launch import Launcher
+from lazyops.specs.rope import RopeConfig, check_positions_in_cache, spec
 
 
 @triton.jit
@@ -81,12 +80,28 @@ def _rope_kernel(
     cos = tl.load(row + pairs, mask=pairs < pairs_valid, other=0.0).to(tl.float32)
     sin = tl.load(row + HALF + pairs, mask=pairs < pairs_valid, other=0.0).to(tl.float32)
     _rotate_heads(
-        query_ptr + token * (QUERY_HEADS * HEAD_DIM), cos, sin, pairs_valid,
-        QUERY_HEADS, BLOCK_QUERY_HEADS, HEAD_DIM, HALF, BLOCK_HALF, IS_NEOX,
+        query_ptr + token * (QUERY_HEADS * HEAD_DIM),
+        cos,
+        sin,
+        pairs_valid,
+        QUERY_HEADS,
+        BLOCK_QUERY_HEADS,
+        HEAD_DIM,
+        HALF,
+        BLOCK_HALF,
+        IS_NEOX,
     )
     _rotate_heads(
-        key_ptr + token * (KEY_HEADS * HEAD_DIM), cos, sin, pairs_valid,
-        KEY_HEADS, BLOCK_KEY_HEADS, HEAD_DIM, HALF, BLOCK_HALF, IS_NEOX,
+        key_ptr + token * (KEY_HEADS * HEAD_DIM),
+        cos,
+        sin,
+        pairs_valid,
+        KEY_HEADS,
+        BLOCK_KEY_HEADS,
+        HEAD_DIM,
+        HALF,
+        BLOCK_HALF,
+        IS_NEOX,
     )
 
 
@@ -105,9 +120,13 @@ def rope_tl(config: RopeConfig) -> Callable[..., tuple[torch.Tensor, torch.Tenso
         block_half = triton.next_power_of_2(half)
         block_query_heads = triton.next_power_of_2(max(query_heads, 1))
         constexprs = {
-            "HEAD_DIM": head_dim, "HALF": half, "BLOCK_HALF": block_half,
-            "QUERY_HEADS": query_heads, "BLOCK_QUERY_HEADS": block_query_heads,
-            "KEY_HEADS": key_heads, "BLOCK_KEY_HEADS": triton.next_power_of_2(max(key_heads, 1)),
+            "HEAD_DIM": head_dim,
+            "HALF": half,
+            "BLOCK_HALF": block_half,
+            "QUERY_HEADS": query_heads,
+            "BLOCK_QUERY_HEADS": block_query_heads,
+            "KEY_HEADS": key_heads,
+            "BLOCK_KEY_HEADS": triton.next_power_of_2(max(key_heads, 1)),
             "IS_NEOX": is_neox,
         }
         return Launcher(_rope_kernel, constexprs, num_warps=warps_for(block_query_heads * block_half))

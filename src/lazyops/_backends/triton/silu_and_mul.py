@@ -2,16 +2,15 @@
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import torch
 import triton
 import triton.language as tl
 
-from lazyops.specs.silu_and_mul import SiluAndMulConfig, spec
-
-from lazyops._backends.triton._launch import Launcher
 from lazyops._backends.triton._common import MIN_PROGRAM_ELEMENTS, launch_device, warps_for
+from lazyops._backends.triton._launch import Launcher
+from lazyops.specs.silu_and_mul import SiluAndMulConfig, spec
 
 #: An elementwise kernel needs no whole row in one program: the columns are split into blocks of at most this.
 MAX_BLOCK_N = 4096

@@ -2,16 +2,15 @@
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import torch
 import triton
 import triton.language as tl
 
-from lazyops.specs.softmax import SoftmaxConfig, spec
-
-from lazyops._backends.triton._launch import Launcher
 from lazyops._backends.triton._common import launch_device, row_layout
+from lazyops._backends.triton._launch import Launcher
+from lazyops.specs.softmax import SoftmaxConfig, spec
 
 
 @triton.jit(do_not_specialize=["M"])
