@@ -153,17 +153,14 @@ def _backend_of(
     (spec,) = claimants
     where = f"entry point {spec.name!r} = {spec.value!r} of {spec.distribution}"
     if not _NAME.match(spec.name):
-        return RefusedBackend(
-            name,
-            spec.distribution,
-            f"{where} is refused: a backend name must be lowercase letters, digits and '_' (it is written in "
-            "LAZYOPS_BACKEND's comma list); ask its authors to rename it",
+        problem = (
+            "a backend name must be lowercase letters, digits and '_' (it is written in LAZYOPS_BACKEND's comma "
+            "list); ask its authors to rename it"
         )
-    if not _MODULE.match(spec.value):
-        return RefusedBackend(
-            name,
-            spec.distribution,
-            f"{where} is refused: the value must be a module path like 'package.module' (no ':attribute'); ask "
-            "its authors to fix it",
-        )
+    elif not _MODULE.match(spec.value):
+        problem = "the value must be a module path like 'package.module' (no ':attribute'); ask its authors to fix it"
+    else:
+        problem = None
+    if problem:
+        return RefusedBackend(name, spec.distribution, f"{where} is refused: {problem}")
     return Backend(spec.name, spec.value, spec.distribution, f"reinstall {spec.distribution}")

@@ -50,21 +50,14 @@ class ConformanceReport:
     def by_status(self, status: str) -> list[KernelResult]:
         return [result for result in self.results if result.status == status]
 
-    @property
-    def passed(self) -> list[str]:
-        return [result.kernel for result in self.by_status(PASSED)]
+    def kernels(self, status: str) -> list[str]:
+        """The names of the kernels whose result is ``status``, in the order they were checked."""
+        return [result.kernel for result in self.by_status(status)]
 
-    @property
-    def failed(self) -> list[str]:
-        return [result.kernel for result in self.by_status(FAILED)]
-
-    @property
-    def not_exported(self) -> list[str]:
-        return [result.kernel for result in self.by_status(NOT_EXPORTED)]
-
-    @property
-    def unchecked(self) -> list[str]:
-        return [result.kernel for result in self.by_status(NO_SPEC)]
+    passed = property(lambda self: self.kernels(PASSED), doc="the kernels that passed")
+    failed = property(lambda self: self.kernels(FAILED), doc="the kernels that failed")
+    not_exported = property(lambda self: self.kernels(NOT_EXPORTED), doc="the kernels the backend does not export")
+    unchecked = property(lambda self: self.kernels(NO_SPEC), doc="the exported kernels lazyops has no spec for")
 
     def __str__(self) -> str:
         lines = [
