@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# The GPU runs behind the committed results, as the lent H200 machines take them: one part per call (each call
+# has 10 minutes), results packed into one tarball under $OUT (a call brings back at most 8 files).
+#
+#   call 1 (any kind):  python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl
+#   call 2:             bash benchmarks/h200_session.sh engines      # on nvidia-h200-x2 (multi-GPU checks need two)
+#   call 3:             bash benchmarks/h200_session.sh kernels
+#
+# .whl and .whl2 come from the wheel script of the lending workplace (TileLang, z3, liger-kernel; .whl2 also rich
+# and its small dependencies, for the `lazyops` command). Unpack a call's tarball into benchmarks/results/ here.
+set -uo pipefail
+part=${1:?engines or kernels}
+out=${OUT:-/tmp/out}
+results=/tmp/results
+mkdir -p "$results"
+if [ -d .whl2 ] && [ ! -e /tmp/site/z3 ]; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site .whl2/*.whl
+fi
+export PYTHONPATH=/tmp/site:$PWD/src PYTHONUNBUFFERED=1
+step() { local limit=$1; shift; echo "== $*"; timeout "$limit" "$@" 2>&1 | grep -v "^[EW][0-9]\{4\} " | tail -40; }
+
+case $part in
+engines)
+  step 150 python3 benchmarks/multi_gpu.py --out "$results"
+  step 150 python3 benchmarks/compile_block.py --out "$results"
+  step 40 python3 benchmarks/host_cost.py --calls 3000 --out "$results"
+  step 90 python3 benchmarks/torch_backend.py --device cuda --dtypes bfloat16 --repeats 3 --out "$results"
+  ;;
+kernels)
+  step 100 python3 benchmarks/gpu_bench.py --tokens 1024,32768 --host --graph --out "$results"
+  cp .gpu_in/gpu_conformance.json "$results/" 2>/dev/null
+  step 200 python3 benchmarks/gpu_conformance.py --backend torch --backend triton --tokens 1,7,128,4096 \
+    --max-examples 2 --merge --out "$results"
+  # Warm-up: every kernel's engine-sized configuration, built (compiled) from the default backend, with TileLang's
+  # disk cache empty, then again with it filled (a server's second start).
+  export TILELANG_CACHE_DIR=/tmp/tilelang-cache
+  rm -rf "$TILELANG_CACHE_DIR"
+  for start in cold cached; do
+    TIMEFORMAT="warmup, $start: %R s wall"
+    { time timeout 100 python3 -m lazyops warmup --tokens 1 > "$results/warmup_$start.txt" 2>&1; } 2>> "$results/warmup_times.txt"
+    tail -4 "$results/warmup_$start.txt"
+  done
+  cat "$results/warmup_times.txt"
+  ;;
+esac
+tar -czf "$out/$part.tar.gz" -C "$results" .
+ls -la "$results"
