@@ -69,7 +69,6 @@ TYPING_IMPORTS = ("from collections.abc import Iterable", "from typing import Pr
 LAZYOPS_IMPORTS = (
     "from lazyops._config import Settings",
     "from lazyops._errors import (\n" + "".join(f"    {name} as {name},\n" for name in PUBLIC_ERRORS) + ")",
-    "from lazyops._namespace import Namespace",
     "from lazyops._resolve import Resolution",
 )
 

@@ -8,12 +8,15 @@ of its inputs; the kernels come from the namespace, so whichever backend is sele
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import torch
 
 
-def decoder_block(hidden: int, dtype: torch.dtype) -> tuple[Callable[..., Any], Callable[[int, str], tuple[torch.Tensor, ...]]]:
+def decoder_block(
+    hidden: int, dtype: torch.dtype
+) -> tuple[Callable[..., Any], Callable[[int, str], tuple[torch.Tensor, ...]]]:
     """A small decoder block in an engine's order: add_rmsnorm → QKV GEMM → rope → softmax over per-head scores →
     O GEMM → rmsnorm → gate-up GEMM → SiLU-and-mul → down GEMM. Returns the block and a maker of its inputs."""
     import lazyops
@@ -29,7 +32,8 @@ def decoder_block(hidden: int, dtype: torch.dtype) -> tuple[Callable[..., Any], 
     down = lazyops.matmul_tl(hidden, mlp, dtype)
     silu_and_mul = lazyops.silu_and_mul_tl(mlp, dtype)
 
-    def block(x, residual, norm_weight, positions, cache, w_qkv, w_o, w_gate_up, w_down):
+    def block(*args: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        x, residual, norm_weight, positions, cache, w_qkv, w_o, w_gate_up, w_down = args
         h = add_rmsnorm(x, residual, norm_weight)
         qkv = qkv_proj(h, w_qkv)
         q = qkv[:, : heads * head_dim].contiguous()
@@ -50,10 +54,14 @@ def decoder_block(hidden: int, dtype: torch.dtype) -> tuple[Callable[..., Any], 
             return (torch.randn(*shape, generator=g) * scale).to(dtype).to(device)
 
         return (
-            randn(tokens, hidden), randn(tokens, hidden), randn(hidden),
-            torch.randint(0, 64, (tokens,), generator=g).to(device), randn(64, head_dim),
+            randn(tokens, hidden),
+            randn(tokens, hidden),
+            randn(hidden),
+            torch.randint(0, 64, (tokens,), generator=g).to(device),
+            randn(64, head_dim),
             randn(hidden, (heads + 2 * kv_heads) * head_dim, scale=hidden**-0.5),
-            randn(heads * head_dim, hidden, scale=hidden**-0.5), randn(hidden, 2 * mlp, scale=hidden**-0.5),
+            randn(heads * head_dim, hidden, scale=hidden**-0.5),
+            randn(hidden, 2 * mlp, scale=hidden**-0.5),
             randn(mlp, hidden, scale=mlp**-0.5),
         )
 
