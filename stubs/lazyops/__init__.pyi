@@ -26,7 +26,6 @@ from lazyops._errors import (
     KernelUnavailableError as KernelUnavailableError,
     LazyopsError as LazyopsError,
 )
-from lazyops._namespace import Namespace
 from lazyops._resolve import Resolution
 
 __version__: str
