@@ -90,6 +90,23 @@ def add_rmsnorm_tl(n: int, dtype: torch.dtype | str, eps: float = 1e-06) -> _Add
 
 
 @type_check_only
+class _GeluAndMulKernel(Protocol):
+    """What ``gelu_and_mul_tl`` returns (in every backend): the kernel call, positional arguments only."""
+
+    def __call__(self, x: torch.Tensor, /) -> torch.Tensor:
+        """``y[M, n] = gelu(x[:, :n]) * x[:, n:]`` for ``x[M, 2n]``, in the factory's dtype."""
+
+
+def gelu_and_mul_tl(n: int, dtype: torch.dtype | str, approximate: str = 'none') -> _GeluAndMulKernel:
+    """The gate of a GeGLU MLP: ``x[M, 2n]`` holds the gate then the up projection.
+
+    Returns ``kernel(x[M, 2n]) -> y[M, n] = gelu(x[:, :n], approximate) * x[:, n:]`` in ``dtype``; the math
+    runs in float32. ``approximate`` is ``"none"`` (the erf form) or ``"tanh"``, as in
+    ``torch.nn.functional.gelu``.
+    """
+
+
+@type_check_only
 class _MatmulKernel(Protocol):
     """What ``matmul_tl`` returns (in every backend): the kernel call, positional arguments only."""
 

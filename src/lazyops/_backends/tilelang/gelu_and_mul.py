@@ -1,0 +1,67 @@
+"""GELU-and-mul in TileLang, the gate of GeGLU MLPs: ``gelu(x[:, :n]) * x[:, n:]``, exact (erf) or tanh."""
+
+# No ``from __future__ import annotations``: TileLang evaluates the T.Tensor annotations of a prim_func,
+# and string annotations could not see the builder's local sizes and dtypes.
+
+from collections.abc import Callable
+from typing import Any
+
+import tilelang.language as T
+import torch
+
+from lazyops._backends.tilelang._rows import next_power_of_two
+from lazyops._backends.tilelang._runtime import F32, aligned, compiled, tl_dtype
+from lazyops.specs.gelu_and_mul import GeluAndMulConfig, spec
+
+#: Outputs one thread block writes: 256 threads at 16 values each, enough bytes in flight per block to stream.
+TILE = 4096
+THREADS = 256
+MAX_BLOCK_COLS = 1024
+SQRT_HALF = 0.7071067811865476
+SQRT_2_OVER_PI = 0.7978845608028654
+
+
+def gelu_and_mul_program(n: int, dtype: str, tanh: bool) -> Any:
+    """The TileLang program ``main(x[M, 2n], y[M, n])`` for a dynamic token count ``M``: a block covers
+    ``block_rows`` tokens by ``block_cols`` features, the gate and the up projection read side by side."""
+    cols = min(next_power_of_two(n), MAX_BLOCK_COLS)
+    rows = TILE // cols
+    M = T.dynamic("M")
+
+    def gelu(gate: Any) -> Any:
+        if tanh:
+            inner = T.float32(SQRT_2_OVER_PI) * (gate + T.float32(0.044715) * gate * gate * gate)
+            return T.float32(0.5) * gate * (T.float32(1) + T.tanh(inner))
+        return T.float32(0.5) * gate * (T.float32(1) + T.erf(gate * T.float32(SQRT_HALF)))
+
+    @T.prim_func
+    def main(x: T.Tensor((M, 2 * n), dtype), y: T.Tensor((M, n), dtype)):
+        with T.Kernel(T.ceildiv(n, cols), T.ceildiv(M, rows), threads=THREADS) as (bx, by):
+            for i, j in T.Parallel(rows, cols):
+                row = by * rows + i
+                col = bx * cols + j
+                if row < M and col < n:
+                    gate = T.cast(x[row, col], F32)
+                    up = T.cast(x[row, n + col], F32)
+                    y[row, col] = T.cast(gelu(gate) * up, dtype)
+
+    return main
+
+
+def programs(config: GeluAndMulConfig) -> dict[str, Callable[[], Any]]:
+    """The programs the factory compiles for ``config``, by variant."""
+    return {"main": lambda: gelu_and_mul_program(config.n, tl_dtype(config.dtype), config.approximate == "tanh")}
+
+
+@spec.implementation(device_type="cuda")
+def gelu_and_mul_tl(config: GeluAndMulConfig) -> Callable[..., torch.Tensor]:
+    n, dtype = config.n, config.dtype
+    kernel = compiled(config.label, programs(config))["main"]
+
+    def gelu_and_mul(x: torch.Tensor) -> torch.Tensor:
+        y = torch.empty((x.shape[0], n), dtype=dtype, device=x.device)
+        if x.shape[0]:
+            kernel(aligned(x), y)
+        return y
+
+    return gelu_and_mul

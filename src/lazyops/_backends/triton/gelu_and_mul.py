@@ -1,0 +1,66 @@
+"""GELU-and-mul, the gate of GeGLU MLPs: ``gelu(x[:, :n]) * x[:, n:]``, exact (erf) or tanh-approximated."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+import triton
+import triton.language as tl
+
+from lazyops._backends.triton._common import MIN_PROGRAM_ELEMENTS, launch_device, warps_for
+from lazyops._backends.triton._launch import Launcher
+from lazyops.specs.gelu_and_mul import GeluAndMulConfig, spec
+
+#: An elementwise kernel needs no whole row in one program: the columns are split into blocks of at most this.
+MAX_BLOCK_N = 4096
+#: Triton kernels read module globals only when they are constexpr.
+SQRT_HALF = tl.constexpr(0.7071067811865476)
+SQRT_2_OVER_PI = tl.constexpr(0.7978845608028654)
+
+
+@triton.jit(do_not_specialize=["M"])
+def _gelu_and_mul_kernel(
+    x_ptr,
+    y_ptr,
+    M,
+    N: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    ROWS: tl.constexpr,
+    TANH: tl.constexpr,
+):
+    rows = tl.program_id(0) * ROWS + tl.arange(0, ROWS)
+    cols = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)[None, :]
+    keep = (rows < M)[:, None] & (cols < N)
+    rows = rows.to(tl.int64)[:, None]
+    gate = tl.load(x_ptr + rows * (2 * N) + cols, mask=keep, other=0.0).to(tl.float32)
+    up = tl.load(x_ptr + rows * (2 * N) + N + cols, mask=keep, other=0.0).to(tl.float32)
+    if TANH:
+        inner = SQRT_2_OVER_PI * (gate + 0.044715 * gate * gate * gate)
+        # tanh(u) = 1 - 2 / (exp(2u) + 1): exact at both ends in float32 (exp overflows to inf, giving 1).
+        gelu = 0.5 * gate * (2.0 - 2.0 / (tl.exp(2.0 * inner) + 1.0))
+    else:
+        gelu = 0.5 * gate * (1.0 + tl.math.erf(gate * SQRT_HALF))
+    tl.store(y_ptr + rows * N + cols, (gelu * up).to(y_ptr.dtype.element_ty), mask=keep)
+
+
+@spec.implementation(device_type=launch_device(_gelu_and_mul_kernel))
+def gelu_and_mul_tl(config: GeluAndMulConfig) -> Callable[..., torch.Tensor]:
+    n, dtype, tanh = config.n, config.dtype, config.approximate == "tanh"
+    block_n = min(triton.next_power_of_2(n), MAX_BLOCK_N)
+    rows = max(1, MIN_PROGRAM_ELEMENTS // block_n)
+    num_warps = warps_for(rows * block_n)
+    launch = Launcher(
+        _gelu_and_mul_kernel, {"N": n, "BLOCK_N": block_n, "ROWS": rows, "TANH": tanh}, num_warps=num_warps
+    )
+
+    def gelu_and_mul(x: torch.Tensor) -> torch.Tensor:
+        m = x.shape[0]
+        y = torch.empty((m, n), dtype=dtype, device=x.device)
+        if m == 0:
+            return y
+        grid = (triton.cdiv(m, rows), triton.cdiv(n, block_n))
+        launch(grid, x, y, m)
+        return y
+
+    return gelu_and_mul
