@@ -11,7 +11,8 @@ does at its end (Triton >= 3.3).
 The key this module computes must be as fine as Triton's, or a binary specialized for aligned pointers would be
 handed a misaligned one: pointers by element type and 16-byte alignment, integers not in ``do_not_specialize``
 by ``== 1`` and ``% 16 == 0``, plus the device. Anything this module does not recognise (the interpreter, an
-older Triton without ``knobs``, a launch hook such as a profiler's) takes the ordinary path.
+older Triton without ``knobs``) takes the ordinary path. Launch hooks (a profiler's) are passed on as Triton
+passes them.
 """
 
 from __future__ import annotations
@@ -54,7 +55,7 @@ class Launcher:
             self._driver = driver
 
     def __call__(self, grid: tuple[int, ...], *args: Any) -> None:
-        if not self._direct or _knobs.runtime.launch_enter_hook is not None:
+        if not self._direct:
             self.kernel[grid](*args, **self.constexprs, **self.options)
             return
         active = self._driver.active
@@ -67,7 +68,10 @@ class Launcher:
                 binary = binary.result()
             self._binaries[key] = binary
             return
+        # From here on exactly what JITFunction.run does once it has its binary, launch hooks (a profiler's)
+        # included: Triton keeps them in knobs as hook chains, empty unless something registered one.
         stream = active.get_current_stream(device)
+        runtime = _knobs.runtime
         values = (*args, *self._tail)
         grid_x = grid[0]
         grid_y = grid[1] if len(grid) > 1 else 1
@@ -80,8 +84,8 @@ class Launcher:
             binary.function,
             binary.packed_metadata,
             binary.launch_metadata(grid, stream, *values),
-            None,
-            _knobs.runtime.launch_exit_hook,
+            runtime.launch_enter_hook,
+            runtime.launch_exit_hook,
             *values,
         )
 
