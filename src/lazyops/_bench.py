@@ -362,12 +362,17 @@ def measure(
                     row.rate = traffic.flops / seconds / 1e12 if compute else traffic.bytes / seconds / 1e9
                 except Exception as error:  # noqa: BLE001 - one implementation failing must not stop the run
                     row.error = _one_line(error)
-            rows.append(row)
-            if progress:
-                progress(row)
+            _record(rows, row, progress)
         del sets
         _release(device)
     return rows
+
+
+def _record(rows: list[Row], row: Row, progress: Callable[[Row], None] | None) -> None:
+    """Keep ``row`` and report it as soon as it is measured (a long run shows its progress row by row)."""
+    rows.append(row)
+    if progress:
+        progress(row)
 
 
 def host_time(
@@ -390,7 +395,7 @@ def host_time(
     config = _configure(spec, chosen)
     described = describe(name, dtype, small=small)
     args = _input_sets(spec, config, chosen, 1, device, 0)[0]
-    rows = []
+    rows: list[Row] = []
     for impl in impls:
         row = Row(
             _short(name), impl.name, impl.kind, "host", 1, _dtype_name(dtype), note=f"{calls} calls", config=described
@@ -413,9 +418,7 @@ def host_time(
                 row.us = (time.perf_counter() - started) / calls * 1e6
             except Exception as error:  # noqa: BLE001
                 row.error = _one_line(error)
-        rows.append(row)
-        if progress:
-            progress(row)
+        _record(rows, row, progress)
     return rows
 
 
@@ -440,7 +443,7 @@ def graph_time(
     config = _configure(spec, chosen)
     described = describe(name, dtype, small=small)
     built = {impl.name: _build(impl, chosen) for impl in impls}
-    rows = []
+    rows: list[Row] = []
     for m in tokens:
         args = _input_sets(spec, config, chosen, m, device, 0)[0]
         for impl in impls:
@@ -464,9 +467,7 @@ def graph_time(
                     row.us = _graph_us(_callable(call), _prepare(call, [args])[0], captures, replays)
                 except Exception as error:  # noqa: BLE001
                     row.error = _one_line(error)
-            rows.append(row)
-            if progress:
-                progress(row)
+            _record(rows, row, progress)
         _release(device)
     return rows
 
@@ -493,7 +494,7 @@ def fullgraph_check(
     config = _configure(spec, chosen)
     described = describe(name, dtype, small=small)
     args = _input_sets(spec, config, chosen, tokens, device, 0)[0]
-    rows = []
+    rows: list[Row] = []
     for impl in impls:
         row = Row(_short(name), impl.name, impl.kind, "fullgraph", tokens, _dtype_name(dtype), config=described)
         call = _build(impl, chosen)
@@ -515,9 +516,7 @@ def fullgraph_check(
                 row.note = f"ok (backend={backend}); relative error against eager {worst:.1e}"
             except Exception as error:  # noqa: BLE001 - the exact error is the result
                 row.error = f"{type(error).__name__}: {error}"[:4000]
-        rows.append(row)
-        if progress:
-            progress(row)
+        _record(rows, row, progress)
     return rows
 
 

@@ -15,6 +15,8 @@ from lazyops._errors import KernelInputError
 if TYPE_CHECKING:
     import torch
 
+    from lazyops.specs._spec import RowConfig
+
 #: The dtypes every kernel supports, by the names accepted for them.
 _DTYPE_NAMES = {
     "float32": "float32",
@@ -136,6 +138,15 @@ def check_device(kernel: str, tensor: torch.Tensor, *, cuda: bool) -> None:
         raise KernelInputError(f"{kernel}: inputs must be CUDA tensors, got a tensor on {tensor.device}")
     if not cuda and tensor.device.type != "cpu":
         raise KernelInputError(f"{kernel}: inputs must be CPU tensors here, got a tensor on {tensor.device}")
+
+
+def row_config(factory: str, n: Any, dtype: Any) -> RowConfig:
+    """``factory(n, dtype)``'s arguments, checked and normalised (see :class:`lazyops.specs._spec.RowConfig`)."""
+    from lazyops.specs._spec import RowConfig
+
+    n = positive_int(factory, "n", n)
+    dtype = canonical_dtype(factory, dtype)
+    return RowConfig(n, dtype, describe(factory, n=n, dtype=dtype))
 
 
 def describe(factory: str, **config: Any) -> str:

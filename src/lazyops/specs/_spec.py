@@ -49,6 +49,16 @@ class Traffic:
 
 
 @dataclass(frozen=True)
+class RowConfig:
+    """The static configuration of a kernel over rows of ``n`` features that takes nothing else: ``label`` is how the
+    kernel names itself in messages (``softmax_tl(n=4096, dtype=torch.bfloat16)``)."""
+
+    n: int
+    dtype: torch.dtype
+    label: str
+
+
+@dataclass(frozen=True)
 class Example:
     """The static configuration and input geometry one benchmark or check uses (args and kwargs of the factory)."""
 
@@ -167,7 +177,9 @@ class KernelSpec:
         raise NotImplementedError
 
     def guarded(self, config: Any, launch: Callable[..., Any], device_type: str | None) -> Callable[..., Any]:
-        """The eager kernel: the spec's checks, then the backend's launch."""
+        """The eager kernel: the spec's checks, then the backend's launch, which is never called without tokens (the
+        token count is the first input's leading size): a call with none returns an empty output, or its in-place
+        arguments, untouched."""
         import torch
 
         check = self.check
@@ -175,6 +187,13 @@ class KernelSpec:
         label = config.label
         inputs = self.inputs
         current_device = torch.cuda.current_device
+        returned = None if self.returns == "out" else tuple(inputs.index(name) for name in self.returns)
+        output = self.output
+
+        def empty(args: tuple[Any, ...]) -> Any:
+            if returned is None:
+                return output(config, *args)
+            return tuple(args[index] for index in returned)
 
         def kernel(*args: Any) -> Any:
             check(config, *args)
@@ -186,15 +205,17 @@ class KernelSpec:
                             "inference and record no autograd graph: run them under torch.inference_mode() or "
                             f"torch.no_grad(), or pass {name}.detach()"
                         )
-            if device_type is not None:
+            if device_type is not None and args[0].device.type != device_type:
+                raise KernelInputError(
+                    f"{label}: the inputs are on {args[0].device}; this backend's kernels take {device_type} "
+                    "tensors (select the 'torch' backend for tensors elsewhere)"
+                )
+            if args[0].shape[0] == 0:  # no tokens: nothing to launch, whatever the backend
+                return empty(args)
+            if device_type == "cuda":
                 device = args[0].device
-                if device.type != device_type:
-                    raise KernelInputError(
-                        f"{label}: the inputs are on {device}; this backend's kernels take {device_type} "
-                        "tensors (select the 'torch' backend for tensors elsewhere)"
-                    )
                 # A launch goes to the current device; tensors on another GPU are served there (cheap to ask).
-                if device_type == "cuda" and device.index != current_device():
+                if device.index != current_device():
                     with torch.cuda.device(device):
                         return launch(*args)
             return launch(*args)

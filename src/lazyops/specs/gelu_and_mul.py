@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -10,7 +9,8 @@ import torch
 
 from lazyops._errors import KernelInputError
 from lazyops.specs import _checks as checks
-from lazyops.specs._spec import Example, KernelSpec, Traffic
+from lazyops.specs._gated import GatedSpec
+from lazyops.specs._spec import Example
 
 #: GELU's two forms, as ``torch.nn.functional.gelu`` names them: the exact erf form and the tanh approximation.
 APPROXIMATIONS = ("none", "tanh")
@@ -32,9 +32,8 @@ class GeluAndMulConfig:
     label: str
 
 
-class GeluAndMulSpec(KernelSpec):
+class GeluAndMulSpec(GatedSpec):
     name = "gelu_and_mul_tl"
-    inputs = ("x",)
     kernel_type = GeluAndMulKernel
 
     def configure(self, n: int, dtype: torch.dtype | str, approximate: str = "none") -> GeluAndMulConfig:
@@ -54,15 +53,8 @@ class GeluAndMulSpec(KernelSpec):
             n, dtype, approximate, checks.describe(self.name, n=n, dtype=dtype, approximate=approximate)
         )
 
-    def check(self, config: GeluAndMulConfig, x: Any) -> None:
-        checks.check_tensor(config.label, "x", x, shape=("M", 2 * config.n), dtype=config.dtype)
-
-    def output(self, config: GeluAndMulConfig, x: torch.Tensor) -> torch.Tensor:
-        return x.new_empty((x.shape[0], config.n))
-
-    def reference(self, config: GeluAndMulConfig, x: torch.Tensor) -> tuple[torch.Tensor]:  # type: ignore[override]
-        n = config.n
-        return (torch.nn.functional.gelu(x[..., :n], approximate=config.approximate) * x[..., n:],)
+    def activation(self, config: GeluAndMulConfig, gate: torch.Tensor) -> torch.Tensor:
+        return torch.nn.functional.gelu(gate, approximate=config.approximate)
 
     def cases(self) -> Any:
         from hypothesis import strategies as st
@@ -70,17 +62,6 @@ class GeluAndMulSpec(KernelSpec):
         from lazyops.testing import strategies
 
         return strategies.row_cases(self.name, approximate=st.sampled_from(APPROXIMATIONS))
-
-    def example_inputs(
-        self, config: GeluAndMulConfig, tokens: int, draw: Any, geometry: Mapping[str, Any]
-    ) -> tuple[Any, ...]:
-        return (draw.randn(tokens, 2 * config.n, dtype=config.dtype, scale=3.0),)
-
-    def token_elements(self, config: GeluAndMulConfig, geometry: Mapping[str, Any]) -> int:
-        return 2 * config.n
-
-    def traffic(self, config: GeluAndMulConfig, tokens: int, geometry: Mapping[str, Any]) -> Traffic:
-        return Traffic(bytes=3 * tokens * config.n * config.dtype.itemsize)
 
     def benchmark(self, dtype: torch.dtype) -> Example:
         return Example((4096, dtype), {"approximate": "tanh"})

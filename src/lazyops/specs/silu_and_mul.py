@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Any, Protocol
 
 import torch
 
 from lazyops.specs import _checks as checks
-from lazyops.specs._spec import Example, KernelSpec, Traffic
+from lazyops.specs._gated import GatedSpec
+from lazyops.specs._spec import RowConfig
 
 
 class SiluAndMulKernel(Protocol):
@@ -20,55 +19,28 @@ class SiluAndMulKernel(Protocol):
         ...
 
 
-@dataclass(frozen=True)
-class SiluAndMulConfig:
-    n: int
-    dtype: torch.dtype
-    label: str
+#: The configuration of ``silu_and_mul_tl``: the width ``n`` of the gate (and of the output), the dtype.
+SiluAndMulConfig = RowConfig
 
 
-class SiluAndMulSpec(KernelSpec):
+class SiluAndMulSpec(GatedSpec):
     name = "silu_and_mul_tl"
-    inputs = ("x",)
     kernel_type = SiluAndMulKernel
 
-    def configure(self, n: int, dtype: torch.dtype | str) -> SiluAndMulConfig:
+    def configure(self, n: int, dtype: torch.dtype | str) -> RowConfig:
         """The gate of a SwiGLU MLP: ``x[M, 2n]`` holds the gate then the up projection.
 
         Returns ``kernel(x[M, 2n]) -> y[M, n] = silu(x[:, :n]) * x[:, n:]`` in ``dtype``; the math runs in float32.
         """
-        n = checks.positive_int(self.name, "n", n)
-        dtype = checks.canonical_dtype(self.name, dtype)
-        return SiluAndMulConfig(n, dtype, checks.describe(self.name, n=n, dtype=dtype))
+        return checks.row_config(self.name, n, dtype)
 
-    def check(self, config: SiluAndMulConfig, x: Any) -> None:
-        checks.check_tensor(config.label, "x", x, shape=("M", 2 * config.n), dtype=config.dtype)
-
-    def output(self, config: SiluAndMulConfig, x: torch.Tensor) -> torch.Tensor:
-        return x.new_empty((x.shape[0], config.n))
-
-    def reference(self, config: SiluAndMulConfig, x: torch.Tensor) -> tuple[torch.Tensor]:  # type: ignore[override]
-        n = config.n
-        return (torch.nn.functional.silu(x[..., :n]) * x[..., n:],)
+    def activation(self, config: RowConfig, gate: torch.Tensor) -> torch.Tensor:
+        return torch.nn.functional.silu(gate)
 
     def cases(self) -> Any:
         from lazyops.testing import strategies
 
         return strategies.row_cases(self.name)
-
-    def example_inputs(
-        self, config: SiluAndMulConfig, tokens: int, draw: Any, geometry: Mapping[str, Any]
-    ) -> tuple[Any, ...]:
-        return (draw.randn(tokens, 2 * config.n, dtype=config.dtype, scale=3.0),)
-
-    def token_elements(self, config: SiluAndMulConfig, geometry: Mapping[str, Any]) -> int:
-        return 2 * config.n
-
-    def traffic(self, config: SiluAndMulConfig, tokens: int, geometry: Mapping[str, Any]) -> Traffic:
-        return Traffic(bytes=3 * tokens * config.n * config.dtype.itemsize)
-
-    def benchmark(self, dtype: torch.dtype) -> Example:
-        return Example((4096, dtype))
 
 
 spec = SiluAndMulSpec()

@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Any, Protocol
 
 import torch
 
 from lazyops.specs import _checks as checks
-from lazyops.specs._spec import Example, KernelSpec, Traffic
+from lazyops.specs._spec import Example, KernelSpec, RowConfig, Traffic
 
 #: How the conformance examples mask logits with ``-inf`` (attention masks do this routinely): nowhere, one entry,
 #: a span, the whole first ``block`` entries (the first pass of a looping kernel), all but one entry, the whole row
@@ -25,11 +24,8 @@ class SoftmaxKernel(Protocol):
         ...
 
 
-@dataclass(frozen=True)
-class SoftmaxConfig:
-    n: int
-    dtype: torch.dtype
-    label: str
+#: The configuration of ``softmax_tl``: the row width ``n`` and the dtype.
+SoftmaxConfig = RowConfig
 
 
 class SoftmaxSpec(KernelSpec):
@@ -37,15 +33,13 @@ class SoftmaxSpec(KernelSpec):
     inputs = ("x",)
     kernel_type = SoftmaxKernel
 
-    def configure(self, n: int, dtype: torch.dtype | str) -> SoftmaxConfig:
+    def configure(self, n: int, dtype: torch.dtype | str) -> RowConfig:
         """Softmax over the last dimension of ``x[M, n]``.
 
         Returns ``kernel(x[M, n]) -> y[M, n]`` in ``dtype``; the math runs in float32. ``-inf`` logits get 0, and
         a row that is all ``-inf`` gives NaN, as ``torch.softmax`` does.
         """
-        n = checks.positive_int(self.name, "n", n)
-        dtype = checks.canonical_dtype(self.name, dtype)
-        return SoftmaxConfig(n, dtype, checks.describe(self.name, n=n, dtype=dtype))
+        return checks.row_config(self.name, n, dtype)
 
     def check(self, config: SoftmaxConfig, x: Any) -> None:
         checks.check_tensor(config.label, "x", x, shape=("M", config.n), dtype=config.dtype)

@@ -164,6 +164,18 @@ def aligned(tensor: torch.Tensor) -> torch.Tensor:
     return tensor if tensor.data_ptr() % ALIGNMENT == 0 else tensor.clone()
 
 
+def launch_out_of_place(spec: Any, config: Any, kernel: Any) -> Callable[..., Any]:
+    """The launch of a compiled ``main(*inputs, out)`` that reads its inputs and writes one new output, allocated
+    as the spec says; an input that a view left misaligned is copied first (see :func:`aligned`)."""
+
+    def launch(*inputs: torch.Tensor) -> torch.Tensor:
+        out: torch.Tensor = spec.output(config, *inputs)
+        kernel(*[aligned(tensor) for tensor in inputs], out)
+        return out
+
+    return launch
+
+
 def launch_in_place(kernel: Any, args: Sequence[torch.Tensor], written: Sequence[int]) -> None:
     """Launch ``kernel(*args)``, where the arguments at the positions in ``written`` are updated in place.
 

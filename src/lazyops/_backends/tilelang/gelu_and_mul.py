@@ -10,7 +10,7 @@ import tilelang.language as T
 import torch
 
 from lazyops._backends.tilelang._rows import next_power_of_two
-from lazyops._backends.tilelang._runtime import F32, aligned, compiled, tl_dtype
+from lazyops._backends.tilelang._runtime import F32, compiled, launch_out_of_place, tl_dtype
 from lazyops.specs.gelu_and_mul import GeluAndMulConfig, spec
 
 #: Outputs one thread block writes: 256 threads at 16 values each, enough bytes in flight per block to stream.
@@ -55,13 +55,4 @@ def programs(config: GeluAndMulConfig) -> dict[str, Callable[[], Any]]:
 
 @spec.implementation(device_type="cuda")
 def gelu_and_mul_tl(config: GeluAndMulConfig) -> Callable[..., torch.Tensor]:
-    n, dtype = config.n, config.dtype
-    kernel = compiled(config.label, programs(config))["main"]
-
-    def gelu_and_mul(x: torch.Tensor) -> torch.Tensor:
-        y = torch.empty((x.shape[0], n), dtype=dtype, device=x.device)
-        if x.shape[0]:
-            kernel(aligned(x), y)
-        return y
-
-    return gelu_and_mul
+    return launch_out_of_place(spec, config, compiled(config.label, programs(config))["main"])

@@ -115,11 +115,9 @@ def matmul_tl(config: MatmulConfig) -> Callable[..., torch.Tensor]:
     small_kernel, large_kernel = kernels.values()
 
     def matmul(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-        m = a.shape[0]
-        c = torch.empty((m, n), dtype=dtype, device=a.device)
-        if m:
-            kernel = large_kernel if use_large(large, m, n, sm_count) else small_kernel
-            kernel(aligned(a), aligned(b), c)
+        c = spec.output(config, a, b)
+        kernel = large_kernel if use_large(large, a.shape[0], n, sm_count) else small_kernel
+        kernel(aligned(a), aligned(b), c)
         return c
 
     return matmul

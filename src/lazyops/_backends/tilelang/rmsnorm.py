@@ -10,7 +10,7 @@ import tilelang.language as T
 import torch
 
 from lazyops._backends.tilelang._rows import RowPlan, plan_rows
-from lazyops._backends.tilelang._runtime import F32, aligned, compiled, tl_dtype
+from lazyops._backends.tilelang._runtime import F32, compiled, launch_out_of_place, tl_dtype
 from lazyops.specs.rmsnorm import RMSNormConfig, spec
 
 
@@ -73,12 +73,4 @@ def programs(config: RMSNormConfig) -> dict[str, Callable[[], Any]]:
 
 @spec.implementation(device_type="cuda")
 def rmsnorm_tl(config: RMSNormConfig) -> Callable[..., torch.Tensor]:
-    kernel = compiled(config.label, programs(config))["main"]
-
-    def rmsnorm(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
-        y = torch.empty_like(x)
-        if x.shape[0]:
-            kernel(aligned(x), aligned(weight), y)
-        return y
-
-    return rmsnorm
+    return launch_out_of_place(spec, config, compiled(config.label, programs(config))["main"])

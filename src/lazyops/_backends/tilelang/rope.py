@@ -117,14 +117,9 @@ def rope_tl(config: RopeConfig) -> Callable[..., tuple[torch.Tensor, torch.Tenso
         positions: torch.Tensor, query: torch.Tensor, key: torch.Tensor, cos_sin_cache: torch.Tensor
     ) -> tuple[torch.Tensor, torch.Tensor]:
         tokens = positions.shape[0]
-        if tokens == 0:
-            return query, key
-        kernel = kernels[cos_sin_cache.dtype, positions.dtype]
-        heads_q, heads_k = query.shape[1] // head_dim, key.shape[1] // head_dim  # -1 fails on 0 features
+        heads = (query.view(tokens, -1, head_dim), key.view(tokens, -1, head_dim))  # never called without tokens
         launch_in_place(
-            kernel,
-            (positions, query.view(tokens, heads_q, head_dim), key.view(tokens, heads_k, head_dim), cos_sin_cache),
-            written=(1, 2),
+            kernels[cos_sin_cache.dtype, positions.dtype], (positions, *heads, cos_sin_cache), written=(1, 2)
         )
         return query, key
 

@@ -10,7 +10,7 @@ import tilelang.language as T
 import torch
 
 from lazyops._backends.tilelang._rows import RowPlan, plan_rows
-from lazyops._backends.tilelang._runtime import F32, aligned, compiled, tl_dtype
+from lazyops._backends.tilelang._runtime import F32, compiled, launch_out_of_place, tl_dtype
 from lazyops.specs.softmax import SoftmaxConfig, spec
 
 #: exp(x) = exp2(x * log2(e)): exp2 is a single hardware instruction plus a little range handling, expf more.
@@ -95,12 +95,4 @@ def programs(config: SoftmaxConfig) -> dict[str, Callable[[], Any]]:
 
 @spec.implementation(device_type="cuda")
 def softmax_tl(config: SoftmaxConfig) -> Callable[..., torch.Tensor]:
-    kernel = compiled(config.label, programs(config))["main"]
-
-    def softmax(x: torch.Tensor) -> torch.Tensor:
-        y = torch.empty_like(x)
-        if x.shape[0]:
-            kernel(aligned(x), y)
-        return y
-
-    return softmax
+    return launch_out_of_place(spec, config, compiled(config.label, programs(config))["main"])

@@ -46,7 +46,7 @@ def _gelu_and_mul_kernel(
 
 @spec.implementation(device_type=launch_device(_gelu_and_mul_kernel))
 def gelu_and_mul_tl(config: GeluAndMulConfig) -> Callable[..., torch.Tensor]:
-    n, dtype, tanh = config.n, config.dtype, config.approximate == "tanh"
+    n, tanh = config.n, config.approximate == "tanh"
     block_n = min(triton.next_power_of_2(n), MAX_BLOCK_N)
     rows = max(1, MIN_PROGRAM_ELEMENTS // block_n)
     num_warps = warps_for(rows * block_n)
@@ -56,11 +56,8 @@ def gelu_and_mul_tl(config: GeluAndMulConfig) -> Callable[..., torch.Tensor]:
 
     def gelu_and_mul(x: torch.Tensor) -> torch.Tensor:
         m = x.shape[0]
-        y = torch.empty((m, n), dtype=dtype, device=x.device)
-        if m == 0:
-            return y
-        grid = (triton.cdiv(m, rows), triton.cdiv(n, block_n))
-        launch(grid, x, y, m)
+        y = spec.output(config, x)
+        launch((triton.cdiv(m, rows), triton.cdiv(n, block_n)), x, y, m)
         return y
 
     return gelu_and_mul

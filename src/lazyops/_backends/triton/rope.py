@@ -135,8 +135,6 @@ def rope_tl(config: RopeConfig) -> Callable[..., tuple[torch.Tensor, torch.Tenso
         positions: torch.Tensor, query: torch.Tensor, key: torch.Tensor, cos_sin_cache: torch.Tensor
     ) -> tuple[torch.Tensor, torch.Tensor]:
         m = positions.shape[0]
-        if m == 0:
-            return query, key
         cache_rows = cos_sin_cache.shape[0]
         if interpret:
             check_positions_in_cache(label, positions, cache_rows)

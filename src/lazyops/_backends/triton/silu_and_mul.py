@@ -37,7 +37,7 @@ def _silu_and_mul_kernel(
 
 @spec.implementation(device_type=launch_device(_silu_and_mul_kernel))
 def silu_and_mul_tl(config: SiluAndMulConfig) -> Callable[..., torch.Tensor]:
-    n, dtype = config.n, config.dtype
+    n = config.n
     block_n = min(triton.next_power_of_2(n), MAX_BLOCK_N)
     rows = max(1, MIN_PROGRAM_ELEMENTS // block_n)
     num_warps = warps_for(rows * block_n)
@@ -45,11 +45,8 @@ def silu_and_mul_tl(config: SiluAndMulConfig) -> Callable[..., torch.Tensor]:
 
     def silu_and_mul(x: torch.Tensor) -> torch.Tensor:
         m = x.shape[0]
-        y = torch.empty((m, n), dtype=dtype, device=x.device)
-        if m == 0:
-            return y
-        grid = (triton.cdiv(m, rows), triton.cdiv(n, block_n))
-        launch(grid, x, y, m)
+        y = spec.output(config, x)
+        launch((triton.cdiv(m, rows), triton.cdiv(n, block_n)), x, y, m)
         return y
 
     return silu_and_mul
