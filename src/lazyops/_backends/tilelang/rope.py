@@ -117,7 +117,11 @@ def rope_tl(config: RopeConfig) -> Callable[..., tuple[torch.Tensor, torch.Tenso
         positions: torch.Tensor, query: torch.Tensor, key: torch.Tensor, cos_sin_cache: torch.Tensor
     ) -> tuple[torch.Tensor, torch.Tensor]:
         tokens = positions.shape[0]
-        heads = (query.view(tokens, -1, head_dim), key.view(tokens, -1, head_dim))  # never called without tokens
+        # -1 cannot be inferred for a tensor of no heads
+        heads = (
+            query.view(tokens, query.shape[1] // head_dim, head_dim),
+            key.view(tokens, key.shape[1] // head_dim, head_dim),
+        )
         launch_in_place(
             kernels[cos_sin_cache.dtype, positions.dtype], (positions, *heads, cos_sin_cache), written=(1, 2)
         )
