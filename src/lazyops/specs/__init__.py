@@ -14,14 +14,11 @@ from __future__ import annotations
 
 import importlib
 import os
-from typing import TYPE_CHECKING
 
 from lazyops._manifest import read_manifest
+from lazyops.specs._spec import Example, KernelSpec, RowConfig, Traffic  # no torch: only under TYPE_CHECKING there
 
-if TYPE_CHECKING:
-    from lazyops.specs._spec import KernelSpec
-
-__all__ = ["Example", "KernelSpec", "Traffic", "has_spec", "kernel_names", "spec"]
+__all__ = ["Example", "KernelSpec", "RowConfig", "Traffic", "has_spec", "kernel_names", "spec"]
 
 
 def kernel_names() -> tuple[str, ...]:
@@ -39,11 +36,3 @@ def spec(kernel: str) -> KernelSpec:
     if not has_spec(kernel):
         raise KeyError(f"lazyops specifies no kernel {kernel!r}; it specifies {', '.join(kernel_names())}")
     return importlib.import_module(f"lazyops.specs.{kernel.removesuffix('_tl')}").spec  # type: ignore[no-any-return]
-
-
-def __getattr__(name: str) -> object:
-    if name in ("KernelSpec", "Traffic", "Example"):
-        from lazyops.specs import _spec
-
-        return getattr(_spec, name)
-    raise AttributeError(f"module 'lazyops.specs' has no attribute {name!r}")

@@ -54,10 +54,23 @@ class ConformanceReport:
         """The names of the kernels whose result is ``status``, in the order they were checked."""
         return [result.kernel for result in self.by_status(status)]
 
-    passed = property(lambda self: self.kernels(PASSED), doc="the kernels that passed")
-    failed = property(lambda self: self.kernels(FAILED), doc="the kernels that failed")
-    not_exported = property(lambda self: self.kernels(NOT_EXPORTED), doc="the kernels the backend does not export")
-    unchecked = property(lambda self: self.kernels(NO_SPEC), doc="the exported kernels lazyops has no spec for")
+    @property
+    def passed(self) -> list[str]:
+        return self.kernels(PASSED)
+
+    @property
+    def failed(self) -> list[str]:
+        return self.kernels(FAILED)
+
+    @property
+    def not_exported(self) -> list[str]:
+        """The specified kernels the backend does not export (a partial port)."""
+        return self.kernels(NOT_EXPORTED)
+
+    @property
+    def unchecked(self) -> list[str]:
+        """The kernels the backend exports that lazyops has no spec for."""
+        return self.kernels(NO_SPEC)
 
     def __str__(self) -> str:
         lines = [

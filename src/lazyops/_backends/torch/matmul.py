@@ -8,7 +8,6 @@ so that is what the kernel does on such a CPU.
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Callable
 
 import torch
@@ -16,9 +15,11 @@ import torch
 from lazyops.specs.matmul import MatmulConfig, spec
 
 
-@functools.cache
 def cpu_has_native_gemm(dtype: torch.dtype) -> bool:
-    """Whether this CPU multiplies ``dtype`` matrices natively (through oneDNN) rather than in a scalar loop."""
+    """Whether this CPU multiplies ``dtype`` matrices natively (through oneDNN) rather than in a scalar loop.
+
+    Asked once per factory call (warm-up), never per kernel call.
+    """
     if dtype == torch.float32:
         return True
     probes = (
@@ -34,9 +35,10 @@ def cpu_has_native_gemm(dtype: torch.dtype) -> bool:
 def matmul_tl(config: MatmulConfig) -> Callable[..., torch.Tensor]:
     dtype = config.dtype
     mm = torch.mm
+    upcast_on_cpu = not cpu_has_native_gemm(dtype)
 
     def matmul(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-        if a.device.type == "cpu" and not cpu_has_native_gemm(dtype):
+        if upcast_on_cpu and a.device.type == "cpu":
             return mm(a.float(), b.float()).to(dtype)
         return mm(a, b)
 
