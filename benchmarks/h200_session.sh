@@ -6,8 +6,8 @@
 #   call 2:             bash benchmarks/h200_session.sh engines      # on nvidia-h200-x2 (multi-GPU checks need two)
 #   call 3:             bash benchmarks/h200_session.sh kernels
 #
-# .whl and .whl2 come from the wheel script of the lending workplace (TileLang, z3, liger-kernel; .whl2 also rich
-# and its small dependencies, for the `lazyops` command). Unpack a call's tarball into benchmarks/results/ here.
+# .whl and .whl2 hold the wheels benchmarks/README.md lists (TileLang; z3, liger-kernel, and rich with its small
+# dependencies for the `lazyops` command). Unpack a call's tarball into benchmarks/results/ here.
 set -uo pipefail
 part=${1:?engines or kernels}
 out=${OUT:-/tmp/out}
