@@ -5,6 +5,7 @@ Private to this backend (the stub does not list it), imported by the kernel modu
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -61,3 +62,31 @@ def launch_device(kernel: Any) -> str:
     """The device kind a ``@triton.jit`` kernel's launch dereferences: CUDA pointers, or host memory in the
     interpreter. Kernels refuse tensors of the other kind before launching."""
     return "cpu" if interpreting(kernel) else "cuda"
+
+
+#: An elementwise kernel needs no whole row in one program: the columns are split into blocks of at most this.
+MAX_GATE_BLOCK = 4096
+
+
+def gated_launch(kernel: Any, spec: Any, config: Any, **constexprs: Any) -> Callable[[Any], Any]:
+    """The launch of a gated activation over ``x[M, 2n]``, ``kernel(x_ptr, y_ptr, M, N, BLOCK_N, ROWS, ...)``.
+
+    Elementwise, so the grid tiles both dimensions: each program takes ``ROWS`` tokens by ``BLOCK_N`` features of
+    the gate and of the up projection, and narrow rows are packed so that no program is too small to stream.
+    """
+    from lazyops._backends.triton._launch import Launcher
+
+    n = config.n
+    block_n = min(triton.next_power_of_2(n), MAX_GATE_BLOCK)
+    rows = max(1, MIN_PROGRAM_ELEMENTS // block_n)
+    launch = Launcher(
+        kernel, {"N": n, "BLOCK_N": block_n, "ROWS": rows, **constexprs}, num_warps=warps_for(rows * block_n)
+    )
+
+    def gated(x: Any) -> Any:
+        m = x.shape[0]
+        y = spec.output(config, x)
+        launch((triton.cdiv(m, rows), triton.cdiv(n, block_n)), x, y, m)
+        return y
+
+    return gated

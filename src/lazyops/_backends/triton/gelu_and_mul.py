@@ -8,12 +8,9 @@ import torch
 import triton
 import triton.language as tl
 
-from lazyops._backends.triton._common import MIN_PROGRAM_ELEMENTS, launch_device, warps_for
-from lazyops._backends.triton._launch import Launcher
+from lazyops._backends.triton._common import gated_launch, launch_device
 from lazyops.specs.gelu_and_mul import GeluAndMulConfig, spec
 
-#: An elementwise kernel needs no whole row in one program: the columns are split into blocks of at most this.
-MAX_BLOCK_N = 4096
 #: Triton kernels read module globals only when they are constexpr.
 SQRT_HALF = tl.constexpr(0.7071067811865476)
 SQRT_2_OVER_PI = tl.constexpr(0.7978845608028654)
@@ -46,18 +43,4 @@ def _gelu_and_mul_kernel(
 
 @spec.implementation(device_type=launch_device(_gelu_and_mul_kernel))
 def gelu_and_mul_tl(config: GeluAndMulConfig) -> Callable[..., torch.Tensor]:
-    n, tanh = config.n, config.approximate == "tanh"
-    block_n = min(triton.next_power_of_2(n), MAX_BLOCK_N)
-    rows = max(1, MIN_PROGRAM_ELEMENTS // block_n)
-    num_warps = warps_for(rows * block_n)
-    launch = Launcher(
-        _gelu_and_mul_kernel, {"N": n, "BLOCK_N": block_n, "ROWS": rows, "TANH": tanh}, num_warps=num_warps
-    )
-
-    def gelu_and_mul(x: torch.Tensor) -> torch.Tensor:
-        m = x.shape[0]
-        y = spec.output(config, x)
-        launch((triton.cdiv(m, rows), triton.cdiv(n, block_n)), x, y, m)
-        return y
-
-    return gelu_and_mul
+    return gated_launch(_gelu_and_mul_kernel, spec, config, TANH=config.approximate == "tanh")

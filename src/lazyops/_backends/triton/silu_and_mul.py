@@ -8,12 +8,8 @@ import torch
 import triton
 import triton.language as tl
 
-from lazyops._backends.triton._common import MIN_PROGRAM_ELEMENTS, launch_device, warps_for
-from lazyops._backends.triton._launch import Launcher
+from lazyops._backends.triton._common import gated_launch, launch_device
 from lazyops.specs.silu_and_mul import SiluAndMulConfig, spec
-
-#: An elementwise kernel needs no whole row in one program: the columns are split into blocks of at most this.
-MAX_BLOCK_N = 4096
 
 
 @triton.jit(do_not_specialize=["M"])
@@ -37,16 +33,4 @@ def _silu_and_mul_kernel(
 
 @spec.implementation(device_type=launch_device(_silu_and_mul_kernel))
 def silu_and_mul_tl(config: SiluAndMulConfig) -> Callable[..., torch.Tensor]:
-    n = config.n
-    block_n = min(triton.next_power_of_2(n), MAX_BLOCK_N)
-    rows = max(1, MIN_PROGRAM_ELEMENTS // block_n)
-    num_warps = warps_for(rows * block_n)
-    launch = Launcher(_silu_and_mul_kernel, {"N": n, "BLOCK_N": block_n, "ROWS": rows}, num_warps=num_warps)
-
-    def silu_and_mul(x: torch.Tensor) -> torch.Tensor:
-        m = x.shape[0]
-        y = spec.output(config, x)
-        launch((triton.cdiv(m, rows), triton.cdiv(n, block_n)), x, y, m)
-        return y
-
-    return silu_and_mul
+    return gated_launch(_silu_and_mul_kernel, spec, config)
