@@ -9,6 +9,10 @@ access is a plain attribute read. ``lazyops.which(name)`` says where a name reso
 Caveats of laziness, by design: type checkers cannot see through ``__getattr__``, so the package ships generated
 stubs; and an error in a backend surfaces at first access, not at import, unless ``EAGER_IMPORT=1`` (the
 scientific-python SPEC 1 switch) resolves everything at import.
+
+While this module's dict holds ``__getattr__``, CPython reads even a stored kernel on its slow path. Once every
+known kernel is resolved, ``lazyops.resolve_all()`` (or ``EAGER_IMPORT=1``) removes the hook, so kernel reads cost
+what any module attribute costs; ``configure()`` puts it back.
 """
 
 from __future__ import annotations
@@ -39,6 +43,7 @@ __all__ = [
     "backends",
     "configure",
     "kernels",
+    "resolve_all",
     "which",
 ]
 
@@ -103,6 +108,19 @@ def configure(backend: Any = _UNSET, fallback: Any = _UNSET, strict: Any = _UNSE
         if value is not _UNSET
     }
     return _state().configure(**given)
+
+
+def resolve_all() -> tuple[str, ...]:
+    """Resolve every known kernel now (as ``EAGER_IMPORT=1`` does); returns the names that could not be resolved.
+
+    A kernel the configuration has no source for (``KernelUnavailableError``, e.g. in strict mode) is returned,
+    not raised; any other error (``ConfigError``, ``BackendError``) raises as the access would. When the tuple is
+    empty, every kernel sits in this module's dict and the module's ``__getattr__`` is removed, so reading
+    ``lazyops.<kernel>`` is as fast as any module attribute (CPython does not specialise attribute reads on a
+    module with a ``__getattr__``). The one visible difference until the next ``configure()`` (which puts the hook
+    back): a misspelt name gets Python's plain ``AttributeError``, without lazyops' did-you-mean.
+    """
+    return _state().resolve_all()
 
 
 def which(name: str) -> Resolution:

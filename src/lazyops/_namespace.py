@@ -13,6 +13,12 @@ object the first of them stored, and a resolution begun before a ``configure()``
 
 ``configure()`` validates a whole new configuration before touching anything, then drops every stored kernel; a
 failed ``configure()`` changes nothing.
+
+The fast state. CPython's specialised module-attribute read (``LOAD_ATTR_MODULE``) declines any module whose
+``__dict__`` holds a ``__getattr__``, so even a stored kernel costs a slow read while the hook is there. Once every
+known kernel of the current generation is stored, ``resolve_all()`` takes ``__getattr__`` out of the dict (nothing
+is left for it to do but say did-you-mean to a misspelt name), and ``_install`` puts it back, first thing and under
+the lock, so that no reader can see a generation whose kernels are gone and whose hook is still missing.
 """
 
 from __future__ import annotations
@@ -63,6 +69,11 @@ class InstalledUniverse:
     def exports(self, backend: str) -> frozenset[str]:
         return self.registry[backend].exports()
 
+    @property
+    def complete(self) -> bool:
+        """Whether ``known_kernels()`` is final (not an answer given from inside a backend's own loading)."""
+        return self._known is not None
+
     def known_kernels(self) -> frozenset[str]:
         known = self._known
         if known is not None:
@@ -104,6 +115,8 @@ class Namespace:
         self._stored: set[str] = set()
         self._tracer: Tracer | None = None
         self._summarised = False
+        #: the module's ``__getattr__`` while resolve_all() has taken it out of the dict (the fast state), else None
+        self._hidden_getattr: Any = None
         self.notices = Notices()
         #: what EAGER_IMPORT's resolution raised when lazyops was imported for its own tools (see lazyops._eager)
         self.eager_error: BaseException | None = None
@@ -202,6 +215,10 @@ class Namespace:
 
     def _install(self, settings: Settings | None) -> None:
         """Start a new generation under ``settings`` (``None``: read on next need). Called with the lock held."""
+        # The hook first: a reader between these two steps must find either the kernel or the hook, never neither.
+        if self._hidden_getattr is not None:
+            self._dict["__getattr__"] = self._hidden_getattr
+            self._hidden_getattr = None
         for name in self._stored:
             self._dict.pop(name, None)
         self._stored.clear()
@@ -277,13 +294,37 @@ class Namespace:
         if line is not None:
             self.notices.emit(line, verbose=settings.verbose, rank=settings.rank)
 
+    def resolve_all(self) -> tuple[str, ...]:
+        """Resolve every known kernel; when all resolved, enter the fast state. Returns the kernels that could not.
+
+        A kernel the chain lacks in strict mode (``KernelUnavailableError``) is only listed: a partial port is a
+        valid state, and the access itself raises with the full explanation. Any other error (``ConfigError``,
+        ``BackendError``) raises, as the access would. With nothing listed, the module's ``__getattr__`` leaves its
+        dict until the next ``configure()`` or ``reset()``.
+        """
+        while True:
+            with self._lock:
+                generation = self._generation
+            unavailable = []
+            for kernel in self.kernel_names():
+                try:
+                    self.attribute(kernel)
+                except KernelUnavailableError:
+                    unavailable.append(kernel)
+            if unavailable:
+                return tuple(unavailable)
+            universe = self.universe()
+            with self._lock:
+                if generation != self._generation or universe is not self._universe:
+                    continue  # configure() or reset() ran meanwhile: what was stored may be gone
+                everything = universe.complete and universe.known_kernels() <= self._stored
+                if everything and self._hidden_getattr is None and "__getattr__" in self._dict:
+                    self._hidden_getattr = self._dict.pop("__getattr__")
+                return ()
+
     def eager_resolve(self) -> None:
-        """``EAGER_IMPORT``: resolve every kernel now, so that any error surfaces at import."""
-        for kernel in self.kernel_names():
-            # A kernel the chain lacks in strict mode is not an import problem: a partial port is a valid state,
-            # and the access itself raises with the full explanation.
-            with contextlib.suppress(KernelUnavailableError):
-                self.attribute(kernel)
+        """``EAGER_IMPORT``: resolve every kernel now, so that any error surfaces at import (and the fast state)."""
+        self.resolve_all()
 
     def _after_fork_in_child(self) -> None:
         self._lock = threading.Lock()

@@ -59,6 +59,7 @@ PUBLIC_FUNCTIONS = {
     "which": "def which(name: str) -> Resolution:",
     "backends": "def backends() -> tuple[str, ...]:",
     "kernels": "def kernels() -> tuple[str, ...]:",
+    "resolve_all": "def resolve_all() -> tuple[str, ...]:",
 }
 PUBLIC_ERRORS = ("BackendError", "ConfigError", "KernelInputError", "KernelUnavailableError", "LazyopsError")
 #: Private names the package itself reaches through the module (its command line, its pytest plugin): once the stub
