@@ -170,12 +170,33 @@ def _factory(backend: str, kernel: str):
     return factory
 
 
-def fake_namespace(universe: ModelUniverse, env: dict[str, str]):
-    """A real ``Namespace`` over fake backends, storing kernels in a dict of its own."""
+def fake_namespace(universe: ModelUniverse, env: dict[str, str], *, hook: bool = False):
+    """A real ``Namespace`` over fake backends, storing kernels in a dict of its own.
+
+    With ``hook``, the dict starts with a ``__getattr__`` as lazyops' module has one (``_``-names refused, the rest
+    to ``Namespace.attribute``), which ``resolve_all()`` may take out; read it with ``read_attribute``.
+    """
     from lazyops._namespace import Namespace
     from lazyops._registry import Registry
 
     backends = [FakeBackend(b, universe.exports[b], b in universe.broken) for b in universe.order]
     module_dict: dict = {}
     namespace = Namespace(module_dict, environ=env, discover=lambda: Registry(backends), default=lambda: universe.default)
+    if hook:
+
+        def __getattr__(name: str):
+            if name.startswith("_"):
+                raise AttributeError(f"module 'fake' has no attribute {name!r}", name=name, obj=None)
+            return namespace.attribute(name)
+
+        module_dict["__getattr__"] = __getattr__
     return namespace, module_dict, {b.name: b for b in backends}
+
+
+def read_attribute(module_dict: dict, name: str):
+    """``module.name`` as CPython reads a module: its dict, else the dict's ``__getattr__``, else AttributeError."""
+    if name in module_dict:
+        return module_dict[name]
+    if "__getattr__" in module_dict:
+        return module_dict["__getattr__"](name)
+    raise AttributeError(f"module 'fake' has no attribute {name!r}", name=name, obj=None)

@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
 
 from lazyops import BackendError, ConfigError, KernelUnavailableError
-from model import BACKENDS, KERNELS, PROBES, environments, fake_namespace, model_resolve, universes
+from model import BACKENDS, KERNELS, PROBES, environments, fake_namespace, model_resolve, read_attribute, universes
 
 quiet = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
@@ -35,19 +35,42 @@ def test_which_agrees_with_the_model(data, universe):
         assert outcome_of(lambda: namespace.which(kernel)) == model_resolve(universe, env, kernel), (kernel, env)
 
 
+def resolve_all_against_the_model(namespace, module_dict, universe, env, broken) -> None:
+    """``resolve_all()``: what it returns or raises agrees with the model, and the hook goes exactly when all resolved."""
+    outcomes = {kernel: model_resolve(universe, env, kernel) for kernel in sorted(universe.known)}
+    try:
+        unresolved = namespace.resolve_all()
+    except ConfigError:
+        assert all(outcome == ("ConfigError",) for outcome in outcomes.values())
+        assert "__getattr__" in module_dict
+        return
+    except BackendError:
+        assert any(o[0] == "ok" and o[1] in broken for o in outcomes.values())
+        assert "__getattr__" in module_dict
+        return
+    assert unresolved == tuple(kernel for kernel, outcome in outcomes.items() if outcome[0] == "unavailable")
+    assert ("__getattr__" in module_dict) == bool(unresolved)
+    if not unresolved:
+        assert set(module_dict) == universe.known  # every known kernel stored, and nothing else
+
+
 @quiet
+@pytest.mark.parametrize("fast", [False, True], ids=["lazy", "after-resolve_all"])
 @given(data=st.data(), universe=universes())
-def test_access_agrees_with_the_model_and_caches(data, universe):
+def test_access_agrees_with_the_model_and_caches(fast, data, universe):
+    """Read as CPython reads a module, before and after ``resolve_all()``: the same outcomes either way."""
     env = data.draw(environments(universe))
-    namespace, module_dict, backends = fake_namespace(universe, env)
+    namespace, module_dict, backends = fake_namespace(universe, env, hook=True)
+    if fast:
+        resolve_all_against_the_model(namespace, module_dict, universe, env, universe.broken)
     for kernel in data.draw(st.lists(st.sampled_from(PROBES), min_size=1, max_size=8)):
         expected = model_resolve(universe, env, kernel)
         if expected[0] == "ok" and expected[1] in universe.broken:
             with pytest.raises(BackendError):
-                namespace.attribute(kernel)
+                read_attribute(module_dict, kernel)
             assert kernel not in module_dict  # a failure is never cached: the next access tries again
             continue
-        got = outcome_of(lambda: _access(namespace, kernel))
+        got = outcome_of(lambda: _access(namespace, module_dict, kernel))
         assert got == expected, (kernel, env)
         if got[0] == "ok":
             resolved = module_dict[kernel]
@@ -63,9 +86,9 @@ def test_access_agrees_with_the_model_and_caches(data, universe):
         assert backend.loads <= 1  # loading is idempotent
 
 
-def _access(namespace, kernel):
+def _access(namespace, module_dict, kernel):
     """Access, then report the resolution as ``which`` would (the kernel came from where it says)."""
-    namespace.attribute(kernel)
+    read_attribute(module_dict, kernel)
     return namespace.which(kernel)
 
 
@@ -93,7 +116,7 @@ class NamespaceMachine(RuleBasedStateMachine):
         self.universe = universe
         self.env = data.draw(environments(universe))
         self.overrides: dict[str, str] = {}
-        self.namespace, self.module_dict, self.backends = fake_namespace(universe, self.env)
+        self.namespace, self.module_dict, self.backends = fake_namespace(universe, self.env, hook=True)
 
     def model_env(self) -> dict[str, str]:
         return {**self.env, **self.overrides}
@@ -123,7 +146,7 @@ class NamespaceMachine(RuleBasedStateMachine):
         if valid:
             self.namespace.configure(**{argument: value})
             self.overrides[variable] = as_text
-            assert not self.module_dict  # every cached resolution dropped
+            assert list(self.module_dict) == ["__getattr__"]  # every cached resolution dropped, the hook back
         else:
             with pytest.raises(ConfigError):
                 self.namespace.configure(**{argument: value})
@@ -134,15 +157,25 @@ class NamespaceMachine(RuleBasedStateMachine):
         expected = model_resolve(self.universe, self.model_env(), kernel)
         if expected[0] == "ok" and self.backends[expected[1]].broken:
             with pytest.raises(BackendError):
-                self.namespace.attribute(kernel)
+                read_attribute(self.module_dict, kernel)
             return
-        got = outcome_of(lambda: _access(self.namespace, kernel))
+        got = outcome_of(lambda: _access(self.namespace, self.module_dict, kernel))
         assert got == expected
+
+    @rule()
+    def resolve_all(self):
+        broken = {name for name, backend in self.backends.items() if backend.broken}
+        resolve_all_against_the_model(self.namespace, self.module_dict, self.universe, self.model_env(), broken)
 
     @rule(backend=st.sampled_from(BACKENDS))
     def toggle_broken(self, backend):
         if backend in self.backends and self.backends[backend].module is None:
             self.backends[backend].broken = not self.backends[backend].broken
+
+    @invariant()
+    def the_hook_goes_only_when_every_kernel_is_stored(self):
+        if hasattr(self, "module_dict") and "__getattr__" not in self.module_dict:
+            assert set(self.module_dict) == self.universe.known
 
     @invariant()
     def loads_at_most_once(self):
