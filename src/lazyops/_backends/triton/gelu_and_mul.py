@@ -34,8 +34,8 @@ def _gelu_and_mul_kernel(
     up = tl.load(x_ptr + rows * (2 * N) + N + cols, mask=keep, other=0.0).to(tl.float32)
     if TANH:
         inner = SQRT_2_OVER_PI * (gate + 0.044715 * gate * gate * gate)
-        # tanh(u) = 1 - 2 / (exp(2u) + 1): exact at both ends in float32 (exp overflows to inf, giving 1).
-        gelu = 0.5 * gate * (2.0 - 2.0 / (tl.exp(2.0 * inner) + 1.0))
+        # tanh(u) = 1 - 2 / (exp(2u) + 1), with u capped at 20, past which tanh is 1 in float32: no overflow.
+        gelu = 0.5 * gate * (2.0 - 2.0 / (tl.exp(2.0 * tl.minimum(inner, 20.0)) + 1.0))
     else:
         gelu = 0.5 * gate * (1.0 + tl.math.erf(gate * SQRT_HALF))
     tl.store(y_ptr + rows * N + cols, (gelu * up).to(y_ptr.dtype.element_ty), mask=keep)
