@@ -1,0 +1,213 @@
+"""The namespace's own costs on the CPU; writes benchmarks/namespace/results.md (issue 12, "The namespace").
+
+    python benchmarks/namespace/bench_namespace.py [--interpreters 7] [--imports 21] [--firsts 11]
+
+Every figure comes from fresh interpreters (``PYTHONPATH=src``, no ``LAZYOPS_*`` or ``EAGER_IMPORT``, bytecode
+compiled first as an installed wheel has it):
+
+1. Reading a resolved kernel. Three kinds of interpreter, run in turn (``--interpreters`` of each): ``lazyops.
+   rmsnorm_tl`` after its first access (the hook still in the module), the same object read from a plain
+   ``types.ModuleType`` made for the purpose, and ``lazyops.rmsnorm_tl`` after ``lazyops.resolve_all()``. Each
+   times its read with ``timeit`` (7 repeats of 1,000,000 after a warm-up, so CPython's specialisation has happened)
+   and keeps the median repeat; the table gives the median over interpreters. The empty loop (``pass``) is timed
+   the same way, so the net cost of the read is shown too.
+2. ``import lazyops`` own time: ``python -X importtime -c "import lazyops"``, lazyops' cumulative µs, median of
+   ``--imports`` interpreters.
+3. First resolution beyond the kernel module's import. The clean measure: import the kernel module first
+   (``lazyops._backends.torch.rmsnorm``, which brings torch), then ``import lazyops`` and time the first
+   ``lazyops.rmsnorm_tl``: what is left is exactly what lazyops adds. It is split into the one-time part (the
+   namespace's own modules and reading the installed entry points, measured as a first ``lazyops.kernels()``), the
+   resolution proper (the first access after that), and the first access of a second kernel (the per-kernel
+   cost). The subtraction the issue names (first access minus ``import lazyops._backends.torch.rmsnorm``, each in
+   its own interpreters) is given too, with its spread: torch's import varies by far more than what it subtracts.
+"""
+
+from __future__ import annotations
+
+import argparse
+import compileall
+import datetime
+import json
+import os
+import platform
+import shlex
+import statistics
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+SRC = ROOT / "src"
+OUT = Path(__file__).resolve().parent / "results.md"
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+from import_time import one_import  # noqa: E402  (the -X importtime parser the import-time benchmark uses)
+
+READ = """
+import json, statistics, timeit, types
+import lazyops
+
+kernel = lazyops.rmsnorm_tl                      # its first access
+mode = {mode!r}
+if mode == "after resolve_all":
+    assert lazyops.resolve_all() == () and "__getattr__" not in vars(lazyops)
+    target = lazyops
+elif mode == "plain module":
+    target = types.ModuleType("plain")
+    target.rmsnorm_tl = kernel
+else:
+    target = lazyops
+    assert "__getattr__" in vars(target)
+assert target.rmsnorm_tl is kernel
+
+
+def per_read(statement):
+    timer = timeit.Timer(statement, globals={{"target": target}})
+    timer.timeit(200_000)                        # warm-up: the loop's attribute read specialises
+    runs = timer.repeat(repeat=7, number=1_000_000)
+    return statistics.median(runs) / 1_000_000 * 1e9
+
+
+print(json.dumps(dict(read=per_read("target.rmsnorm_tl"), loop=per_read("pass"))))
+"""
+
+# The kernel modules first: everything they import (torch included) is then no part of what is timed.
+FIRST_CLEAN = """
+import json, sys, time
+import lazyops._backends.torch.rmsnorm, lazyops._backends.torch.softmax
+import lazyops
+before = set(sys.modules)
+split = {split!r}
+out = {{}}
+if split:
+    t = time.perf_counter_ns(); lazyops.kernels(); out["setup"] = time.perf_counter_ns() - t
+t = time.perf_counter_ns(); lazyops.rmsnorm_tl; out["first"] = time.perf_counter_ns() - t
+t = time.perf_counter_ns(); lazyops.softmax_tl; out["second"] = time.perf_counter_ns() - t
+out["modules"] = sorted(set(sys.modules) - before)
+print(json.dumps(out))
+"""
+
+FIRST_ACCESS = """
+import json, time
+import lazyops
+t = time.perf_counter_ns(); lazyops.rmsnorm_tl; print(json.dumps(time.perf_counter_ns() - t))
+"""
+
+MODULE_IMPORT = """
+import json, time
+import lazyops
+t = time.perf_counter_ns(); import lazyops._backends.torch.rmsnorm; print(json.dumps(time.perf_counter_ns() - t))
+"""
+
+
+def fresh(code: str, env: dict[str, str]):
+    command = [sys.executable, "-c", textwrap.dedent(code)]
+    result = subprocess.run(command, env=env, capture_output=True, text=True, check=False)
+    if result.returncode:
+        sys.exit(result.stderr)
+    return json.loads(result.stdout.strip().splitlines()[-1])
+
+
+def spread(values: list[float]) -> str:
+    return f"median {statistics.median(values):.1f}, min {min(values):.1f}, max {max(values):.1f}"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--interpreters", type=int, default=7, help="fresh interpreters per read-cost case")
+    parser.add_argument("--imports", type=int, default=21, help="fresh interpreters for import lazyops")
+    parser.add_argument("--firsts", type=int, default=11, help="fresh interpreters per first-resolution case")
+    args = parser.parse_args()
+
+    compileall.compile_dir(str(SRC / "lazyops"), quiet=1)
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("LAZYOPS_", "EAGER_IMPORT"))}
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
+    env["PYTHONPATH"] = str(SRC)
+
+    modes = ("before resolve_all", "plain module", "after resolve_all")
+    reads: dict[str, list[float]] = {mode: [] for mode in modes}
+    loops: dict[str, list[float]] = {mode: [] for mode in modes}
+    for _ in range(args.interpreters):
+        for mode in modes:  # interleaved, so that a slow spell of the machine hits every case alike
+            sample = fresh(READ.format(mode=mode), env)
+            reads[mode].append(sample["read"])
+            loops[mode].append(sample["loop"])
+    read = {mode: statistics.median(reads[mode]) for mode in modes}
+    loop = statistics.median(loops["plain module"] + loops["before resolve_all"] + loops["after resolve_all"])
+
+    imports = [one_import(env)[0] for _ in range(args.imports)]
+
+    clean = [fresh(FIRST_CLEAN.format(split=False), env) for _ in range(args.firsts)]
+    split = [fresh(FIRST_CLEAN.format(split=True), env) for _ in range(args.firsts)]
+    accesses, module_imports = [], []
+    for _ in range(args.firsts):
+        accesses.append(fresh(FIRST_ACCESS, env) / 1000)
+        module_imports.append(fresh(MODULE_IMPORT, env) / 1000)
+
+    def us(samples: list[dict], key: str) -> list[float]:
+        return [sample[key] / 1000 for sample in samples]
+
+    difference = statistics.median(accesses) - statistics.median(module_imports)
+    noise = max(module_imports) - min(module_imports)
+    ratio = read["after resolve_all"] / read["plain module"]
+    net = {mode: read[mode] - loop for mode in modes}
+    now = datetime.datetime.now(datetime.timezone.utc)
+    lines = [
+        "# The namespace's own costs (CPU)",
+        "",
+        f"Generated on {now:%Y-%m-%d %H:%M} UTC by `{shlex.join(getattr(sys, 'orig_argv', sys.argv))}` on "
+        f"{platform.node() or 'this machine'} ({platform.processor() or platform.machine()}, {os.cpu_count()} "
+        f"cores), Python {platform.python_version()} ({platform.python_implementation()}). Method: the script's "
+        "docstring.",
+        "",
+        f"## Reading a resolved kernel (ns per read; median over {args.interpreters} fresh interpreters, each the "
+        "median of 7 × 1,000,000)",
+        "",
+        "| read | ns per read | net of the empty loop | × plain module |",
+        "| --- | --- | --- | --- |",
+        *[
+            f"| `{'plain.rmsnorm_tl' if mode == 'plain module' else 'lazyops.rmsnorm_tl'}` {mode} | "
+            f"{read[mode]:.1f} | {net[mode]:.1f} | {read[mode] / read['plain module']:.2f} |"
+            for mode in modes
+        ],
+        "",
+        f"The empty `timeit` loop costs {loop:.1f} ns per iteration. Per-interpreter values (ns): "
+        + "; ".join(f"{mode}: {', '.join(f'{v:.1f}' for v in reads[mode])}" for mode in modes)
+        + ".",
+        "",
+        f"Goal ≤ 1.10× a plain module once every kernel is resolved: **{ratio:.2f}×** "
+        f"({'met' if ratio <= 1.10 else 'not met'}).",
+        "",
+        "## `import lazyops`",
+        "",
+        f"lazyops' own cumulative time (`python -X importtime`, {args.imports} fresh interpreters, bytecode compiled): "
+        f"**median {statistics.median(imports):.0f} µs**, min {min(imports)} µs, max {max(imports)} µs "
+        "(goal ≤ 1000 µs).",
+        "",
+        "## First resolution beyond the kernel module's import (µs)",
+        "",
+        f"Kernel modules imported first, then timed in the same interpreter ({args.firsts} fresh interpreters each):",
+        "",
+        "| what | µs |",
+        "| --- | --- |",
+        f"| first `lazyops.rmsnorm_tl`, all of it (goal ≤ 50 µs) | **{spread(us(clean, 'first'))}** |",
+        "| of which one-time: first `lazyops.kernels()` (namespace modules, entry points) | "
+        f"{spread(us(split, 'setup'))} |",
+        f"| of which the resolution proper: first `lazyops.rmsnorm_tl` after that | {spread(us(split, 'first'))} |",
+        f"| a second kernel's first access (`lazyops.softmax_tl`) | {spread(us(clean, 'second'))} |",
+        "",
+        f"Modules the first access imported: {', '.join(clean[0]['modules']) or 'none'}.",
+        "",
+        f"The subtraction, each side in its own fresh interpreters after `import lazyops` ({args.firsts} each): first "
+        f"`lazyops.rmsnorm_tl` {spread(accesses)} µs; `import lazyops._backends.torch.rmsnorm` {spread(module_imports)}"
+        f" µs; difference of medians {difference:.0f} µs, against a spread (max − min) of {noise:.0f} µs in the "
+        "module's import alone: the clean measure above is the one to read.",
+        "",
+    ]
+    OUT.write_text("\n".join(lines))
+    print("\n".join(lines))
+
+
+if __name__ == "__main__":
+    main()
