@@ -15,8 +15,6 @@ known kernel is resolved, ``lazyops.resolve_all()`` (or ``EAGER_IMPORT=1``) remo
 what any module attribute costs; ``configure()`` puts it back.
 """
 
-from __future__ import annotations
-
 import _thread
 import os as _os
 import sys as _sys
@@ -56,7 +54,7 @@ if globals().get("_state_object") is not None:
     globals()["_state_object"].reset()
 
 # Not named after the module _namespace: importing that submodule sets the package attribute of its name.
-_state_object: Namespace | None = None
+_state_object: "Namespace | None" = None
 _state_lock = _thread.allocate_lock()  # _thread, not threading: this file must stay cheap to import
 _UNSET = object()
 
@@ -67,10 +65,10 @@ def _renew_state_lock() -> None:
     _state_lock = _thread.allocate_lock()
 
 
-def _state() -> Namespace:
+def _state() -> "Namespace":
     """The namespace behind this module, built once on first use: its imports are the part worth postponing."""
     global _state_object
-    state: Namespace | None = _state_object
+    state: "Namespace | None" = _state_object
     if state is None:
         # Imported before the lock is taken: an import must never wait for a lock of ours (another thread may hold
         # the import system's lock and be waiting for this one).
@@ -83,7 +81,7 @@ def _state() -> Namespace:
     return state
 
 
-def __getattr__(name: str) -> Any:
+def __getattr__(name: str) -> "Any":
     if name.startswith("_"):
         raise AttributeError(f"module 'lazyops' has no attribute {name!r}", name=name, obj=None)
     return _state().attribute(name)
@@ -93,7 +91,7 @@ def __dir__() -> list[str]:
     return sorted(set(globals()) | set(_state().kernel_names()))
 
 
-def configure(backend: Any = _UNSET, fallback: Any = _UNSET, strict: Any = _UNSET) -> Settings:
+def configure(backend: "Any" = _UNSET, fallback: "Any" = _UNSET, strict: "Any" = _UNSET) -> "Settings":
     """Set the backend chain, the fallback list or strict mode from code, as the environment variables do.
 
     ``backend`` is a name, a comma list or a list or tuple of names (a priority chain), or ``None`` for the
@@ -123,7 +121,7 @@ def resolve_all() -> tuple[str, ...]:
     return _state().resolve_all()
 
 
-def which(name: str) -> Resolution:
+def which(name: str) -> "Resolution":
     """Where ``name`` resolves now and why (``.backend``, ``.reason``), without importing or calling anything.
 
     ``.reason`` is ``"selected"`` (from the chain), ``"fallback-list"`` (forced to the platform default by
@@ -146,7 +144,7 @@ def _is_backend(name: str) -> bool:
     return name in _state().universe().registry
 
 
-def _load_backend(name: str) -> ModuleType:
+def _load_backend(name: str) -> "ModuleType":
     return _state().universe().registry[name].load()
 
 

@@ -8,8 +8,6 @@ that cannot be loaded is an import problem with an install as its cure.
 This module is imported by ``import lazyops``: it imports nothing.
 """
 
-from __future__ import annotations
-
 
 class LazyopsError(Exception):
     """Base of every lazyops-specific error, for callers that want to catch them all."""
@@ -28,7 +26,7 @@ class KernelUnavailableError(LazyopsError, AttributeError):
     def __reduce__(
         self,
     ) -> tuple[
-        type[KernelUnavailableError], tuple[str, str, tuple[str, ...], str]
+        "type[KernelUnavailableError]", tuple[str, str, tuple[str, ...], str]
     ]:  # keep pickling (multiprocessing, pytest-xdist) working with the extra fields
         return (type(self), (self.kernel, self.backend, self.available_in, str(self)))
 

@@ -11,7 +11,8 @@ from fresh_interpreter import run_python
 
 from lazyops.specs import kernel_names
 
-HEAVY = ["torch", "numpy", "triton", "tilelang", "lazy_loader", "importlib.metadata", "typing", "inspect"]
+# __future__ too: `from __future__ import annotations` is a real import, about 0.3 ms, in a module `import lazyops` runs.
+HEAVY = ["torch", "numpy", "triton", "tilelang", "lazy_loader", "importlib.metadata", "typing", "inspect", "__future__"]
 BUILTIN_BACKENDS = ["lazyops._backends.torch", "lazyops._backends.triton", "lazyops._backends.tilelang"]
 
 REPORT_MODULES = """
