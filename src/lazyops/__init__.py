@@ -68,7 +68,7 @@ def _renew_state_lock() -> None:
 def _state() -> "Namespace":
     """The namespace behind this module, built once on first use: its imports are the part worth postponing."""
     global _state_object
-    state: Namespace | None = _state_object
+    state = _state_object
     if state is None:
         # Imported before the lock is taken: an import must never wait for a lock of ours (another thread may hold
         # the import system's lock and be waiting for this one).
