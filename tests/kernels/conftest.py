@@ -57,6 +57,31 @@ class Harness:
     def settings(self, host_examples: int = 25, examples: int = 80) -> settings:
         return settings(max_examples=host_examples if self.on_host else examples, deadline=None)
 
+    def drawn_calls(
+        self, kernel: str, *, tokens: int = 6, host_examples: int = 3, examples: int = 5
+    ) -> Callable[[Callable[..., None]], Callable[[], None]]:
+        """Decorator: run the test on a few drawn configurations of ``kernel``, each as ``(kernel call, good
+        arguments for ``tokens`` tokens (fewer when a token is wide), case)``."""
+        from hypothesis import given
+
+        from lazyops.specs import spec
+
+        kernel_spec = spec(kernel)
+
+        def decorate(test: Callable[..., None]) -> Callable[[], None]:
+            @self.settings(host_examples=host_examples, examples=examples)
+            @given(case=kernel_spec.cases())
+            def run(case: testing.Case) -> None:
+                config = kernel_spec.configure(*case.args, **case.kwargs)
+                count = testing.rows(tokens, kernel_spec.token_elements(config, case.geometry), 20_000)
+                draw = testing.Inputs(case.seed, self.device)
+                args = kernel_spec.example_inputs(config, count, draw, case.geometry)
+                test(self.factory(kernel)(*case.args, **case.kwargs), args, case)
+
+            return run
+
+        return decorate
+
     @property
     def wrong_device(self) -> str:
         """A device this backend's kernels must refuse (meta stands in for "not the host" under the interpreter)."""

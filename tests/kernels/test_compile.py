@@ -14,39 +14,18 @@ from typing import Any
 
 import pytest
 import torch
-from hypothesis import given
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from lazyops import testing
-from lazyops.specs import spec
 from lazyops.testing import Case
 from lazyops.testing.block import decoder_block
-
-
-def drawn(kernels, kernel: str, tokens: int = 5):
-    """Decorator: the test runs on a few drawn configurations, as ``(factory's kernel, arguments, case)``."""
-    kernel_spec = spec(kernel)
-
-    def decorate(test):
-        @kernels.settings(host_examples=2, examples=4)
-        @given(case=kernel_spec.cases())
-        def run(case: Case) -> None:
-            config = kernel_spec.configure(*case.args, **case.kwargs)
-            tokens_here = testing.rows(tokens, kernel_spec.token_elements(config, case.geometry), 20_000)
-            draw = testing.Inputs(case.seed, kernels.device)
-            args = kernel_spec.example_inputs(config, tokens_here, draw, case.geometry)
-            test(kernels.factory(kernel)(*case.args, **case.kwargs), args, case)
-
-        return run
-
-    return decorate
 
 
 def test_the_operator_passes_torch_library_opcheck(kernels, kernel):
     """Schema (mutated arguments declared), fake implementation against the real one, dispatch registrations:
     what ``torch.library.opcheck`` verifies of a custom operator."""
 
-    @drawn(kernels, kernel)
+    @kernels.drawn_calls(kernel, tokens=5, host_examples=2, examples=4)
     def check(call: Any, args: tuple[Any, ...], case: Case) -> None:
         from lazyops.specs._ops import config_values
 
@@ -73,7 +52,7 @@ def test_eager_calls_never_go_through_the_dispatcher(kernels, kernel):
     """The dispatcher costs more than a launch should (about 13 µs a call on this CPU): eager calls run the
     backend's kernel directly, and the operator is for tracing only."""
 
-    @drawn(kernels, kernel)
+    @kernels.drawn_calls(kernel, tokens=5, host_examples=2, examples=4)
     def check(call: Any, args: tuple[Any, ...], case: Case) -> None:
         with RecordOperators() as recorded:
             call(*args)

@@ -36,23 +36,6 @@ def test_factory_signature_is_the_spec(kernels, kernel):
     assert testing.signature_mismatch(kernels.factory(kernel), spec(kernel)) is None
 
 
-def drawn_calls(kernels, kernel: str, tokens: int = 6):
-    """Decorator: run the test on a few drawn examples, each as ``(kernel call, good arguments, case)``."""
-    kernel_spec = spec(kernel)
-
-    def decorate(test):
-        @kernels.settings(host_examples=3, examples=5)
-        @given(case=kernel_spec.cases())
-        def run(case: Case) -> None:
-            config = kernel_spec.configure(*case.args, **case.kwargs)
-            args = kernel_spec.example_inputs(config, tokens, testing.Inputs(case.seed, kernels.device), case.geometry)
-            test(kernels.factory(kernel)(*case.args, **case.kwargs), args, case)
-
-        return run
-
-    return decorate
-
-
 def bad_variants(args: tuple[Any, ...], names: tuple[str, ...]) -> dict[str, tuple[Any, ...]]:
     """Calls no kernel may accept, one argument spoilt at a time: a dtype no kernel takes, a wider last dimension
     (a size the factory fixed, or one that disagrees with the other arguments), a non-contiguous layout."""
@@ -74,7 +57,7 @@ def bad_variants(args: tuple[Any, ...], names: tuple[str, ...]) -> dict[str, tup
 def test_bad_calls_are_refused_before_anything_is_written(kernels, kernel):
     names = spec(kernel).inputs
 
-    @drawn_calls(kernels, kernel)
+    @kernels.drawn_calls(kernel)
     def check(call: Any, args: tuple[Any, ...], case: Case) -> None:
         before = [arg.clone() for arg in args]
         for what, bad in bad_variants(args, names).items():
@@ -113,7 +96,7 @@ def test_inputs_that_require_grad_are_refused_unless_grad_mode_is_off(kernels, k
     """The kernels are for inference: no backend records an autograd graph, so none may pretend to. Refused before
     anything is written; under ``no_grad`` and ``inference_mode`` the same call runs."""
 
-    @drawn_calls(kernels, kernel)
+    @kernels.drawn_calls(kernel)
     def check(call: Any, args: tuple[Any, ...], case: Case) -> None:
         floating = [i for i, arg in enumerate(args) if arg.is_floating_point()]
         for index in floating:
@@ -136,7 +119,7 @@ def test_tensors_on_another_kind_of_device_are_refused(kernels, kernel):
     if kernels.backend == "torch":
         pytest.skip("the torch backend runs on any device")
 
-    @drawn_calls(kernels, kernel)
+    @kernels.drawn_calls(kernel)
     def check(call: Any, args: tuple[Any, ...], case: Case) -> None:
         with pytest.raises(KernelInputError):
             call(*(arg.to(kernels.wrong_device) for arg in args))
