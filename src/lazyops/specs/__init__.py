@@ -21,10 +21,16 @@ from lazyops.specs._spec import Example, KernelSpec, RowConfig, Traffic  # no to
 __all__ = ["Example", "KernelSpec", "RowConfig", "Traffic", "has_spec", "kernel_names", "spec"]
 
 
+_kernel_names: tuple[str, ...] | None = None  # the manifest is a file of the installed package: read once
+
+
 def kernel_names() -> tuple[str, ...]:
     """Every kernel lazyops specifies, sorted: the names the torch reference backend declares in its stub."""
-    stub = os.path.join(os.path.dirname(os.path.dirname(__file__)), "_backends", "torch", "__init__.pyi")
-    return tuple(sorted(read_manifest(stub)))
+    global _kernel_names
+    if _kernel_names is None:
+        stub = os.path.join(os.path.dirname(os.path.dirname(__file__)), "_backends", "torch", "__init__.pyi")
+        _kernel_names = tuple(sorted(read_manifest(stub)))
+    return _kernel_names
 
 
 def has_spec(kernel: str) -> bool:
