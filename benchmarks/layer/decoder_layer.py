@@ -42,6 +42,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import functools
 import json
 import math
 import statistics
@@ -314,11 +315,15 @@ class Impl:
 
 
 def implementations(shape: Shape, dtype: Any, backends: dict[str, str | None], compile_rows: bool) -> list[Impl]:
-    impls = [Impl(EAGER, "peer", lambda: torch_ops(shape))]
+    """What to time: each implementation's kernels are built once (a factory call is warm-up), then shared by every
+    workload and by its compiled twin."""
+    natural = functools.cache(lambda: torch_ops(shape))
+    impls = [Impl(EAGER, "peer", natural)]
     if compile_rows:
-        impls.append(Impl(COMPILED, "peer", lambda: torch_ops(shape), compiled=True))
+        impls.append(Impl(COMPILED, "peer", natural, compiled=True))
     for backend, problem in backends.items():
 
+        @functools.cache
         def build(backend: str = backend) -> Ops:
             return lazyops_ops(backend, shape, dtype)
 
@@ -330,8 +335,14 @@ def implementations(shape: Shape, dtype: Any, backends: dict[str, str | None], c
 
 
 def measure_workload(
-    workload: Workload, impls: list[Impl], shape: Shape, dtype: Any, options: argparse.Namespace, say: Any
-) -> list[Row]:
+    workload: Workload,
+    impls: list[Impl],
+    shape: Shape,
+    dtype: Any,
+    options: argparse.Namespace,
+    record: Callable[[Row], None],
+) -> None:
+    """Every implementation at ``workload``: each row, once measured (or failed), goes to ``record``."""
     import torch
 
     from lazyops.testing import TOLERANCE, relative_error
@@ -349,15 +360,13 @@ def measure_workload(
         method = "triton.testing.do_bench median (L2 flushed)"
     else:
         method = f"perf_counter median of {options.repeats} calls (host; no CUDA graphs)"
-    rows = []
     for impl in impls:
         row = Row(workload.name, workload.phase, workload.tokens, impl.name, impl.kind, method)
         if impl.compiled:
             row.note = f"torch.compile(fullgraph={impl.kind == 'lazyops'}, dynamic=False, backend={options.dynamo!r})"
         if impl.ops is None:
             row.error = f"unavailable: {impl.problem}"
-            rows.append(row)
-            say(row)
+            record(row)
             continue
         try:
             with torch.no_grad():
@@ -384,14 +393,16 @@ def measure_workload(
         except Exception as error:  # noqa: BLE001 - one implementation that fails is a row, the others still run
             last = traceback.format_exception_only(type(error), error)[-1].strip()
             row.error = last[:2000]
-        rows.append(row)
-        say(row)
+        record(row)
         release(device)
-    compiled = next((r.us for r in rows if r.impl == COMPILED and r.us), None)
+
+
+def rank(rows: list[Row]) -> None:
+    """Each row's ``vs_compile``: torch.compile's µs at its workload over its own (>1: faster)."""
+    compiled = {r.workload: r.us for r in rows if r.impl == COMPILED and r.us}
     for row in rows:
-        if compiled and row.us:
-            row.vs_compile = compiled / row.us
-    return rows
+        baseline = compiled.get(row.workload)
+        row.vs_compile = baseline / row.us if baseline and row.us else None
 
 
 def float32_reference(shape: Shape, weights: dict[str, Any], inputs: tuple[Any, ...], phase: str, gqa: str) -> Any:
@@ -511,6 +522,7 @@ def render_markdown(rows: list[Row], environment: dict[str, Any], elapsed: float
         f"decode over {shape['context']} cached tokens; bf16; attention `F.scaled_dot_product_attention` "
         f"(GQA: {environment['gqa']}) in every implementation",
         f"- backends: {', '.join(f'{k}: {v}' for k, v in environment['backends'].items())}",
+        *(f"- merged with the rows of `{command}`" for command in environment.get("earlier_commands", [])),
         f"- correct: output and residual within {environment['tolerance']:.1e} (relative error) of the torch eager "
         "layer in float32 on the same inputs",
         "",
@@ -635,6 +647,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--context", type=int, help="cached tokens per sequence at decode (default: 1024)")
     parser.add_argument("--replays", type=int, default=50, help="graph replays per timed round (decode on CUDA)")
     parser.add_argument("--repeats", type=int, default=3, help="calls per median on a CPU")
+    parser.add_argument(
+        "--merge",
+        action="store_true",
+        help="keep the rows of DIR/decoder_layer.json at workloads this run does not measure (a run split over "
+        "several calls, each within a time limit)",
+    )
     return parser.parse_args(argv)
 
 
@@ -675,9 +693,21 @@ def main(argv: list[str] | None = None) -> int:
     impls = implementations(shape, dtype, status, options.compile)
     say = progress_printer()
     rows: list[Row] = []
-    for workload in workloads:
-        rows += measure_workload(workload, impls, shape, dtype, options, say)
+    if options.merge and (out / "decoder_layer.json").exists():
+        earlier = json.loads((out / "decoder_layer.json").read_text())
+        measured = {w.name for w in workloads}
+        rows = [Row(**row) for row in earlier["rows"] if row["workload"] not in measured]
+        before = earlier["environment"]
+        environment["earlier_commands"] = [*before.get("earlier_commands", []), before["command"]]
+
+    def record(row: Row) -> None:  # written after every row: a run cut short by a time limit keeps what it measured
+        rows.append(row)
+        rank(rows)
+        say(row)
         write_results(out, rows, environment, time.perf_counter() - started)
+
+    for workload in workloads:
+        measure_workload(workload, impls, shape, dtype, options, record)
     print(render_markdown(rows, environment, time.perf_counter() - started))
     print(f"results in {out}")
     wrong = [row for row in rows if row.correct is False]
