@@ -94,15 +94,34 @@ def resolve_all() -> tuple[str, ...]:
 class _AddRMSNormKernel(Protocol):
     """What ``add_rmsnorm_tl`` returns (in every backend): the kernel call, positional arguments only."""
 
-    def __call__(self, x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, /) -> torch.Tensor:
-        """``residual[M, n] += x[M, n]`` in place, then ``y[M, n]``: RMSNorm of the sum times ``weight[n]``."""
+    def __call__(
+        self,
+        x: torch.Tensor,
+        residual: torch.Tensor,
+        weight: torch.Tensor,
+        /,
+        *,
+        out: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        """``residual[..., n] += x[..., n]`` in place, then ``y[..., n]``: RMSNorm of the sum times
+        ``weight_offset + weight[n]``; written into ``out`` when given (``out`` may be ``x`` itself).
+        """
 
 
-def add_rmsnorm_tl(n: int, dtype: torch.dtype | str, eps: float = 1e-06) -> _AddRMSNormKernel:
+def add_rmsnorm_tl(
+    n: int,
+    dtype: torch.dtype | str,
+    eps: float = 1e-06,
+    *,
+    weight_dtype: torch.dtype | str | None = None,
+    weight_offset: float = 0.0,
+) -> _AddRMSNormKernel:
     """``residual += x``, then RMSNorm of the sum with ``weight[n]``.
 
-    Returns ``kernel(x[M, n], residual[M, n], weight[n]) -> y[M, n]``; ``residual`` is updated in place to
-    ``x + residual`` (rounded to ``dtype``), the norm is taken of the float32 sum.
+    Returns ``kernel(x[..., n], residual[..., n], weight[n], *, out=None) -> y[..., n]``; ``residual`` is
+    updated in place to ``x + residual`` (rounded to ``dtype``), the norm is taken of the float32 sum.
+    ``weight_dtype`` and ``weight_offset`` are as for ``rmsnorm_tl`` (``weight_offset=1.0``: Gemma). ``out``
+    may be ``x`` itself (vLLM's and FlashInfer's fused add-RMSNorm write the norm over the input).
     """
 
 
@@ -110,15 +129,17 @@ def add_rmsnorm_tl(n: int, dtype: torch.dtype | str, eps: float = 1e-06) -> _Add
 class _GeluAndMulKernel(Protocol):
     """What ``gelu_and_mul_tl`` returns (in every backend): the kernel call, positional arguments only."""
 
-    def __call__(self, x: torch.Tensor, /) -> torch.Tensor:
-        """``y[M, n] = gelu(x[:, :n]) * x[:, n:]`` for ``x[M, 2n]``, in the factory's dtype."""
+    def __call__(self, x: torch.Tensor, /, *, out: torch.Tensor | None = None) -> torch.Tensor:
+        """``y[M, n] = gelu(x[:, :n]) * x[:, n:]`` for ``x[..., 2n]``, in the factory's dtype;
+        written into ``out`` when given.
+        """
 
 
 def gelu_and_mul_tl(n: int, dtype: torch.dtype | str, approximate: str = 'none') -> _GeluAndMulKernel:
     """The gate of a GeGLU MLP: ``x[M, 2n]`` holds the gate then the up projection.
 
-    Returns ``kernel(x[M, 2n]) -> y[M, n] = gelu(x[:, :n], approximate) * x[:, n:]`` in ``dtype``; the math
-    runs in float32. ``approximate`` is ``"none"`` (the erf form) or ``"tanh"``, as in
+    Returns ``kernel(x[..., 2n], *, out=None) -> y[..., n] = gelu(x[..., :n], approximate) * x[..., n:]`` in
+    ``dtype``; the math runs in float32. ``approximate`` is ``"none"`` (the erf form) or ``"tanh"``, as in
     ``torch.nn.functional.gelu``.
     """
 
@@ -127,14 +148,17 @@ def gelu_and_mul_tl(n: int, dtype: torch.dtype | str, approximate: str = 'none')
 class _MatmulKernel(Protocol):
     """What ``matmul_tl`` returns (in every backend): the kernel call, positional arguments only."""
 
-    def __call__(self, a: torch.Tensor, b: torch.Tensor, /) -> torch.Tensor:
-        """``c[M, n] = a[M, k] @ b[k, n]``, accumulated in float32, in the factory's dtype."""
+    def __call__(self, a: torch.Tensor, b: torch.Tensor, /, *, out: torch.Tensor | None = None) -> torch.Tensor:
+        """``c[..., n] = a[..., k] @ b[k, n]``, accumulated in float32, in the factory's dtype; written into
+        ``out`` when given.
+        """
 
 
 def matmul_tl(n: int, k: int, dtype: torch.dtype | str) -> _MatmulKernel:
     """A GEMM with the weight's shape fixed: ``a[M, k] @ b[k, n]``.
 
-    Returns ``kernel(a[M, k], b[k, n]) -> c[M, n]`` in ``dtype``; products accumulate in float32.
+    Returns ``kernel(a[..., k], b[k, n], *, out=None) -> c[..., n]`` in ``dtype``; products accumulate in
+    float32. ``a`` may have any leading dimensions and strided rows.
     """
 
 
@@ -142,14 +166,26 @@ def matmul_tl(n: int, k: int, dtype: torch.dtype | str) -> _MatmulKernel:
 class _RMSNormKernel(Protocol):
     """What ``rmsnorm_tl`` returns (in every backend): the kernel call, positional arguments only."""
 
-    def __call__(self, x: torch.Tensor, weight: torch.Tensor, /) -> torch.Tensor:
-        """``y[M, n] = x / sqrt(mean(x**2) + eps) * weight[n]`` for ``x[M, n]``, in the factory's dtype."""
+    def __call__(self, x: torch.Tensor, weight: torch.Tensor, /, *, out: torch.Tensor | None = None) -> torch.Tensor:
+        """``y[..., n] = x / sqrt(mean(x**2) + eps) * (weight_offset + weight[n])`` for ``x[..., n]``, in the
+        factory's dtype; written into ``out`` when given (``out`` may be ``x`` itself).
+        """
 
 
-def rmsnorm_tl(n: int, dtype: torch.dtype | str, eps: float = 1e-06) -> _RMSNormKernel:
-    """RMSNorm over the last dimension of ``x[M, n]`` with a learned ``weight[n]``.
+def rmsnorm_tl(
+    n: int,
+    dtype: torch.dtype | str,
+    eps: float = 1e-06,
+    *,
+    weight_dtype: torch.dtype | str | None = None,
+    weight_offset: float = 0.0,
+) -> _RMSNormKernel:
+    """RMSNorm over the last dimension of ``x[..., n]`` with a learned ``weight[n]``.
 
-    Returns ``kernel(x[M, n], weight[n]) -> y[M, n]`` in ``dtype``; the math runs in float32.
+    Returns ``kernel(x[..., n], weight[n], *, out=None) -> y[..., n]`` in ``dtype``; the math runs in float32.
+    ``weight`` is in ``weight_dtype`` (default: ``dtype``; float32 for Gemma-style checkpoints) and scales as
+    ``weight_offset + weight`` (``weight_offset=1.0`` is Gemma's RMSNorm). ``x`` may have any leading
+    dimensions and strided rows; ``out`` (same shape, ``dtype``) may be ``x`` itself.
     """
 
 
@@ -165,7 +201,8 @@ class _RopeKernel(Protocol):
         cos_sin_cache: torch.Tensor,
         /,
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """Rotate ``query[M, Hq*head_dim]`` and ``key[M, Hk*head_dim]`` in place at ``positions[M]``; returns them.
+        """Rotate ``query[*T, Hq*head_dim]`` and ``key[*T, Hk*head_dim]`` (or ``[*T, H, head_dim]``) in place at
+        ``positions[*T]``; returns them. Both may be views of one packed ``qkv`` buffer (strided rows).
 
         ``cos_sin_cache[P, r]``: each row ``r/2`` cosines then ``r/2`` sines; the first ``r`` features of every
         head are rotated.
@@ -178,6 +215,10 @@ def rope_tl(head_dim: int, dtype: torch.dtype | str, is_neox: bool = True) -> _R
     Returns ``kernel(positions[M], query[M, Hq*head_dim], key[M, Hk*head_dim], cos_sin_cache[P, r])
     -> (query, key)``. A cache row holds ``r/2`` cosines then ``r/2`` sines; ``is_neox`` rotates the two halves
     of the rotary features, otherwise interleaved pairs (GPT-J style). The math runs in float32.
+
+    The token dimensions may be any ``*T`` (``positions[batch, seq]``), the heads may be a dimension of their
+    own (``query[*T, Hq, head_dim]``), and ``query`` and ``key`` may be row-strided views, as the slices of
+    a packed ``qkv[M, (Hq + 2 Hk) * head_dim]`` are: they are rotated where they lie, nothing is copied.
     """
 
 
@@ -185,14 +226,17 @@ def rope_tl(head_dim: int, dtype: torch.dtype | str, is_neox: bool = True) -> _R
 class _SiluAndMulKernel(Protocol):
     """What ``silu_and_mul_tl`` returns (in every backend): the kernel call, positional arguments only."""
 
-    def __call__(self, x: torch.Tensor, /) -> torch.Tensor:
-        """``y[M, n] = silu(x[:, :n]) * x[:, n:]`` for ``x[M, 2n]``, in the factory's dtype."""
+    def __call__(self, x: torch.Tensor, /, *, out: torch.Tensor | None = None) -> torch.Tensor:
+        """``y[M, n] = silu(x[:, :n]) * x[:, n:]`` for ``x[..., 2n]``, in the factory's dtype;
+        written into ``out`` when given.
+        """
 
 
 def silu_and_mul_tl(n: int, dtype: torch.dtype | str) -> _SiluAndMulKernel:
-    """The gate of a SwiGLU MLP: ``x[M, 2n]`` holds the gate then the up projection.
+    """The gate of a SwiGLU MLP: ``x[..., 2n]`` holds the gate then the up projection.
 
-    Returns ``kernel(x[M, 2n]) -> y[M, n] = silu(x[:, :n]) * x[:, n:]`` in ``dtype``; the math runs in float32.
+    Returns ``kernel(x[..., 2n], *, out=None) -> y[..., n] = silu(x[..., :n]) * x[..., n:]`` in ``dtype``; the
+    math runs in float32.
     """
 
 
@@ -200,13 +244,16 @@ def silu_and_mul_tl(n: int, dtype: torch.dtype | str) -> _SiluAndMulKernel:
 class _SoftmaxKernel(Protocol):
     """What ``softmax_tl`` returns (in every backend): the kernel call, positional arguments only."""
 
-    def __call__(self, x: torch.Tensor, /) -> torch.Tensor:
-        """``y[M, n] = softmax(x[M, n])`` over the last dimension, in the factory's dtype; ``M`` may vary."""
+    def __call__(self, x: torch.Tensor, /, *, out: torch.Tensor | None = None) -> torch.Tensor:
+        """``y[..., n] = softmax(x[..., n])`` over the last dimension, in the factory's dtype; written into ``out``
+        when given (``out`` may be ``x`` itself).
+        """
 
 
 def softmax_tl(n: int, dtype: torch.dtype | str) -> _SoftmaxKernel:
     """Softmax over the last dimension of ``x[M, n]``.
 
-    Returns ``kernel(x[M, n]) -> y[M, n]`` in ``dtype``; the math runs in float32. ``-inf`` logits get 0, and
-    a row that is all ``-inf`` gives NaN, as ``torch.softmax`` does.
+    Returns ``kernel(x[..., n], *, out=None) -> y[..., n]`` in ``dtype``; the math runs in float32. ``-inf``
+    logits get 0, and a row that is all ``-inf`` gives NaN, as ``torch.softmax`` does. ``x`` may have any
+    leading dimensions and strided rows; ``out`` may be ``x`` itself.
     """

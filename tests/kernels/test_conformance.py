@@ -25,7 +25,7 @@ def test_kernel_matches_the_float64_reference(kernels, kernel):
     factory = kernels.factory(kernel)
 
     @kernels.settings()
-    @given(case=spec(kernel).cases())
+    @given(case=testing.strategies.cases(kernel))
     def check(case: Case) -> None:
         check_case(factory, case, device=kernels.device, max_elements=kernels.max_elements)
 
@@ -41,6 +41,7 @@ def bad_variants(args: tuple[Any, ...], names: tuple[str, ...]) -> dict[str, tup
     (a size the factory fixed, or one that disagrees with the other arguments), a non-contiguous layout."""
     variants = {}
     for index, (name, tensor) in enumerate(zip(names, args)):
+
         def spoilt(value: Any) -> tuple[Any, ...]:
             return (*args[:index], value, *args[index + 1 :])
 
@@ -75,7 +76,7 @@ def test_bad_factory_arguments_are_refused(kernels, kernel):
     factory = kernels.factory(kernel)
 
     @kernels.settings(host_examples=3, examples=3)
-    @given(case=spec(kernel).cases())
+    @given(case=testing.strategies.cases(kernel))
     def check(case: Case) -> None:
         for index, arg in enumerate(case.args):
             if isinstance(arg, torch.dtype):
@@ -106,7 +107,9 @@ def test_inputs_that_require_grad_are_refused_unless_grad_mode_is_off(kernels, k
             before = [arg.detach().clone() for arg in needing_grad]
             with pytest.raises(KernelInputError, match="inference_mode"):
                 call(*needing_grad)
-            assert all(torch.equal(a.detach(), b) for a, b in zip(needing_grad, before)), f"{case}: a refused call wrote"
+            assert all(torch.equal(a.detach(), b) for a, b in zip(needing_grad, before)), (
+                f"{case}: a refused call wrote"
+            )
             with torch.no_grad():
                 call(*needing_grad)
         with torch.inference_mode():

@@ -15,8 +15,11 @@ def test_completing_a_prefix_offers_the_kernel_with_its_factory_signature_and_do
     completions = jedi.Script("import lazyops\nlazyops.rms").complete()
     assert [c.name for c in completions] == ["rmsnorm_tl"]
     (signature,) = completions[0].get_signatures()
-    assert [p.name for p in signature.params] == ["n", "dtype", "eps"]
-    assert signature.to_string() == "rmsnorm_tl(n: int, dtype: torch.dtype | str, eps: float=1e-06) -> _RMSNormKernel"
+    assert [p.name for p in signature.params] == ["n", "dtype", "eps", "weight_dtype", "weight_offset"]
+    assert signature.to_string() == (
+        "rmsnorm_tl(n: int, dtype: torch.dtype | str, eps: float=1e-06, *, weight_dtype: torch.dtype | str | None=None, "
+        "weight_offset: float=0.0) -> _RMSNormKernel"
+    )
     assert "RMSNorm over the last dimension" in completions[0].docstring()
 
 

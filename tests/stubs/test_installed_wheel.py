@@ -128,8 +128,11 @@ def test_jedi_completes_kernels_with_their_signatures_from_the_installed_wheel(i
     assert [c.name for c in completions] == ["rmsnorm_tl"]
     assert completions[0].module_path == installed_wheel.site_packages / "lazyops" / "__init__.pyi"
     (signature,) = completions[0].get_signatures()
-    assert [p.name for p in signature.params] == ["n", "dtype", "eps"]
-    assert signature.to_string() == "rmsnorm_tl(n: int, dtype: torch.dtype | str, eps: float=1e-06) -> _RMSNormKernel"
+    assert [p.name for p in signature.params] == ["n", "dtype", "eps", "weight_dtype", "weight_offset"]
+    assert signature.to_string() == (
+        "rmsnorm_tl(n: int, dtype: torch.dtype | str, eps: float=1e-06, *, weight_dtype: torch.dtype | str | None=None, "
+        "weight_offset: float=0.0) -> _RMSNormKernel"
+    )
 
 
 def test_every_kernel_is_in_the_installed_stub(installed_wheel: InstalledWheel):

@@ -72,23 +72,102 @@ def check_tensor(
     dtype: torch.dtype | tuple[torch.dtype, ...],
     device: torch.device | None = None,
 ) -> None:
-    """Check one tensor argument of a kernel call.
+    """Check one tensor argument of a kernel call that is not indexed by token: a weight, a cache, positions.
 
-    ``shape`` holds ints for sizes fixed by the factory and strings for sizes that may vary ("M"); a string that
-    repeats across calls must be checked by the caller (see :func:`same_size`). The tensor must be contiguous:
-    the kernels index rows by their width, so a strided view would be read wrongly, not merely slowly.
+    ``shape`` holds ints for sizes fixed by the factory and strings for sizes that may vary; a string that
+    repeats across arguments must be checked by the caller (see :func:`same_size`). The tensor must be contiguous:
+    the kernels index it densely. Token-indexed tensors (activations) take :func:`check_rows` instead.
 
     On the hot path of every kernel call: the accepting path is a handful of attribute reads and comparisons,
     and everything that formats a message runs only once a check has failed.
     """
-    if not isinstance(tensor, _tensor_type()):
-        raise KernelInputError(f"{kernel}: {arg} must be a torch.Tensor, got {type(tensor).__name__}")
+    check_kind(kernel, arg, tensor, dtype, device)
     sizes = tensor.shape
     if len(sizes) != len(shape):
         _wrong_shape(kernel, arg, sizes, shape)
     for got, want in zip(sizes, shape, strict=True):
         if got != want and type(want) is int:
             _wrong_shape(kernel, arg, sizes, shape)
+    if not tensor.is_contiguous():
+        raise KernelInputError(
+            f"{kernel}: {arg} is not contiguous (strides {tensor.stride()}); pass {arg}.contiguous()"
+        )
+
+
+def check_rows(
+    kernel: str,
+    arg: str,
+    tensor: Any,
+    *,
+    width: int | None,
+    dtype: torch.dtype | tuple[torch.dtype, ...],
+    device: torch.device | None = None,
+    lead: int | None = None,
+) -> None:
+    """Check a token-indexed tensor ``[..., width]``: rows of ``width`` features under any leading dimensions.
+
+    What engines pass: a ``[M, n]`` activation, a ``[batch, heads, head_dim]`` one (per-head QK-norm), or a
+    view sliced out of a packed buffer (``qkv[:, :q_size]``), whose rows are strided. The last dimension must be
+    contiguous and the leading ones must collapse into one row index with one row stride (so that the tensor is
+    ``[rows, width]`` without a copy); rows must not overlap. ``width=None`` leaves the width to the caller;
+    ``lead`` fixes the number of leading dimensions (rope's query follows its positions').
+    """
+    check_kind(kernel, arg, tensor, dtype, device)
+    sizes = tensor.shape
+    if len(sizes) < 2 or (lead is not None and len(sizes) != lead + 1):
+        want = "[..., " if lead is None else "[" + "T, " * lead
+        raise KernelInputError(
+            f"{kernel}: {arg} has shape {tuple(sizes)}; expected {want}{width if width is not None else 'n'}] "
+            "(leading token dimensions, then the features)"
+        )
+    if width is not None and sizes[-1] != width:
+        raise KernelInputError(
+            f"{kernel}: {arg} has shape {tuple(sizes)}; its last dimension must be {width} (the factory's width)"
+        )
+    if row_stride(sizes, tensor.stride()) is None:
+        raise KernelInputError(
+            f"{kernel}: {arg} of shape {tuple(sizes)} has strides {tensor.stride()}: the kernels take rows whose "
+            "features are contiguous (last stride 1), leading dimensions that collapse into one row stride, and "
+            f"rows that do not overlap; pass {arg}.contiguous()"
+        )
+
+
+def row_stride(sizes: Any, strides: Any) -> int | None:
+    """The element stride between consecutive rows of a ``[..., width]`` layout, or None when it has none.
+
+    Size-1 dimensions say nothing about layout and are skipped; with no row dimension left the answer is the
+    width (one row, or none).
+    """
+    width = sizes[-1]
+    if width > 1 and strides[-1] != 1:
+        return None
+    stride = None
+    expected = None
+    for size, step in zip(reversed(sizes[:-1]), reversed(strides[:-1]), strict=True):
+        if size == 1:
+            continue
+        if stride is None:
+            stride = expected = step
+        if step != expected:
+            return None
+        expected = step * size
+    if stride is None:
+        return int(width)
+    return stride if stride >= width else None
+
+
+def rows_of(tensor: torch.Tensor) -> torch.Tensor:
+    """``tensor[..., w]`` as the ``[rows, w]`` view a launch indexes (itself when already 2-D)."""
+    if tensor.dim() == 2:
+        return tensor
+    return tensor.view(-1, tensor.shape[-1])
+
+
+def check_kind(
+    kernel: str, arg: str, tensor: Any, dtype: torch.dtype | tuple[torch.dtype, ...], device: torch.device | None
+) -> None:
+    if not isinstance(tensor, _tensor_type()):
+        raise KernelInputError(f"{kernel}: {arg} must be a torch.Tensor, got {type(tensor).__name__}")
     found = tensor.dtype
     if found is not dtype and (type(dtype) is not tuple or found not in dtype):
         allowed = dtype if isinstance(dtype, tuple) else (dtype,)
@@ -100,10 +179,77 @@ def check_tensor(
         raise KernelInputError(
             f"{kernel}: {arg} is on {tensor.device}; expected {device}, where the other arguments are"
         )
-    if not tensor.is_contiguous():
+
+
+def same_leading(kernel: str, first: str, tensor: Any, other: str, tensor_other: Any) -> None:
+    """Two token-indexed tensors agree on their leading (token) dimensions."""
+    if tensor.shape[:-1] != tensor_other.shape[:-1]:
         raise KernelInputError(
-            f"{kernel}: {arg} is not contiguous (strides {tensor.stride()}); pass {arg}.contiguous()"
+            f"{kernel}: {first} has shape {tuple(tensor.shape)} and {other} {tuple(tensor_other.shape)}; their "
+            "leading (token) dimensions must be equal"
         )
+
+
+def span(tensor: torch.Tensor) -> tuple[int, int]:
+    """The byte range ``[start, end)`` a tensor's elements lie in."""
+    start = tensor.data_ptr()
+    if tensor.numel() == 0:
+        return start, start
+    last = sum((size - 1) * step for size, step in zip(tensor.shape, tensor.stride(), strict=True))
+    return start, start + (last + 1) * tensor.element_size()
+
+
+def same_view(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """``a`` and ``b`` are the same elements in the same order (one tensor passed twice, or two equal views)."""
+    return a.data_ptr() == b.data_ptr() and a.shape == b.shape and a.stride() == b.stride() and a.dtype == b.dtype
+
+
+def overlap(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Whether ``a`` and ``b`` share an element. Exact for row-strided views with one row stride (the slices of a
+    packed ``qkv`` buffer do not overlap although their byte ranges interleave); otherwise by byte range, which
+    may refuse two interleaved views that do not in fact share an element.
+
+    Tensors without memory (meta tensors, the fake tensors ``torch.compile`` traces with) share none: their
+    aliasing is the compiler's to track, from the operator's schema.
+    """
+    if a.device.type == "meta" or b.device.type == "meta":
+        return False
+    try:
+        a_start, a_end = span(a)
+        b_start, b_end = span(b)
+    except (RuntimeError, NotImplementedError):  # a fake tensor has no data pointer
+        return False
+    if a_end <= b_start or b_end <= a_start:
+        return False
+    if a.element_size() != b.element_size():
+        return True
+    a_rows, b_rows = _row_form(a), _row_form(b)
+    if a_rows is None or b_rows is None or a_rows[0] != b_rows[0]:
+        return True
+    # Same row stride S: within the period of S elements, a row of each covers an arc; they share an element iff
+    # the arcs intersect.
+    size = a.element_size()
+    period = a_rows[0] * size
+    return _arcs_intersect(a_start % period, a_rows[1] * size, b_start % period, b_rows[1] * size, period)
+
+
+def _row_form(tensor: torch.Tensor) -> tuple[int, int] | None:
+    """``(row stride, row width)`` in elements when ``tensor`` is rows of contiguous elements one stride apart (its
+    trailing dimensions dense, the leading ones collapsing into one row index), else None."""
+    sizes, strides = tensor.shape, tensor.stride()
+    width, split = 1, len(sizes)
+    while split > 0 and (sizes[split - 1] == 1 or strides[split - 1] == width):
+        width *= sizes[split - 1]
+        split -= 1
+    if split == 0:
+        return None  # one dense block: the byte range was exact
+    stride = row_stride((*sizes[:split], width), (*strides[:split], 1))
+    return None if stride is None else (stride, width)
+
+
+def _arcs_intersect(a: int, a_len: int, b: int, b_len: int, period: int) -> bool:
+    d = (b - a) % period
+    return d < a_len or (period - d) < b_len
 
 
 def _wrong_shape(kernel: str, arg: str, sizes: Any, shape: tuple[int | str, ...]) -> None:

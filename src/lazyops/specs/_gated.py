@@ -17,15 +17,16 @@ class GatedSpec(KernelSpec):
     """A gated activation's contract; subclasses give ``configure`` (with ``n`` and ``dtype``) and ``activation``."""
 
     inputs = ("x",)
+    row_inputs = ("x",)
 
     def activation(self, config: Any, gate: torch.Tensor) -> torch.Tensor:
         raise NotImplementedError
 
     def check(self, config: Any, x: Any) -> None:
-        checks.check_tensor(config.label, "x", x, shape=("M", 2 * config.n), dtype=config.dtype)
+        checks.check_rows(config.label, "x", x, width=2 * config.n, dtype=config.dtype)
 
-    def output(self, config: Any, x: torch.Tensor) -> torch.Tensor:
-        return x.new_empty((x.shape[0], config.n))
+    def out_shape(self, config: Any, x: Any) -> tuple[int, ...]:
+        return (*x.shape[:-1], config.n)
 
     def reference(self, config: Any, x: torch.Tensor) -> tuple[torch.Tensor]:  # type: ignore[override]
         n = config.n

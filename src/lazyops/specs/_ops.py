@@ -10,6 +10,9 @@ backend, third-party ones included, is registered once as ``lazyops_<backend>::<
 - a real implementation that builds (once per configuration) and calls the backend's kernel;
 - a fake implementation that runs the spec's checks on the fake tensors and returns an empty output.
 
+A kernel that returns a new tensor has a second operator, ``<kernel>_out``, for calls given ``out=``: it writes
+``out`` (declared mutated) and returns nothing, since an operator may not return an alias of its argument.
+
 The eager path never goes through it: the dispatcher adds 16 to 42 µs a call on a 2-core CPU
 (``benchmarks/dispatcher_cost.py``), more than a whole kernel launch should cost. The kernel routes through the
 operator only while ``torch.compiler.is_compiling()``.
@@ -31,7 +34,7 @@ _SCHEMA_TYPES = {bool: "bool", int: "int", float: "float", str: "str"}
 
 _lock = threading.Lock()
 _libraries: dict[str, Any] = {}
-_registered: dict[tuple[str, str], Callable[..., Any]] = {}
+_registered: dict[tuple[str, str], tuple[Callable[..., Any], Callable[..., Any] | None]] = {}
 #: kernels built by the factories, by (backend, kernel, configuration values): what the operator calls
 _kernels: dict[tuple[Any, ...], Callable[..., Any]] = {}
 
@@ -55,12 +58,15 @@ def static_fields(config: Any) -> list[str]:
     return [field.name for field in dataclasses.fields(config) if field.name != "label"]
 
 
-def schema(spec: KernelSpec, config: Any) -> str:
-    """``rmsnorm(Tensor x, Tensor weight, int n, ScalarType dtype, float eps) -> Tensor``."""
+def schema(spec: KernelSpec, config: Any, *, with_out: bool = False) -> str:
+    """``rmsnorm(Tensor x, Tensor weight, int n, ScalarType dtype, float eps) -> Tensor``; with ``with_out``,
+    ``rmsnorm_out(Tensor x, Tensor weight, Tensor(a!) out, ...) -> ()``."""
     import torch
 
     aliases = iter("abcdefghijklmnopqrstuvwxyz")
     tensors = [f"Tensor({next(aliases)}!) {name}" if name in spec.mutates else f"Tensor {name}" for name in spec.inputs]
+    if with_out:
+        tensors.append(f"Tensor({next(aliases)}!) out")
     scalars = []
     for name in static_fields(config):
         value = getattr(config, name)
@@ -68,8 +74,9 @@ def schema(spec: KernelSpec, config: Any) -> str:
         if kind is None:
             raise TypeError(f"{spec.name}: config field {name}={value!r} has no operator schema type")
         scalars.append(f"{kind} {name}")
-    returns = "Tensor" if spec.returns == "out" else "()"
-    return f"{stem(spec)}({', '.join(tensors + scalars)}) -> {returns}"
+    returns = "Tensor" if spec.returns == "out" and not with_out else "()"
+    name = stem(spec) + ("_out" if with_out else "")
+    return f"{name}({', '.join(tensors + scalars)}) -> {returns}"
 
 
 def stem(spec: KernelSpec) -> str:
@@ -80,13 +87,14 @@ def config_values(config: Any) -> tuple[Any, ...]:
     return tuple(getattr(config, name) for name in static_fields(config))
 
 
-def operator(
+def operators(
     spec: KernelSpec, backend: str, config: Any, kernel: Callable[..., Any], build: Callable[[Any], Callable[..., Any]]
-) -> Callable[..., Any]:
-    """The registered operator of ``spec`` in ``backend`` (registered on first request; idempotent).
+) -> tuple[Callable[..., Any], Callable[..., Any] | None]:
+    """The registered operators of ``spec`` in ``backend``: the kernel's, and (for a kernel that returns a new
+    tensor) its ``out=`` form; registered on first request, idempotent.
 
-    ``kernel`` is the checked kernel the factory just built for ``config``: the operator's real implementation
-    calls it for that configuration. ``build(config)`` makes one for a configuration no factory call built in this
+    ``kernel`` is the checked kernel the factory just built for ``config``: the operators' real implementations
+    call it for that configuration. ``build(config)`` makes one for a configuration no factory call built in this
     process (a graph exported elsewhere, say).
     """
     key = (backend, spec.name)
@@ -102,6 +110,7 @@ def operator(
             library = _libraries[namespace] = torch.library.Library(namespace, "FRAGMENT")
         names = static_fields(config)
         count = len(spec.inputs)
+        returns_out = spec.returns == "out"
 
         def kernel_for(values: tuple[Any, ...]) -> Callable[..., Any]:
             built = _kernels.get((backend, spec.name, values))
@@ -115,17 +124,30 @@ def operator(
 
         def real(*args: Any) -> Any:
             result = kernel_for(tuple(args[count:]))(*args[:count])
-            return result if spec.returns == "out" else None
+            return result if returns_out else None
 
         def fake(*args: Any) -> Any:
             tensors, values = args[:count], args[count:]
             config_of_call = spec.configure(**dict(zip(names, values, strict=True)))
             spec.check(config_of_call, *tensors)
-            return spec.output(config_of_call, *tensors) if spec.returns == "out" else None
+            return spec.output(config_of_call, *tensors) if returns_out else None
 
-        library.define(schema(spec, config))
-        library.impl(stem(spec), real, "CompositeExplicitAutograd")
-        torch.library.register_fake(f"{namespace}::{stem(spec)}", fake, lib=library)
-        op: Callable[..., Any] = getattr(getattr(torch.ops, namespace), stem(spec)).default
-        _registered[key] = op
-        return op
+        def real_out(*args: Any) -> None:
+            kernel_for(tuple(args[count + 1 :]))(*args[:count], out=args[count])
+
+        def fake_out(*args: Any) -> None:
+            tensors, out, values = args[:count], args[count], args[count + 1 :]
+            config_of_call = spec.configure(**dict(zip(names, values, strict=True)))
+            spec.check(config_of_call, *tensors)
+            spec.check_out(config_of_call, out, *tensors)
+
+        def register(name: str, with_out: bool, implementation: Any, fake_implementation: Any) -> Any:
+            library.define(schema(spec, config, with_out=with_out))
+            library.impl(name, implementation, "CompositeExplicitAutograd")
+            torch.library.register_fake(f"{namespace}::{name}", fake_implementation, lib=library)
+            return getattr(getattr(torch.ops, namespace), name).default
+
+        op = register(stem(spec), False, real, fake)
+        op_out = register(stem(spec) + "_out", True, real_out, fake_out) if returns_out else None
+        _registered[key] = (op, op_out)
+        return op, op_out

@@ -80,8 +80,15 @@ class KernelSpec:
     name: ClassVar[str]
     #: the kernel call's positional parameters
     inputs: ClassVar[tuple[str, ...]]
+    #: inputs indexed by token: ``[..., width]`` with any leading dimensions and strided rows (see
+    #: ``_checks.check_rows``); a launch receives them as ``[rows, width]`` views
+    row_inputs: ClassVar[tuple[str, ...]] = ()
+    #: how many dimensions each of :attr:`row_inputs` has as a launch receives it (2: ``[rows, width]``)
+    flat_ranks: ClassVar[tuple[int, ...] | None] = None
     #: inputs the call updates in place
     mutates: ClassVar[tuple[str, ...]] = ()
+    #: inputs that ``out=`` may be (the very same view): where the math reads each element before writing it
+    out_aliases: ClassVar[tuple[str, ...]] = ()
     #: what :meth:`reference` returns, in order
     results: ClassVar[tuple[str, ...]] = ("out",)
     returns: ClassVar[str | tuple[str, ...]] = "out"
@@ -131,6 +138,8 @@ class KernelSpec:
         *,
         device_type: str | None = None,
         backend: str | None = None,
+        strided_rows: bool = False,
+        writes_out: bool = False,
     ) -> Any:
         """Decorator: ``build(config) -> launch`` becomes the public factory of this kernel.
 
@@ -141,22 +150,38 @@ class KernelSpec:
         While ``torch.compile`` traces, the kernel is the custom operator ``lazyops_<backend>::<kernel>`` instead
         (see ``lazyops.specs._ops``); ``backend`` defaults to the backend package the module belongs to. The
         factory keeps ``build``'s module and takes the spec's name, so it pickles by reference.
+
+        What the launch receives is always two-dimensional: each token-indexed input as a ``[rows, width]`` view.
+        Two flags say how much of the calling conventions the launch serves itself; for what it does not, the
+        kernel adapts the call, at the cost of a copy, so that a half-finished port still runs every call:
+
+        - ``strided_rows``: it indexes rows by their stride (``x.stride(0)``), so views of packed buffers reach it
+          as they are. Without it, such a view is copied to a contiguous tensor (and copied back if written).
+        - ``writes_out``: it is ``launch(*inputs, out)`` and writes the result into ``out`` (a ``[rows, width]``
+          view, allocated by the kernel when the caller passed none). Without it, ``launch(*inputs)`` returns a
+          new tensor, copied into the caller's ``out=`` when one was given.
         """
         if build is None:
-            return functools.partial(self.implementation, device_type=device_type, backend=backend)
+            return functools.partial(
+                self.implementation,
+                device_type=device_type,
+                backend=backend,
+                strided_rows=strided_rows,
+                writes_out=writes_out,
+            )
         from lazyops.specs import _ops
 
         spec = self
         owner = backend or _ops.backend_of_module(build.__module__)
 
         def checked(config: Any) -> Callable[..., Any]:
-            return spec.guarded(config, build(config), device_type)
+            return spec.guarded(config, build(config), device_type, strided_rows=strided_rows, writes_out=writes_out)
 
         def factory(*args: Any, **kwargs: Any) -> Any:
             config = spec.configure(*args, **kwargs)
             kernel = checked(config)
-            operator = _ops.operator(spec, owner, config, kernel, checked)
-            return spec.traceable(config, kernel, operator)
+            operators = _ops.operators(spec, owner, config, kernel, checked)
+            return spec.traceable(config, kernel, *operators)
 
         factory.__name__ = factory.__qualname__ = self.name
         factory.__module__ = build.__module__
@@ -165,6 +190,7 @@ class KernelSpec:
         factory.__annotations__ = dict(type(self).configure.__annotations__, **{"return": self.kernel_type})
         factory.lazyops_spec = self  # type: ignore[attr-defined]
         factory.lazyops_backend = owner  # type: ignore[attr-defined]
+        factory.lazyops_conventions = {"strided_rows": strided_rows, "writes_out": writes_out}  # type: ignore[attr-defined]
         return factory
 
     def signature(self) -> inspect.Signature:
@@ -172,58 +198,176 @@ class KernelSpec:
         signature = inspect.signature(self.configure, eval_str=True)
         return signature.replace(return_annotation=self.kernel_type)
 
-    def output(self, config: Any, *args: Any) -> Any:
-        """An empty tensor shaped, typed and placed as the kernel's returned one (for ``returns == "out"``)."""
+    def out_shape(self, config: Any, *args: Any) -> tuple[int, ...]:
+        """The shape of the tensor the kernel returns (for ``returns == "out"``), from the call's arguments."""
         raise NotImplementedError
 
-    def guarded(self, config: Any, launch: Callable[..., Any], device_type: str | None) -> Callable[..., Any]:
-        """The eager kernel: the spec's checks, then the backend's launch, which is never called without tokens (the
-        token count is the first input's leading size): a call with none returns an empty output, or its in-place
-        arguments, untouched."""
+    def out_dtype(self, config: Any) -> torch.dtype:
+        """The dtype of the tensor the kernel returns: the factory's, unless the kernel converts (fp8 outputs)."""
+        dtype: torch.dtype = config.dtype
+        return dtype
+
+    def output(self, config: Any, *args: Any) -> torch.Tensor:
+        """An empty (contiguous) tensor shaped, typed and placed as the kernel's returned one."""
+        empty: torch.Tensor = args[0].new_empty(self.out_shape(config, *args), dtype=self.out_dtype(config))
+        return empty
+
+    def rows(self, config: Any, *args: Any) -> tuple[Any, ...]:
+        """The call's arguments as a launch receives them: each token-indexed input as a ``[rows, width]`` view."""
+        from lazyops.specs._checks import rows_of
+
+        return tuple(
+            rows_of(arg) if name in self.row_inputs else arg for name, arg in zip(self.inputs, args, strict=True)
+        )
+
+    def check_out(self, config: Any, out: Any, *args: Any) -> None:
+        """Refuse an ``out=`` the kernel cannot write: its shape, dtype, device and layout, and any overlap with an
+        input other than an exact alias the math allows (:attr:`out_aliases`)."""
+        from lazyops.specs import _checks as checks
+
+        label = config.label
+        expected = self.out_shape(config, *args)
+        checks.check_rows(label, "out", out, width=None, dtype=self.out_dtype(config), device=args[0].device)
+        if tuple(out.shape) != tuple(expected):
+            raise KernelInputError(
+                f"{label}: out has shape {tuple(out.shape)}; this call writes {tuple(expected)} (pass out=None to "
+                "have the kernel allocate it)"
+            )
+        for name, arg in zip(self.inputs, args, strict=True):
+            if checks.overlap(out, arg):
+                if name in self.out_aliases and checks.same_view(out, arg):
+                    continue
+                allowed = f"; it may be {name} itself" if name in self.out_aliases else ""
+                raise KernelInputError(
+                    f"{label}: out overlaps {name} in memory{allowed}; the kernel would read what it has already "
+                    "written: pass a separate buffer"
+                )
+
+    def check_aliasing(self, config: Any, *args: Any) -> None:
+        """Refuse a call whose in-place inputs share memory with another input (rope's query and key are two
+        slices of one packed buffer: distinct rows of it are fine, the same elements are not)."""
+        from lazyops.specs import _checks as checks
+
+        for written in self.mutates:
+            tensor = args[self.inputs.index(written)]
+            for name, arg in zip(self.inputs, args, strict=True):
+                if name != written and checks.overlap(tensor, arg):
+                    raise KernelInputError(
+                        f"{config.label}: {written} overlaps {name} in memory; {written} is written in place, so "
+                        "they must not share elements: pass separate tensors"
+                    )
+
+    def guarded(
+        self,
+        config: Any,
+        launch: Callable[..., Any],
+        device_type: str | None,
+        *,
+        strided_rows: bool = False,
+        writes_out: bool = False,
+    ) -> Callable[..., Any]:
+        """The eager kernel: the spec's checks, then the backend's launch, which is never called without tokens (a
+        call with none returns an empty output, or its in-place arguments, untouched). See :meth:`implementation`
+        for the two flags."""
         import torch
 
         check = self.check
+        check_out = self.check_out
+        check_aliasing = self.check_aliasing if len(self.mutates) else None
         is_grad_enabled = torch.is_grad_enabled
         label = config.label
         inputs = self.inputs
         current_device = torch.cuda.current_device
-        returned = None if self.returns == "out" else tuple(inputs.index(name) for name in self.returns)
+        returns_out = self.returns == "out"
+        returned = None if returns_out else tuple(inputs.index(name) for name in self.returns)
         output = self.output
+        rows = self.rows
+        row_positions = tuple(inputs.index(name) for name in self.row_inputs)
+        flat_ranks = tuple(zip(row_positions, self.flat_ranks or (2,) * len(row_positions), strict=True))
+        written = frozenset(inputs.index(name) for name in self.mutates)
 
-        def empty(args: tuple[Any, ...]) -> Any:
-            if returned is None:
-                return output(config, *args)
-            return tuple(args[index] for index in returned)
+        def refuse_grad(args: tuple[Any, ...], out: Any) -> None:
+            for name, tensor in (*zip(inputs, args, strict=False), ("out", out)):
+                if tensor is not None and tensor.requires_grad:
+                    raise KernelInputError(
+                        f"{label}: {name} requires grad while grad mode is on; lazyops kernels are for "
+                        "inference and record no autograd graph: run them under torch.inference_mode() or "
+                        f"torch.no_grad(), or pass {name}.detach()"
+                    )
 
-        def kernel(*args: Any) -> Any:
+        def run(args: tuple[Any, ...], out: Any) -> Any:
+            flat = args
+            for index, rank in flat_ranks:
+                if args[index].dim() != rank:
+                    flat = rows(config, *args)
+                    break
+            first = flat[row_positions[0]] if row_positions else flat[0]
+            if first.shape[0] == 0:  # no tokens: nothing to launch, whatever the backend
+                if returned is not None:
+                    return tuple(args[index] for index in returned)
+                return output(config, *args) if out is None else out
+            copied: list[tuple[Any, Any]] = []
+            if not strided_rows and not all(flat[index].is_contiguous() for index in row_positions):
+                dense_args = list(flat)
+                for index in row_positions:
+                    if not dense_args[index].is_contiguous():
+                        dense = dense_args[index].contiguous()
+                        if index in written:
+                            copied.append((dense_args[index], dense))
+                        dense_args[index] = dense
+                flat = tuple(dense_args)
+            if not returns_out:
+                launch(*flat)
+                for view, dense in copied:
+                    view.copy_(dense)
+                return tuple(args[index] for index in returned)  # type: ignore[union-attr]
+            result = output(config, *args) if out is None else out
+            target = result if result.dim() == 2 else result.view(-1, result.shape[-1])
+            if writes_out:
+                dense_target = target if strided_rows or target.is_contiguous() else target.new_empty(target.shape)
+                launch(*flat, dense_target)
+                if dense_target is not target:
+                    target.copy_(dense_target)
+            else:
+                target.copy_(launch(*flat))
+            for view, dense in copied:
+                view.copy_(dense)
+            return result
+
+        def kernel(*args: Any, out: Any = None) -> Any:
             check(config, *args)
+            if out is not None:
+                if not returns_out:
+                    raise KernelInputError(f"{label}: takes no out= (it writes its inputs in place)")
+                check_out(config, out, *args)
+            if check_aliasing is not None:
+                check_aliasing(config, *args)
             if is_grad_enabled():
-                for name, tensor in zip(inputs, args, strict=False):
-                    if tensor.requires_grad:
-                        raise KernelInputError(
-                            f"{label}: {name} requires grad while grad mode is on; lazyops kernels are for "
-                            "inference and record no autograd graph: run them under torch.inference_mode() or "
-                            f"torch.no_grad(), or pass {name}.detach()"
-                        )
+                refuse_grad(args, out)
             if device_type is not None and args[0].device.type != device_type:
                 raise KernelInputError(
                     f"{label}: the inputs are on {args[0].device}; this backend's kernels take {device_type} "
                     "tensors (select the 'torch' backend for tensors elsewhere)"
                 )
-            if args[0].shape[0] == 0:  # no tokens: nothing to launch, whatever the backend
-                return empty(args)
             if device_type == "cuda":
                 device = args[0].device
                 # A launch goes to the current device; tensors on another GPU are served there (cheap to ask).
                 if device.index != current_device():
                     with torch.cuda.device(device):
-                        return launch(*args)
-            return launch(*args)
+                        return run(args, out)
+            return run(args, out)
 
         return kernel
 
-    def traceable(self, config: Any, kernel: Callable[..., Any], operator: Callable[..., Any]) -> Callable[..., Any]:
-        """The kernel a factory returns: ``kernel`` when running, the custom ``operator`` while compiling."""
+    def traceable(
+        self,
+        config: Any,
+        kernel: Callable[..., Any],
+        operator: Callable[..., Any],
+        operator_out: Callable[..., Any] | None = None,
+    ) -> Callable[..., Any]:
+        """The kernel a factory returns: ``kernel`` when running, the custom operators while compiling
+        (``operator_out`` for calls given ``out=``)."""
         import torch
 
         from lazyops.specs._ops import config_values
@@ -231,12 +375,18 @@ class KernelSpec:
         is_compiling = torch.compiler.is_compiling
         values = config_values(config)
         returned = None if self.returns == "out" else tuple(self.inputs.index(name) for name in self.returns)
+        label = config.label
 
-        def call(*args: Any) -> Any:
+        def call(*args: Any, out: Any = None) -> Any:
             if is_compiling():
+                if out is not None:
+                    if operator_out is None:
+                        raise KernelInputError(f"{label}: takes no out= (it writes its inputs in place)")
+                    operator_out(*args, out, *values)
+                    return out
                 result = operator(*args, *values)
                 return result if returned is None else tuple(args[index] for index in returned)
-            return kernel(*args)
+            return kernel(*args, out=out)
 
         call.__name__ = call.__qualname__ = self.name.removesuffix("_tl")
         call.__doc__ = self.kernel_type.__call__.__doc__

@@ -10,14 +10,17 @@ import torch
 
 from lazyops.specs import _checks as checks
 from lazyops.specs._spec import Example, KernelSpec, Traffic
-from lazyops.specs.rmsnorm import rmsnorm_reference
+from lazyops.specs.rmsnorm import describe_norm, norm_options, rmsnorm_reference
 
 
 class AddRMSNormKernel(Protocol):
     """What ``add_rmsnorm_tl`` returns (in every backend): the kernel call, positional arguments only."""
 
-    def __call__(self, x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, /) -> torch.Tensor:
-        """``residual[M, n] += x[M, n]`` in place, then ``y[M, n]``: RMSNorm of the sum times ``weight[n]``."""
+    def __call__(
+        self, x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, /, *, out: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        """``residual[..., n] += x[..., n]`` in place, then ``y[..., n]``: RMSNorm of the sum times
+        ``weight_offset + weight[n]``; written into ``out`` when given (``out`` may be ``x`` itself)."""
         ...
 
 
@@ -26,48 +29,64 @@ class AddRMSNormConfig:
     n: int
     dtype: torch.dtype
     eps: float
+    weight_dtype: torch.dtype
+    weight_offset: float
     label: str
 
 
 class AddRMSNormSpec(KernelSpec):
     name = "add_rmsnorm_tl"
     inputs = ("x", "residual", "weight")
+    row_inputs = ("x", "residual")
     mutates = ("residual",)
+    out_aliases = ("x",)
     results = ("out", "residual")
     kernel_type = AddRMSNormKernel
 
-    def configure(self, n: int, dtype: torch.dtype | str, eps: float = 1e-6) -> AddRMSNormConfig:
+    def configure(
+        self,
+        n: int,
+        dtype: torch.dtype | str,
+        eps: float = 1e-6,
+        *,
+        weight_dtype: torch.dtype | str | None = None,
+        weight_offset: float = 0.0,
+    ) -> AddRMSNormConfig:
         """``residual += x``, then RMSNorm of the sum with ``weight[n]``.
 
-        Returns ``kernel(x[M, n], residual[M, n], weight[n]) -> y[M, n]``; ``residual`` is updated in place to
-        ``x + residual`` (rounded to ``dtype``), the norm is taken of the float32 sum.
+        Returns ``kernel(x[..., n], residual[..., n], weight[n], *, out=None) -> y[..., n]``; ``residual`` is
+        updated in place to ``x + residual`` (rounded to ``dtype``), the norm is taken of the float32 sum.
+        ``weight_dtype`` and ``weight_offset`` are as for ``rmsnorm_tl`` (``weight_offset=1.0``: Gemma). ``out``
+        may be ``x`` itself (vLLM's and FlashInfer's fused add-RMSNorm write the norm over the input).
         """
         n = checks.positive_int(self.name, "n", n)
         dtype = checks.canonical_dtype(self.name, dtype)
         eps = checks.positive_float(self.name, "eps", eps)
-        return AddRMSNormConfig(n, dtype, eps, checks.describe(self.name, n=n, dtype=dtype, eps=eps))
+        weight_dtype, weight_offset = norm_options(self.name, dtype, weight_dtype, weight_offset)
+        label = describe_norm(self.name, n, dtype, eps, weight_dtype, weight_offset)
+        return AddRMSNormConfig(n, dtype, eps, weight_dtype, weight_offset, label)
 
     def check(self, config: AddRMSNormConfig, x: Any, residual: Any, weight: Any) -> None:
         label, n, dtype = config.label, config.n, config.dtype
-        checks.check_tensor(label, "x", x, shape=("M", n), dtype=dtype)
-        checks.check_tensor(label, "residual", residual, shape=("M", n), dtype=dtype, device=x.device)
-        checks.check_tensor(label, "weight", weight, shape=(n,), dtype=dtype, device=x.device)
-        checks.same_size(label, "the token count M", {"x": x.shape[0], "residual": residual.shape[0]})
+        checks.check_rows(label, "x", x, width=n, dtype=dtype)
+        checks.check_rows(label, "residual", residual, width=n, dtype=dtype, device=x.device)
+        checks.check_tensor(label, "weight", weight, shape=(n,), dtype=config.weight_dtype, device=x.device)
+        checks.same_leading(label, "x", x, "residual", residual)
 
-    def output(self, config: AddRMSNormConfig, x: Any, residual: Any, weight: Any) -> torch.Tensor:
-        return torch.empty_like(x)
+    def out_shape(self, config: AddRMSNormConfig, x: Any, residual: Any, weight: Any) -> tuple[int, ...]:
+        return tuple(x.shape)
 
     def reference(  # type: ignore[override]
         self, config: AddRMSNormConfig, x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """``(y, residual after the call)``: RMSNorm of ``x + residual``, and that sum."""
         total = x + residual
-        return rmsnorm_reference(total, weight, config.eps), total
+        return rmsnorm_reference(total, weight, config.eps, config.weight_offset), total
 
     def cases(self) -> Any:
         from lazyops.testing import strategies
 
-        return strategies.row_cases(self.name, strategies.epsilons())
+        return strategies.row_cases(self.name, strategies.epsilons(), **strategies.norm_options())
 
     def example_inputs(
         self, config: AddRMSNormConfig, tokens: int, draw: Any, geometry: Mapping[str, Any]
@@ -76,7 +95,7 @@ class AddRMSNormSpec(KernelSpec):
         return (
             draw.randn(tokens, n, dtype=dtype),
             draw.randn(tokens, n, dtype=dtype, scale=4.0),
-            draw.randn(n, dtype=dtype),
+            draw.randn(n, dtype=config.weight_dtype),
         )
 
     def token_elements(self, config: AddRMSNormConfig, geometry: Mapping[str, Any]) -> int:
@@ -84,7 +103,7 @@ class AddRMSNormSpec(KernelSpec):
 
     def traffic(self, config: AddRMSNormConfig, tokens: int, geometry: Mapping[str, Any]) -> Traffic:
         # x and residual read, residual and y written, the weight read once
-        return Traffic(bytes=(4 * tokens * config.n + config.n) * config.dtype.itemsize)
+        return Traffic(bytes=4 * tokens * config.n * config.dtype.itemsize + config.n * config.weight_dtype.itemsize)
 
     def benchmark(self, dtype: torch.dtype) -> Example:
         return Example((4096, dtype))

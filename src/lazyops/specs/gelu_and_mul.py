@@ -19,8 +19,9 @@ APPROXIMATIONS = ("none", "tanh")
 class GeluAndMulKernel(Protocol):
     """What ``gelu_and_mul_tl`` returns (in every backend): the kernel call, positional arguments only."""
 
-    def __call__(self, x: torch.Tensor, /) -> torch.Tensor:
-        """``y[M, n] = gelu(x[:, :n]) * x[:, n:]`` for ``x[M, 2n]``, in the factory's dtype."""
+    def __call__(self, x: torch.Tensor, /, *, out: torch.Tensor | None = None) -> torch.Tensor:
+        """``y[M, n] = gelu(x[:, :n]) * x[:, n:]`` for ``x[..., 2n]``, in the factory's dtype;
+        written into ``out`` when given."""
         ...
 
 
@@ -39,8 +40,8 @@ class GeluAndMulSpec(GatedSpec):
     def configure(self, n: int, dtype: torch.dtype | str, approximate: str = "none") -> GeluAndMulConfig:
         """The gate of a GeGLU MLP: ``x[M, 2n]`` holds the gate then the up projection.
 
-        Returns ``kernel(x[M, 2n]) -> y[M, n] = gelu(x[:, :n], approximate) * x[:, n:]`` in ``dtype``; the math
-        runs in float32. ``approximate`` is ``"none"`` (the erf form) or ``"tanh"``, as in
+        Returns ``kernel(x[..., 2n], *, out=None) -> y[..., n] = gelu(x[..., :n], approximate) * x[..., n:]`` in
+        ``dtype``; the math runs in float32. ``approximate`` is ``"none"`` (the erf form) or ``"tanh"``, as in
         ``torch.nn.functional.gelu``.
         """
         n = checks.positive_int(self.name, "n", n)

@@ -20,8 +20,9 @@ PRODUCTS_PER_ELEMENT = 30
 class MatmulKernel(Protocol):
     """What ``matmul_tl`` returns (in every backend): the kernel call, positional arguments only."""
 
-    def __call__(self, a: torch.Tensor, b: torch.Tensor, /) -> torch.Tensor:
-        """``c[M, n] = a[M, k] @ b[k, n]``, accumulated in float32, in the factory's dtype."""
+    def __call__(self, a: torch.Tensor, b: torch.Tensor, /, *, out: torch.Tensor | None = None) -> torch.Tensor:
+        """``c[..., n] = a[..., k] @ b[k, n]``, accumulated in float32, in the factory's dtype; written into
+        ``out`` when given."""
         ...
 
 
@@ -36,12 +37,14 @@ class MatmulConfig:
 class MatmulSpec(KernelSpec):
     name = "matmul_tl"
     inputs = ("a", "b")
+    row_inputs = ("a",)
     kernel_type = MatmulKernel
 
     def configure(self, n: int, k: int, dtype: torch.dtype | str) -> MatmulConfig:
         """A GEMM with the weight's shape fixed: ``a[M, k] @ b[k, n]``.
 
-        Returns ``kernel(a[M, k], b[k, n]) -> c[M, n]`` in ``dtype``; products accumulate in float32.
+        Returns ``kernel(a[..., k], b[k, n], *, out=None) -> c[..., n]`` in ``dtype``; products accumulate in
+        float32. ``a`` may have any leading dimensions and strided rows.
         """
         n = checks.positive_int(self.name, "n", n)
         k = checks.positive_int(self.name, "k", k)
@@ -49,11 +52,11 @@ class MatmulSpec(KernelSpec):
         return MatmulConfig(n, k, dtype, checks.describe(self.name, n=n, k=k, dtype=dtype))
 
     def check(self, config: MatmulConfig, a: Any, b: Any) -> None:
-        checks.check_tensor(config.label, "a", a, shape=("M", config.k), dtype=config.dtype)
+        checks.check_rows(config.label, "a", a, width=config.k, dtype=config.dtype)
         checks.check_tensor(config.label, "b", b, shape=(config.k, config.n), dtype=config.dtype, device=a.device)
 
-    def output(self, config: MatmulConfig, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-        return a.new_empty((a.shape[0], config.n))
+    def out_shape(self, config: MatmulConfig, a: Any, b: Any) -> tuple[int, ...]:
+        return (*a.shape[:-1], config.n)
 
     def reference(self, config: MatmulConfig, a: torch.Tensor, b: torch.Tensor) -> tuple[torch.Tensor]:  # type: ignore[override]
         return (a @ b,)

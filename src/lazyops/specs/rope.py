@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -19,7 +20,8 @@ class RopeKernel(Protocol):
     def __call__(
         self, positions: torch.Tensor, query: torch.Tensor, key: torch.Tensor, cos_sin_cache: torch.Tensor, /
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """Rotate ``query[M, Hq*head_dim]`` and ``key[M, Hk*head_dim]`` in place at ``positions[M]``; returns them.
+        """Rotate ``query[*T, Hq*head_dim]`` and ``key[*T, Hk*head_dim]`` (or ``[*T, H, head_dim]``) in place at
+        ``positions[*T]``; returns them. Both may be views of one packed ``qkv`` buffer (strided rows).
 
         ``cos_sin_cache[P, r]``: each row ``r/2`` cosines then ``r/2`` sines; the first ``r`` features of every
         head are rotated.
@@ -68,9 +70,42 @@ def check_positions_in_cache(label: str, positions: torch.Tensor, cache_rows: in
             )
 
 
+def check_heads(
+    label: str, arg: str, tensor: Any, lead: int, head_dim: int, dtype: torch.dtype, device: torch.device
+) -> None:
+    """``query`` or ``key``: ``[*T, H*head_dim]`` or ``[*T, H, head_dim]``, rows strided at most between tokens."""
+    if isinstance(tensor, torch.Tensor) and tensor.dim() == lead + 2:
+        checks.check_kind(label, arg, tensor, dtype, device)
+        if tensor.shape[-1] != head_dim:
+            raise KernelInputError(
+                f"{label}: {arg} has shape {tuple(tensor.shape)}; a [*T, H, head_dim] {arg} needs "
+                f"head_dim={head_dim} last"
+            )
+        heads, (head_step, feature_step) = tensor.shape[-2], tensor.stride()[-2:]
+        features = (*tensor.shape[:lead], heads * head_dim)
+        if (
+            (head_dim > 1 and feature_step != 1)
+            or (heads > 1 and head_step != head_dim)
+            or checks.row_stride(features, (*tensor.stride()[:lead], 1)) is None
+        ):
+            raise KernelInputError(
+                f"{label}: {arg} of shape {tuple(tensor.shape)} has strides {tensor.stride()}: the heads of a token "
+                f"must be contiguous (stride {head_dim} between heads) and tokens one row stride apart; pass "
+                f"{arg}.contiguous()"
+            )
+        return
+    checks.check_rows(label, arg, tensor, width=None, dtype=dtype, device=device, lead=lead)
+    if tensor.shape[-1] % head_dim:
+        raise KernelInputError(
+            f"{label}: {arg} has {tensor.shape[-1]} features per token, not a multiple of head_dim={head_dim}"
+        )
+
+
 class RopeSpec(KernelSpec):
     name = "rope_tl"
     inputs = ("positions", "query", "key", "cos_sin_cache")
+    row_inputs = ("positions", "query", "key")
+    flat_ranks = (1, 2, 2)
     mutates = ("query", "key")
     results = ("query", "key")
     returns = ("query", "key")
@@ -82,6 +117,10 @@ class RopeSpec(KernelSpec):
         Returns ``kernel(positions[M], query[M, Hq*head_dim], key[M, Hk*head_dim], cos_sin_cache[P, r])
         -> (query, key)``. A cache row holds ``r/2`` cosines then ``r/2`` sines; ``is_neox`` rotates the two halves
         of the rotary features, otherwise interleaved pairs (GPT-J style). The math runs in float32.
+
+        The token dimensions may be any ``*T`` (``positions[batch, seq]``), the heads may be a dimension of their
+        own (``query[*T, Hq, head_dim]``), and ``query`` and ``key`` may be row-strided views, as the slices of
+        a packed ``qkv[M, (Hq + 2 Hk) * head_dim]`` are: they are rotated where they lie, nothing is copied.
         """
         head_dim = checks.positive_int(self.name, "head_dim", head_dim)
         dtype = checks.canonical_dtype(self.name, dtype)
@@ -92,27 +131,41 @@ class RopeSpec(KernelSpec):
 
     def check(self, config: RopeConfig, positions: Any, query: Any, key: Any, cos_sin_cache: Any) -> None:
         name, head_dim, dtype = config.label, config.head_dim, config.dtype
-        checks.check_tensor(name, "positions", positions, shape=("M",), dtype=(torch.int32, torch.int64))
+        checks.check_tensor(
+            name,
+            "positions",
+            positions,
+            shape=("*T",) * max(1, getattr(positions, "ndim", 1)),
+            dtype=(torch.int32, torch.int64),
+        )
         device = positions.device
-        checks.check_tensor(name, "query", query, shape=("M", "Hq*head_dim"), dtype=dtype, device=device)
-        checks.check_tensor(name, "key", key, shape=("M", "Hk*head_dim"), dtype=dtype, device=device)
+        lead = positions.dim()
+        for arg, tensor in (("query", query), ("key", key)):
+            check_heads(name, arg, tensor, lead, head_dim, dtype, device)
+            if tensor.shape[:lead] != positions.shape:
+                raise KernelInputError(
+                    f"{name}: {arg} has shape {tuple(tensor.shape)} and positions {tuple(positions.shape)}; the "
+                    f"leading (token) dimensions of {arg} must be the positions' shape"
+                )
         checks.check_tensor(
             name, "cos_sin_cache", cos_sin_cache, shape=("P", "r"), dtype=(torch.float32, dtype), device=device
         )
-        checks.same_size(
-            name, "the token count M", {"positions": positions.shape[0], "query": query.shape[0], "key": key.shape[0]}
-        )
-        for arg, tensor in (("query", query), ("key", key)):
-            if tensor.shape[1] % head_dim:
-                raise KernelInputError(
-                    f"{name}: {arg} has {tensor.shape[1]} features per token, not a multiple of head_dim={head_dim}"
-                )
         rotary_dim = cos_sin_cache.shape[1]
         if rotary_dim % 2 or not 0 < rotary_dim <= head_dim:
             raise KernelInputError(
                 f"{name}: cos_sin_cache rows hold {rotary_dim} values; the rotary dimension must be even and at most "
                 f"head_dim={head_dim} (each row is r/2 cosines then r/2 sines)"
             )
+
+    def rows(self, config: RopeConfig, *args: Any) -> tuple[Any, ...]:
+        positions, query, key, cache = args
+        tokens, lead = positions.numel(), positions.dim()
+        return (
+            positions.view(tokens),
+            query.view(tokens, math.prod(query.shape[lead:])),
+            key.view(tokens, math.prod(key.shape[lead:])),
+            cache,
+        )
 
     def reference(  # type: ignore[override]
         self,
@@ -125,9 +178,13 @@ class RopeSpec(KernelSpec):
         """``(query, key)`` rotated (new tensors; the inputs are left alone)."""
 
         def rotated(x: torch.Tensor) -> torch.Tensor:
-            if x.shape[0] == 0:
+            if positions.numel() == 0:
                 return x.clone()
-            return rope_reference(positions, x, cos_sin_cache.to(x.dtype), config.head_dim, config.is_neox)
+            flat = x.reshape(positions.numel(), -1)
+            turned = rope_reference(
+                positions.reshape(-1), flat, cos_sin_cache.to(x.dtype), config.head_dim, config.is_neox
+            )
+            return turned.reshape(x.shape)
 
         return rotated(query), rotated(key)
 

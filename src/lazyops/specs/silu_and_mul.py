@@ -14,8 +14,9 @@ from lazyops.specs._spec import RowConfig
 class SiluAndMulKernel(Protocol):
     """What ``silu_and_mul_tl`` returns (in every backend): the kernel call, positional arguments only."""
 
-    def __call__(self, x: torch.Tensor, /) -> torch.Tensor:
-        """``y[M, n] = silu(x[:, :n]) * x[:, n:]`` for ``x[M, 2n]``, in the factory's dtype."""
+    def __call__(self, x: torch.Tensor, /, *, out: torch.Tensor | None = None) -> torch.Tensor:
+        """``y[M, n] = silu(x[:, :n]) * x[:, n:]`` for ``x[..., 2n]``, in the factory's dtype;
+        written into ``out`` when given."""
         ...
 
 
@@ -28,9 +29,10 @@ class SiluAndMulSpec(GatedSpec):
     kernel_type = SiluAndMulKernel
 
     def configure(self, n: int, dtype: torch.dtype | str) -> RowConfig:
-        """The gate of a SwiGLU MLP: ``x[M, 2n]`` holds the gate then the up projection.
+        """The gate of a SwiGLU MLP: ``x[..., 2n]`` holds the gate then the up projection.
 
-        Returns ``kernel(x[M, 2n]) -> y[M, n] = silu(x[:, :n]) * x[:, n:]`` in ``dtype``; the math runs in float32.
+        Returns ``kernel(x[..., 2n], *, out=None) -> y[..., n] = silu(x[..., :n]) * x[..., n:]`` in ``dtype``; the
+        math runs in float32.
         """
         return checks.row_config(self.name, n, dtype)
 

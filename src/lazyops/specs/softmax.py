@@ -19,8 +19,9 @@ MASKS = ("none", "one", "span", "block", "all-but-one", "all")
 class SoftmaxKernel(Protocol):
     """What ``softmax_tl`` returns (in every backend): the kernel call, positional arguments only."""
 
-    def __call__(self, x: torch.Tensor, /) -> torch.Tensor:
-        """``y[M, n] = softmax(x[M, n])`` over the last dimension, in the factory's dtype; ``M`` may vary."""
+    def __call__(self, x: torch.Tensor, /, *, out: torch.Tensor | None = None) -> torch.Tensor:
+        """``y[..., n] = softmax(x[..., n])`` over the last dimension, in the factory's dtype; written into ``out``
+        when given (``out`` may be ``x`` itself)."""
         ...
 
 
@@ -31,21 +32,24 @@ SoftmaxConfig = RowConfig
 class SoftmaxSpec(KernelSpec):
     name = "softmax_tl"
     inputs = ("x",)
+    row_inputs = ("x",)
+    out_aliases = ("x",)
     kernel_type = SoftmaxKernel
 
     def configure(self, n: int, dtype: torch.dtype | str) -> RowConfig:
         """Softmax over the last dimension of ``x[M, n]``.
 
-        Returns ``kernel(x[M, n]) -> y[M, n]`` in ``dtype``; the math runs in float32. ``-inf`` logits get 0, and
-        a row that is all ``-inf`` gives NaN, as ``torch.softmax`` does.
+        Returns ``kernel(x[..., n], *, out=None) -> y[..., n]`` in ``dtype``; the math runs in float32. ``-inf``
+        logits get 0, and a row that is all ``-inf`` gives NaN, as ``torch.softmax`` does. ``x`` may have any
+        leading dimensions and strided rows; ``out`` may be ``x`` itself.
         """
         return checks.row_config(self.name, n, dtype)
 
     def check(self, config: SoftmaxConfig, x: Any) -> None:
-        checks.check_tensor(config.label, "x", x, shape=("M", config.n), dtype=config.dtype)
+        checks.check_rows(config.label, "x", x, width=config.n, dtype=config.dtype)
 
-    def output(self, config: SoftmaxConfig, x: Any) -> torch.Tensor:
-        return torch.empty_like(x)
+    def out_shape(self, config: SoftmaxConfig, x: Any) -> tuple[int, ...]:
+        return tuple(x.shape)
 
     def reference(self, config: SoftmaxConfig, x: torch.Tensor) -> tuple[torch.Tensor]:  # type: ignore[override]
         return (torch.softmax(x, dim=-1),)

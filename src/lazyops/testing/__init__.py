@@ -21,7 +21,7 @@ from collections.abc import Callable
 from typing import Any
 
 from lazyops.testing import strategies
-from lazyops.testing._case import Case
+from lazyops.testing._case import Case, Layout
 from lazyops.testing._compare import DTYPES, TOLERANCE, Inputs, check_close, check_each, poison, relative_error, rows
 from lazyops.testing._conformance import (
     ConformanceReport,
@@ -40,6 +40,7 @@ __all__ = [
     "ConformanceReport",
     "Inputs",
     "KernelResult",
+    "Layout",
     "check_case",
     "check_close",
     "check_each",

@@ -17,8 +17,10 @@ from hypothesis import HealthCheck, Phase, Verbosity, given
 import lazyops
 from lazyops import _api
 from lazyops._errors import BackendError, ConfigError
+from lazyops.testing import strategies
 from lazyops.testing._case import Case
 from lazyops.testing._compare import TOLERANCE, Inputs, check_close, check_each, poison, rows
+from lazyops.testing._layout import lay_out
 
 PASSED = "passed"
 FAILED = "FAILED"
@@ -138,15 +140,27 @@ def check_case(
     worst = 0.0
     for requested in case.tokens:
         tokens = rows(requested, spec.token_elements(config, case.geometry), max_elements)
-        args = spec.example_inputs(config, tokens, draw, case.geometry)
-        expected = dict(zip(spec.results, spec.reference(config, *(_float64(arg) for arg in args)), strict=True))
-        before = {name: args[spec.inputs.index(name)].clone() for name in spec.mutates}
-        if "out" in expected:
-            poison(tuple(expected["out"].shape), config.dtype, device)
-        returned = kernel(*args)
+        drawn = spec.example_inputs(config, tokens, draw, case.geometry)
+        expected = dict(zip(spec.results, spec.reference(config, *(_float64(arg) for arg in drawn)), strict=True))
+        before = {name: drawn[spec.inputs.index(name)].clone() for name in spec.mutates}
+        call = lay_out(spec, config, drawn, case.layout, draw)
+        args = call.args
+        if "out" in expected and call.out is None:
+            poison(tuple(expected["out"].shape), spec.out_dtype(config), device)
+        returned = kernel(*args) if call.out is None else kernel(*args, out=call.out)
         what = f"M={tokens}"
         if spec.returns == "out":
-            worst = max(worst, check_close(returned, expected["out"], config.dtype, what=what))
+            if call.out is not None:
+                assert returned is call.out, f"{what}: {case.kernel} given out= must return that tensor"
+            assert isinstance(returned, torch.Tensor), f"{what}: a {type(returned).__name__}, expected a tensor"
+            leading = args[spec.inputs.index(spec.row_inputs[0])].shape[:-1] if spec.row_inputs else None
+            if leading is not None:
+                want_shape = (*leading, expected["out"].shape[-1])
+                assert tuple(returned.shape) == want_shape, (
+                    f"{what}: shape {tuple(returned.shape)}, expected {want_shape} (the input's leading dimensions)"
+                )
+            flat = returned.reshape(expected["out"].shape)
+            worst = max(worst, check_close(flat, expected["out"], spec.out_dtype(config), what=what))
         else:
             want = tuple(args[spec.inputs.index(name)] for name in spec.returns)
             assert (
@@ -155,13 +169,14 @@ def check_case(
                 and all(got is arg for got, arg in zip(returned, want, strict=True))
             ), f"{what}: {case.kernel} must return its arguments ({', '.join(spec.returns)}), updated in place"
         for name in spec.mutates:
-            tensor = args[spec.inputs.index(name)]
+            tensor = args[spec.inputs.index(name)].reshape(before[name].shape)
             check_each(tensor, expected[name], config.dtype, what=f"{what}: {name}")
             worst = max(worst, check_close(tensor, expected[name], config.dtype, what=f"{what}: {name}"))
             unchanged = (_float64(before[name]) == expected[name]).cpu()
             assert torch.equal(tensor.cpu()[unchanged], before[name].cpu()[unchanged]), (
                 f"{what}: {name} changed where the reference leaves it as it was"
             )
+        call.check_untouched(what)
     return worst
 
 
@@ -260,7 +275,7 @@ def _check_kernel(
         phases=[Phase.explicit, Phase.reuse, Phase.generate, Phase.target, Phase.shrink],
         suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
     )
-    @given(case=kernel_spec.cases())
+    @given(case=strategies.cases(kernel))
     def check(case: Case) -> None:
         current[:] = [case]
         error = check_case(factory, case, device=device, max_elements=max_elements)

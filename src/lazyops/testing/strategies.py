@@ -10,7 +10,7 @@ from __future__ import annotations
 import torch
 from hypothesis import strategies as st
 
-from lazyops.testing._case import Case
+from lazyops.testing._case import Case, Layout
 from lazyops.testing._compare import DTYPES
 
 #: Widths that stress block boundaries; drawn alongside arbitrary small ones.
@@ -48,6 +48,15 @@ def epsilons() -> st.SearchStrategy[float]:
     return st.sampled_from([1e-6, 1e-5, 0.5])
 
 
+def norm_options() -> dict[str, st.SearchStrategy]:
+    """The norms' keyword options: a float32 weight under 16-bit activations (Gemma, LayerNorm checkpoints), and
+    Gemma's ``1 + weight`` scaling."""
+    return {
+        "weight_dtype": st.sampled_from([None, torch.float32]),
+        "weight_offset": st.sampled_from([0.0, 1.0]),
+    }
+
+
 def row_cases(
     kernel: str,
     epsilons: st.SearchStrategy[float] | None = None,
@@ -69,8 +78,33 @@ def row_cases(
     return draw_case()
 
 
-def cases(kernel: str) -> st.SearchStrategy[Case]:
-    """Whole conformance examples (:class:`lazyops.testing.Case`) for ``kernel`` (``"rmsnorm_tl"``)."""
+def layouts(kernel: str) -> st.SearchStrategy[Layout]:
+    """How ``kernel``'s calls lay out their tensors (:class:`lazyops.testing.Layout`): contiguous ``[M, n]`` half
+    of the time, else any mix of leading dimensions, strided rows (a padded, offset or packed buffer), and for a
+    kernel that returns a tensor a preallocated ``out=`` or the input it may alias."""
     from lazyops.specs import spec
 
-    return spec(kernel).cases()
+    kernel_spec = spec(kernel)
+    outs = ["new"]
+    if kernel_spec.returns == "out":
+        outs += ["given"] + (["alias"] if kernel_spec.out_aliases else [])
+    floating_rows = [name for name in kernel_spec.row_inputs if name != "positions"]
+    drawn = st.builds(
+        Layout,
+        lead=st.sampled_from([1, 2, 3]),
+        row_pad=st.sampled_from([0, 1, 8, 64]),
+        offset=st.sampled_from([0, 0, 3, 16]),
+        packed=st.booleans() if len(floating_rows) > 1 else st.just(False),
+        out=st.sampled_from(outs),
+    )
+    return st.just(Layout()) | drawn
+
+
+def cases(kernel: str) -> st.SearchStrategy[Case]:
+    """Whole conformance examples (:class:`lazyops.testing.Case`) for ``kernel`` (``"rmsnorm_tl"``): the spec's
+    configurations, token counts and seeds, each with a drawn :func:`layouts`."""
+    from dataclasses import replace
+
+    from lazyops.specs import spec
+
+    return st.builds(lambda case, layout: replace(case, layout=layout), spec(kernel).cases(), layouts(kernel))

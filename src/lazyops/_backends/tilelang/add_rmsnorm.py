@@ -14,12 +14,15 @@ from lazyops._backends.tilelang._runtime import F32, aligned, compiled, launch_i
 from lazyops.specs.add_rmsnorm import AddRMSNormConfig, spec
 
 
-def add_rmsnorm_program(n: int, dtype: str, eps: float, plan: RowPlan | None = None) -> Any:
+def add_rmsnorm_program(
+    n: int, dtype: str, eps: float, plan: RowPlan | None = None, weight_dtype: str | None = None, offset: float = 0.0
+) -> Any:
     """The TileLang program ``main(x[M, n], residual[M, n], weight[n], y[M, n])``; it rewrites ``residual``.
 
     The norm is taken of the float32 sum, not of the sum rounded to ``dtype`` that goes back into ``residual``.
     """
     plan = plan or plan_rows(n, dtype)
+    weight_dtype = weight_dtype or dtype
     rows, cols, chunks = plan.block_rows, plan.block_cols, plan.chunks
     M = T.dynamic("M")
 
@@ -29,7 +32,7 @@ def add_rmsnorm_program(n: int, dtype: str, eps: float, plan: RowPlan | None = N
         def main(
             x: T.Tensor((M, n), dtype),
             residual: T.Tensor((M, n), dtype),
-            weight: T.Tensor((n,), dtype),
+            weight: T.Tensor((n,), weight_dtype),
             y: T.Tensor((M, n), dtype),
         ):
             with T.Kernel(T.ceildiv(M, rows), threads=plan.threads) as block:
@@ -55,7 +58,7 @@ def add_rmsnorm_program(n: int, dtype: str, eps: float, plan: RowPlan | None = N
                 for i, j in T.Parallel(rows, cols):
                     row = block * rows + i
                     if row < M and j < n:
-                        y[row, j] = T.cast(total[i, j] * scale[i] * T.cast(weight[j], F32), dtype)
+                        y[row, j] = T.cast(total[i, j] * scale[i] * (T.cast(weight[j], F32) + offset), dtype)
 
         return main
 
@@ -65,7 +68,7 @@ def add_rmsnorm_program(n: int, dtype: str, eps: float, plan: RowPlan | None = N
     def main(
         x: T.Tensor((M, n), dtype),
         residual: T.Tensor((M, n), dtype),
-        weight: T.Tensor((n,), dtype),
+        weight: T.Tensor((n,), weight_dtype),
         y: T.Tensor((M, n), dtype),
     ):
         with T.Kernel(M, threads=plan.threads) as row:
@@ -88,14 +91,22 @@ def add_rmsnorm_program(n: int, dtype: str, eps: float, plan: RowPlan | None = N
                     if col < n:
                         value = T.cast(x[row, col], F32) + T.cast(residual[row, col], F32)
                         residual[row, col] = T.cast(value, dtype)
-                        y[row, col] = T.cast(value * scale[i] * T.cast(weight[col], F32), dtype)
+                        y[row, col] = T.cast(value * scale[i] * (T.cast(weight[col], F32) + offset), dtype)
 
     return main
 
 
 def programs(config: AddRMSNormConfig) -> dict[str, Callable[[], Any]]:
     """The programs the factory compiles for ``config``, by variant."""
-    return {"main": lambda: add_rmsnorm_program(config.n, tl_dtype(config.dtype), config.eps)}
+    return {
+        "main": lambda: add_rmsnorm_program(
+            config.n,
+            tl_dtype(config.dtype),
+            config.eps,
+            weight_dtype=tl_dtype(config.weight_dtype),
+            offset=config.weight_offset,
+        )
+    }
 
 
 @spec.implementation(device_type="cuda")

@@ -14,16 +14,19 @@ from lazyops._backends.tilelang._runtime import F32, compiled, launch_out_of_pla
 from lazyops.specs.rmsnorm import RMSNormConfig, spec
 
 
-def rmsnorm_program(n: int, dtype: str, eps: float, plan: RowPlan | None = None) -> Any:
+def rmsnorm_program(
+    n: int, dtype: str, eps: float, plan: RowPlan | None = None, weight_dtype: str | None = None, offset: float = 0.0
+) -> Any:
     """The TileLang program ``main(x[M, n], weight[n], y[M, n])`` for a dynamic token count ``M``."""
     plan = plan or plan_rows(n, dtype)
+    weight_dtype = weight_dtype or dtype
     rows, cols, chunks = plan.block_rows, plan.block_cols, plan.chunks
     M = T.dynamic("M")
 
     if plan.resident:
 
         @T.prim_func
-        def main(x: T.Tensor((M, n), dtype), weight: T.Tensor((n,), dtype), y: T.Tensor((M, n), dtype)):
+        def main(x: T.Tensor((M, n), dtype), weight: T.Tensor((n,), weight_dtype), y: T.Tensor((M, n), dtype)):
             with T.Kernel(T.ceildiv(M, rows), threads=plan.threads) as block:
                 xs = T.alloc_fragment((rows, cols), F32)
                 squares = T.alloc_fragment((rows, cols), F32)
@@ -39,12 +42,12 @@ def rmsnorm_program(n: int, dtype: str, eps: float, plan: RowPlan | None = None)
                 for i, j in T.Parallel(rows, cols):
                     row = block * rows + i
                     if row < M and j < n:
-                        y[row, j] = T.cast(xs[i, j] * scale[i] * T.cast(weight[j], F32), dtype)
+                        y[row, j] = T.cast(xs[i, j] * scale[i] * (T.cast(weight[j], F32) + offset), dtype)
 
         return main
 
     @T.prim_func
-    def main(x: T.Tensor((M, n), dtype), weight: T.Tensor((n,), dtype), y: T.Tensor((M, n), dtype)):
+    def main(x: T.Tensor((M, n), dtype), weight: T.Tensor((n,), weight_dtype), y: T.Tensor((M, n), dtype)):
         with T.Kernel(M, threads=plan.threads) as row:
             squares = T.alloc_fragment((1, cols), F32)
             scale = T.alloc_fragment((1,), F32)
@@ -61,14 +64,24 @@ def rmsnorm_program(n: int, dtype: str, eps: float, plan: RowPlan | None = None)
                 for i, j in T.Parallel(1, cols):
                     col = c * cols + j
                     if col < n:
-                        y[row, col] = T.cast(T.cast(x[row, col], F32) * scale[i] * T.cast(weight[col], F32), dtype)
+                        y[row, col] = T.cast(
+                            T.cast(x[row, col], F32) * scale[i] * (T.cast(weight[col], F32) + offset), dtype
+                        )
 
     return main
 
 
 def programs(config: RMSNormConfig) -> dict[str, Callable[[], Any]]:
     """The programs the factory compiles for ``config``, by variant."""
-    return {"main": lambda: rmsnorm_program(config.n, tl_dtype(config.dtype), config.eps)}
+    return {
+        "main": lambda: rmsnorm_program(
+            config.n,
+            tl_dtype(config.dtype),
+            config.eps,
+            weight_dtype=tl_dtype(config.weight_dtype),
+            offset=config.weight_offset,
+        )
+    }
 
 
 @spec.implementation(device_type="cuda")

@@ -10,19 +10,16 @@ from collections.abc import Callable
 
 import torch
 
-from lazyops._backends.torch.rmsnorm import cpu_rms_norm
+from lazyops._backends.torch.rmsnorm import norm_weight, rms_norm
 from lazyops.specs.add_rmsnorm import AddRMSNormConfig, spec
 
 
-@spec.implementation
+@spec.implementation(strided_rows=True)
 def add_rmsnorm_tl(config: AddRMSNormConfig) -> Callable[..., torch.Tensor]:
-    n, eps = config.n, config.eps
-    rms_norm = torch.rms_norm
+    n, eps, offset = config.n, config.eps, config.weight_offset
 
     def add_rmsnorm(x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
         residual.add_(x)
-        if residual.device.type == "cpu":
-            return cpu_rms_norm(residual, weight, n, eps)
-        return rms_norm(residual, (n,), weight, eps)
+        return rms_norm(residual, norm_weight(weight, offset), n, eps)
 
     return add_rmsnorm

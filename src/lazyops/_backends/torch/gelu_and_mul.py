@@ -9,7 +9,7 @@ import torch
 from lazyops.specs.gelu_and_mul import GeluAndMulConfig, spec
 
 
-@spec.implementation
+@spec.implementation(strided_rows=True)
 def gelu_and_mul_tl(config: GeluAndMulConfig) -> Callable[..., torch.Tensor]:
     n, dtype, approximate = config.n, config.dtype, config.approximate
 

@@ -31,7 +31,7 @@ def cpu_has_native_gemm(dtype: torch.dtype) -> bool:
     return any(getattr(torch.cpu, probe, lambda: False)() for probe in probes)
 
 
-@spec.implementation
+@spec.implementation(strided_rows=True)
 def matmul_tl(config: MatmulConfig) -> Callable[..., torch.Tensor]:
     dtype = config.dtype
     mm = torch.mm

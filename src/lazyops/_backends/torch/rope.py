@@ -34,7 +34,7 @@ def rotated_features(
     return heads, rotation
 
 
-@spec.implementation
+@spec.implementation(strided_rows=True)
 def rope_tl(config: RopeConfig) -> Callable[..., tuple[torch.Tensor, torch.Tensor]]:
     head_dim, is_neox, label = config.head_dim, config.is_neox, config.label
 

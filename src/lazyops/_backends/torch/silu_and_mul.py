@@ -14,7 +14,7 @@ import torch
 from lazyops.specs.silu_and_mul import SiluAndMulConfig, spec
 
 
-@spec.implementation
+@spec.implementation(strided_rows=True)
 def silu_and_mul_tl(config: SiluAndMulConfig) -> Callable[..., torch.Tensor]:
     n = config.n
     silu = torch.nn.functional.silu

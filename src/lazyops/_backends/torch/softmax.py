@@ -13,7 +13,7 @@ import torch
 from lazyops.specs.softmax import SoftmaxConfig, spec
 
 
-@spec.implementation
+@spec.implementation(strided_rows=True)
 def softmax_tl(config: SoftmaxConfig) -> Callable[..., torch.Tensor]:
     native = torch.softmax
 

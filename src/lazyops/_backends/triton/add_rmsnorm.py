@@ -13,7 +13,7 @@ from lazyops._backends.triton._launch import Launcher
 from lazyops.specs.add_rmsnorm import AddRMSNormConfig, spec
 
 
-@triton.jit(do_not_specialize=["M", "eps"])
+@triton.jit(do_not_specialize=["M", "eps", "offset"])
 def _add_rmsnorm_kernel(
     x_ptr,
     residual_ptr,
@@ -21,6 +21,7 @@ def _add_rmsnorm_kernel(
     y_ptr,
     M,
     eps,
+    offset,
     N: tl.constexpr,
     BLOCK_N: tl.constexpr,
     ROWS: tl.constexpr,
@@ -34,7 +35,7 @@ def _add_rmsnorm_kernel(
         cols = tl.arange(0, BLOCK_N)[None, :]
         x = tl.load(x_ptr + base + cols, mask=cols < N, other=0.0).to(tl.float32)
         r = tl.load(residual_ptr + base + cols, mask=cols < N, other=0.0).to(tl.float32)
-        w = tl.load(w_ptr + cols, mask=cols < N, other=0.0).to(tl.float32)
+        w = tl.load(w_ptr + cols, mask=cols < N, other=0.0).to(tl.float32) + offset
         total = x + r
         keep = row_ok[:, None] & (cols < N)
         tl.store(residual_ptr + base + cols, total.to(residual_ptr.dtype.element_ty), mask=keep)
@@ -54,7 +55,7 @@ def _add_rmsnorm_kernel(
             cols = start + tl.arange(0, BLOCK_N)[None, :]
             x = tl.load(x_ptr + base + cols, mask=cols < N, other=0.0).to(tl.float32)
             r = tl.load(residual_ptr + base + cols, mask=cols < N, other=0.0).to(tl.float32)
-            w = tl.load(w_ptr + cols, mask=cols < N, other=0.0).to(tl.float32)
+            w = tl.load(w_ptr + cols, mask=cols < N, other=0.0).to(tl.float32) + offset
             total = x + r
             keep = row_ok[:, None] & (cols < N)
             tl.store(residual_ptr + base + cols, total.to(residual_ptr.dtype.element_ty), mask=keep)
@@ -63,7 +64,7 @@ def _add_rmsnorm_kernel(
 
 @spec.implementation(device_type=launch_device(_add_rmsnorm_kernel))
 def add_rmsnorm_tl(config: AddRMSNormConfig) -> Callable[..., torch.Tensor]:
-    n, eps = config.n, config.eps
+    n, eps, offset = config.n, config.eps, config.weight_offset
     layout = row_layout(n)
     launch = Launcher(
         _add_rmsnorm_kernel,
@@ -74,7 +75,7 @@ def add_rmsnorm_tl(config: AddRMSNormConfig) -> Callable[..., torch.Tensor]:
     def add_rmsnorm(x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
         m = x.shape[0]
         y = spec.output(config, x, residual, weight)
-        launch((triton.cdiv(m, layout.rows),), x, residual, weight, y, m, eps)
+        launch((triton.cdiv(m, layout.rows),), x, residual, weight, y, m, eps, offset)
         return y
 
     return add_rmsnorm

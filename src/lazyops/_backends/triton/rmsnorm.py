@@ -13,13 +13,14 @@ from lazyops._backends.triton._launch import Launcher
 from lazyops.specs.rmsnorm import RMSNormConfig, spec
 
 
-@triton.jit(do_not_specialize=["M", "eps"])
+@triton.jit(do_not_specialize=["M", "eps", "offset"])
 def _rmsnorm_kernel(
     x_ptr,
     w_ptr,
     y_ptr,
     M,
     eps,
+    offset,
     N: tl.constexpr,
     BLOCK_N: tl.constexpr,
     ROWS: tl.constexpr,
@@ -32,7 +33,7 @@ def _rmsnorm_kernel(
     if SINGLE_PASS:
         cols = tl.arange(0, BLOCK_N)[None, :]
         x = tl.load(x_ptr + base + cols, mask=cols < N, other=0.0).to(tl.float32)
-        w = tl.load(w_ptr + cols, mask=cols < N, other=0.0).to(tl.float32)
+        w = tl.load(w_ptr + cols, mask=cols < N, other=0.0).to(tl.float32) + offset
         rstd = tl.rsqrt(tl.sum(x * x, axis=1) / N + eps)[:, None]
         tl.store(y_ptr + base + cols, (x * rstd * w).to(y_ptr.dtype.element_ty), mask=row_ok[:, None] & (cols < N))
     else:
@@ -45,13 +46,13 @@ def _rmsnorm_kernel(
         for start in range(0, N, BLOCK_N):
             cols = start + tl.arange(0, BLOCK_N)[None, :]
             x = tl.load(x_ptr + base + cols, mask=cols < N, other=0.0).to(tl.float32)
-            w = tl.load(w_ptr + cols, mask=cols < N, other=0.0).to(tl.float32)
+            w = tl.load(w_ptr + cols, mask=cols < N, other=0.0).to(tl.float32) + offset
             tl.store(y_ptr + base + cols, (x * rstd * w).to(y_ptr.dtype.element_ty), mask=row_ok[:, None] & (cols < N))
 
 
 @spec.implementation(device_type=launch_device(_rmsnorm_kernel))
 def rmsnorm_tl(config: RMSNormConfig) -> Callable[..., torch.Tensor]:
-    n, eps = config.n, config.eps
+    n, eps, offset = config.n, config.eps, config.weight_offset
     layout = row_layout(n)
     launch = Launcher(
         _rmsnorm_kernel,
@@ -62,7 +63,7 @@ def rmsnorm_tl(config: RMSNormConfig) -> Callable[..., torch.Tensor]:
     def rmsnorm(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
         m = x.shape[0]
         y = spec.output(config, x, weight)
-        launch((triton.cdiv(m, layout.rows),), x, weight, y, m, eps)
+        launch((triton.cdiv(m, layout.rows),), x, weight, y, m, eps, offset)
         return y
 
     return rmsnorm

@@ -1,0 +1,148 @@
+"""Engine-shaped calls, in every backend that runs here: views of packed buffers, ``out=`` with and without
+aliasing, any leading dimensions, float32 weights under 16-bit activations; and the layouts that must be refused.
+
+The conformance kit draws all of these at random (:func:`lazyops.testing.strategies.layouts`); the tests here pin
+the cases engines depend on by name, each judged by the kit against the float64 reference.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import torch
+
+from lazyops._errors import KernelInputError
+from lazyops.specs import spec
+from lazyops.testing import Case, Layout, check_case
+
+
+def run(kernels: Any, kernel: str, args: tuple[Any, ...], layout: Layout, tokens=(7, 0, 12), **kwargs: Any) -> None:
+    case = Case(kernel, args, kwargs, tokens=tokens, seed=1234, layout=layout, geometry=GEOMETRY.get(kernel, {}))
+    check_case(kernels.factory(kernel), case, device=kernels.device, max_elements=kernels.max_elements)
+
+
+GEOMETRY = {
+    "rope_tl": {
+        "rotary_dim": 64,
+        "query_heads": 4,
+        "key_heads": 2,
+        "cache_rows": 256,
+        "cache_dtype": "float32",
+        "positions_dtype": torch.int64,
+    },
+    "softmax_tl": {"mask": "none", "block": 1024},
+}
+
+
+@pytest.mark.parametrize("is_neox", [True, False])
+def test_rope_rotates_query_and_key_in_place_inside_a_packed_qkv_buffer(kernels, is_neox):
+    """vLLM's, SGLang's and FlashInfer's call: query and key are slices of one ``qkv[M, (Hq + 2 Hk) * head_dim]``;
+    both are rotated where they lie, and the value slice (and every other column) is left bit-identical."""
+    run(kernels, "rope_tl", (64, torch.float32), Layout(packed=True), is_neox=is_neox)
+    run(kernels, "rope_tl", (64, torch.float16), Layout(packed=True, row_pad=8, lead=2), is_neox=is_neox)
+
+
+def test_rope_takes_heads_as_their_own_dimension(kernels):
+    kernel = kernels.factory("rope_tl")(64, torch.float32)
+    generator = torch.Generator().manual_seed(0)
+    qkv = torch.randn(5, 4 + 2 + 2, 64, generator=generator).to(kernels.device)
+    query, key = qkv[:, :4], qkv[:, 4:6]  # [M, H, head_dim] views of a packed buffer
+    positions = torch.arange(5, device=kernels.device)
+    cache = torch.randn(16, 64, generator=generator).to(kernels.device)
+    expected = [t.reshape(5, -1).double() for t in (query, key)]
+    expected = spec("rope_tl").reference(spec("rope_tl").configure(64, torch.float32), positions, *expected, cache)
+    value_before = qkv[:, 6:].clone()
+    returned = kernel(positions, query, key, cache)
+    assert returned[0] is query and returned[1] is key
+    for got, want in zip(returned, expected, strict=True):
+        torch.testing.assert_close(got.reshape(5, -1).double().cpu(), want.cpu(), rtol=1e-5, atol=1e-5)
+    assert torch.equal(qkv[:, 6:], value_before)
+
+
+@pytest.mark.parametrize("name", ["rmsnorm_tl", "add_rmsnorm_tl", "softmax_tl", "silu_and_mul_tl", "matmul_tl"])
+@pytest.mark.parametrize("out", ["given", "alias"])
+def test_out_is_written_and_returned(kernels, name, out):
+    kernel = name
+    if out == "alias" and not spec(kernel).out_aliases:
+        pytest.skip(f"{kernel}'s output cannot alias an input")
+    args = (16, 16, torch.float32) if kernel == "matmul_tl" else (40, torch.float32)
+    run(kernels, kernel, args, Layout(out=out))
+    run(kernels, kernel, args, Layout(out=out, row_pad=8, offset=3, lead=2))
+
+
+@pytest.mark.parametrize("name", ["rmsnorm_tl", "add_rmsnorm_tl", "softmax_tl", "gelu_and_mul_tl", "matmul_tl"])
+def test_leading_dimensions_and_strided_rows(kernels, name):
+    """``x[batch, seq, n]``, ``[tokens, heads, head_dim]`` (a per-head QK-norm), and rows strided in a wider
+    buffer: the leading shape is kept in the output."""
+    kernel = name
+    args = (16, 16, torch.float16) if kernel == "matmul_tl" else (40, torch.float16)
+    run(kernels, kernel, args, Layout(lead=3), tokens=(12, 5))
+    run(kernels, kernel, args, Layout(lead=2, row_pad=1, offset=16), tokens=(12, 1))
+
+
+@pytest.mark.parametrize("name", ["rmsnorm_tl", "add_rmsnorm_tl"])
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("weight_offset", [0.0, 1.0])
+def test_norms_take_a_float32_weight_and_gemma_scaling(kernels, name, dtype, weight_offset):
+    run(kernels, name, (100, dtype), Layout(), weight_dtype=torch.float32, weight_offset=weight_offset)
+
+
+def test_a_per_head_qk_norm_keeps_the_input_shape(kernels):
+    kernel = kernels.factory("rmsnorm_tl")(64, torch.float32)
+    x = torch.randn(3, 8, 64, device=kernels.device)
+    weight = torch.randn(64, device=kernels.device)
+    y = kernel(x, weight)
+    assert y.shape == x.shape
+    torch.testing.assert_close(y, torch.rms_norm(x, (64,), weight, 1e-6), rtol=1e-5, atol=1e-5)
+
+
+def bad(kernels: Any, kernel: str, *args: Any, match: str, **call: Any) -> None:
+    with pytest.raises(KernelInputError, match=match):
+        kernels.factory(kernel)(*args)(*call.pop("tensors"), **call)
+
+
+def test_layouts_that_are_not_row_strided_are_refused(kernels):
+    d = kernels.device
+    weight = torch.ones(8, device=d)
+    transposed = torch.randn(8, 5, device=d).t()
+    bad(kernels, "rmsnorm_tl", 8, torch.float32, match="last stride 1", tensors=(transposed, weight))
+    overlapping = torch.randn(1, 8, device=d).expand(4, 8)
+    bad(kernels, "rmsnorm_tl", 8, torch.float32, match="do not overlap", tensors=(overlapping, weight))
+    # [2, 3, 8] whose two leading dimensions do not collapse into one row stride
+    uncollapsible = torch.randn(2, 4, 8, device=d)[:, :3]
+    bad(kernels, "rmsnorm_tl", 8, torch.float32, match="collapse", tensors=(uncollapsible, weight))
+    bad(kernels, "rmsnorm_tl", 8, torch.float32, match="expected", tensors=(torch.randn(8, device=d), weight))
+
+
+def test_bad_out_is_refused_before_anything_is_written(kernels):
+    d = kernels.device
+    x = torch.randn(4, 8, device=d)
+    weight = torch.ones(8, device=d)
+    before = x.clone()
+    for out, match in (
+        (torch.empty(4, 9, device=d), "shape"),
+        (torch.empty(4, 8, dtype=torch.float16, device=d), "dtype"),
+        (x[1:].new_empty(0).set_(x.untyped_storage(), 2, (4, 8), (8, 1)) if d != "meta" else None, "overlaps"),
+        (torch.empty(8, 4, device=d).t(), "last stride 1"),
+    ):
+        if out is None:
+            continue
+        bad(kernels, "rmsnorm_tl", 8, torch.float32, match=match, tensors=(x, weight), out=out)
+        assert torch.equal(x, before)
+    qkv = torch.randn(4, 24, device=d)
+    bad(kernels, "silu_and_mul_tl", 8, torch.float32, match="overlaps x", tensors=(qkv[:, :16],), out=qkv[:, :8])
+    residual = torch.randn(4, 8, device=d)
+    bad(kernels, "add_rmsnorm_tl", 8, torch.float32, match="overlaps", tensors=(x, residual, weight), out=residual)
+    bad(kernels, "add_rmsnorm_tl", 8, torch.float32, match="overlaps", tensors=(x, x, weight))
+
+
+def test_query_and_key_sharing_elements_are_refused(kernels):
+    d = kernels.device
+    qkv = torch.randn(4, 3 * 16, device=d)
+    positions = torch.zeros(4, dtype=torch.int64, device=d)
+    cache = torch.randn(8, 16, device=d)
+    with pytest.raises(KernelInputError, match="query overlaps key"):
+        kernels.factory("rope_tl")(16, torch.float32)(positions, qkv[:, :32], qkv[:, 16:32], cache)
+    with pytest.raises(KernelInputError, match="out="):
+        kernels.factory("rope_tl")(16, torch.float32)(positions, qkv[:, :16], qkv[:, 16:32], cache, out=qkv)
