@@ -69,10 +69,13 @@ def call_shape(annotation: object) -> tuple[tuple[object, ...], object] | None:
 
     Both spell the same kernel call, so a backend that writes ``Callable[[Tensor], Tensor]`` agrees with a reference
     that returns ``SoftmaxKernel``; parameter names are documentation (the protocols take positional arguments).
+    The keyword-only options of a call (``out=``) are the spec's wrapper's, which every factory's kernel gets, and
+    a ``Callable`` cannot spell them: only the positional arguments are compared.
     """
     if is_kernel_protocol(annotation):
         call = inspect.signature(vars(typing.cast(type, annotation))["__call__"], eval_str=True)
-        arguments = tuple(p.annotation for p in list(call.parameters.values())[1:])
+        positional = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+        arguments = tuple(p.annotation for p in list(call.parameters.values())[1:] if p.kind in positional)
         return arguments, call.return_annotation
     if typing.get_origin(annotation) is collections.abc.Callable and typing.get_args(annotation):
         parameters, result = typing.get_args(annotation)

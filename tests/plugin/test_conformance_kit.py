@@ -33,17 +33,25 @@ GOODPORT = {
         from .kernels import gelu_tl, rmsnorm_tl, silu_and_mul_tl, softmax_tl
     ''',
     "kernels": '''
+        # Built through the specs, as a port should be: the factories take the spec's signature, and every calling
+        # convention (leading dimensions, strided rows, out=) reaches the launches below as [rows, width] tensors.
         import torch
-        from lazyops.specs.rmsnorm import rmsnorm_reference
+        from lazyops.specs import rmsnorm, silu_and_mul, softmax
 
-        def softmax_tl(n, dtype):
-            return lambda x: torch.softmax(x.float(), dim=-1).to(dtype)
+        @softmax.spec.implementation
+        def softmax_tl(config):
+            return lambda x: torch.softmax(x.float(), dim=-1).to(config.dtype)
 
-        def rmsnorm_tl(n, dtype, eps=1e-6):
-            return lambda x, weight: rmsnorm_reference(x.float(), weight.float(), eps).to(dtype)
+        @rmsnorm.spec.implementation
+        def rmsnorm_tl(config):
+            def launch(x, weight):
+                return rmsnorm.rmsnorm_reference(x.float(), weight.float(), config.eps, config.weight_offset)
+            return lambda x, weight: launch(x, weight).to(config.dtype)
 
-        def silu_and_mul_tl(n, dtype):
-            return lambda x: (torch.nn.functional.silu(x[:, :n].float()) * x[:, n:].float()).to(dtype)
+        @silu_and_mul.spec.implementation
+        def silu_and_mul_tl(config):
+            n = config.n
+            return lambda x: (torch.nn.functional.silu(x[:, :n].float()) * x[:, n:].float()).to(config.dtype)
 
         def gelu_tl(n, dtype):  # a kernel of its own, which lazyops.testing has no check for
             return lambda x: torch.nn.functional.gelu(x)
@@ -66,12 +74,14 @@ BADPORT = {
     ''',
     "kernels": '''
         import torch
+        from lazyops.specs import softmax as softmax_spec
         from lazyops.specs.rmsnorm import rmsnorm_reference
 
-        def softmax_tl(n, dtype):
+        @softmax_spec.spec.implementation
+        def softmax_tl(config):
             def softmax(x):
                 e = torch.exp(x.float() - x.float().amax(dim=-1, keepdim=True))
-                return (e / e[:, :64].sum(dim=-1, keepdim=True)).to(dtype)  # the bug: the first block's sum only
+                return (e / e[:, :64].sum(dim=-1, keepdim=True)).to(config.dtype)  # the bug: the first block's sum
             return softmax
 
         def rmsnorm_tl(n, dtype, epsilon=1e-6):  # the bug: callers pass eps=
@@ -107,8 +117,8 @@ def test_a_third_party_backend_checks_itself_through_the_plugin_fixture(project)
     result.stdout.fnmatch_lines([
         "E   * AssertionError: lazyops conformance of backend 'badport' on cpu (up to 5 examples per kernel):",
         "E   *  FAILED        rmsnorm_tl: backend 'badport', rmsnorm_tl: parameter 'eps' is missing (the reference "
-        "('lazyops.specs') has `eps: float = 1e-06`); backend 'badport', rmsnorm_tl: parameter 'epsilon' is not in "
-        "the reference ('lazyops.specs') (it has (n, dtype, eps))",
+        "('lazyops.specs') has `eps: float = 1e-06`); *backend 'badport', rmsnorm_tl: parameter 'epsilon' is not in "
+        "the reference ('lazyops.specs') (it has (n, dtype, eps, weight_dtype, weight_offset))",
         "E   *  FAILED        softmax_tl: AssertionError: M=*: relative error * > 1e-0* (torch.*)",
         "E   *                smallest failing case: softmax_tl(*",
         "E   *                rerun it: lazyops.testing.check_case(factory, Case(kernel='softmax_tl'*",
@@ -135,7 +145,7 @@ def test_a_failure_names_the_kernel_the_error_and_a_case_that_reruns_it(installe
     message = str(failure.value)
     assert "FAILED        softmax_tl: AssertionError: M=" in message and "relative error" in message
     case_text = message.split("rerun it: lazyops.testing.check_case(factory, ")[1].rsplit(")", 1)[0]
-    case = eval(case_text, {"Case": testing.Case, "torch": torch})  # the printed case is the case
+    case = eval(case_text, {"Case": testing.Case, "Layout": testing.Layout, "torch": torch})  # the printed case is the case
     with pytest.raises(AssertionError, match="relative error"):
         testing.check_case(_api.kernel_factory("badport", "softmax_tl"), case, device="cpu")
     assert testing.check_case(softmax_tl, case, device="cpu") < testing.TOLERANCE[case.dtype]
@@ -233,13 +243,13 @@ def test_import_lazyops_and_the_plugin_import_neither_the_kit_nor_hypothesis():
 def test_signature_check_takes_missing_annotations_but_not_other_names_defaults_or_types():
     from lazyops.specs.rmsnorm import spec
 
-    def unannotated(n, dtype, eps=1e-6):
+    def unannotated(n, dtype, eps=1e-6, *, weight_dtype=None, weight_offset=0.0):
         pass
 
-    def other_default(n, dtype, eps=1e-5):
+    def other_default(n, dtype, eps=1e-5, *, weight_dtype=None, weight_offset=0.0):
         pass
 
-    def other_type(n: str, dtype, eps=1e-6):
+    def other_type(n: str, dtype, eps=1e-6, *, weight_dtype=None, weight_offset=0.0):
         pass
 
     assert testing.signature_mismatch(unannotated, spec) is None

@@ -56,7 +56,7 @@ def mismatches(function: Callable[..., object]) -> list[str]:
 
 def test_a_factory_written_with_a_callable_return_type_agrees_with_the_protocol():
     def rmsnorm_tl(
-        n: int, dtype: torch.dtype | str, eps: float = 1e-6
+        n: int, dtype: torch.dtype | str, eps: float = 1e-6, *, weight_dtype: torch.dtype | str | None = None, weight_offset: float = 0.0
     ) -> Callable[[torch.Tensor, torch.Tensor], torch.Tensor]:
         raise NotImplementedError
 
@@ -65,7 +65,7 @@ def test_a_factory_written_with_a_callable_return_type_agrees_with_the_protocol(
 
 def test_a_narrower_annotation_is_named_with_the_backend_and_the_parameter():
     def rmsnorm_tl(
-        n: int, dtype: torch.dtype, eps: float = 1e-6
+        n: int, dtype: torch.dtype, eps: float = 1e-6, *, weight_dtype: torch.dtype | str | None = None, weight_offset: float = 0.0
     ) -> Callable[[torch.Tensor, torch.Tensor], torch.Tensor]:
         raise NotImplementedError
 
@@ -77,7 +77,9 @@ def test_a_narrower_annotation_is_named_with_the_backend_and_the_parameter():
 
 
 def test_a_different_default_a_renamed_parameter_and_another_kernel_call_are_each_named():
-    def rmsnorm_tl(n: int, dtype: torch.dtype | str, epsilon: float = 1e-5) -> Callable[[torch.Tensor], torch.Tensor]:
+    def rmsnorm_tl(
+        n: int, dtype: torch.dtype | str, epsilon: float = 1e-5, *, weight_dtype: torch.dtype | str | None = None, weight_offset: float = 0.0
+    ) -> Callable[[torch.Tensor], torch.Tensor]:
         raise NotImplementedError
 
     problems = mismatches(rmsnorm_tl)
@@ -85,7 +87,8 @@ def test_a_different_default_a_renamed_parameter_and_another_kernel_call_are_eac
         "backend 'fake', rmsnorm_tl: parameter 'eps' is missing (the reference ('torch') has `eps: float = 1e-06`)"
     ) in problems
     assert (
-        "backend 'fake', rmsnorm_tl: parameter 'epsilon' is not in the reference ('torch') (it has (n, dtype, eps))"
+        "backend 'fake', rmsnorm_tl: parameter 'epsilon' is not in the reference ('torch') (it has (n, dtype, eps, "
+        "weight_dtype, weight_offset))"
     ) in problems
     assert (
         "backend 'fake', rmsnorm_tl: returns a kernel (torch.Tensor) -> torch.Tensor; the reference ('torch') returns "
@@ -93,7 +96,7 @@ def test_a_different_default_a_renamed_parameter_and_another_kernel_call_are_eac
     ) in problems
 
     def with_default(
-        n: int, dtype: torch.dtype | str, eps: float = 1e-5
+        n: int, dtype: torch.dtype | str, eps: float = 1e-5, *, weight_dtype: torch.dtype | str | None = None, weight_offset: float = 0.0
     ) -> Callable[[torch.Tensor, torch.Tensor], torch.Tensor]:
         raise NotImplementedError
 
@@ -103,13 +106,15 @@ def test_a_different_default_a_renamed_parameter_and_another_kernel_call_are_eac
 
 
 def test_order_and_kind_are_named_and_a_missing_annotation_is_no_disagreement():
-    def rmsnorm_tl(dtype, n: int, *, eps: float = 1e-6) -> Callable[[torch.Tensor, torch.Tensor], torch.Tensor]:
+    def rmsnorm_tl(
+        dtype, n: int, *, eps: float = 1e-6, weight_dtype: torch.dtype | str | None = None, weight_offset: float = 0.0
+    ) -> Callable[[torch.Tensor, torch.Tensor], torch.Tensor]:
         raise NotImplementedError
 
     problems = mismatches(rmsnorm_tl)
     assert (
-        "backend 'fake', rmsnorm_tl: parameters are in the order (dtype, n, eps); the reference ('torch') has "
-        "(n, dtype, eps)"
+        "backend 'fake', rmsnorm_tl: parameters are in the order (dtype, n, eps, weight_dtype, weight_offset); the "
+        "reference ('torch') has (n, dtype, eps, weight_dtype, weight_offset)"
     ) in problems
     assert (
         "backend 'fake', rmsnorm_tl: parameter 'eps' is keyword-only; the reference ('torch') has positional or keyword"
