@@ -29,6 +29,7 @@ engines)
 kernels)
   step 100 python3 benchmarks/gpu_bench.py --tokens 1024,32768 --host --graph --out "$results"
   step 150 python3 benchmarks/layer/decoder_layer.py --out "$results"
+  step 150 python3 benchmarks/gemm_grid.py --out "$results"
   cp .gpu_in/gpu_conformance.json "$results/" 2>/dev/null
   step 200 python3 benchmarks/gpu_conformance.py --backend torch --backend triton --tokens 1,7,128,4096 \
     --max-examples 2 --merge --out "$results"

@@ -10,6 +10,8 @@ kernels compute the right numbers is checked on a GPU by ``benchmarks/gpu_confor
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 tilelang = pytest.importorskip("tilelang")
@@ -183,6 +185,48 @@ def test_float32_gemm_stays_off_tensor_cores(n: int, k: int, tile: str) -> None:
     # Any MMA instruction on float32 operands would round them to TF32.
     assert "mma" not in source.replace("mbarrier", "")
     assert "TensorFloat32" not in source
+
+
+DECODE_GEMMS = [(4096, 4096), (14336, 4096), (4096, 14336), (1000, 1001)]
+
+
+@pytest.mark.parametrize(("n", "k"), DECODE_GEMMS)
+@pytest.mark.parametrize("dtype", ("bfloat16", "float16"))
+def test_split_k_programs_lower(n: int, k: int, dtype: str) -> None:
+    """The decode variants: a tensor-core product per k-slice fed by TMA, float32 partials stored with the token
+    count as a bound, then a reduce that adds them in slice order and casts."""
+    config = matmul.spec.configure(n, k, dtype)
+    plans = matmul.split_plans(config)
+    assert [plan.max_m for plan in plans] == [16, 128]
+    for plan in plans:
+        assert plan.split * plan.steps * plan.tile.block_k >= k > (plan.split - 1) * plan.steps * plan.tile.block_k
+        source = lower(matmul.split_k_program(n, k, dtype, plan))
+        assert_dynamic_tokens(source)
+        assert ("wgmma" in source) == (plan.tile.block_m >= 64)
+        assert "mma" in source.replace("mbarrier", "")
+        assert "tma_load(b_desc" in source
+        assert "float* __restrict__ partial" in kernel_signature(source)
+        # (written ``row + 64 < M + 64`` where a producer warpgroup shifts the consumers' thread indices)
+        assert re.search(r"< \(?M[ )]", source), "rows past the token count must not be stored"
+        reduce = lower(matmul.reduce_program(n, dtype, plan.split))
+        assert_dynamic_tokens(reduce)
+        assert "atomic" not in reduce.lower(), "the reduce is deterministic: no atomics"
+        assert "float4" in reduce
+
+
+def test_float32_gets_no_split_k() -> None:
+    assert matmul.split_plans(matmul.spec.configure(4096, 4096, "float32")) == ()
+
+
+@pytest.mark.parametrize(("n", "k"), [(4096, 4096), (14336, 4096), (4096, 14336)])
+def test_split_k_beats_the_b_read_floor_model_by_little(n: int, k: int) -> None:
+    """The model the slices are chosen by: never under the time to read b once, and within 1.6x of it at
+    M <= 16."""
+    config = matmul.spec.configure(n, k, "bfloat16")
+    small = matmul.split_plans(config)[0]
+    floor = k * n * 2 / matmul.BANDWIDTH * 1e6
+    for m in (1, 16):
+        assert floor < matmul.predict_us(small, m, n, k) < 1.6 * floor
 
 
 # --- the factories on a machine without a GPU ------------------------------------------------------------------

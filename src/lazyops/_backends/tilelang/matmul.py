@@ -7,11 +7,22 @@ by itself. Float32 inputs take a CUDA-core (FFMA) path instead: TileLang's tenso
 operands to TF32 (10-bit mantissa, unit roundoff 2**-11 against float32's 2**-24), far coarser than the float32
 product the reference computes and that ``torch.matmul`` gives by default. The FFMA path runs at about 35
 TFLOP/s on an H200 (cuBLAS's float32: 51).
+
+At decode sizes (``M <= 128``) in half precision the product is a stream over the weight ``b`` (``k*n*2``
+bytes), and a tile per output block leaves most SMs idle or waiting on too few loads: [1, 4096] x [4096, 14336]
+makes 224 blocks of 64 columns, each walking all of ``k``. So small ``M`` takes a split-K pair instead
+(:func:`split_k_program`, :func:`reduce_program`): each block multiplies a ``[bm, bn]`` tile over one slice of
+``k`` (TMA loads, ``mma``/``wgmma``) and stores its float32 partial sum into ``partial[split, M, n]``; a second
+kernel adds the ``split`` partials in slice order and casts. Exact to float32 accumulation (the partials are
+float32, no 16-bit intermediate) and deterministic (no atomics: the same inputs give the same bits). The slice
+count is chosen per configuration by :func:`plan_split` from a model of the GPU (bandwidth, SMs, blocks per SM)
+whose predictions :func:`predict_us` gives and benchmarks/NOTES.md records before measuring.
 """
 
 # No ``from __future__ import annotations``: TileLang evaluates the T.Tensor annotations of a prim_func,
 # and string annotations could not see the builder's local sizes and dtypes.
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -48,6 +59,76 @@ SMALL = Tile(64, 64, 128, 3, 128)
 #: Float32 on CUDA cores: a 128x128 tile gives each of 256 threads a 16x4 block of accumulators.
 LARGE_F32 = Tile(128, 128, 16, 3, 256)
 SMALL_F32 = Tile(64, 64, 16, 3, 128)
+
+
+#: Split-K tiles for decode. M <= 16: a 16-row tile (``mma.sync`` m16n8k16, no 64-row wgmma waste) over 64
+#: columns, 128-deep k steps, 4 stages: 80 KiB of shared memory, two blocks per SM, so 160 KiB of b in flight on
+#: every SM. M <= 128: a 64-row wgmma tile over 128 columns (96 KiB, two per SM); the M-blocks of one column
+#: tile are launched next to each other, so the second reads b from L2.
+SPLIT_16 = Tile(16, 64, 128, 4, 128)
+SPLIT_128 = Tile(64, 128, 64, 4, 128)
+#: The reduce kernel: one row of 4 * 64 float32 columns a block (a float4 a thread per partial).
+REDUCE_COLUMNS = 256
+REDUCE_THREADS = 64
+#: The model behind :func:`plan_split` (an H200; the figures of /work/shared/GPU.md): DRAM bandwidth the copy
+#: reaches, dense bf16 tensor-core rate, a block's pipeline fill in k steps, and the fixed cost of the second
+#: launch (its gap on the stream plus its own latency).
+BANDWIDTH = 4.2e12
+TENSOR_FLOPS = 660e12
+RAMP_STEPS = 1
+REDUCE_LAUNCH_US = 2.5
+MAX_BLOCKS_PER_SM = 4
+
+
+@dataclass(frozen=True)
+class SplitK:
+    """A split-K variant: ``tile`` over slices of ``steps`` k-steps each, for up to ``max_m`` tokens."""
+
+    tile: Tile
+    steps: int
+    split: int
+    max_m: int
+
+
+def plan_split(tile: Tile, max_m: int, n: int, k: int, sm_count: int = 132, shared_memory: int = 227 * 1024) -> SplitK:
+    """The slice length for ``tile`` that :func:`predict_us` finds fastest at ``max_m`` tokens (fewer slices on a
+    tie: each one adds float32 partials to write and read back)."""
+    k_steps = -(-k // tile.block_k)
+    best: tuple[float, int] | None = None
+    for steps in range(1, k_steps + 1):
+        split = -(-k_steps // steps)
+        if best is not None and split == -(-k_steps // best[1]):
+            continue
+        cost = predict_us(SplitK(tile, steps, split, max_m), max_m, n, k, sm_count, shared_memory)
+        if best is None or cost < best[0] * (1 - 1e-9):
+            best = (cost, steps)
+    assert best is not None
+    steps = best[1]
+    return SplitK(tile, steps, -(-k_steps // steps), max_m)
+
+
+def predict_us(plan: SplitK, m: int, n: int, k: int, sm_count: int = 132, shared_memory: int = 227 * 1024) -> float:
+    """Predicted µs of one split-K call at ``m`` tokens.
+
+    Blocks run in waves of ``slots`` (SMs times the blocks that fit in one's shared memory); each streams
+    ``steps + RAMP_STEPS`` k-steps, a step taking its slot's share of the bandwidth or of the tensor cores,
+    whichever is slower. Only b counts: a (at most 128 rows) stays in L2, and so does the tile of b that the
+    M-blocks of one column tile share. A last, partial wave costs half its missing fraction (fewer blocks then
+    share the bandwidth); a problem under one wave costs a whole one (idle slots' bandwidth is not reached by
+    the others). Then the float32 partials are written and read back, and the reduce kernel is launched.
+    """
+    tile = plan.tile
+    per_sm = max(1, min(MAX_BLOCKS_PER_SM, shared_memory // tile.shared_bytes(2)))
+    slots = sm_count * per_sm
+    m_blocks = -(-m // tile.block_m)
+    blocks = m_blocks * -(-n // tile.block_n) * plan.split
+    full = blocks / slots
+    waves = max(1.0, full + (math.ceil(full) - full) / 2)
+    step_bytes = tile.block_k * tile.block_n * 2 / m_blocks  # a is small and read from L2
+    step_flops = 2 * tile.block_m * tile.block_n * tile.block_k
+    step_us = max(step_bytes / (BANDWIDTH / slots), step_flops / (TENSOR_FLOPS / slots)) * 1e6
+    partials = 2 * plan.split * m * n * 4 + m * n * 2
+    return waves * (plan.steps + RAMP_STEPS) * step_us + partials / BANDWIDTH * 1e6 + REDUCE_LAUNCH_US
 
 
 def tiles_for(dtype: str, shared_memory: int = 227 * 1024) -> tuple[Tile, Tile]:
@@ -92,31 +173,110 @@ def matmul_program(n: int, k: int, dtype: str, tile: Tile) -> Any:
     return main
 
 
-def programs(config: MatmulConfig, shared_memory: int | None = None) -> dict[tuple[str, Tile], Callable[[], Any]]:
-    """The programs the factory compiles for ``config``, by variant: a small and a large tile."""
+def split_k_program(n: int, k: int, dtype: str, plan: SplitK) -> Any:
+    """``main(a[M, k], b[k, n], partial[split, M, n])``: block ``(i, s, j)`` stores the float32 product of a's
+    row block ``i`` and b's column block ``j`` over k-slice ``s`` in ``partial[s]``.
+
+    The last slice may run past ``k``: TMA fills those rows of b and columns of a with zeros, which add nothing.
+    """
+    tile, steps = plan.tile, plan.steps
+    bm, bn, bk = tile.block_m, tile.block_n, tile.block_k
+    M = T.dynamic("M")
+
+    @T.prim_func
+    def main(a: T.Tensor((M, k), dtype), b: T.Tensor((k, n), dtype), partial: T.Tensor((plan.split, M, n), F32)):
+        # The row block varies fastest, so the blocks sharing a tile of b run together and it is read from DRAM
+        # once.
+        with T.Kernel(T.ceildiv(M, bm), plan.split, T.ceildiv(n, bn), threads=tile.threads) as (bx, bs, by):
+            a_tile = T.alloc_shared((bm, bk), dtype)
+            b_tile = T.alloc_shared((bk, bn), dtype)
+            acc = T.alloc_fragment((bm, bn), F32)
+            T.clear(acc)
+            for ko in T.Pipelined(steps, num_stages=tile.stages):
+                T.copy(a[bx * bm, (bs * steps + ko) * bk], a_tile)
+                T.copy(b[(bs * steps + ko) * bk, by * bn], b_tile)
+                T.gemm(a_tile, b_tile, acc)
+            T.copy(acc, partial[bs, bx * bm, by * bn])
+
+    return main
+
+
+def reduce_program(n: int, dtype: str, split: int) -> Any:
+    """``main(partial[split, M, n], c[M, n])``: the partials added in slice order (deterministic), cast."""
+    M = T.dynamic("M")
+    bn = REDUCE_COLUMNS
+
+    @T.prim_func
+    def main(partial: T.Tensor((split, M, n), F32), c: T.Tensor((M, n), dtype)):
+        with T.Kernel(T.ceildiv(n, bn), M, threads=REDUCE_THREADS) as (bx, by):
+            part = T.alloc_fragment((1, bn), F32)
+            acc = T.alloc_fragment((1, bn), F32)
+            T.clear(acc)
+            for s in T.unroll(split):
+                T.copy(partial[s, by, bx * bn], part)
+                for i, j in T.Parallel(1, bn):
+                    acc[i, j] += part[i, j]
+            T.copy(acc, c[by, bx * bn])
+
+    return main
+
+
+def split_plans(config: MatmulConfig, sm_count: int = 132, shared_memory: int = 227 * 1024) -> tuple[SplitK, ...]:
+    """The split-K variants for ``config``, by the largest M each serves; none for float32 (FFMA path)."""
+    if config.dtype == torch.float32:
+        return ()
+    n, k = config.n, config.k
+    return (
+        plan_split(SPLIT_16, 16, n, k, sm_count, shared_memory),
+        plan_split(SPLIT_128, 128, n, k, sm_count, shared_memory),
+    )
+
+
+def programs(
+    config: MatmulConfig, shared_memory: int | None = None, sm_count: int = 132
+) -> dict[tuple[str, Any], Callable[[], Any]]:
+    """The programs the factory compiles for ``config``, by variant: a small and a large tile, and in half
+    precision a split-K pair (product, reduce) for each decode size."""
     small, large = (
         tiles_for(tl_dtype(config.dtype), shared_memory) if shared_memory else tiles_for(tl_dtype(config.dtype))
     )
     n, k, dtype = config.n, config.k, config.dtype
-    return {("small", small): _builder(n, k, dtype, small), ("large", large): _builder(n, k, dtype, large)}
+    built: dict[tuple[str, Any], Callable[[], Any]] = {
+        ("small", small): _builder(n, k, dtype, small),
+        ("large", large): _builder(n, k, dtype, large),
+    }
+    for plan in split_plans(config, sm_count, shared_memory or 227 * 1024):
+        built[(f"split{plan.max_m}", plan)] = _split_builder(n, k, dtype, plan)
+        built[(f"reduce{plan.max_m}", plan.split)] = _reduce_builder(n, dtype, plan.split)
+    return built
 
 
 @spec.implementation(device_type="cuda")
 def matmul_tl(config: MatmulConfig) -> Callable[..., torch.Tensor]:
     # Two tile shapes are compiled, sized for the current GPU; each call takes the large one when it yields
-    # enough tiles to keep the GPU busy.
+    # enough tiles to keep the GPU busy. In half precision, up to 128 tokens, a split-K pair instead (the first
+    # whose max_m covers the call).
     n, dtype = config.n, config.dtype
     require_gpu(config.label)
     properties = torch.cuda.get_device_properties(torch.cuda.current_device())
     shared_memory = getattr(properties, "shared_memory_per_block_optin", 0) or 99 * 1024
     large = tiles_for(tl_dtype(dtype), shared_memory)[1]
     sm_count = properties.multi_processor_count
-    kernels = compiled(config.label, programs(config, shared_memory))
-    small_kernel, large_kernel = kernels.values()
+    kernels = list(compiled(config.label, programs(config, shared_memory, sm_count)).values())
+    small_kernel, large_kernel = kernels[:2]
+    plans = split_plans(config, sm_count, shared_memory)
+    split_k = [(plan.max_m, plan.split, kernels[2 + 2 * i], kernels[3 + 2 * i]) for i, plan in enumerate(plans)]
 
     def matmul(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+        m = a.shape[0]
         c = spec.output(config, a, b)
-        kernel = large_kernel if use_large(large, a.shape[0], n, sm_count) else small_kernel
+        for max_m, split, product, reduce in split_k:
+            if m <= max_m:
+                partial = torch.empty((split, m, n), dtype=torch.float32, device=a.device)
+                product(aligned(a), aligned(b), partial)
+                reduce(partial, c)
+                return c
+        kernel = large_kernel if use_large(large, m, n, sm_count) else small_kernel
         kernel(aligned(a), aligned(b), c)
         return c
 
@@ -125,3 +285,11 @@ def matmul_tl(config: MatmulConfig) -> Callable[..., torch.Tensor]:
 
 def _builder(n: int, k: int, dtype: torch.dtype, tile: Tile) -> Callable[[], Any]:
     return lambda: matmul_program(n, k, tl_dtype(dtype), tile)
+
+
+def _split_builder(n: int, k: int, dtype: torch.dtype, plan: SplitK) -> Callable[[], Any]:
+    return lambda: split_k_program(n, k, tl_dtype(dtype), plan)
+
+
+def _reduce_builder(n: int, dtype: torch.dtype, split: int) -> Callable[[], Any]:
+    return lambda: reduce_program(n, tl_dtype(dtype), split)

@@ -1,4 +1,16 @@
-"""Matrix product ``a[M, k] @ b[k, n]`` with float32 accumulation."""
+"""Matrix product ``a[M, k] @ b[k, n]`` with float32 accumulation.
+
+Up to 128 tokens the product is a stream over the weight ``b``, and one program per output tile leaves SMs idle
+(``[1, 4096] x [4096, 4096]`` is 64 tiles of 16 x 64 for 132 SMs). There ``k`` is split too (split-K, as the
+public Triton split-K GEMMs do with a second program axis): program ``(tile, s)`` stores its float32 partial sum
+over k-slice ``s`` into a float32 workspace ``[split, M, n]``, and a second kernel adds the slices in order and
+casts. Those public kernels mostly ``tl.atomic_add`` into the output; the workspace keeps the result exact to
+float32 accumulation (no 16-bit partial sums) and deterministic (no atomics, a fixed order), for one more launch.
+
+Prediction before measuring (H200, bf16, [1, 4096] x [4096, 14336]): b is 117 MB, 28 µs at 4.2 TB/s; 16 x 64
+tiles (20 KiB a stage, 4 stages: 2 programs an SM) make 224 tiles, split 3 ways: 672 programs, 2.5 waves of 264
+slots, about 33 µs plus 3 µs for the reduce launch: 36 µs (cuBLAS 40.7). See benchmarks/NOTES.md.
+"""
 
 from __future__ import annotations
 
@@ -29,6 +41,7 @@ def _matmul_kernel(
     EVEN_K: tl.constexpr,
     UPCAST: tl.constexpr,
     IEEE: tl.constexpr,
+    K_SLICE: tl.constexpr = 0,
 ):
     # Grouped ordering: GROUP_M row-blocks of c are walked column by column, so the programs running together
     # share both their a rows and their b columns in L2.
@@ -47,17 +60,24 @@ def _matmul_kernel(
     # never stored.
     a_rows = (rows % M).to(tl.int64)
     b_cols = cols % N
+    # Split-K (K_SLICE > 0): this program takes k in [k_start, k_start + K_SLICE) and stores its float32 partial
+    # sum as slice program_id(1) of c (then a [split, M, N] float32 workspace).
+    k_start = 0
+    k_length = K
+    if K_SLICE:
+        k_start = tl.program_id(1) * K_SLICE
+        k_length = tl.minimum(K_SLICE, K - k_start)
     ks = tl.arange(0, BLOCK_K)
-    a_ptrs = a_ptr + a_rows[:, None] * K + ks[None, :]
-    b_ptrs = b_ptr + ks[:, None] * N + b_cols[None, :]
+    a_ptrs = a_ptr + a_rows[:, None] * K + (k_start + ks)[None, :]
+    b_ptrs = b_ptr + (k_start + ks).to(tl.int64)[:, None] * N + b_cols[None, :]
 
     acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
-    for step in range(0, tl.cdiv(K, BLOCK_K)):
+    for step in range(0, tl.cdiv(k_length, BLOCK_K)):
         if EVEN_K:
             a = tl.load(a_ptrs)
             b = tl.load(b_ptrs)
         else:
-            k_left = K - step * BLOCK_K
+            k_left = k_length - step * BLOCK_K
             a = tl.load(a_ptrs, mask=ks[None, :] < k_left, other=0.0)
             b = tl.load(b_ptrs, mask=ks[:, None] < k_left, other=0.0)
         if UPCAST:
@@ -74,8 +94,21 @@ def _matmul_kernel(
         a_ptrs += BLOCK_K
         b_ptrs += BLOCK_K * N
 
+    if K_SLICE:
+        c_ptr += tl.program_id(1).to(tl.int64) * M * N
     c_ptrs = c_ptr + rows.to(tl.int64)[:, None] * N + cols[None, :]
     tl.store(c_ptrs, acc.to(c_ptr.dtype.element_ty), mask=(rows < M)[:, None] & (cols < N)[None, :])
+
+
+@triton.jit(do_not_specialize=["MN"])
+def _sum_slices_kernel(partial_ptr, c_ptr, MN, SPLIT: tl.constexpr, BLOCK: tl.constexpr):
+    # The float32 partials of split-K, added in slice order (the same bits every run), cast once.
+    offsets = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
+    mask = offsets < MN
+    acc = tl.zeros([BLOCK], dtype=tl.float32)
+    for s in tl.static_range(SPLIT):
+        acc += tl.load(partial_ptr + s * MN + offsets, mask=mask, other=0.0)
+    tl.store(c_ptr + offsets, acc.to(c_ptr.dtype.element_ty), mask=mask)
 
 
 @dataclass(frozen=True)
@@ -85,13 +118,27 @@ class Tiling:
     block_k: int
     num_warps: int
     num_stages: int
+    #: k-slices (split-K) and the length of each, a multiple of block_k; 1 and 0 without split-K
+    split: int = 1
+    k_slice: int = 0
 
 
 #: tl.dot needs every tile side to be at least 16.
 MIN_TILE = 16
 
 
-def tiling(m: int, n: int, k: int, dtype: torch.dtype) -> Tiling:
+#: Split-K below this many tokens, aiming at this many programs per SM (the 16-row decode tile takes 80 KiB of
+#: shared memory, two programs an SM; a second wave hides the first one's tail), with slices of at least
+#: MIN_SLICE_STEPS k-steps so that the pipeline fills.
+SPLIT_MAX_M = 128
+SPLIT_WAVES_DECODE = 4
+SPLIT_WAVES = 2
+MIN_SLICE_STEPS = 4
+#: The reduce kernel's block: 1024 float32 values, 4 warps, a float4 a thread per slice per pass.
+SUM_BLOCK = 1024
+
+
+def tiling(m: int, n: int, k: int, dtype: torch.dtype, sm_count: int = 132) -> Tiling:
     """The tiles for a product of ``[m, k] @ [k, n]``.
 
     ``m`` is bucketed (at most 16, at most 256, more), so a kernel compiles at most three variants however its
@@ -99,30 +146,39 @@ def tiling(m: int, n: int, k: int, dtype: torch.dtype) -> Tiling:
     fewer the product is a stream over the weight, cut into narrow column tiles (``mma``, since Hopper's
     ``wgmma`` needs 64 rows); up to 256 tokens 64x64 tiles (``wgmma`` for 16-bit types); beyond, 128x128 tiles.
     float32 runs on the FMA units (IEEE precision), where smaller tiles keep the registers in bounds. Every
-    tile, times its pipeline stages, fits a Hopper's shared memory.
+    tile, times its pipeline stages, fits a Hopper's shared memory. Up to ``SPLIT_MAX_M`` tokens, when the tiles
+    alone are too few for ``sm_count`` SMs, ``k`` is split into slices too (see the module's docstring).
     """
     wide = dtype != torch.float32
     if m <= 16:
-        config = Tiling(16, 32, 128 if wide else 64, 4, 4)
+        config = Tiling(16, 64 if wide else 32, 128 if wide else 64, 4, 4)
     elif m <= 256:
         config = Tiling(64, 64, 64 if wide else 32, 4, 4)
     elif wide:
         config = Tiling(128, 128, 64, 8, 4)
     else:
         config = Tiling(128, 64, 32, 8, 3)
-    return Tiling(
-        block_m=config.block_m,
-        block_n=min(config.block_n, max(MIN_TILE, triton.next_power_of_2(n))),
-        block_k=min(config.block_k, max(MIN_TILE, triton.next_power_of_2(k))),
-        num_warps=config.num_warps,
-        num_stages=config.num_stages,
-    )
+    block_n = min(config.block_n, max(MIN_TILE, triton.next_power_of_2(n)))
+    block_k = min(config.block_k, max(MIN_TILE, triton.next_power_of_2(k)))
+    split, k_slice = 1, 0
+    if m <= SPLIT_MAX_M:
+        tiles = triton.cdiv(m, config.block_m) * triton.cdiv(n, block_n)
+        k_steps = triton.cdiv(k, block_k)
+        target = sm_count * (SPLIT_WAVES_DECODE if m <= 16 else SPLIT_WAVES)
+        wanted = min(triton.cdiv(target, tiles), k_steps // MIN_SLICE_STEPS)
+        if wanted > 1:
+            k_slice = triton.cdiv(k_steps, wanted) * block_k
+            split = triton.cdiv(k, k_slice)
+        if split == 1:
+            k_slice = 0
+    return Tiling(config.block_m, block_n, block_k, config.num_warps, config.num_stages, split, k_slice)
 
 
 @spec.implementation(device_type=launch_device(_matmul_kernel))
 def matmul_tl(config: MatmulConfig) -> Callable[..., torch.Tensor]:
     n, k, dtype = config.n, config.k, config.dtype
     upcast = interpreting(_matmul_kernel) and dtype != torch.float32
+    sm_count = 132 if interpreting(_matmul_kernel) else torch.cuda.get_device_properties().multi_processor_count
     #: one launcher per tiling (at most three: the token count is bucketed)
     launchers: dict[Tiling, Launcher] = {}
 
@@ -134,20 +190,36 @@ def matmul_tl(config: MatmulConfig) -> Callable[..., torch.Tensor]:
             "BLOCK_N": tiles.block_n,
             "BLOCK_K": tiles.block_k,
             "GROUP_M": 8,
-            "EVEN_K": k % tiles.block_k == 0,
+            "EVEN_K": k % tiles.block_k == 0 and k % max(tiles.k_slice, 1) == 0,
             "UPCAST": upcast,
             "IEEE": dtype == torch.float32 or upcast,
+            "K_SLICE": tiles.k_slice,
         }
         return Launcher(_matmul_kernel, constexprs, num_warps=tiles.num_warps, num_stages=tiles.num_stages)
+
+    #: the reduce of each split count
+    sums: dict[int, Launcher] = {}
+
+    def sum_slices(split: int) -> Launcher:
+        launch = sums.get(split)
+        if launch is None:
+            launch = sums[split] = Launcher(_sum_slices_kernel, {"SPLIT": split, "BLOCK": SUM_BLOCK}, num_warps=4)
+        return launch
 
     def matmul(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
         m = a.shape[0]
         c = spec.output(config, a, b)
-        tiles = tiling(m, n, k, dtype)
+        tiles = tiling(m, n, k, dtype, sm_count)
         launch = launchers.get(tiles)
         if launch is None:
             launch = launchers[tiles] = launcher(tiles)
-        launch((triton.cdiv(m, tiles.block_m) * triton.cdiv(n, tiles.block_n),), a, b, c, m)
+        grid = triton.cdiv(m, tiles.block_m) * triton.cdiv(n, tiles.block_n)
+        if tiles.split == 1:
+            launch((grid,), a, b, c, m)
+            return c
+        partial = torch.empty((tiles.split, m, n), dtype=torch.float32, device=a.device)
+        launch((grid, tiles.split), a, b, partial, m)
+        sum_slices(tiles.split)((triton.cdiv(m * n, SUM_BLOCK),), partial, c, m * n)
         return c
 
     return matmul
