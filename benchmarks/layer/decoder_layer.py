@@ -243,14 +243,12 @@ def lazyops_ops(backend: str, shape: Shape, dtype: Any) -> Ops:
     def add_rmsnorm_in_place(x: Any, residual: Any, weight: Any) -> tuple[Any, Any]:
         return add_rmsnorm(x, residual, weight), residual
 
-    def rope_contiguous(positions: Any, query: Any, key: Any, cos_sin_cache: Any) -> tuple[Any, Any]:
-        # The kernels index rows by their width, so the query and key columns of the QKV output are copied out.
-        return rope(positions, query.contiguous(), key.contiguous(), cos_sin_cache)
-
     return Ops(
         rmsnorm=rmsnorm,
         add_rmsnorm=add_rmsnorm_in_place,
-        rope=rope_contiguous,
+        # query and key go in as the views of the QKV output they are (strided rows), rotated where they lie, as
+        # engines call it; a backend whose launch cannot take strided rows gets copies from the spec's wrapper.
+        rope=rope,
         silu_and_mul=factory("silu_and_mul_tl")(shape.mlp, dtype),
         qkv=matmul(q_and_kv, shape.hidden, dtype),
         o=matmul(shape.hidden, shape.q_size, dtype),
