@@ -100,3 +100,69 @@ def test_a_decoder_block_exports(kernels):
     with torch.inference_mode():
         expected = block(*copy.deepcopy(args))
     assert_same(exported.module()(*copy.deepcopy(args)), expected, dtype)
+
+
+def test_the_out_operator_passes_torch_library_opcheck(kernels, kernel):
+    """``out=`` while compiling goes through ``<kernel>_out``, which declares ``out`` as written."""
+    from lazyops.specs import spec
+
+    if spec(kernel).returns != "out":
+        pytest.skip(f"{kernel} updates its inputs in place and takes no out=")
+
+    @kernels.drawn_calls(kernel, tokens=5, host_examples=2, examples=4)
+    def check(call: Any, args: tuple[Any, ...], case: Case) -> None:
+        from lazyops.specs import _ops
+
+        config = call.lazyops_config
+        kernel_spec = spec(kernel)
+        _, operator_out = _ops.operators(kernel_spec, kernels.backend, config, call, lambda c: call)
+        assert operator_out is not None and operator_out.name().endswith(f"{kernel.removesuffix('_tl')}_out")
+        out = kernel_spec.output(config, *args)
+        with torch.inference_mode(False), torch.no_grad():
+            torch.library.opcheck(
+                operator_out, (*args, out, *_ops.config_values(config)), test_utils=("test_schema", "test_faketensor")
+            )
+
+    check()
+
+
+@pytest.mark.parametrize("alias", [False, True])
+def test_out_and_strided_views_compile_fullgraph_and_match_eager(kernels, alias):
+    """What an engine compiles: a norm written into a preallocated buffer (or over its input), then rope on the
+    query and key views of a packed projection, under ``torch.compile(fullgraph=True)``."""
+    import lazyops
+
+    assert lazyops.which("rmsnorm_tl").backend == kernels.backend
+    norm = kernels.factory("rmsnorm_tl")(64, torch.float32)
+    rope = kernels.factory("rope_tl")(16, torch.float32)
+
+    def step(x, weight, buffer, qkv, positions, cache):
+        normed = norm(x, weight, out=x if alias else buffer)
+        query, key = rope(positions, qkv[:, :32], qkv[:, 32:48], cache)
+        return normed * 2, query.sum() + key.sum()
+
+    generator = torch.Generator().manual_seed(0)
+
+    def inputs():
+        return [
+            t.to(kernels.device)
+            for t in (
+                torch.randn(6, 64, generator=generator),
+                torch.randn(64, generator=generator),
+                torch.empty(6, 64),
+                torch.randn(6, 64, generator=generator),
+                torch.randint(0, 8, (6,), generator=generator),
+                torch.randn(8, 16, generator=generator),
+            )
+        ]
+
+    args = inputs()
+    eager_args = [t.clone() for t in args]
+    with torch.inference_mode():
+        expected = step(*eager_args)
+        got = torch.compile(step, fullgraph=True)(*args)
+    for g, e in zip(got, expected):
+        torch.testing.assert_close(g, e, rtol=1e-5, atol=1e-5)
+    # the written buffers and the packed projection hold what the eager call left in them
+    for index in (0, 2, 3) if not alias else (0, 3):
+        torch.testing.assert_close(args[index], eager_args[index], rtol=1e-5, atol=1e-5)

@@ -212,7 +212,7 @@ def overlap(a: torch.Tensor, b: torch.Tensor) -> bool:
     Tensors without memory (meta tensors, the fake tensors ``torch.compile`` traces with) share none: their
     aliasing is the compiler's to track, from the operator's schema.
     """
-    if a.device.type == "meta" or b.device.type == "meta":
+    if a.device.type == "meta" or b.device.type == "meta" or _is_fake(a) or _is_fake(b):
         return False
     try:
         a_start, a_end = span(a)
@@ -231,6 +231,21 @@ def overlap(a: torch.Tensor, b: torch.Tensor) -> bool:
     size = a.element_size()
     period = a_rows[0] * size
     return _arcs_intersect(a_start % period, a_rows[1] * size, b_start % period, b_rows[1] * size, period)
+
+
+_FAKE_TENSOR: Any = None
+
+
+def _is_fake(tensor: torch.Tensor) -> bool:
+    """A tensor ``torch.compile`` traces with: it has no memory of its own to compare."""
+    global _FAKE_TENSOR
+    if type(tensor) is _tensor_type():
+        return False
+    if _FAKE_TENSOR is None:
+        from torch._subclasses.fake_tensor import FakeTensor
+
+        _FAKE_TENSOR = FakeTensor
+    return isinstance(tensor, _FAKE_TENSOR)
 
 
 def _row_form(tensor: torch.Tensor) -> tuple[int, int] | None:
