@@ -329,6 +329,23 @@ def implementations(shape: Shape, dtype: Any, backends: dict[str, str | None], c
         if compile_rows:
             name = f"lazyops {backend} + torch.compile"
             impls.append(Impl(name, "lazyops", None if problem else build, compiled=True, problem=problem))
+        if backend != "torch" and "torch" in backends:
+            # The engine's usual mix: this backend's norms, rope and activation, with the four GEMMs from lazyops'
+            # torch backend (cuBLAS), so the row shows what the non-GEMM kernels gain or lose on their own.
+            @functools.cache
+            def mixed(backend: str = backend) -> Ops:
+                cublas = lazyops_ops("torch", shape, dtype)
+                own = lazyops_ops(backend, shape, dtype)
+                return dataclasses.replace(own, qkv=cublas.qkv, o=cublas.o, gate_up=cublas.gate_up, down=cublas.down)
+
+            name = f"lazyops {backend}, matmul from lazyops torch (cuBLAS)"
+            impls.append(Impl(name, "lazyops", None if problem else mixed, problem=problem))
+            if compile_rows:
+                impls.append(
+                    Impl(
+                        name + " + torch.compile", "lazyops", None if problem else mixed, compiled=True, problem=problem
+                    )
+                )
     return impls
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import re
 import sys
 from pathlib import Path
 
@@ -60,10 +61,11 @@ def test_smoke_run_writes_correct_rows_for_every_path_that_runs_here(tmp_path):
         "| lazyops torch |",
         "## Correctness",
         "## Goals",
-        "not met",
         "## What did not run",
     ):
         assert fragment in markdown
+    # a verdict per workload; which one is a timing, never asserted
+    assert re.search(r"\| (met|not met|not measured) \|", markdown)
 
 
 @pytest.mark.skipif(sys.platform == "win32", reason="Triton's interpreter")
