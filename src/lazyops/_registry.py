@@ -13,12 +13,16 @@ built-in in place. ``Registry.refused`` lists every refusal, for ``lazyops list`
 
 from __future__ import annotations
 
-import re
-from collections.abc import Iterable, Iterator
-from typing import NoReturn
+import os
+import sys
 
 from lazyops._backend import Backend
 from lazyops._errors import BackendError
+
+TYPE_CHECKING = False  # typing's own constant would cost importing typing on the first access
+if TYPE_CHECKING:
+    from collections.abc import Iterable, Iterator
+    from typing import NoReturn
 
 ENTRY_POINT_GROUP = "lazyops.backends"
 
@@ -29,8 +33,9 @@ BUILTINS = (
     ("tilelang", "lazyops._backends.tilelang", "install it with: pip install 'lazyops[tilelang]'"),
 )
 
-_NAME = re.compile(r"[a-z][a-z0-9_]*\Z")
-_MODULE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*\Z")
+# The shapes a third-party entry point must have, checked with re, imported only when there is one to check.
+_NAME = r"[a-z][a-z0-9_]*\Z"
+_MODULE = r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*\Z"
 
 
 class EntryPointSpec:
@@ -43,6 +48,20 @@ class EntryPointSpec:
 
 
 def installed_entry_points() -> list[EntryPointSpec]:
+    """The ``lazyops.backends`` entry points of the installed distributions, as ``importlib.metadata`` lists them.
+
+    ``importlib.metadata`` costs tens of milliseconds to import and then reads every installed distribution's
+    entry points, on the first access of a kernel. Where ``sys.path`` holds only directories and no finder besides
+    the standard one knows distributions (the usual case), the same answer is read here directly: the
+    ``*.dist-info`` and ``*.egg-info`` directories of each ``sys.path`` entry, in ``importlib.metadata``'s order and
+    with its rule that the first distribution of a name hides the others, and of those only the
+    ``entry_points.txt`` files that mention the group are parsed. Anything else goes to ``importlib.metadata``.
+    """
+    specs = _entry_points_from_directories()
+    return specs if specs is not None else _entry_points_from_metadata()
+
+
+def _entry_points_from_metadata() -> list[EntryPointSpec]:
     from importlib.metadata import entry_points
 
     specs = []
@@ -51,6 +70,110 @@ def installed_entry_points() -> list[EntryPointSpec]:
         dist_name = getattr(distribution, "name", None) or "an unknown distribution"
         specs.append(EntryPointSpec(entry_point.name, entry_point.value, dist_name))
     return specs
+
+
+class _Unusual(Exception):
+    """Something the direct reader does not mirror exactly: ask ``importlib.metadata`` instead."""
+
+
+def _entry_points_from_directories() -> list[EntryPointSpec] | None:
+    from importlib.machinery import PathFinder
+
+    if any(hasattr(finder, "find_distributions") and finder is not PathFinder for finder in sys.meta_path):
+        return None  # another finder knows distributions (a zip importer, a custom one): only it can list them
+    try:
+        specs: list[EntryPointSpec] = []
+        for dist_path in _distributions():
+            text = _read_text(os.path.join(dist_path, "entry_points.txt"))
+            if text is None or ENTRY_POINT_GROUP not in text:
+                continue
+            pairs = _group_pairs(text)
+            if pairs:
+                name = _distribution_name(dist_path) or "an unknown distribution"
+                specs.extend(EntryPointSpec(ep_name, value, name) for ep_name, value in pairs)
+        return specs
+    except _Unusual:
+        return None
+
+
+def _distributions() -> list[str]:
+    """Every distribution's metadata directory, first of each normalised name only (``importlib.metadata``'s
+    ``_unique(distributions())``)."""
+    seen: set[str] = set()
+    found = []
+    for entry in sys.path:
+        if not isinstance(entry, str) or os.path.basename(entry).lower().endswith(".egg"):
+            raise _Unusual
+        try:
+            children = os.listdir(entry or ".")
+        except (FileNotFoundError, PermissionError):
+            continue
+        except OSError as error:  # a file (a zip?) or worse
+            raise _Unusual from error
+        by_name: dict[str, list[str]] = {}  # grouped by name in order of first appearance, as importlib's Lookup
+        for child in children:
+            low = child.lower()
+            if low.endswith((".dist-info", ".egg-info")):
+                by_name.setdefault(_normalize(low.rpartition(".")[0].partition("-")[0]), []).append(child)
+        for name, children_of_name in by_name.items():
+            for child in children_of_name:
+                if name not in seen:  # a distribution's name is the one its directory's name gives
+                    seen.add(name)
+                    found.append(os.path.join(entry, child))
+    return found
+
+
+def _normalize(name: str) -> str:
+    """PEP 503 normalisation with underscores (``importlib.metadata.Prepared.normalize``), without ``re``."""
+    for separator in "-.":
+        name = name.replace(separator, "_")
+    while "__" in name:
+        name = name.replace("__", "_")
+    return name.lower()
+
+
+def _read_text(path: str) -> str | None:
+    try:
+        with open(path, encoding="utf-8") as file:
+            return file.read()
+    except (FileNotFoundError, IsADirectoryError, NotADirectoryError, PermissionError):
+        return None
+    except (OSError, ValueError) as error:
+        raise _Unusual from error
+
+
+def _group_pairs(text: str) -> list[tuple[str, str]]:
+    """``(name, value)`` of each entry point of the group, parsed as ``importlib.metadata.Sectioned`` does."""
+    pairs = []
+    section = None
+    for line in map(str.strip, text.splitlines()):
+        if not line or line.startswith("#"):
+            continue
+        if line.startswith("[") and line.endswith("]"):
+            section = line.strip("[]")
+        elif section == ENTRY_POINT_GROUP:
+            name, equals, value = line.partition("=")
+            if not equals:
+                raise _Unusual  # importlib.metadata fails on it: let it
+            pairs.append((name.strip(), value.strip()))
+    return pairs
+
+
+def _distribution_name(dist_path: str) -> str | None:
+    """The ``Name`` field of the distribution's metadata (``Distribution.name``)."""
+    text = _read_text(os.path.join(dist_path, "METADATA")) or _read_text(os.path.join(dist_path, "PKG-INFO"))
+    if not text:
+        raise _Unusual  # an egg-info file, or no metadata: importlib.metadata knows what to say
+    lines = text.splitlines()
+    for index, line in enumerate(lines):
+        if not line.strip():
+            return None  # the end of the headers
+        key, colon, value = line.partition(":")
+        if colon and key.lower() == "name":
+            if index + 1 < len(lines) and lines[index + 1][:1] in (" ", "\t"):
+                raise _Unusual  # a folded header
+            return value.lstrip(" \t")
+    return None
 
 
 class RefusedBackend:
@@ -152,12 +275,14 @@ def _backend_of(
         )
     (spec,) = claimants
     where = f"entry point {spec.name!r} = {spec.value!r} of {spec.distribution}"
-    if not _NAME.match(spec.name):
+    import re
+
+    if not re.match(_NAME, spec.name):
         problem = (
             "a backend name must be lowercase letters, digits and '_' (it is written in LAZYOPS_BACKEND's comma "
             "list); ask its authors to rename it"
         )
-    elif not _MODULE.match(spec.value):
+    elif not re.match(_MODULE, spec.value):
         problem = "the value must be a module path like 'package.module' (no ':attribute'); ask its authors to fix it"
     else:
         problem = None
