@@ -8,13 +8,14 @@ bad value and the valid choices.
 
 from __future__ import annotations
 
-import dataclasses
 import os
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
-from typing import Any
 
 from lazyops._errors import ConfigError
+
+TYPE_CHECKING = False  # typing's own constant would cost importing typing on the first access
+if TYPE_CHECKING:
+    from typing import Any
 
 _TRUE = frozenset({"1", "true", "yes", "on"})
 _FALSE = frozenset({"0", "false", "no", "off", ""})
@@ -24,7 +25,6 @@ _VARIABLE_OF = {"backend": "LAZYOPS_BACKEND", "fallback": "LAZYOPS_FALLBACK", "s
 """The environment variable behind each ``configure()`` argument."""
 
 
-@dataclass(frozen=True, slots=True)
 class Settings:
     """One configuration, immutable once built.
 
@@ -34,21 +34,73 @@ class Settings:
     of ``backend``, ``fallback``, ``strict`` to where its value came from, so an error can name the variable or
     argument the user has to change; it is not part of a configuration's value (two equal settings may come from
     different places).
+
+    Written out rather than a frozen dataclass: the ``dataclasses`` machinery costs milliseconds at import, on the
+    first kernel access, for what these few methods do.
     """
 
-    chain: tuple[str, ...] | None = None
-    fallback: frozenset[str] = frozenset()
-    strict: bool = False
-    verbose: bool = False
-    trace: str | None = None
-    trace_args: bool = False
-    rank: int = 0
-    origin: Mapping[str, str] = field(default_factory=lambda: dict(_VARIABLE_OF), compare=False, repr=False)
+    __slots__ = ("chain", "fallback", "origin", "rank", "strict", "trace", "trace_args", "verbose")
+    _VALUE = ("chain", "fallback", "strict", "verbose", "trace", "trace_args", "rank")  # compared, hashed, shown
+
+    chain: tuple[str, ...] | None
+    fallback: frozenset[str]
+    strict: bool
+    verbose: bool
+    trace: str | None
+    trace_args: bool
+    rank: int
+    origin: Mapping[str, str]
+
+    def __init__(
+        self,
+        chain: tuple[str, ...] | None = None,
+        fallback: frozenset[str] = frozenset(),
+        strict: bool = False,
+        verbose: bool = False,
+        trace: str | None = None,
+        trace_args: bool = False,
+        rank: int = 0,
+        origin: Mapping[str, str] | None = None,
+    ) -> None:
+        origin = dict(_VARIABLE_OF) if origin is None else origin
+        values = (chain, fallback, strict, verbose, trace, trace_args, rank)
+        for name, value in zip(self._VALUE, values, strict=True):
+            object.__setattr__(self, name, value)
+        object.__setattr__(self, "origin", origin)
+
+    def __setattr__(self, name: str, value: object) -> None:
+        raise AttributeError(f"cannot assign to field {name!r}: Settings are immutable; use replace()")
+
+    def __delattr__(self, name: str) -> None:
+        raise AttributeError(f"cannot delete field {name!r}: Settings are immutable")
+
+    def __reduce__(self) -> tuple[type[Settings], tuple[object, ...]]:
+        return (Settings, (*self._value(), dict(self.origin)))
+
+    def _value(self) -> tuple[object, ...]:
+        return tuple(getattr(self, name) for name in self._VALUE)
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        assert isinstance(other, Settings)
+        return self._value() == other._value()
+
+    def __hash__(self) -> int:
+        return hash(self._value())
+
+    def __repr__(self) -> str:
+        fields = ", ".join(f"{name}={getattr(self, name)!r}" for name in self._VALUE)
+        return f"{type(self).__qualname__}({fields})"
 
     def replace(self, **changes: Any) -> Settings:
         """A copy with ``changes``; ``origin`` given here updates the origins rather than replacing them all."""
         origin = {**self.origin, **changes.pop("origin", {})}
-        return dataclasses.replace(self, origin=origin, **changes)
+        unknown = set(changes) - set(self._VALUE)
+        if unknown:
+            raise TypeError(f"Settings has no field {sorted(unknown)[0]!r}")
+        values = {name: getattr(self, name) for name in self._VALUE}
+        return Settings(**{**values, **changes}, origin=origin)
 
 
 def parse_bool(source: str, value: str) -> bool:
