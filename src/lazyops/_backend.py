@@ -23,21 +23,25 @@ threads, or call ``lazyops.which()`` without deadlocking against another thread'
 
 from __future__ import annotations
 
-import contextlib
+import contextlib  # imported by the namespace anyway
 import importlib
-import importlib.machinery
 import importlib.util
 import sys
-from collections.abc import Callable
-from types import ModuleType
-from typing import Any, TypeVar
 
 from lazyops._errors import BackendError
 from lazyops._manifest import ManifestError, read_manifest, stub_beside
 from lazyops._once import Once, OnceCycleError
 
+TYPE_CHECKING = False  # typing's own constant would cost importing typing on the first access
+if TYPE_CHECKING:
+    import importlib.machinery
+    from collections.abc import Callable
+    from types import ModuleType
+    from typing import Any, TypeVar
+
+    T = TypeVar("T")
+
 Manifest = dict[str, tuple["str | None", str]]
-T = TypeVar("T")
 
 
 class Backend:
@@ -50,13 +54,17 @@ class Backend:
         self.install_hint = install_hint
         self._manifest: Once[Manifest] = Once(f"reading the kernel list of backend {name!r}")
         self._module: Once[ModuleType] = Once(f"loading backend {name!r}")
+        self._exports: frozenset[str] | None = None
 
     def __repr__(self) -> str:
         return f"<lazyops backend {self.name!r}: {self.module_name} ({self.origin})>"
 
     # -- the kernel list ---------------------------------------------------------------------------------------
     def exports(self) -> frozenset[str]:
-        return frozenset(self.manifest())
+        exports = self._exports
+        if exports is None:  # kept: resolution asks for it many times, and it may hold thousands of names
+            exports = self._exports = frozenset(self.manifest())
+        return exports
 
     def manifest(self) -> Manifest:
         """``{kernel: (submodule or None, attribute)}``; reads the stub, or imports a package that has none."""

@@ -9,12 +9,14 @@ from __future__ import annotations
 
 import os
 import weakref
-from collections.abc import Callable
-from typing import Protocol
 
+TYPE_CHECKING = False  # typing's own constant would cost importing typing on the first access
+if TYPE_CHECKING:
+    from collections.abc import Callable
+    from typing import Protocol
 
-class ForkSafe(Protocol):
-    def _after_fork_in_child(self) -> None: ...
+    class ForkSafe(Protocol):
+        def _after_fork_in_child(self) -> None: ...
 
 
 _OBJECTS: weakref.WeakSet[ForkSafe] = weakref.WeakSet()

@@ -23,24 +23,28 @@ the lock, so that no reader can see a generation whose kernels are gone and whos
 
 from __future__ import annotations
 
+import _thread
 import contextlib
 import os
-import threading
-from collections.abc import Callable, Iterator, Mapping, MutableMapping
-from typing import Any
 
 from lazyops import _forksafe
 from lazyops._config import Settings, apply_overrides, environment_without_overridden, settings_from_environment
 from lazyops._errors import BackendError, KernelUnavailableError
 from lazyops._errors import hide_in_pytest_tracebacks as __tracebackhide__  # noqa: F401
-from lazyops._notices import Notices, inherited_line
+from lazyops._notices import Notices, inherited_line, summary_line
 from lazyops._once import OnceCycleError
 from lazyops._platform import platform_default
 from lazyops._registry import Registry
-from lazyops._report import build_report
 from lazyops._resolve import INHERITED, Resolution, resolve, unknown_kernel_error, validate
-from lazyops._trace import Tracer
-from lazyops._wrap import ResolvedFactory
+
+# Only what the first access of a kernel from the platform default needs is imported above; the summary
+# (_report), tracing (_trace) and the wrapper (_wrap) are imported where they are first needed.
+TYPE_CHECKING = False  # typing's own constant would cost importing typing on the first access
+if TYPE_CHECKING:
+    from collections.abc import Callable, Iterator, Mapping, MutableMapping
+    from typing import Any
+
+    from lazyops._trace import Tracer
 
 
 class InstalledUniverse:
@@ -55,6 +59,7 @@ class InstalledUniverse:
         self._default_probe = default
         self._default: str | None = None
         self._known: frozenset[str] | None = None
+        self._sorted: tuple[str, ...] | None = None
 
     @property
     def backends(self) -> tuple[str, ...]:
@@ -73,6 +78,15 @@ class InstalledUniverse:
     def complete(self) -> bool:
         """Whether ``known_kernels()`` is final (not an answer given from inside a backend's own loading)."""
         return self._known is not None
+
+    def kernel_names(self) -> tuple[str, ...]:
+        """``known_kernels()`` sorted, kept once final: ``dir(lazyops)`` and ``lazyops.kernels()`` ask often."""
+        names = self._sorted
+        if names is None:
+            names = tuple(sorted(self.known_kernels()))
+            if self.complete:
+                self._sorted = names
+        return names
 
     def known_kernels(self) -> frozenset[str]:
         known = self._known
@@ -107,7 +121,7 @@ class Namespace:
         self._environ = environ
         self._discover = discover
         self._default = default
-        self._lock = threading.Lock()
+        self._lock = _thread.allocate_lock()  # _thread, not threading: a lighter first access
         self._generation = 0
         self._universe: InstalledUniverse | None = None
         self._settings: Settings | None = None
@@ -137,7 +151,7 @@ class Namespace:
         return self.universe().backends
 
     def kernel_names(self) -> tuple[str, ...]:
-        return tuple(sorted(self.universe().known_kernels()))
+        return self.universe().kernel_names()
 
     def unavailable_reason(self, backend: str) -> str | None:
         """``None`` when ``backend`` can serve kernels here; else why not (not installed, import fails, no GPU).
@@ -273,9 +287,13 @@ class Namespace:
                 self.notices.emit(line, verbose=settings.verbose, rank=settings.rank)
 
         if settings.trace and self._tracer is None:
+            from lazyops._trace import Tracer
+
             self._tracer = Tracer(settings.trace, settings.trace_args, settings.rank, self._report_trace_failure)
         if announce is None and self._tracer is None:
             return factory
+        from lazyops._wrap import ResolvedFactory
+
         return ResolvedFactory(factory, resolution, on_first_call=announce, tracer=self._tracer)
 
     def _report_trace_failure(self, line: str) -> None:
@@ -289,8 +307,7 @@ class Namespace:
             self._summarised = True
         if settings.chain is None:
             return  # the platform default alone: nothing was asked for that could be missing
-        universe = self.universe()
-        line = build_report(settings, universe).summary_line()
+        line = summary_line(settings, self.universe())
         if line is not None:
             self.notices.emit(line, verbose=settings.verbose, rank=settings.rank)
 
@@ -327,4 +344,4 @@ class Namespace:
         self.resolve_all()
 
     def _after_fork_in_child(self) -> None:
-        self._lock = threading.Lock()
+        self._lock = _thread.allocate_lock()

@@ -13,31 +13,45 @@ fields: one thread (the owner) runs the computation, the others wait on an event
 
 from __future__ import annotations
 
-import threading
-from collections.abc import Callable
-from typing import Generic, TypeVar
+import _thread
 
 from lazyops import _forksafe
 
-T = TypeVar("T")
+TYPE_CHECKING = False  # typing's own constant would cost importing typing on the first access
+if TYPE_CHECKING:
+    from collections.abc import Callable
+    from typing import Generic, TypeVar
+
+    T = TypeVar("T")
+
+    class _Generic(Generic[T]):
+        pass
+else:  # Once[...] appears in annotations only, which are never evaluated
+
+    class _Generic:
+        def __class_getitem__(cls, item: object) -> type:
+            return cls
+
+    T = None
 
 # Which Once each thread is waiting for: read to find a cycle before waiting. Guarded by _WAITING_LOCK.
 _WAITING: dict[int, Once[object]] = {}
-_WAITING_LOCK = threading.Lock()
+_WAITING_LOCK = _thread.allocate_lock()
 
 
 class OnceCycleError(RuntimeError):
     """The computation, directly or through other threads, waits for itself."""
 
 
-class Once(Generic[T]):
+class Once(_Generic[T]):
     def __init__(self, what: str) -> None:
         self.what = what
-        self._lock = threading.Lock()
+        self._lock = _thread.allocate_lock()
         self._done = False
         self._value: T | None = None
         self._owner: int | None = None
-        self._finished: threading.Event | None = None
+        #: held by the owner while it computes; the others wait by acquiring it (an Event, without threading)
+        self._finished: _thread.LockType | None = None
         _forksafe.register(self)
 
     @property
@@ -45,7 +59,7 @@ class Once(Generic[T]):
         return self._done
 
     def get(self, compute: Callable[[], T]) -> T:
-        me = threading.get_ident()
+        me = _thread.get_ident()
         while True:
             with self._lock:
                 if self._done:
@@ -55,7 +69,8 @@ class Once(Generic[T]):
                         f"{self.what} was asked for again while it was being computed, by the same thread"
                     )
                 if self._owner is None:
-                    self._owner, finished = me, threading.Event()
+                    self._owner, finished = me, _thread.allocate_lock()
+                    finished.acquire()
                     self._finished = finished
                     break
                 waiting_for, owner = self._finished, self._owner
@@ -66,15 +81,15 @@ class Once(Generic[T]):
         except BaseException:
             with self._lock:
                 self._owner = self._finished = None
-            finished.set()
+            finished.release()
             raise
         with self._lock:
             self._value, self._done = value, True
             self._owner = self._finished = None
-        finished.set()
+        finished.release()
         return value
 
-    def _wait(self, me: int, owner: int, finished: threading.Event) -> None:
+    def _wait(self, me: int, owner: int, finished: _thread.LockType) -> None:
         with _WAITING_LOCK:
             cycle = [self.what]
             thread: int | None = owner
@@ -88,7 +103,8 @@ class Once(Generic[T]):
                 thread = blocking._owner
             _WAITING[me] = self  # type: ignore[assignment]
         try:
-            finished.wait()
+            with finished:  # free once the owner has finished
+                pass
         finally:
             with _WAITING_LOCK:
                 _WAITING.pop(me, None)
@@ -100,14 +116,14 @@ class Once(Generic[T]):
 
     def _after_fork_in_child(self) -> None:
         # Only the forking thread survives: a computation another thread was running will never finish here.
-        self._lock = threading.Lock()
-        if self._owner is not None and self._owner != threading.get_ident():
+        self._lock = _thread.allocate_lock()
+        if self._owner is not None and self._owner != _thread.get_ident():
             self._owner = self._finished = None
 
 
 def _reset_waiting_after_fork() -> None:
     global _WAITING_LOCK
-    _WAITING_LOCK = threading.Lock()
+    _WAITING_LOCK = _thread.allocate_lock()
     _WAITING.clear()
 
 

@@ -8,7 +8,6 @@ it: importing TileLang to ask whether it exists would cost seconds.
 
 from __future__ import annotations
 
-import glob
 import importlib.util
 import os
 
@@ -19,11 +18,20 @@ def has_cuda_device() -> bool:
     Device files are checked first so that a CPU-only machine answers without importing torch; where they exist,
     torch decides (it honours ``CUDA_VISIBLE_DEVICES``, which the files do not).
     """
-    if not (glob.glob("/dev/nvidia[0-9]*") or os.path.exists("/dev/kfd") or os.path.isdir("/proc/driver/nvidia")):
+    if not (_nvidia_device_files() or os.path.exists("/dev/kfd") or os.path.isdir("/proc/driver/nvidia")):
         return False
     import torch
 
     return bool(torch.cuda.is_available())
+
+
+def _nvidia_device_files() -> bool:
+    """Whether ``/dev/nvidia<digit>...`` exists: ``glob("/dev/nvidia[0-9]*")``, without importing glob and re."""
+    try:
+        names = os.listdir("/dev")
+    except OSError:
+        return False
+    return any(name.startswith("nvidia") and name[6:7] in tuple("0123456789") for name in names)
 
 
 def is_installed(package: str) -> bool:

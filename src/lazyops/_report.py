@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 from lazyops._config import Settings
 from lazyops._errors import BackendError, KernelUnavailableError
+from lazyops._notices import summary_text
 from lazyops._resolve import INHERITED, Universe, chain_of, resolve
 
 UNAVAILABLE = "unavailable"
@@ -48,30 +49,9 @@ class Report:
 
     def summary_line(self) -> str | None:
         """The first resolution's line: how much of the selection is missing; ``None`` for the platform default."""
-        if self.chain_is_default or self.chain == (self.default,):
+        if self.chain_is_default:
             return None
-        selected = f"backend {','.join(self.chain)!r}" + (" (strict)" if self.strict else "")
-        total = len(self.kernels)
-        lacking = self.lacking()
-        if not lacking:
-            return f"lazyops: {selected} provides all {total} known kernels"
-        by_source: dict[str | None, list[str]] = {}
-        for kernel, source in lacking.items():
-            by_source.setdefault(source, []).append(kernel)
-        parts = []
-        for source, kernels in by_source.items():
-            where = f"inherited from {source!r}" if source else "unavailable (KernelUnavailableError)"
-            if self.verbose or len(kernels) == 1:
-                names = ", ".join(kernels)
-            else:
-                names = f"{kernels[0]} and {len(kernels) - 1} more"
-            parts.append(f"{len(kernels)} {where}: {names}")
-        hint = (
-            ""
-            if self.verbose or all(len(k) == 1 for k in by_source.values())
-            else " (LAZYOPS_VERBOSE=1 names them all)"
-        )
-        return f"lazyops: {selected} lacks {len(lacking)} of {total} known kernels; {'; '.join(parts)}{hint}"
+        return summary_text(self.chain, self.default, self.strict, self.verbose, len(self.kernels), self.lacking())
 
 
 def build_report(settings: Settings, universe: Universe, *, refused: tuple[str, ...] = ()) -> Report:

@@ -14,12 +14,15 @@ is never mistaken for a complete one; strict means no fallback of any kind.
 
 from __future__ import annotations
 
-import difflib
-from typing import Protocol
-
 from lazyops._config import Settings
 from lazyops._errors import ConfigError, KernelUnavailableError
 from lazyops._errors import hide_in_pytest_tracebacks as __tracebackhide__  # noqa: F401
+
+TYPE_CHECKING = False  # typing's own constant would cost importing typing on the first access
+if TYPE_CHECKING:
+    from typing import Protocol
+else:  # the protocol is for type checkers; at run time a plain base will do
+    Protocol = object
 
 REFERENCE = "torch"
 
@@ -80,6 +83,8 @@ def chain_of(settings: Settings, universe: Universe) -> tuple[str, ...]:
 
 def suggest(name: str, choices: frozenset[str] | tuple[str, ...]) -> str:
     """`` Did you mean 'rmsnorm_tl'?`` or nothing: appended to errors about unknown names."""
+    import difflib  # only on an error path
+
     close = difflib.get_close_matches(name, sorted(choices), n=3, cutoff=0.6)
     return f" Did you mean {' or '.join(map(repr, close))}?" if close else ""
 
