@@ -19,15 +19,15 @@ import _thread
 import os as _os
 import sys as _sys
 
-from lazyops._errors import BackendError, ConfigError, KernelInputError, KernelUnavailableError, LazyopsError
-from lazyops._errors import hide_in_pytest_tracebacks as __tracebackhide__  # noqa: F401  (read by pytest)
-
 TYPE_CHECKING = False  # typing's own constant would cost importing typing
 if TYPE_CHECKING:
+    import importlib.machinery
+    from collections.abc import Callable
     from types import ModuleType
     from typing import Any
 
     from lazyops._config import Settings
+    from lazyops._errors import BackendError, ConfigError, KernelInputError, KernelUnavailableError, LazyopsError
     from lazyops._namespace import Namespace
     from lazyops._resolve import Resolution
 
@@ -57,6 +57,23 @@ if globals().get("_state_object") is not None:
 _state_object: "Namespace | None" = None
 _state_lock = _thread.allocate_lock()  # _thread, not threading: this file must stay cheap to import
 _UNSET = object()
+# The public errors live in lazyops._errors, imported on their first use (or with the namespace) rather than by
+# ``import lazyops``: a module costs a few hundred microseconds to import, and most programs never name them.
+_ERRORS = ("BackendError", "ConfigError", "KernelInputError", "KernelUnavailableError", "LazyopsError")
+
+
+def __tracebackhide__(excinfo: object) -> bool:  # read by pytest; see lazyops._errors.hide_in_pytest_tracebacks
+    from lazyops._errors import hide_in_pytest_tracebacks
+
+    return hide_in_pytest_tracebacks(excinfo)
+
+
+def _publish_errors() -> None:
+    """Put the public errors in this module's dict, where every later read finds them directly."""
+    from lazyops import _errors
+
+    for name in _ERRORS:
+        globals()[name] = getattr(_errors, name)
 
 
 def _renew_state_lock() -> None:
@@ -78,17 +95,21 @@ def _state() -> "Namespace":
             if _state_object is None:
                 _state_object = Namespace(globals())
             state = _state_object
+        _publish_errors()  # lazyops._errors is loaded by now: before resolve_all() can take the hook away
     return state
 
 
 def __getattr__(name: str) -> "Any":
     if name.startswith("_"):
         raise AttributeError(f"module 'lazyops' has no attribute {name!r}", name=name, obj=None)
+    if name in _ERRORS:
+        _publish_errors()
+        return globals()[name]
     return _state().attribute(name)
 
 
 def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_state().kernel_names()))
+    return sorted(set(globals()) | set(_ERRORS) | set(_state().kernel_names()))
 
 
 def configure(backend: "Any" = _UNSET, fallback: "Any" = _UNSET, strict: "Any" = _UNSET) -> "Settings":
@@ -148,10 +169,73 @@ def _load_backend(name: str) -> "ModuleType":
     return _state().universe().registry[name].load()
 
 
-from lazyops._alias import BackendAliasFinder as _BackendAliasFinder  # noqa: E402
+class BackendAliasFinder:
+    """A meta-path finder and loader in one (duck-typed: ``importlib.abc`` alone costs 25 ms to import).
 
-# One finder per package, also after a reload (which runs this file again in the same module).
-_sys.meta_path[:] = [f for f in _sys.meta_path if not (isinstance(f, _BackendAliasFinder) and f.package == __name__)]
+    ``import lazyops.<backend>`` gives the backend's own module (the TVM-style public alias).
+
+    A finder appended to ``sys.meta_path`` answers only for ``lazyops.<name>`` where ``<name>`` is a registered
+    backend and no real submodule of that name exists (the path finder, which runs first, finds real ones). The
+    alias is the backend module itself, loaded through the registry, so ``register_backend()`` runs and rolls back as
+    for any other load.
+
+    Where the loading happens matters. The import system calls ``find_spec`` with its global lock held, so every
+    other thread's import waits until it returns: ``find_spec`` only looks the name up in the registry and never runs
+    the backend's code. ``create_module`` runs under the lock of ``lazyops.<name>`` alone, which is where the backend
+    is loaded: an unrelated import elsewhere goes on, and a backend whose import uses a helper thread does not stall.
+
+    Defined here rather than in a module of its own: ``import lazyops`` installs it, and every module that import
+    loads costs a few hundred microseconds.
+    """
+
+    def __init__(
+        self,
+        package: str,
+        is_backend: "Callable[[str], bool]",
+        load_backend: "Callable[[str], ModuleType]",
+    ) -> None:
+        self.package = package
+        self._prefix = package + "."
+        self._is_backend = is_backend
+        self._load_backend = load_backend
+        # Each module's own spec, from create_module to exec_module (a dict: aliases of different backends may be
+        # imported by several threads at once).
+        self._own_specs: dict[str, Any] = {}
+
+    def find_spec(
+        self, fullname: str, path: "Any" = None, target: "Any" = None
+    ) -> "importlib.machinery.ModuleSpec | None":
+        if not fullname.startswith(self._prefix):
+            return None
+        name = fullname[len(self._prefix) :]
+        if "." in name or name.startswith("_") or not self._is_backend(name):
+            return None
+        from importlib.machinery import ModuleSpec
+
+        return ModuleSpec(fullname, self)  # type: ignore[arg-type]
+
+    def create_module(self, spec: "importlib.machinery.ModuleSpec") -> "ModuleType":
+        module = self._load_backend(spec.name[len(self._prefix) :])
+        self._own_specs[spec.name] = module.__spec__
+        return module
+
+    def exec_module(self, module: "ModuleType") -> None:
+        # Nothing to run: the registry executed the backend module. The import system has just replaced its
+        # __spec__ with the alias's; put the real one back so the module keeps its identity (reload, pickling).
+        module.__spec__ = self._own_specs.pop(module.__spec__.name, module.__spec__)  # type: ignore[union-attr]
+
+
+# Kept out of the public names (dir(), the stub) under a private one; its class name is what a reload looks for.
+_BackendAliasFinder = BackendAliasFinder
+del BackendAliasFinder
+
+
+def _is_alias_finder(finder: object) -> bool:
+    return type(finder).__name__ == "BackendAliasFinder" and getattr(finder, "package", None) == __name__
+
+
+# One finder per package, also after a reload (which runs this file again in the same module, with a new class).
+_sys.meta_path[:] = [finder for finder in _sys.meta_path if not _is_alias_finder(finder)]
 _sys.meta_path.append(_BackendAliasFinder(__name__, _is_backend, _load_backend))
 
 if _os.environ.get("EAGER_IMPORT", "") not in ("", "0"):
