@@ -23,7 +23,6 @@ threads, or call ``lazyops.which()`` without deadlocking against another thread'
 
 from __future__ import annotations
 
-import contextlib  # imported by the namespace anyway
 import importlib
 import importlib.util
 import sys
@@ -130,8 +129,10 @@ class Backend:
             sys.modules.pop(name, None)
         parent, _, child = self.module_name.rpartition(".")
         if self.module_name in added and parent in sys.modules:
-            with contextlib.suppress(AttributeError):
+            try:  # noqa: SIM105 (contextlib.suppress would cost importing contextlib on the first access)
                 delattr(sys.modules[parent], child)
+            except AttributeError:
+                pass
 
     def _once(self, once: Once[T], compute: Callable[[], T]) -> T:
         try:

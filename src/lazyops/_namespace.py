@@ -24,7 +24,6 @@ the lock, so that no reader can see a generation whose kernels are gone and whos
 from __future__ import annotations
 
 import _thread
-import contextlib
 import os
 
 from lazyops import _forksafe
@@ -41,7 +40,7 @@ from lazyops._resolve import INHERITED, Resolution, resolve, unknown_kernel_erro
 # (_report), tracing (_trace) and the wrapper (_wrap) are imported where they are first needed.
 TYPE_CHECKING = False  # typing's own constant would cost importing typing on the first access
 if TYPE_CHECKING:
-    from collections.abc import Callable, Iterator, Mapping, MutableMapping
+    from collections.abc import Callable, Mapping, MutableMapping
     from typing import Any
 
     from lazyops._trace import Tracer
@@ -105,6 +104,22 @@ class InstalledUniverse:
         if complete:
             self._known = frozenset(names)
         return frozenset(names)
+
+
+class _Configured:
+    """``Namespace.configured``'s context manager (a class: ``contextlib`` costs milliseconds to import)."""
+
+    def __init__(self, namespace: Namespace, overrides: dict[str, Any]) -> None:
+        self._namespace, self._overrides = namespace, overrides
+        self._previous: dict[str, Any] = {}
+
+    def __enter__(self) -> Settings:
+        with self._namespace._lock:
+            self._previous = dict(self._namespace._overrides)
+        return self._namespace.configure(**self._overrides)
+
+    def __exit__(self, *exc_info: object) -> None:
+        self._namespace._restore(self._previous)
 
 
 class Namespace:
@@ -202,23 +217,19 @@ class Namespace:
                     return settings
             # another configure() won the race: apply these arguments over its configuration
 
-    @contextlib.contextmanager
-    def configured(self, **overrides: Any) -> Iterator[Settings]:
+    def configured(self, **overrides: Any) -> _Configured:
         """``configure(**overrides)`` for the length of a ``with`` block, then the configuration before it back.
 
         For the pytest plugin: ``--lazyops-backend`` holds for one session and the ``lazyops_backend`` fixture for
         one test, and neither may leak into what runs after it (pytester's in-process runs share this module). A
         refused configuration raises before the block and changes nothing.
         """
+        return _Configured(self, overrides)
+
+    def _restore(self, overrides: dict[str, Any]) -> None:
         with self._lock:
-            previous = dict(self._overrides)
-        settings = self.configure(**overrides)
-        try:
-            yield settings
-        finally:
-            with self._lock:
-                self._overrides = previous
-                self._install(None)  # re-read on next need: the environment may have changed meanwhile
+            self._overrides = overrides
+            self._install(None)  # re-read on next need: the environment may have changed meanwhile
 
     def reset(self) -> None:
         """Forget configure()'s arguments and every resolution: as just imported (tests, the pytest plugin)."""
