@@ -250,8 +250,10 @@ def apply_overrides(base: Settings, overrides: Mapping[str, Any]) -> Settings:
     return base.replace(origin=origin, **changes)
 
 
-def environment_without_overridden(environ: Mapping[str, str], overrides: Mapping[str, Any]) -> dict[str, str]:
+def environment_without_overridden(environ: Mapping[str, str], overrides: Mapping[str, Any]) -> Mapping[str, str]:
     """The environment minus the variables ``configure()`` overrides: their values cannot matter, so they are not
     parsed and cannot be a mistake."""
+    if not overrides:
+        return environ  # not copied: os.environ decodes every variable it yields
     overridden = {_VARIABLE_OF[argument] for argument in overrides}
     return {name: value for name, value in environ.items() if name not in overridden}
