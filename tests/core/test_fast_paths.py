@@ -33,6 +33,8 @@ STUBS = [
     "def unavailable_reason() -> str | None: ...\ndef flag() -> bool: ...\nfrom .a import a_tl as a_tl\n",
     "def f() -> None.x | True: ...\n",
     "from .a import match_tl as match_tl\nfrom .type import type_tl\n",  # soft keywords are names
+    "from .a import x\nfrom .b import x\nfrom .c import c_tl\n",  # a repeated name that is no kernel
+    "from .a import _a_tl\nfrom .b import _a_tl\n",
     # What the fast reader leaves to ast:
     "from .a import a_tl as a_tl\nfrom .b import a_tl as a_tl\n",  # exported twice
     "from .a import a_tl, b_tl\n",
@@ -44,6 +46,9 @@ STUBS = [
     "from .None import a_tl\n",
     "def None() -> str: ...\n",
     "def f() -> x.None: ...\n",
+    "def f() -> a.class: ...\n",
+    "def f() -> a | class: ...\n",
+    "from .a.class import b_tl\n",
     "from a import a_tl\n",
     "from . import a_tl\n",
     "  from .a import a_tl\n",
