@@ -109,7 +109,10 @@ def __getattr__(name: str) -> "Any":
 
 
 def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_ERRORS) | set(_state().kernel_names()))
+    state = _state()
+    kernels = state.kernel_names()  # sorted, and kept: with the few other names, one merge of two sorted runs
+    others = (set(globals()) | set(_ERRORS)).difference(state.universe().known_kernels())
+    return sorted([*kernels, *sorted(others)])
 
 
 def configure(backend: "Any" = _UNSET, fallback: "Any" = _UNSET, strict: "Any" = _UNSET) -> "Settings":
