@@ -57,8 +57,9 @@ def _read_simple(text: str) -> dict[str, tuple[str, str]] | None:
     if len(lines) != text.count("\n") + 1:
         return None  # some line is not a plain import, def, blank or comment: the full parser decides
     words = set(chain.from_iterable(lines))
-    compound = [word for word in words if "." in word or " " in word]  # dotted modules, annotations "a | b"
-    words.update(chain.from_iterable(word.replace(" | ", ".").split(".") for word in compound))
+    joined = "\n".join(words)
+    if "." in joined or " " in joined:  # dotted modules, annotations "a | b": their parts are words too
+        words.update(joined.replace(" | ", "\n").replace(".", "\n").split("\n"))
     if not _KEYWORDS.isdisjoint(words) or (not _CONSTANTS.isdisjoint(words) and _misplaced_constant(lines)):
         return None  # a syntax error: the full parser says where
     exports = {alias or name: (module, name) for module, name, alias, _, _ in lines if module}
