@@ -145,6 +145,41 @@ def gelu_and_mul_tl(n: int, dtype: torch.dtype | str, approximate: str = 'none')
 
 
 @type_check_only
+class _LayerNormKernel(Protocol):
+    """What ``layernorm_tl`` returns (in every backend): the kernel call, positional arguments only."""
+
+    def __call__(
+        self,
+        x: torch.Tensor,
+        weight: torch.Tensor,
+        bias: torch.Tensor,
+        /,
+        *,
+        out: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        """``y[..., n] = (x - mean(x)) / sqrt(var(x) + eps) * weight[n] + bias[n]`` for ``x[..., n]``, in the
+        factory's dtype; written into ``out`` when given (``out`` may be ``x`` itself).
+        """
+
+
+def layernorm_tl(
+    n: int,
+    dtype: torch.dtype | str,
+    eps: float = 1e-05,
+    *,
+    weight_dtype: torch.dtype | str | None = None,
+) -> _LayerNormKernel:
+    """LayerNorm over the last dimension of ``x[..., n]`` with a learned ``weight[n]`` and ``bias[n]``.
+
+    Returns ``kernel(x[..., n], weight[n], bias[n], *, out=None) -> y[..., n]`` in ``dtype``:
+    ``torch.nn.functional.layer_norm``'s definition (the biased variance, ``eps`` inside the square root), the
+    math in float32 and one rounding at the store. ``weight`` and ``bias`` are in ``weight_dtype`` (default:
+    ``dtype``; float32 under 16-bit activations). ``x`` may have any leading dimensions and strided rows;
+    ``out`` (same shape, ``dtype``) may be ``x`` itself.
+    """
+
+
+@type_check_only
 class _MatmulKernel(Protocol):
     """What ``matmul_tl`` returns (in every backend): the kernel call, positional arguments only."""
 

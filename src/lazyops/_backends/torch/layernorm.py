@@ -1,0 +1,40 @@
+"""LayerNorm in plain PyTorch (the spec: ``lazyops.specs.layernorm``).
+
+``F.layer_norm`` is one native kernel on the CPU and on CUDA; for 16-bit input both take the mean and the
+variance in float32 (Welford on CUDA), keep them in float32 (torch's ``acc_type``) and compute
+``(x - mean) * rstd * weight + bias`` in float32 before the one rounding at the store: the spec's math as it
+stands. (On the CPU, checked against the float64 definition rounded once: it differs in as few last bits as the
+explicit float32 route does; CUDA's is read from torch's ``layer_norm_kernel.cu`` and held to the same
+tolerance by the GPU conformance run.) Its native kernels want weight and
+bias in ``x``'s dtype (CUDA refuses a mixed call; the CPU accepts it only for 16-bit input), so a float32 weight
+under 16-bit activations takes the float32 route: upcast, the float32 kernel, one rounding.
+
+Rows may be strided (views of packed buffers) and leading dimensions are flattened by the spec's wrapper;
+``F.layer_norm`` takes a row-strided ``[M, n]`` view (it makes the copy it needs itself).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+from torch.nn import functional
+
+from lazyops.specs.layernorm import LayerNormConfig, spec
+
+
+@spec.implementation(strided_rows=True)
+def layernorm_tl(config: LayerNormConfig) -> Callable[..., torch.Tensor]:
+    shape, eps, dtype = (config.n,), config.eps, config.dtype
+
+    if config.weight_dtype == dtype:
+
+        def layernorm(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
+            return functional.layer_norm(x, shape, weight, bias, eps)
+
+        return layernorm
+
+    def upcast_layernorm(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
+        return functional.layer_norm(x.float(), shape, weight.float(), bias.float(), eps).to(dtype)
+
+    return upcast_layernorm

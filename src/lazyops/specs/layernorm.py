@@ -1,0 +1,129 @@
+"""LayerNorm: ``y = (x - mean(x)) / sqrt(var(x) + eps) * weight + bias`` over the last dimension, math in float32.
+
+``torch.nn.functional.layer_norm``'s definition, as vLLM and FlashInfer (``norm.layernorm``) use it: the mean is
+subtracted, the variance is the biased one (divided by ``n``), ``eps`` is added inside the square root, and the
+result is rounded once, when it is stored. ``weight_dtype`` lets weight and bias be float32 under 16-bit
+activations, as LayerNorm checkpoints often keep them (FlashInfer's ``layernorm`` takes bf16 ``x`` with float32
+``gamma`` and ``beta``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import torch
+
+from lazyops.specs import _checks as checks
+from lazyops.specs._spec import Example, KernelSpec, Traffic
+from lazyops.specs.rmsnorm import describe_norm, norm_options
+
+#: How far off zero the examples' rows are centred, in standard deviations: far enough that a variance taken as
+#: ``mean(x**2) - mean(x)**2`` in float32 loses about four bits (a relative error near 6e-6 at n = 40000, against
+#: float32's tolerance of 1e-5; 4e-7 when centred first), so the examples see a kernel that takes that shortcut.
+MEAN_SHIFT = 8.0
+
+
+class LayerNormKernel(Protocol):
+    """What ``layernorm_tl`` returns (in every backend): the kernel call, positional arguments only."""
+
+    def __call__(
+        self, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, /, *, out: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        """``y[..., n] = (x - mean(x)) / sqrt(var(x) + eps) * weight[n] + bias[n]`` for ``x[..., n]``, in the
+        factory's dtype; written into ``out`` when given (``out`` may be ``x`` itself)."""
+        ...
+
+
+@dataclass(frozen=True)
+class LayerNormConfig:
+    n: int
+    dtype: torch.dtype
+    eps: float
+    weight_dtype: torch.dtype
+    label: str
+
+
+def layernorm_reference(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, eps: float) -> torch.Tensor:
+    """The definition, computed in ``x``'s dtype (float64 when testing): centred first, so the variance is the mean
+    of squares of small numbers, not a difference of two large ones."""
+    centred = x - x.mean(dim=-1, keepdim=True)
+    variance = centred.pow(2).mean(dim=-1, keepdim=True)
+    return centred * torch.rsqrt(variance + eps) * weight.to(x.dtype) + bias.to(x.dtype)
+
+
+class LayerNormSpec(KernelSpec):
+    name = "layernorm_tl"
+    inputs = ("x", "weight", "bias")
+    row_inputs = ("x",)
+    out_aliases = ("x",)
+    kernel_type = LayerNormKernel
+
+    def configure(
+        self,
+        n: int,
+        dtype: torch.dtype | str,
+        eps: float = 1e-5,
+        *,
+        weight_dtype: torch.dtype | str | None = None,
+    ) -> LayerNormConfig:
+        """LayerNorm over the last dimension of ``x[..., n]`` with a learned ``weight[n]`` and ``bias[n]``.
+
+        Returns ``kernel(x[..., n], weight[n], bias[n], *, out=None) -> y[..., n]`` in ``dtype``:
+        ``torch.nn.functional.layer_norm``'s definition (the biased variance, ``eps`` inside the square root), the
+        math in float32 and one rounding at the store. ``weight`` and ``bias`` are in ``weight_dtype`` (default:
+        ``dtype``; float32 under 16-bit activations). ``x`` may have any leading dimensions and strided rows;
+        ``out`` (same shape, ``dtype``) may be ``x`` itself.
+        """
+        n = checks.positive_int(self.name, "n", n)
+        dtype = checks.canonical_dtype(self.name, dtype)
+        eps = checks.positive_float(self.name, "eps", eps)
+        weight_dtype, _ = norm_options(self.name, dtype, weight_dtype, 0.0)
+        return LayerNormConfig(n, dtype, eps, weight_dtype, describe_norm(self.name, n, dtype, eps, weight_dtype, 0.0))
+
+    def check(self, config: LayerNormConfig, x: Any, weight: Any, bias: Any) -> None:
+        checks.check_rows(config.label, "x", x, width=config.n, dtype=config.dtype)
+        for name, parameter in (("weight", weight), ("bias", bias)):
+            checks.check_tensor(
+                config.label, name, parameter, shape=(config.n,), dtype=config.weight_dtype, device=x.device
+            )
+
+    def out_shape(self, config: LayerNormConfig, x: Any, weight: Any, bias: Any) -> tuple[int, ...]:
+        return tuple(x.shape)
+
+    def reference(  # type: ignore[override]
+        self, config: LayerNormConfig, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor
+    ) -> tuple[torch.Tensor]:
+        return (layernorm_reference(x, weight, bias, config.eps),)
+
+    def cases(self) -> Any:
+        from lazyops.testing import strategies
+
+        weight_dtypes = strategies.norm_options()["weight_dtype"]
+        return strategies.row_cases(self.name, strategies.epsilons(), weight_dtype=weight_dtypes)
+
+    def example_inputs(
+        self, config: LayerNormConfig, tokens: int, draw: Any, geometry: Mapping[str, Any]
+    ) -> tuple[Any, ...]:
+        # Activations off zero mean (as a residual stream is): the variance must survive the centring.
+        x = draw.randn(tokens, config.n, dtype=torch.float32).add_(MEAN_SHIFT).to(config.dtype)
+        return (
+            x,
+            draw.randn(config.n, dtype=config.weight_dtype),
+            draw.randn(config.n, dtype=config.weight_dtype),
+        )
+
+    def token_elements(self, config: LayerNormConfig, geometry: Mapping[str, Any]) -> int:
+        return config.n
+
+    def traffic(self, config: LayerNormConfig, tokens: int, geometry: Mapping[str, Any]) -> Traffic:
+        return Traffic(
+            bytes=2 * tokens * config.n * config.dtype.itemsize + 2 * config.n * config.weight_dtype.itemsize
+        )
+
+    def benchmark(self, dtype: torch.dtype) -> Example:
+        return Example((4096, dtype))
+
+
+spec = LayerNormSpec()
