@@ -19,7 +19,15 @@ tilelang = pytest.importorskip("tilelang")
 import torch  # noqa: E402
 from tvm.target import Target  # noqa: E402
 
-from lazyops._backends.tilelang import add_rmsnorm, matmul, rmsnorm, rope, silu_and_mul, softmax  # noqa: E402
+from lazyops._backends.tilelang import (  # noqa: E402
+    add_rmsnorm,
+    layernorm,
+    matmul,
+    rmsnorm,
+    rope,
+    silu_and_mul,
+    softmax,
+)
 from lazyops._backends.tilelang._rows import MAX_RESIDENT, MAX_THREADS, plan_rows  # noqa: E402
 
 HOPPER = {"kind": "cuda", "arch": "sm_90a"}
@@ -111,6 +119,25 @@ def test_add_rmsnorm_lowers(n: int, dtype: str) -> None:
     assert "AllReduce" in source
 
 
+@pytest.mark.parametrize(
+    ("n", "dtype", "weight_dtype"),
+    [
+        (128, "float32", None),
+        (1000, "bfloat16", None),
+        (4096, "bfloat16", "float32"),
+        (40000, "bfloat16", None),
+        (16385, "float16", "float32"),
+    ],
+)
+def test_layernorm_lowers(n: int, dtype: str, weight_dtype: str | None) -> None:
+    source = lower(layernorm.layernorm_program(n, dtype, 1e-5, weight_dtype=weight_dtype))
+    assert_dynamic_tokens(source)
+    assert "bias" in kernel_signature(source)
+    # Two block reductions (the mean, then the centred squares), per chunk when the row is streamed.
+    assert source.count("tl::AllReduce<tl::SumOp") >= 2
+    assert "rsqrtf" in source
+
+
 @pytest.mark.parametrize(("n", "dtype"), [(128, "float32"), (1000, "bfloat16"), (4096, "float16"), (40000, "float32")])
 def test_softmax_lowers(n: int, dtype: str) -> None:
     source = lower(softmax.softmax_program(n, dtype))
@@ -127,7 +154,11 @@ def test_silu_and_mul_lowers(n: int, dtype: str) -> None:
 
 @pytest.mark.parametrize(
     ("make", "n"),
-    [(lambda n, dt: rmsnorm.rmsnorm_program(n, dt, 1e-6), 4096), (silu_and_mul.silu_and_mul_program, 4096)],
+    [
+        (lambda n, dt: rmsnorm.rmsnorm_program(n, dt, 1e-6), 4096),
+        (lambda n, dt: layernorm.layernorm_program(n, dt, 1e-5), 4096),
+        (silu_and_mul.silu_and_mul_program, 4096),
+    ],
 )
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_aligned_rows_use_16_byte_accesses(make, n: int, dtype: str) -> None:
