@@ -60,7 +60,9 @@ def test_rope_takes_heads_as_their_own_dimension(kernels):
     assert torch.equal(qkv[:, 6:], value_before)
 
 
-@pytest.mark.parametrize("name", ["rmsnorm_tl", "add_rmsnorm_tl", "softmax_tl", "silu_and_mul_tl", "matmul_tl"])
+@pytest.mark.parametrize(
+    "name", ["rmsnorm_tl", "add_rmsnorm_tl", "layernorm_tl", "softmax_tl", "silu_and_mul_tl", "matmul_tl"]
+)
 @pytest.mark.parametrize("out", ["given", "alias"])
 def test_out_is_written_and_returned(kernels, name, out):
     kernel = name
@@ -71,7 +73,9 @@ def test_out_is_written_and_returned(kernels, name, out):
     run(kernels, kernel, args, Layout(out=out, row_pad=8, offset=3, lead=2))
 
 
-@pytest.mark.parametrize("name", ["rmsnorm_tl", "add_rmsnorm_tl", "softmax_tl", "gelu_and_mul_tl", "matmul_tl"])
+@pytest.mark.parametrize(
+    "name", ["rmsnorm_tl", "add_rmsnorm_tl", "layernorm_tl", "softmax_tl", "gelu_and_mul_tl", "matmul_tl"]
+)
 def test_leading_dimensions_and_strided_rows(kernels, name):
     """``x[batch, seq, n]``, ``[tokens, heads, head_dim]`` (a per-head QK-norm), and rows strided in a wider
     buffer: the leading shape is kept in the output."""
@@ -86,6 +90,23 @@ def test_leading_dimensions_and_strided_rows(kernels, name):
 @pytest.mark.parametrize("weight_offset", [0.0, 1.0])
 def test_norms_take_a_float32_weight_and_gemma_scaling(kernels, name, dtype, weight_offset):
     run(kernels, name, (100, dtype), Layout(), weight_dtype=torch.float32, weight_offset=weight_offset)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("n", [100, 20000])
+def test_layernorm_takes_float32_weight_and_bias(kernels, dtype, n):
+    """FlashInfer's ``layernorm`` form: 16-bit activations, float32 ``gamma`` and ``beta`` (a wide row too)."""
+    run(kernels, "layernorm_tl", (n, dtype), Layout(), tokens=(3,), weight_dtype=torch.float32)
+
+
+def test_layernorm_is_torchs_layer_norm(kernels):
+    kernel = kernels.factory("layernorm_tl")(64, torch.float32, 1e-3)
+    x = torch.randn(3, 8, 64, device=kernels.device) + 5
+    weight, bias = torch.randn(2, 64, device=kernels.device).unbind()
+    y = kernel(x, weight, bias)
+    assert y.shape == x.shape
+    expected = torch.nn.functional.layer_norm(x, (64,), weight, bias, 1e-3)
+    torch.testing.assert_close(y, expected, rtol=1e-5, atol=1e-5)
 
 
 def test_a_per_head_qk_norm_keeps_the_input_shape(kernels):
