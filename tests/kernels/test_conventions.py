@@ -167,3 +167,112 @@ def test_query_and_key_sharing_elements_are_refused(kernels):
         kernels.factory("rope_tl")(16, torch.float32)(positions, qkv[:, :32], qkv[:, 16:32], cache)
     with pytest.raises(KernelInputError, match="out="):
         kernels.factory("rope_tl")(16, torch.float32)(positions, qkv[:, :16], qkv[:, 16:32], cache, out=qkv)
+
+
+def packed_view(device: str, rows: int, width: int, seed: int) -> torch.Tensor:
+    """``[rows, width]`` cut out of a wider buffer, 3 columns in: rows strided by ``width + 7``, a misaligned start."""
+    buffer = torch.randn(rows, width + 7, generator=torch.Generator().manual_seed(seed)).to(device)
+    return buffer[:, 3 : 3 + width]
+
+
+def strided_call(device: str, name: str) -> tuple[tuple[Any, ...], tuple[Any, ...], Any]:
+    """The factory arguments, the call's arguments (row inputs and out views of packed buffers), and out (or None)."""
+    tokens = 5
+    if name == "rope_tl":
+        qkv = torch.randn(tokens, (4 + 2 + 2) * 16, generator=torch.Generator().manual_seed(1)).to(device)
+        positions = torch.arange(tokens, device=device)
+        cache = torch.randn(8, 16, generator=torch.Generator().manual_seed(2)).to(device)
+        return (16, torch.float32), (positions, qkv[:, :64], qkv[:, 64:96], cache), None
+    if name == "matmul_tl":  # k long enough for Triton's split-K: out is written by its second kernel
+        b = torch.randn(512, 24, generator=torch.Generator().manual_seed(2)).to(device)
+        return (24, 512, torch.float32), (packed_view(device, tokens, 512, 1), b), packed_view(device, tokens, 24, 3)
+    weight = torch.randn(40, generator=torch.Generator().manual_seed(2)).to(device)
+    out = packed_view(device, tokens, 40, 3)
+    if name in ("silu_and_mul_tl", "gelu_and_mul_tl"):
+        return (40, torch.float32), (packed_view(device, tokens, 80, 1),), out
+    x = packed_view(device, tokens, 40, 1)
+    if name == "softmax_tl":
+        return (40, torch.float32), (x,), out
+    if name == "rmsnorm_tl":
+        return (40, torch.float32), (x, weight), out
+    return (40, torch.float32), (x, packed_view(device, tokens, 40, 4), weight), out
+
+
+STRIDED_KERNELS = [
+    "rmsnorm_tl",
+    "add_rmsnorm_tl",
+    "softmax_tl",
+    "silu_and_mul_tl",
+    "gelu_and_mul_tl",
+    "matmul_tl",
+    "rope_tl",
+]
+
+
+@pytest.mark.parametrize("name", STRIDED_KERNELS)
+def test_a_launch_that_takes_strides_receives_the_callers_views(kernels, name, monkeypatch):
+    """Where a backend declares ``strided_rows`` (and ``writes_out``), nothing is copied: its launch gets the very
+    views of the packed buffers (their storage and strides) and writes the results where they lie, leaving the
+    buffers' other columns alone. Triton is checked down to its kernel launches."""
+    from lazyops.specs._spec import KernelSpec
+
+    conventions = kernels.factory(name).lazyops_conventions
+    if not conventions["strided_rows"]:
+        pytest.skip(f"{kernels.backend}'s {name} copies strided rows (strided_rows=False)")
+    factory_args, args, out = strided_call(kernels.device, name)
+    kernel_spec = spec(name)
+    received: list[torch.Tensor] = []
+
+    def record(*values: Any) -> None:
+        received.extend(value for value in values if isinstance(value, torch.Tensor))
+
+    if kernels.backend == "triton":  # down to the kernel launches: a copy inside the launch is a copy too
+        from lazyops._backends.triton._launch import Launcher
+
+        launch_kernel = Launcher.__call__
+
+        def recording_launch(self: Any, grid: Any, *values: Any) -> None:
+            record(*values)
+            launch_kernel(self, grid, *values)
+
+        monkeypatch.setattr(Launcher, "__call__", recording_launch)
+    else:
+        guarded = KernelSpec.guarded
+
+        def recording_guarded(self: Any, config: Any, launch: Any, *rest: Any, **options: Any) -> Any:
+            def recorded(*values: Any) -> Any:
+                record(*values)
+                return launch(*values)
+
+            return guarded(self, config, recorded, *rest, **options)
+
+        monkeypatch.setattr(KernelSpec, "guarded", recording_guarded)
+    kernel = kernels.factory(name)(*factory_args)
+    views = [args[kernel_spec.inputs.index(row)] for row in kernel_spec.row_inputs if row != "positions"]
+    if out is not None and conventions["writes_out"]:
+        views.append(out)
+    untouched = [
+        (base, base.clone())
+        for base in {id(view._base): view._base for view in views if view._base is not None}.values()
+    ]
+    expected = kernel_spec.reference(
+        kernel_spec.configure(*factory_args), *(a.double() if a.is_floating_point() else a for a in args)
+    )
+
+    result = kernel(*args) if out is None else kernel(*args, out=out)
+
+    for view in views:
+        assert any(got.data_ptr() == view.data_ptr() and got.stride() == view.stride() for got in received), (
+            f"the launch never received the {tuple(view.shape)} view (strides {view.stride()}): it was copied"
+        )
+    results = [out if name_ == "out" else args[kernel_spec.inputs.index(name_)] for name_ in kernel_spec.results]
+    if out is not None:
+        assert result is out
+    for got, want in zip(results, expected, strict=True):
+        torch.testing.assert_close(got.double().cpu(), want.cpu(), rtol=1e-4, atol=1e-4)
+    for base, before in untouched:
+        written = torch.zeros_like(base, dtype=torch.bool)
+        for view in views:
+            if view._base is base:
+                torch.as_strided(written, view.shape, view.stride(), view.storage_offset()).fill_(True)
+        assert torch.equal(base[~written], before[~written]), "a column outside the views was written"

@@ -49,7 +49,9 @@ class JITFunction:  # the class name is what the launcher recognises
 @pytest.fixture
 def fake_driver(monkeypatch):
     active = SimpleNamespace(get_current_device=lambda: 0, get_current_stream=lambda device: f"stream{device}")
-    monkeypatch.setattr(_launch, "_knobs", SimpleNamespace(runtime=SimpleNamespace(launch_enter_hook=None, launch_exit_hook=None)))
+    monkeypatch.setattr(
+        _launch, "_knobs", SimpleNamespace(runtime=SimpleNamespace(launch_enter_hook=None, launch_exit_hook=None))
+    )
     return active
 
 
@@ -82,3 +84,53 @@ def test_constexprs_must_come_last():
     kernel = JITFunction()
     with pytest.raises(ValueError, match="must come last"):
         _launch.Launcher(kernel, {"M": 1, "N": 64})
+
+
+#: a row kernel's signature: pointers, the token count (not specialized), then the row strides (specialized)
+StridedJITFunction = type(
+    "JITFunction",
+    (JITFunction,),
+    {"arg_names": ["x_ptr", "y_ptr", "M", "x_row_stride", "y_row_stride", "N"], "do_not_specialize": ["M"]},
+)
+
+
+def test_a_row_stride_that_changes_divisibility_is_another_specialization(fake_driver):
+    """Contiguous rows of 4096 (a multiple of 16) alternate with a packed view's odd stride: every call reaches the
+    binary of its own stride's specialization, never the other's."""
+    kernel = StridedJITFunction()
+    launcher = _launch.Launcher(kernel, {"N": 4096})
+    launcher._driver = SimpleNamespace(active=fake_driver)
+    x, y = torch.zeros(2, 4096), torch.zeros(2, 4096)
+    for x_stride in (4096, 4099, 4096, 4099, 8192, 1, 1):
+        launcher((1,), x, y, 2, x_stride, 4096)
+    assert len(kernel.ordinary) == 3, "one binary each for % 16 == 0, neither, and == 1"
+    strides = [[launch[9 + 3] for launch in binary.launches] for binary in kernel.binaries]
+    assert strides == [[4096, 8192], [4099], [1]]
+    launcher((1,), x, y, 2**31, 4096, 4096)  # M past 32 bits: Triton types it i64, specialized or not
+    launcher((1,), x, y, 2, 2**31 + 16, 4096)
+    assert len(kernel.ordinary) == 5
+
+
+def test_alternating_contiguous_and_packed_rows_give_every_call_its_own_result():
+    """The real kernel through the launcher (its direct path on a GPU): rows of 4096 whose stride is a multiple of
+    16, and views of a packed buffer whose stride is odd, in turn, as input and as out=."""
+    from lazyops._backends.triton._common import launch_device
+    from lazyops._backends.triton.rmsnorm import _rmsnorm_kernel, rmsnorm_tl
+
+    device = launch_device(_rmsnorm_kernel)
+    kernel = rmsnorm_tl(4096, torch.float16)
+    generator = torch.Generator().manual_seed(0)
+    weight = torch.randn(4096, generator=generator).half().to(device)
+    contiguous = torch.randn(3, 4096, generator=generator).half().to(device)
+    packed = torch.randn(3, 4099, generator=generator).half().to(device)[:, :4096]
+    assert packed.stride(0) == 4099
+    for _ in range(2):
+        for x in (contiguous, packed):
+            for out in (
+                torch.empty(3, 4096, device=device).half(),
+                torch.empty(3, 4099, device=device).half()[:, :4096],
+            ):
+                returned = kernel(x, weight, out=out)
+                assert returned is out
+                expected = torch.rms_norm(x.float(), (4096,), weight.float(), 1e-6)
+                torch.testing.assert_close(out.float(), expected, rtol=1e-2, atol=1e-2)

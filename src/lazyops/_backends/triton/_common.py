@@ -68,8 +68,9 @@ def launch_device(kernel: Any) -> str:
 MAX_GATE_BLOCK = 4096
 
 
-def gated_launch(kernel: Any, spec: Any, config: Any, **constexprs: Any) -> Callable[[Any], Any]:
-    """The launch of a gated activation over ``x[M, 2n]``, ``kernel(x_ptr, y_ptr, M, N, BLOCK_N, ROWS, ...)``.
+def gated_launch(kernel: Any, config: Any, **constexprs: Any) -> Callable[[Any, Any], None]:
+    """The launch of a gated activation ``x[M, 2n] -> out[M, n]``, ``kernel(x_ptr, y_ptr, M, x_row_stride,
+    y_row_stride, N, BLOCK_N, ROWS, ...)``: both row-strided (views of packed buffers), out written in place.
 
     Elementwise, so the grid tiles both dimensions: each program takes ``ROWS`` tokens by ``BLOCK_N`` features of
     the gate and of the up projection, and narrow rows are packed so that no program is too small to stream.
@@ -83,10 +84,8 @@ def gated_launch(kernel: Any, spec: Any, config: Any, **constexprs: Any) -> Call
         kernel, {"N": n, "BLOCK_N": block_n, "ROWS": rows, **constexprs}, num_warps=warps_for(rows * block_n)
     )
 
-    def gated(x: Any) -> Any:
+    def gated(x: Any, out: Any) -> None:
         m = x.shape[0]
-        y = spec.output(config, x)
-        launch((triton.cdiv(m, rows), triton.cdiv(n, block_n)), x, y, m)
-        return y
+        launch((triton.cdiv(m, rows), triton.cdiv(n, block_n)), x, out, m, x.stride(0), out.stride(0))
 
     return gated

@@ -9,10 +9,12 @@ later calls with the same key hand the arguments straight to the compiled kernel
 does at its end (Triton >= 3.3).
 
 The key this module computes must be as fine as Triton's, or a binary specialized for aligned pointers would be
-handed a misaligned one: pointers by element type and 16-byte alignment, integers not in ``do_not_specialize``
-by ``== 1`` and ``% 16 == 0``, plus the device. Anything this module does not recognise (the interpreter, an
-older Triton without ``knobs``) takes the ordinary path. Launch hooks (a profiler's) are passed on as Triton
-passes them.
+handed a misaligned one: pointers by element type and 16-byte alignment; every integer by its width (``i32``, or
+``i64`` past 32 bits, specialized or not); integers not in ``do_not_specialize`` also by ``== 1`` and
+``% 16 == 0``; plus the device. Row strides are such integers: contiguous rows of 4096 and a packed view's odd
+stride are two binaries, one that may assume 16-element-aligned rows and one that may not. Anything this module
+does not recognise (the interpreter, an older Triton without ``knobs``) takes the ordinary path. Launch hooks (a
+profiler's) are passed on as Triton passes them.
 """
 
 from __future__ import annotations
@@ -94,6 +96,8 @@ class Launcher:
         for value, specialized in zip(args, self._specialized, strict=False):
             if isinstance(value, torch.Tensor):
                 key.append((value.dtype, value.data_ptr() % 16 == 0))
-            elif specialized and type(value) is int:
-                key.append((value == 1, value % 16 == 0))
+            elif type(value) is int:
+                # Triton types an int as i32 when it fits (u64 only from 2**63, which no size or stride reaches).
+                wide = value > 0x7FFFFFFF or value < -0x80000000
+                key.append((value == 1, value % 16 == 0, wide) if specialized else wide)
         return tuple(key)

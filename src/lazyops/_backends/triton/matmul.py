@@ -32,6 +32,8 @@ def _matmul_kernel(
     b_ptr,
     c_ptr,
     M,
+    a_row_stride,
+    c_row_stride,
     N: tl.constexpr,
     K: tl.constexpr,
     BLOCK_M: tl.constexpr,
@@ -61,14 +63,14 @@ def _matmul_kernel(
     a_rows = (rows % M).to(tl.int64)
     b_cols = cols % N
     # Split-K (K_SLICE > 0): this program takes k in [k_start, k_start + K_SLICE) and stores its float32 partial
-    # sum as slice program_id(1) of c (then a [split, M, N] float32 workspace).
+    # sum as slice program_id(1) of c (then a contiguous [split, M, N] float32 workspace, c_row_stride N).
     k_start = 0
     k_length = K
     if K_SLICE:
         k_start = tl.program_id(1) * K_SLICE
         k_length = tl.minimum(K_SLICE, K - k_start)
     ks = tl.arange(0, BLOCK_K)
-    a_ptrs = a_ptr + a_rows[:, None] * K + (k_start + ks)[None, :]
+    a_ptrs = a_ptr + a_rows[:, None] * a_row_stride + (k_start + ks)[None, :]
     b_ptrs = b_ptr + (k_start + ks).to(tl.int64)[:, None] * N + b_cols[None, :]
 
     acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
@@ -96,19 +98,21 @@ def _matmul_kernel(
 
     if K_SLICE:
         c_ptr += tl.program_id(1).to(tl.int64) * M * N
-    c_ptrs = c_ptr + rows.to(tl.int64)[:, None] * N + cols[None, :]
+    c_ptrs = c_ptr + rows.to(tl.int64)[:, None] * c_row_stride + cols[None, :]
     tl.store(c_ptrs, acc.to(c_ptr.dtype.element_ty), mask=(rows < M)[:, None] & (cols < N)[None, :])
 
 
-@triton.jit(do_not_specialize=["MN"])
-def _sum_slices_kernel(partial_ptr, c_ptr, MN, SPLIT: tl.constexpr, BLOCK: tl.constexpr):
-    # The float32 partials of split-K, added in slice order (the same bits every run), cast once.
+@triton.jit(do_not_specialize=["M"])
+def _sum_slices_kernel(partial_ptr, c_ptr, M, c_row_stride, N: tl.constexpr, SPLIT: tl.constexpr, BLOCK: tl.constexpr):
+    # The float32 partials of split-K, added in slice order (the same bits every run), cast once. The workspace
+    # is contiguous, c's rows are c_row_stride apart (a division by the constant N finds an element's row).
     offsets = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
-    mask = offsets < MN
+    mask = offsets < M * N
     acc = tl.zeros([BLOCK], dtype=tl.float32)
     for s in tl.static_range(SPLIT):
-        acc += tl.load(partial_ptr + s * MN + offsets, mask=mask, other=0.0)
-    tl.store(c_ptr + offsets, acc.to(c_ptr.dtype.element_ty), mask=mask)
+        acc += tl.load(partial_ptr + s * M * N + offsets, mask=mask, other=0.0)
+    c_offsets = (offsets // N) * c_row_stride + offsets % N
+    tl.store(c_ptr + c_offsets, acc.to(c_ptr.dtype.element_ty), mask=mask)
 
 
 @dataclass(frozen=True)
@@ -174,8 +178,8 @@ def tiling(m: int, n: int, k: int, dtype: torch.dtype, sm_count: int = 132) -> T
     return Tiling(config.block_m, block_n, block_k, config.num_warps, config.num_stages, split, k_slice)
 
 
-@spec.implementation(device_type=launch_device(_matmul_kernel))
-def matmul_tl(config: MatmulConfig) -> Callable[..., torch.Tensor]:
+@spec.implementation(device_type=launch_device(_matmul_kernel), strided_rows=True, writes_out=True)
+def matmul_tl(config: MatmulConfig) -> Callable[..., None]:
     n, k, dtype = config.n, config.k, config.dtype
     upcast = interpreting(_matmul_kernel) and dtype != torch.float32
     sm_count = 132 if interpreting(_matmul_kernel) else torch.cuda.get_device_properties().multi_processor_count
@@ -203,23 +207,22 @@ def matmul_tl(config: MatmulConfig) -> Callable[..., torch.Tensor]:
     def sum_slices(split: int) -> Launcher:
         launch = sums.get(split)
         if launch is None:
-            launch = sums[split] = Launcher(_sum_slices_kernel, {"SPLIT": split, "BLOCK": SUM_BLOCK}, num_warps=4)
+            constexprs = {"N": n, "SPLIT": split, "BLOCK": SUM_BLOCK}
+            launch = sums[split] = Launcher(_sum_slices_kernel, constexprs, num_warps=4)
         return launch
 
-    def matmul(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    def matmul(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor) -> None:
         m = a.shape[0]
-        c = spec.output(config, a, b)
         tiles = tiling(m, n, k, dtype, sm_count)
         launch = launchers.get(tiles)
         if launch is None:
             launch = launchers[tiles] = launcher(tiles)
         grid = triton.cdiv(m, tiles.block_m) * triton.cdiv(n, tiles.block_n)
         if tiles.split == 1:
-            launch((grid,), a, b, c, m)
-            return c
+            launch((grid,), a, b, out, m, a.stride(0), out.stride(0))
+            return
         partial = torch.empty((tiles.split, m, n), dtype=torch.float32, device=a.device)
-        launch((grid, tiles.split), a, b, partial, m)
-        sum_slices(tiles.split)((triton.cdiv(m * n, SUM_BLOCK),), partial, c, m * n)
-        return c
+        launch((grid, tiles.split), a, b, partial, m, a.stride(0), n)
+        sum_slices(tiles.split)((triton.cdiv(m * n, SUM_BLOCK),), partial, out, m, out.stride(0))
 
     return matmul

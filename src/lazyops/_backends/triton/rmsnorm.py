@@ -19,6 +19,8 @@ def _rmsnorm_kernel(
     w_ptr,
     y_ptr,
     M,
+    x_row_stride,
+    y_row_stride,
     eps,
     offset,
     N: tl.constexpr,
@@ -29,29 +31,34 @@ def _rmsnorm_kernel(
     rows = tl.program_id(0) * ROWS + tl.arange(0, ROWS)
     row_ok = rows < M
     # Rows past M re-read the last row (never stored), so no row needs a row mask on its loads.
-    base = tl.minimum(rows, M - 1).to(tl.int64)[:, None] * N
+    row = tl.minimum(rows, M - 1).to(tl.int64)[:, None]
+    x_base = row * x_row_stride
+    y_base = row * y_row_stride
     if SINGLE_PASS:
         cols = tl.arange(0, BLOCK_N)[None, :]
-        x = tl.load(x_ptr + base + cols, mask=cols < N, other=0.0).to(tl.float32)
+        x = tl.load(x_ptr + x_base + cols, mask=cols < N, other=0.0).to(tl.float32)
         w = tl.load(w_ptr + cols, mask=cols < N, other=0.0).to(tl.float32) + offset
         rstd = tl.rsqrt(tl.sum(x * x, axis=1) / N + eps)[:, None]
-        tl.store(y_ptr + base + cols, (x * rstd * w).to(y_ptr.dtype.element_ty), mask=row_ok[:, None] & (cols < N))
+        tl.store(y_ptr + y_base + cols, (x * rstd * w).to(y_ptr.dtype.element_ty), mask=row_ok[:, None] & (cols < N))
     else:
+        # y may be x itself (out=x): the first pass only reads, the second reads each block before writing it.
         squares = tl.zeros([ROWS, BLOCK_N], tl.float32)
         for start in range(0, N, BLOCK_N):
             cols = start + tl.arange(0, BLOCK_N)[None, :]
-            x = tl.load(x_ptr + base + cols, mask=cols < N, other=0.0).to(tl.float32)
+            x = tl.load(x_ptr + x_base + cols, mask=cols < N, other=0.0).to(tl.float32)
             squares += x * x
         rstd = tl.rsqrt(tl.sum(squares, axis=1) / N + eps)[:, None]
         for start in range(0, N, BLOCK_N):
             cols = start + tl.arange(0, BLOCK_N)[None, :]
-            x = tl.load(x_ptr + base + cols, mask=cols < N, other=0.0).to(tl.float32)
+            x = tl.load(x_ptr + x_base + cols, mask=cols < N, other=0.0).to(tl.float32)
             w = tl.load(w_ptr + cols, mask=cols < N, other=0.0).to(tl.float32) + offset
-            tl.store(y_ptr + base + cols, (x * rstd * w).to(y_ptr.dtype.element_ty), mask=row_ok[:, None] & (cols < N))
+            tl.store(
+                y_ptr + y_base + cols, (x * rstd * w).to(y_ptr.dtype.element_ty), mask=row_ok[:, None] & (cols < N)
+            )
 
 
-@spec.implementation(device_type=launch_device(_rmsnorm_kernel))
-def rmsnorm_tl(config: RMSNormConfig) -> Callable[..., torch.Tensor]:
+@spec.implementation(device_type=launch_device(_rmsnorm_kernel), strided_rows=True, writes_out=True)
+def rmsnorm_tl(config: RMSNormConfig) -> Callable[..., None]:
     n, eps, offset = config.n, config.eps, config.weight_offset
     layout = row_layout(n)
     launch = Launcher(
@@ -60,10 +67,8 @@ def rmsnorm_tl(config: RMSNormConfig) -> Callable[..., torch.Tensor]:
         num_warps=layout.num_warps,
     )
 
-    def rmsnorm(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+    def rmsnorm(x: torch.Tensor, weight: torch.Tensor, out: torch.Tensor) -> None:
         m = x.shape[0]
-        y = spec.output(config, x, weight)
-        launch((triton.cdiv(m, layout.rows),), x, weight, y, m, eps, offset)
-        return y
+        launch((triton.cdiv(m, layout.rows),), x, weight, out, m, x.stride(0), out.stride(0), eps, offset)
 
     return rmsnorm

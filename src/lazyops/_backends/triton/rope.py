@@ -58,6 +58,8 @@ def _rope_kernel(
     key_ptr,
     cache_ptr,
     CACHE_ROWS,
+    query_row_stride,
+    key_row_stride,
     HEAD_DIM: tl.constexpr,
     HALF: tl.constexpr,
     BLOCK_HALF: tl.constexpr,
@@ -67,7 +69,8 @@ def _rope_kernel(
     BLOCK_KEY_HEADS: tl.constexpr,
     IS_NEOX: tl.constexpr,
 ):
-    # One program a token: its cache row is read once and serves every query and key head.
+    # One program a token: its cache row is read once and serves every query and key head. Query and key rows lie
+    # a stride apart, so the slices of a packed qkv buffer are rotated where they are.
     token = tl.program_id(0).to(tl.int64)
     position = tl.load(positions_ptr + token).to(tl.int64)
     # A position outside the cache would read past it; such a token is left as it is instead (checking the range
@@ -80,7 +83,7 @@ def _rope_kernel(
     cos = tl.load(row + pairs, mask=pairs < pairs_valid, other=0.0).to(tl.float32)
     sin = tl.load(row + HALF + pairs, mask=pairs < pairs_valid, other=0.0).to(tl.float32)
     _rotate_heads(
-        query_ptr + token * (QUERY_HEADS * HEAD_DIM),
+        query_ptr + token * query_row_stride,
         cos,
         sin,
         pairs_valid,
@@ -92,7 +95,7 @@ def _rope_kernel(
         IS_NEOX,
     )
     _rotate_heads(
-        key_ptr + token * (KEY_HEADS * HEAD_DIM),
+        key_ptr + token * key_row_stride,
         cos,
         sin,
         pairs_valid,
@@ -105,7 +108,7 @@ def _rope_kernel(
     )
 
 
-@spec.implementation(device_type=launch_device(_rope_kernel))
+@spec.implementation(device_type=launch_device(_rope_kernel), strided_rows=True)
 def rope_tl(config: RopeConfig) -> Callable[..., tuple[torch.Tensor, torch.Tensor]]:
     # The head counts and r are read from the arguments on each call; each new combination compiles once.
     # Positions are not range-checked on a GPU (that would synchronise every call): a token whose position is
@@ -142,7 +145,7 @@ def rope_tl(config: RopeConfig) -> Callable[..., tuple[torch.Tensor, torch.Tenso
         launch = launchers.get(geometry)
         if launch is None:
             launch = launchers[geometry] = launcher(*geometry)
-        launch((m,), positions, query, key, cos_sin_cache, cache_rows)
+        launch((m,), positions, query, key, cos_sin_cache, cache_rows, query.stride(0), key.stride(0))
         return query, key
 
     return rope

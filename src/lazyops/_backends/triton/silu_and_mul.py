@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-import torch
 import triton
 import triton.language as tl
 
@@ -17,6 +16,8 @@ def _silu_and_mul_kernel(
     x_ptr,
     y_ptr,
     M,
+    x_row_stride,
+    y_row_stride,
     N: tl.constexpr,
     BLOCK_N: tl.constexpr,
     ROWS: tl.constexpr,
@@ -25,12 +26,12 @@ def _silu_and_mul_kernel(
     cols = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)[None, :]
     keep = (rows < M)[:, None] & (cols < N)
     rows = rows.to(tl.int64)[:, None]
-    gate = tl.load(x_ptr + rows * (2 * N) + cols, mask=keep, other=0.0).to(tl.float32)
-    up = tl.load(x_ptr + rows * (2 * N) + N + cols, mask=keep, other=0.0).to(tl.float32)
+    gate = tl.load(x_ptr + rows * x_row_stride + cols, mask=keep, other=0.0).to(tl.float32)
+    up = tl.load(x_ptr + rows * x_row_stride + N + cols, mask=keep, other=0.0).to(tl.float32)
     y = gate / (1.0 + tl.exp(-gate)) * up
-    tl.store(y_ptr + rows * N + cols, y.to(y_ptr.dtype.element_ty), mask=keep)
+    tl.store(y_ptr + rows * y_row_stride + cols, y.to(y_ptr.dtype.element_ty), mask=keep)
 
 
-@spec.implementation(device_type=launch_device(_silu_and_mul_kernel))
-def silu_and_mul_tl(config: SiluAndMulConfig) -> Callable[..., torch.Tensor]:
-    return gated_launch(_silu_and_mul_kernel, spec, config)
+@spec.implementation(device_type=launch_device(_silu_and_mul_kernel), strided_rows=True, writes_out=True)
+def silu_and_mul_tl(config: SiluAndMulConfig) -> Callable[..., None]:
+    return gated_launch(_silu_and_mul_kernel, config)

@@ -18,6 +18,8 @@ def _softmax_kernel(
     x_ptr,
     y_ptr,
     M,
+    x_row_stride,
+    y_row_stride,
     N: tl.constexpr,
     BLOCK_N: tl.constexpr,
     ROWS: tl.constexpr,
@@ -27,13 +29,15 @@ def _softmax_kernel(
     row_ok = rows < M
     # Rows past M re-read the last row instead of loading a masked row of -inf (whose softmax is NaN); their
     # results are never stored.
-    base = tl.minimum(rows, M - 1).to(tl.int64)[:, None] * N
+    row = tl.minimum(rows, M - 1).to(tl.int64)[:, None]
+    x_base = row * x_row_stride
+    y_base = row * y_row_stride
     if SINGLE_PASS:
         cols = tl.arange(0, BLOCK_N)[None, :]
-        x = tl.load(x_ptr + base + cols, mask=cols < N, other=-float("inf")).to(tl.float32)
+        x = tl.load(x_ptr + x_base + cols, mask=cols < N, other=-float("inf")).to(tl.float32)
         e = tl.exp(x - tl.max(x, axis=1)[:, None])
         y = e / tl.sum(e, axis=1)[:, None]
-        tl.store(y_ptr + base + cols, y.to(y_ptr.dtype.element_ty), mask=row_ok[:, None] & (cols < N))
+        tl.store(y_ptr + y_base + cols, y.to(y_ptr.dtype.element_ty), mask=row_ok[:, None] & (cols < N))
     else:
         # Online softmax: one pass keeps a running maximum and the sum of exponentials scaled to it, lane by lane.
         # A lane may see only -inf so far (a masked logit, or the padding past N): its maximum is then -inf, and
@@ -43,22 +47,23 @@ def _softmax_kernel(
         lane_sum = tl.zeros([ROWS, BLOCK_N], tl.float32)
         for start in range(0, N, BLOCK_N):
             cols = start + tl.arange(0, BLOCK_N)[None, :]
-            x = tl.load(x_ptr + base + cols, mask=cols < N, other=-float("inf")).to(tl.float32)
+            x = tl.load(x_ptr + x_base + cols, mask=cols < N, other=-float("inf")).to(tl.float32)
             new_max = tl.maximum(lane_max, x)
             pivot = tl.where(new_max == -float("inf"), 0.0, new_max)
             lane_sum = lane_sum * tl.exp(lane_max - pivot) + tl.exp(x - pivot)
             lane_max = new_max
         row_max = tl.max(lane_max, axis=1)[:, None]
         row_sum = tl.sum(lane_sum * tl.exp(lane_max - row_max), axis=1)[:, None]
+        # y may be x itself (out=x): the first pass only read; this one reads each block before writing it.
         for start in range(0, N, BLOCK_N):
             cols = start + tl.arange(0, BLOCK_N)[None, :]
-            x = tl.load(x_ptr + base + cols, mask=cols < N, other=-float("inf")).to(tl.float32)
+            x = tl.load(x_ptr + x_base + cols, mask=cols < N, other=-float("inf")).to(tl.float32)
             y = tl.exp(x - row_max) / row_sum
-            tl.store(y_ptr + base + cols, y.to(y_ptr.dtype.element_ty), mask=row_ok[:, None] & (cols < N))
+            tl.store(y_ptr + y_base + cols, y.to(y_ptr.dtype.element_ty), mask=row_ok[:, None] & (cols < N))
 
 
-@spec.implementation(device_type=launch_device(_softmax_kernel))
-def softmax_tl(config: SoftmaxConfig) -> Callable[..., torch.Tensor]:
+@spec.implementation(device_type=launch_device(_softmax_kernel), strided_rows=True, writes_out=True)
+def softmax_tl(config: SoftmaxConfig) -> Callable[..., None]:
     n = config.n
     layout = row_layout(n)
     launch = Launcher(
@@ -67,10 +72,8 @@ def softmax_tl(config: SoftmaxConfig) -> Callable[..., torch.Tensor]:
         num_warps=layout.num_warps,
     )
 
-    def softmax(x: torch.Tensor) -> torch.Tensor:
+    def softmax(x: torch.Tensor, out: torch.Tensor) -> None:
         m = x.shape[0]
-        y = spec.output(config, x)
-        launch((triton.cdiv(m, layout.rows),), x, y, m)
-        return y
+        launch((triton.cdiv(m, layout.rows),), x, out, m, x.stride(0), out.stride(0))
 
     return softmax
