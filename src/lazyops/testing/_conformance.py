@@ -153,6 +153,7 @@ def judge_case(
         nonlocal worst, worst_dtype
         if error / TOLERANCE[dtype] > worst / TOLERANCE[worst_dtype]:
             worst, worst_dtype = error, dtype
+
     for requested in case.tokens:
         tokens = rows(requested, spec.token_elements(config, case.geometry), max_elements)
         drawn = spec.example_inputs(config, tokens, draw, case.geometry)

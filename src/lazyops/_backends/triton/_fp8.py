@@ -34,5 +34,5 @@ def to_fp8(value, inverse_scale, EXACT_ROUNDING: tl.constexpr):
     magnitude = (tl.abs(scaled) + 24576.0) - 24576.0
     subnormal = tl.where(scaled < 0, -magnitude, magnitude)
     converted = tl.where(tl.abs(scaled) < 0.015625, subnormal, normal).to(tl.float8e4nv).to(tl.uint8, bitcast=True)
-    converted = tl.where(scaled != scaled, converted | 0x7F, converted)
+    converted = tl.where(tl.abs(scaled) <= FP8_MAX, converted, converted | 0x7F)  # only NaN fails the clamp's bound
     return converted.to(tl.float8e4nv, bitcast=True)
