@@ -91,6 +91,44 @@ def resolve_all() -> tuple[str, ...]:
 
 
 @type_check_only
+class _AddRMSNormFP8Kernel(Protocol):
+    """What ``add_rmsnorm_fp8_tl`` returns (in every backend): the kernel call, positional arguments only."""
+
+    def __call__(
+        self,
+        x: torch.Tensor,
+        residual: torch.Tensor,
+        weight: torch.Tensor,
+        scale: torch.Tensor,
+        /,
+        *,
+        out: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        """``residual[..., n] += x[..., n]`` in place, then ``y[..., n]`` in ``torch.float8_e4m3fn``: RMSNorm of
+        the sum times ``weight_offset + weight[n]``, divided by ``scale[0]`` and saturated to ±448; written into
+        ``out`` when given.
+        """
+
+
+def add_rmsnorm_fp8_tl(
+    n: int,
+    dtype: torch.dtype | str,
+    eps: float = 1e-06,
+    *,
+    weight_dtype: torch.dtype | str | None = None,
+    weight_offset: float = 0.0,
+) -> _AddRMSNormFP8Kernel:
+    """``residual += x``, then RMSNorm of the sum, scaled and converted to float8 for the next GEMM.
+
+    Returns ``kernel(x[..., n], residual[..., n], weight[n], scale[1], *, out=None) -> y[..., n]`` in
+    ``torch.float8_e4m3fn``; ``residual`` is updated in place to ``x + residual`` (rounded to ``dtype``), and
+    ``y = saturate(rmsnorm(x + residual) * (weight_offset + weight) / scale)`` is taken of the float32 sum and
+    converted once, values beyond ±448 saturating (vLLM's ``fused_add_rms_norm_static_fp8_quant``). ``scale``
+    is a float32 tensor of one element; ``weight_dtype`` and ``weight_offset`` are as for ``rmsnorm_tl``.
+    """
+
+
+@type_check_only
 class _AddRMSNormKernel(Protocol):
     """What ``add_rmsnorm_tl`` returns (in every backend): the kernel call, positional arguments only."""
 
@@ -194,6 +232,42 @@ def matmul_tl(n: int, k: int, dtype: torch.dtype | str) -> _MatmulKernel:
 
     Returns ``kernel(a[..., k], b[k, n], *, out=None) -> c[..., n]`` in ``dtype``; products accumulate in
     float32. ``a`` may have any leading dimensions and strided rows.
+    """
+
+
+@type_check_only
+class _RMSNormFP8Kernel(Protocol):
+    """What ``rmsnorm_fp8_tl`` returns (in every backend): the kernel call, positional arguments only."""
+
+    def __call__(
+        self,
+        x: torch.Tensor,
+        weight: torch.Tensor,
+        scale: torch.Tensor,
+        /,
+        *,
+        out: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        """``y[..., n] = saturate(x / sqrt(mean(x**2) + eps) * (weight_offset + weight[n]) / scale[0])`` for
+        ``x[..., n]``, in ``torch.float8_e4m3fn``; written into ``out`` when given.
+        """
+
+
+def rmsnorm_fp8_tl(
+    n: int,
+    dtype: torch.dtype | str,
+    eps: float = 1e-06,
+    *,
+    weight_dtype: torch.dtype | str | None = None,
+    weight_offset: float = 0.0,
+) -> _RMSNormFP8Kernel:
+    """RMSNorm over the last dimension of ``x[..., n]``, scaled and converted to float8 for the next GEMM.
+
+    Returns ``kernel(x[..., n], weight[n], scale[1], *, out=None) -> y[..., n]`` in ``torch.float8_e4m3fn``:
+    ``y = saturate(rmsnorm(x) * (weight_offset + weight) / scale)``, computed in float32 and converted once,
+    values beyond ±448 saturating (vLLM's ``rms_norm_static_fp8_quant``). ``scale`` is a float32 tensor of one
+    element (a per-tensor static scale; a tensor, so that CUDA graphs see its updates). ``weight_dtype`` and
+    ``weight_offset`` are as for ``rmsnorm_tl``. ``x`` may have any leading dimensions and strided rows.
     """
 
 

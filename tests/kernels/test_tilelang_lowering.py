@@ -21,9 +21,11 @@ from tvm.target import Target  # noqa: E402
 
 from lazyops._backends.tilelang import (  # noqa: E402
     add_rmsnorm,
+    add_rmsnorm_fp8,
     layernorm,
     matmul,
     rmsnorm,
+    rmsnorm_fp8,
     rope,
     silu_and_mul,
     softmax,
@@ -136,6 +138,27 @@ def test_layernorm_lowers(n: int, dtype: str, weight_dtype: str | None) -> None:
     # Two block reductions (the mean, then the centred squares), per chunk when the row is streamed.
     assert source.count("tl::AllReduce<tl::SumOp") >= 2
     assert "rsqrtf" in source
+
+
+@pytest.mark.parametrize(
+    ("n", "dtype", "offset"),
+    [(4096, "bfloat16", 0.0), (1000, "float16", 1.0), (5000, "float32", 0.0), (40000, "bfloat16", 1.0)],
+)
+def test_rmsnorm_fp8_lowers(n: int, dtype: str, offset: float) -> None:
+    source = lower(rmsnorm_fp8.rmsnorm_fp8_program(n, dtype, 1e-6, offset=offset))
+    assert_dynamic_tokens(source)
+    assert "fp8_e4_t* __restrict__ y" in kernel_signature(source), "y must be float8 e4m3"
+    assert "const float* __restrict__ scale" in kernel_signature(source), "the scale must be read from memory"
+    assert "(fp8_e4_t)" in source and "AllReduce" in source
+
+
+@pytest.mark.parametrize(("n", "dtype"), [(4096, "bfloat16"), (1000, "float16"), (40000, "bfloat16")])
+def test_add_rmsnorm_fp8_lowers(n: int, dtype: str) -> None:
+    source = lower(add_rmsnorm_fp8.add_rmsnorm_fp8_program(n, dtype, 1e-5))
+    assert_dynamic_tokens(source)
+    assert "fp8_e4_t* __restrict__ y" in kernel_signature(source)
+    assert "residual[" in source or "residual +" in source, "the kernel must write the residual back"
+    assert "(fp8_e4_t)" in source
 
 
 @pytest.mark.parametrize(("n", "dtype"), [(128, "float32"), (1000, "bfloat16"), (4096, "float16"), (40000, "float32")])

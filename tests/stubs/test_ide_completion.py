@@ -12,7 +12,7 @@ import lazyops
 
 
 def test_completing_a_prefix_offers_the_kernel_with_its_factory_signature_and_docstring():
-    completions = jedi.Script("import lazyops\nlazyops.rms").complete()
+    completions = jedi.Script("import lazyops\nlazyops.rmsnorm_t").complete()
     assert [c.name for c in completions] == ["rmsnorm_tl"]
     (signature,) = completions[0].get_signatures()
     assert [p.name for p in signature.params] == ["n", "dtype", "eps", "weight_dtype", "weight_offset"]

@@ -124,7 +124,7 @@ def test_jedi_completes_kernels_with_their_signatures_from_the_installed_wheel(i
 
     environment = jedi.create_environment(str(installed_wheel.python), safe=False)
     path = installed_wheel.workdir / "editing.py"
-    completions = jedi.Script("import lazyops\nlazyops.rms", path=path, environment=environment).complete()
+    completions = jedi.Script("import lazyops\nlazyops.rmsnorm_t", path=path, environment=environment).complete()
     assert [c.name for c in completions] == ["rmsnorm_tl"]
     assert completions[0].module_path == installed_wheel.site_packages / "lazyops" / "__init__.pyi"
     (signature,) = completions[0].get_signatures()

@@ -1,9 +1,11 @@
 # The kernels this backend exports: lazyops reads this file (without importing anything) to know them.
 from .add_rmsnorm import add_rmsnorm_tl as add_rmsnorm_tl
+from .add_rmsnorm_fp8 import add_rmsnorm_fp8_tl as add_rmsnorm_fp8_tl
 from .gelu_and_mul import gelu_and_mul_tl as gelu_and_mul_tl
 from .layernorm import layernorm_tl as layernorm_tl
 from .matmul import matmul_tl as matmul_tl
 from .rmsnorm import rmsnorm_tl as rmsnorm_tl
+from .rmsnorm_fp8 import rmsnorm_fp8_tl as rmsnorm_fp8_tl
 from .rope import rope_tl as rope_tl
 from .silu_and_mul import silu_and_mul_tl as silu_and_mul_tl
 from .softmax import softmax_tl as softmax_tl

@@ -1,0 +1,37 @@
+"""RMSNorm quantized to float8 in plain PyTorch (the spec: ``lazyops.specs.rmsnorm_fp8``).
+
+The norm is computed in float32 and handed to the quantization as it is: rounding it to the activations' dtype
+first (what ``rmsnorm_tl`` returns) would round twice. Then ``/ scale``, the clamp to ±448, one conversion.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+
+from lazyops._backends.torch.rmsnorm import norm_weight
+from lazyops.specs.rmsnorm_fp8 import FP8_DTYPE, FP8_MAX, RMSNormFP8Config, spec
+
+
+def rms_norm_float32(x: torch.Tensor, weight: torch.Tensor, n: int, eps: float) -> torch.Tensor:
+    """RMSNorm of ``x[M, n]`` (rows may be strided) as a new float32 tensor, never rounded to ``x``'s dtype."""
+    upcast = x.float()
+    # For float32 input ``.float()`` is ``x`` itself, which must stay as it was: the first product is a new tensor.
+    inverse_rms = torch.linalg.vector_norm(upcast, dim=-1, keepdim=True).square_().mul_(1.0 / n).add_(eps).rsqrt_()
+    return torch.mul(upcast, inverse_rms).mul_(weight)
+
+
+def quantize(y: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
+    """``y`` (float32, a tensor of the caller's own) divided by ``scale``, saturated and converted to float8."""
+    return y.div_(scale).clamp_(-FP8_MAX, FP8_MAX).to(FP8_DTYPE)
+
+
+@spec.implementation(strided_rows=True)
+def rmsnorm_fp8_tl(config: RMSNormFP8Config) -> Callable[..., torch.Tensor]:
+    n, eps, offset = config.n, config.eps, config.weight_offset
+
+    def rmsnorm_fp8(x: torch.Tensor, weight: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
+        return quantize(rms_norm_float32(x, norm_weight(weight, offset), n, eps), scale)
+
+    return rmsnorm_fp8
