@@ -6,6 +6,10 @@
 #   call 2:             bash benchmarks/h200_session.sh engines      # on nvidia-h200-x2 (multi-GPU checks need two)
 #   call 3:             bash benchmarks/h200_session.sh kernels
 #
+# The issue 12-14 session (one nvidia-h200, the machine kept warm between the two calls):
+#   call A (carry .whl):  bash benchmarks/h200_session.sh triton     # installs .whl; torch and Triton
+#   call B (carry .whl2): bash benchmarks/h200_session.sh tilelang   # installs .whl2; TileLang and the benches
+#
 # .whl and .whl2 hold the wheels benchmarks/README.md lists (TileLang; z3, liger-kernel, and rich with its small
 # dependencies for the `lazyops` command). Unpack a call's tarball into benchmarks/results/ here.
 set -uo pipefail
@@ -19,7 +23,28 @@ fi
 export PYTHONPATH=/tmp/site:$PWD/src PYTHONUNBUFFERED=1
 step() { local limit=$1; shift; echo "== $*"; timeout "$limit" "$@" 2>&1 | grep -v "^[EW][0-9]\{4\} " | tail -40; }
 
+if [ "$part" = triton ] && [ ! -e /tmp/site/tilelang ]; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site .whl/*.whl
+fi
+
 case $part in
+triton)
+  step 200 python3 benchmarks/gpu_conformance.py --backend torch --backend triton --tokens 1,7,128,4096 \
+    --max-examples 2 --out "$results"
+  step 120 python3 -m pytest -q -p no:cacheprovider tests/kernels/test_conventions.py tests/kernels/test_triton_launch.py \
+    --lazyops-backend triton -x
+  step 80 python3 benchmarks/torch_backend.py --device cuda --dtypes bfloat16 --repeats 3 --out "$results"
+  step 170 python3 benchmarks/layer/decoder_layer.py --backend torch --backend triton --out "$results"
+  ;;
+tilelang)
+  step 170 python3 benchmarks/gpu_bench.py --tokens 1024,8192,32768 --host --graph --out "$results"
+  cp .gpu_in/gpu_conformance.json "$results/" 2>/dev/null
+  step 120 python3 benchmarks/gpu_conformance.py --backend tilelang --tokens 1,7,128,4096 --max-examples 2 \
+    --merge --out "$results"
+  step 90 python3 benchmarks/gemm_grid.py --out "$results"
+  cp .gpu_in/decoder_layer.json "$results/" 2>/dev/null
+  step 150 python3 benchmarks/layer/decoder_layer.py --backend tilelang --merge --out "$results"
+  ;;
 engines)
   step 150 python3 benchmarks/multi_gpu.py --out "$results"
   step 150 python3 benchmarks/compile_block.py --out "$results"
