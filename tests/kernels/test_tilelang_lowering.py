@@ -223,6 +223,7 @@ def test_rope_row_stride_multiple_is_met_by_every_contiguous_tensor() -> None:
         (lambda n, dt: add_rmsnorm.add_rmsnorm_program(n, dt, 1e-6), ("x", "residual", "y")),
         (softmax.softmax_program, ("x", "y")),
         (silu_and_mul.silu_and_mul_program, ("x", "y")),
+        (lambda n, dt: layernorm.layernorm_program(n, dt, 1e-5), ("x", "y")),
     ],
 )
 @pytest.mark.parametrize("n", (4096, 40000))
