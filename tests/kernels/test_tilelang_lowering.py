@@ -197,12 +197,126 @@ def test_aligned_rows_use_16_byte_accesses(make, n: int, dtype: str) -> None:
     [(128, "bfloat16", "float32", "int64"), (80, "float16", "float16", "int32"), (64, "float32", "float32", "int32")],
 )
 @pytest.mark.parametrize("is_neox", (True, False))
-def test_rope_lowers(head_dim: int, dtype: str, is_neox: bool, cache_dtype: str, positions: str) -> None:
+def test_rope_lowers_to_vector_loads_without_barriers(
+    head_dim: int, dtype: str, is_neox: bool, cache_dtype: str, positions: str
+) -> None:
+    """Issue 12: each thread loads whole 16-byte vectors of query and key (both halves, in the neox style) into
+    registers; no shared memory, so no barrier; the row strides of positions, query and key are kernel
+    parameters (packed qkv views are rotated where they lie)."""
     source = lower(rope.rope_program(head_dim, dtype, is_neox, cache_dtype, positions))
     signature = kernel_signature(source)
     # Token count, head counts, cache length and rotary width all vary at run time.
     assert signature.count("int ") >= 5, signature
-    assert "query[" in source and "key[" in source
+    for stride in ("positions_stride", "query_stride", "key_stride"):
+        assert f"int {stride}" in signature, signature
+    vector = "float4" if dtype == "float32" else "uint4"
+    for tensor in ("query", "key"):
+        loads = len(re.findall(rf"= \*\({vector}\*\)\({tensor} \+", source)) + len(
+            re.findall(rf"condval\w* = \*\({vector}\*\)\({tensor} \+", source)
+        )
+        stores = len(re.findall(rf"\*\({vector}\*\)\({tensor} \+[^;]*\) = ", source))
+        # neox: a vector and its partner half; interleaved: one vector holding the pairs
+        assert loads >= (2 if is_neox else 1), f"{tensor}: {loads} vector loads"
+        assert stores >= (2 if is_neox else 1), f"{tensor}: {stores} vector stores"
+    assert "__syncthreads" not in source
+    assert "__shared__" not in source and "extern __shared__" not in source
+
+
+@pytest.mark.parametrize(("head_dim", "dtype"), [(6, "bfloat16"), (7, "float16"), (2, "float32")])
+def test_rope_lowers_for_heads_narrower_than_a_vector(head_dim: int, dtype: str) -> None:
+    for is_neox in (True, False):
+        body = lower(rope.rope_program(head_dim, dtype, is_neox, "float32", "int64")).split("main_kernel(", 2)[-1]
+        assert "(query + " in body or "query[" in body
+        assert "(key + " in body or "key[" in body
+
+
+def test_rope_row_stride_multiple_is_met_by_every_contiguous_tensor() -> None:
+    for head_dim in (2, 6, 64, 80, 96, 128, 256):
+        for dtype in (torch.bfloat16, torch.float32):
+            assert head_dim % rope.rope_alignment(head_dim, dtype) == 0
+
+
+# --- strided rows and out= ---------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("make", "buffers"),
+    [
+        (lambda n, dt: rmsnorm.rmsnorm_program(n, dt, 1e-6), ("x", "y")),
+        (lambda n, dt: add_rmsnorm.add_rmsnorm_program(n, dt, 1e-6), ("x", "residual", "y")),
+        (softmax.softmax_program, ("x", "y")),
+        (silu_and_mul.silu_and_mul_program, ("x", "y")),
+        (lambda n, dt: layernorm.layernorm_program(n, dt, 1e-5), ("x", "y")),
+    ],
+)
+@pytest.mark.parametrize("n", (4096, 40000))
+def test_row_programs_index_rows_by_their_stride_with_vector_accesses(make, buffers, n: int) -> None:
+    source = lower(make(n, "bfloat16"))
+    signature = kernel_signature(source)
+    for buffer in buffers:
+        assert f"int {buffer}_stride" in signature, signature
+        # Streamed rows (n > 16384) write add_rmsnorm's y 8 bytes at a time, as they did before strides.
+        widths = ("uint4",) if plan_rows(n, "bfloat16").resident else ("uint4", "uint2")
+        assert any(f"*({vector}*)({buffer} + " in source for vector in widths), (
+            f"{buffer}: the assumed row-stride multiple must keep vector accesses"
+        )
+
+
+class _RecordingKernel:
+    """Stands in for a compiled kernel on the CPU: records the tensors it was given, writes 1 into the last."""
+
+    def __init__(self) -> None:
+        self.seen: list[torch.Tensor] = []
+
+    def __call__(self, *args: torch.Tensor) -> None:
+        self.seen = list(args)
+        args[-1].fill_(1)
+
+
+def _view_at(offset: int, rows: int, width: int, row_stride: int) -> torch.Tensor:
+    buffer = torch.zeros(rows * row_stride + offset + 64, dtype=torch.bfloat16)
+    return buffer[offset : offset + rows * row_stride].view(rows, row_stride)[:, :width]
+
+
+def test_out_of_place_launch_writes_the_callers_out_where_it_can() -> None:
+    from lazyops._backends.tilelang._runtime import launch_out_of_place
+
+    kernel = _RecordingKernel()
+    launch = launch_out_of_place(rmsnorm.spec, kernel, row_multiple=8)
+    x, weight = torch.zeros(4, 16, dtype=torch.bfloat16), torch.ones(16, dtype=torch.bfloat16)
+
+    strided_out = _view_at(0, 4, 16, 24)  # aligned, row stride a multiple of 8: written directly
+    launch(x, weight, strided_out)
+    assert kernel.seen[-1] is strided_out and bool((strided_out == 1).all())
+
+    odd_stride_out = _view_at(0, 4, 16, 20)  # stride 20: a contiguous temporary, copied back
+    launch(x, weight, odd_stride_out)
+    assert kernel.seen[-1] is not odd_stride_out and kernel.seen[-1].is_contiguous()
+    assert bool((odd_stride_out == 1).all())
+
+    misaligned_out = _view_at(1, 4, 16, 16)  # contiguous but one element into its allocation
+    launch(x, weight, misaligned_out)
+    assert kernel.seen[-1] is not misaligned_out and kernel.seen[-1].data_ptr() % 64 == 0
+    assert bool((misaligned_out == 1).all())
+
+    odd_stride_x = _view_at(0, 4, 16, 20)
+    launch(odd_stride_x, weight, strided_out)
+    assert kernel.seen[0] is not odd_stride_x and kernel.seen[0].is_contiguous()
+    assert kernel.seen[-1] is strided_out
+
+
+def test_in_place_inputs_copied_for_the_launch_are_copied_back() -> None:
+    from lazyops._backends.tilelang._runtime import launch_with_copies
+
+    def kernel(query: torch.Tensor, key: torch.Tensor) -> None:
+        query.add_(1)
+        key.add_(2)
+
+    qkv = torch.zeros(3, 48, dtype=torch.bfloat16)
+    query, key = qkv[:, :16], qkv[:, 17:33]  # key starts one element in: misaligned, copied
+    launch_with_copies(kernel, (query, key), written=(0, 1), row_multiples=(8, 8))
+    assert bool((query == 1).all()) and bool((key == 2).all())
+    assert bool((qkv[:, 16] == 0).all()) and bool((qkv[:, 33:] == 0).all())
 
 
 # --- matmul ----------------------------------------------------------------------------------------------------

@@ -51,3 +51,9 @@ def plan_rows(n: int, dtype: str, vectors_per_thread: int = VECTORS_PER_THREAD) 
     if threads_per_row >= MIN_THREADS:
         return RowPlan(1, width, min(threads_per_row, MAX_THREADS), 1)
     return RowPlan(MIN_THREADS // threads_per_row, width, MIN_THREADS, 1)
+
+
+def vector_elements(width: int, dtype: str) -> int:
+    """Elements of ``dtype`` in the widest vector (at most 16 bytes) that divides a row of ``width``: the multiple
+    a strided program assumes of its row strides, which every contiguous row of ``width`` satisfies."""
+    return min(VECTOR_BYTES // ITEMSIZE[dtype], width & -width)

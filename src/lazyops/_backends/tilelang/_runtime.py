@@ -156,34 +156,57 @@ def quiet_tilelang() -> Iterator[None]:
                 logger.setLevel(_level_before)
 
 
+def launchable(tensor: torch.Tensor, row_multiple: int = 1) -> torch.Tensor:
+    """``tensor``, or a fresh contiguous copy of it when a view left its address misaligned (see
+    :data:`ALIGNMENT`) or its row stride (``stride(0)``, for two or more dimensions) is not a multiple of
+    ``row_multiple`` elements, the multiple a strided program assumes so that its rows take 16-byte vectors."""
+    rows_fit = row_multiple == 1 or tensor.dim() < 2 or tensor.stride(0) % row_multiple == 0
+    if rows_fit and tensor.data_ptr() % ALIGNMENT == 0:
+        return tensor
+    import torch
+
+    return tensor.clone(memory_format=torch.contiguous_format)
+
+
 def aligned(tensor: torch.Tensor) -> torch.Tensor:
     """``tensor``, or a copy of it at an aligned address when a view left it misaligned.
 
     Only a read-only argument may go through here: a copy of an output would be written and then dropped.
     """
-    return tensor if tensor.data_ptr() % ALIGNMENT == 0 else tensor.clone()
+    return launchable(tensor)
 
 
-def launch_out_of_place(spec: Any, config: Any, kernel: Any) -> Callable[..., Any]:
-    """The launch of a compiled ``main(*inputs, out)`` that reads its inputs and writes one new output, allocated
-    as the spec says; an input that a view left misaligned is copied first (see :func:`aligned`)."""
+def launch_with_copies(
+    kernel: Any, args: Sequence[torch.Tensor], written: Sequence[int] = (), row_multiples: Sequence[int] | None = None
+) -> None:
+    """Launch ``kernel(*args)``, where the arguments at the positions in ``written`` are written (in place, or an
+    ``out``).
 
-    def launch(*inputs: torch.Tensor) -> torch.Tensor:
-        out: torch.Tensor = spec.output(config, *inputs)
-        kernel(*[aligned(tensor) for tensor in inputs], out)
-        return out
-
-    return launch
-
-
-def launch_in_place(kernel: Any, args: Sequence[torch.Tensor], written: Sequence[int]) -> None:
-    """Launch ``kernel(*args)``, where the arguments at the positions in ``written`` are updated in place.
-
-    A misaligned argument is swapped for an aligned copy; the written ones are copied back afterwards, so the
-    caller's tensors hold the result whatever their alignment (the copy costs a little, only in that rare case).
+    An argument the program cannot take as it is (misaligned, or a row stride off the multiple in
+    ``row_multiples``, see :func:`launchable`) is swapped for a contiguous copy; the written ones are copied back
+    afterwards, so the caller's tensors hold the result whatever their layout (the copies cost a little, only in
+    those rare cases). An ``out`` that is an input (``out_aliases``) is swapped exactly when that input is, so
+    the program still reads every element of a row before writing it.
     """
-    launch = [aligned(arg) for arg in args]
+    multiples = row_multiples or (1,) * len(args)
+    launch = [launchable(arg, multiple) for arg, multiple in zip(args, multiples, strict=True)]
     kernel(*launch)
     for index in written:
         if launch[index] is not args[index]:
             args[index].copy_(launch[index])
+
+
+def launch_out_of_place(
+    spec: Any, kernel: Any, row_multiple: int = 1, written: Sequence[int] = ()
+) -> Callable[..., None]:
+    """The launch ``launch(*inputs, out)`` of a compiled ``main(*inputs, out)`` that reads its inputs and writes
+    ``out`` (``writes_out=True``). Its row inputs and ``out`` may be row-strided (``strided_rows=True``) with a
+    row stride that is a multiple of ``row_multiple`` elements; other strides, and misaligned views, go through
+    contiguous copies (:func:`launch_with_copies`). ``written``: the inputs it also updates in place."""
+    multiples = (*(row_multiple if name in spec.row_inputs else 1 for name in spec.inputs), row_multiple)
+    out_index = (*written, len(spec.inputs))
+
+    def launch(*args: torch.Tensor) -> None:
+        launch_with_copies(kernel, args, out_index, multiples)
+
+    return launch

@@ -7,10 +7,9 @@ from collections.abc import Callable
 from typing import Any
 
 import tilelang.language as T
-import torch
 
-from lazyops._backends.tilelang._rows import RowPlan, plan_rows
-from lazyops._backends.tilelang._runtime import F32, aligned, compiled, launch_in_place, tl_dtype
+from lazyops._backends.tilelang._rows import RowPlan, plan_rows, vector_elements
+from lazyops._backends.tilelang._runtime import F32, compiled, launch_out_of_place, tl_dtype
 from lazyops.specs.add_rmsnorm import AddRMSNormConfig, spec
 
 
@@ -25,16 +24,22 @@ def add_rmsnorm_program(
     weight_dtype = weight_dtype or dtype
     rows, cols, chunks = plan.block_rows, plan.block_cols, plan.chunks
     M = T.dynamic("M")
+    # Row strides: multiples of `vec` elements (the launch copies other layouts), so rows take 16-byte vectors.
+    x_stride, residual_stride, y_stride = T.dynamic("x_stride, residual_stride, y_stride")
+    vec = vector_elements(n, dtype)
 
     if plan.resident:
 
         @T.prim_func
         def main(
-            x: T.Tensor((M, n), dtype),
-            residual: T.Tensor((M, n), dtype),
+            x: T.StridedTensor((M, n), (x_stride, 1), dtype),
+            residual: T.StridedTensor((M, n), (residual_stride, 1), dtype),
             weight: T.Tensor((n,), weight_dtype),
-            y: T.Tensor((M, n), dtype),
+            y: T.StridedTensor((M, n), (y_stride, 1), dtype),
         ):
+            T.assume(x_stride % vec == 0)
+            T.assume(residual_stride % vec == 0)
+            T.assume(y_stride % vec == 0)
             with T.Kernel(T.ceildiv(M, rows), threads=plan.threads) as block:
                 total = T.alloc_fragment((rows, cols), F32)
                 squares = T.alloc_fragment((rows, cols), F32)
@@ -66,11 +71,14 @@ def add_rmsnorm_program(
     # so the norm still sees the float32 sum rather than what was rounded back into residual.
     @T.prim_func
     def main(
-        x: T.Tensor((M, n), dtype),
-        residual: T.Tensor((M, n), dtype),
+        x: T.StridedTensor((M, n), (x_stride, 1), dtype),
+        residual: T.StridedTensor((M, n), (residual_stride, 1), dtype),
         weight: T.Tensor((n,), weight_dtype),
-        y: T.Tensor((M, n), dtype),
+        y: T.StridedTensor((M, n), (y_stride, 1), dtype),
     ):
+        T.assume(x_stride % vec == 0)
+        T.assume(residual_stride % vec == 0)
+        T.assume(y_stride % vec == 0)
         with T.Kernel(M, threads=plan.threads) as row:
             squares = T.alloc_fragment((1, cols), F32)
             scale = T.alloc_fragment((1,), F32)
@@ -109,13 +117,8 @@ def programs(config: AddRMSNormConfig) -> dict[str, Callable[[], Any]]:
     }
 
 
-@spec.implementation(device_type="cuda")
-def add_rmsnorm_tl(config: AddRMSNormConfig) -> Callable[..., torch.Tensor]:
+@spec.implementation(device_type="cuda", strided_rows=True, writes_out=True)
+def add_rmsnorm_tl(config: AddRMSNormConfig) -> Callable[..., None]:
+    # launch(x, residual, weight, out): residual is written in place, out written.
     kernel = compiled(config.label, programs(config))["main"]
-
-    def add_rmsnorm(x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
-        y = spec.output(config, x, residual, weight)
-        launch_in_place(kernel, (aligned(x), residual, aligned(weight), y), written=(1,))
-        return y
-
-    return add_rmsnorm
+    return launch_out_of_place(spec, kernel, vector_elements(config.n, tl_dtype(config.dtype)), written=(1,))

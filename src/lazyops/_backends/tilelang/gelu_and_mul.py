@@ -7,9 +7,8 @@ from collections.abc import Callable
 from typing import Any
 
 import tilelang.language as T
-import torch
 
-from lazyops._backends.tilelang._rows import next_power_of_two
+from lazyops._backends.tilelang._rows import next_power_of_two, vector_elements
 from lazyops._backends.tilelang._runtime import F32, compiled, launch_out_of_place, tl_dtype
 from lazyops.specs.gelu_and_mul import GeluAndMulConfig, spec
 
@@ -27,6 +26,9 @@ def gelu_and_mul_program(n: int, dtype: str, tanh: bool) -> Any:
     cols = min(next_power_of_two(n), MAX_BLOCK_COLS)
     rows = TILE // cols
     M = T.dynamic("M")
+    # Row strides: multiples of `vec` elements (the launch copies other layouts), so rows take 16-byte vectors.
+    x_stride, y_stride = T.dynamic("x_stride, y_stride")
+    vec = vector_elements(n, dtype)
 
     def gelu(gate: Any) -> Any:
         if tanh:
@@ -35,7 +37,9 @@ def gelu_and_mul_program(n: int, dtype: str, tanh: bool) -> Any:
         return T.float32(0.5) * gate * (T.float32(1) + T.erf(gate * T.float32(SQRT_HALF)))
 
     @T.prim_func
-    def main(x: T.Tensor((M, 2 * n), dtype), y: T.Tensor((M, n), dtype)):
+    def main(x: T.StridedTensor((M, 2 * n), (x_stride, 1), dtype), y: T.StridedTensor((M, n), (y_stride, 1), dtype)):
+        T.assume(x_stride % vec == 0)
+        T.assume(y_stride % vec == 0)
         with T.Kernel(T.ceildiv(n, cols), T.ceildiv(M, rows), threads=THREADS) as (bx, by):
             for i, j in T.Parallel(rows, cols):
                 row = by * rows + i
@@ -53,6 +57,7 @@ def programs(config: GeluAndMulConfig) -> dict[str, Callable[[], Any]]:
     return {"main": lambda: gelu_and_mul_program(config.n, tl_dtype(config.dtype), config.approximate == "tanh")}
 
 
-@spec.implementation(device_type="cuda")
-def gelu_and_mul_tl(config: GeluAndMulConfig) -> Callable[..., torch.Tensor]:
-    return launch_out_of_place(spec, config, compiled(config.label, programs(config))["main"])
+@spec.implementation(device_type="cuda", strided_rows=True, writes_out=True)
+def gelu_and_mul_tl(config: GeluAndMulConfig) -> Callable[..., None]:
+    kernel = compiled(config.label, programs(config))["main"]
+    return launch_out_of_place(spec, kernel, vector_elements(config.n, tl_dtype(config.dtype)))

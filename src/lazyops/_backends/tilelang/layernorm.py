@@ -13,10 +13,9 @@ from collections.abc import Callable
 from typing import Any
 
 import tilelang.language as T
-import torch
 
-from lazyops._backends.tilelang._rows import RowPlan, plan_rows
-from lazyops._backends.tilelang._runtime import ALIGNMENT, F32, aligned, compiled, tl_dtype
+from lazyops._backends.tilelang._rows import RowPlan, plan_rows, vector_elements
+from lazyops._backends.tilelang._runtime import F32, compiled, launch_out_of_place, tl_dtype
 from lazyops.specs.layernorm import LayerNormConfig, spec
 
 
@@ -28,16 +27,21 @@ def layernorm_program(
     weight_dtype = weight_dtype or dtype
     rows, cols, chunks = plan.block_rows, plan.block_cols, plan.chunks
     M = T.dynamic("M")
+    # Row strides: multiples of `vec` elements (the launch copies other layouts), so rows take 16-byte vectors.
+    x_stride, y_stride = T.dynamic("x_stride, y_stride")
+    vec = vector_elements(n, dtype)
 
     if plan.resident:
 
         @T.prim_func
         def main(
-            x: T.Tensor((M, n), dtype),
+            x: T.StridedTensor((M, n), (x_stride, 1), dtype),
             weight: T.Tensor((n,), weight_dtype),
             bias: T.Tensor((n,), weight_dtype),
-            y: T.Tensor((M, n), dtype),
+            y: T.StridedTensor((M, n), (y_stride, 1), dtype),
         ):
+            T.assume(x_stride % vec == 0)
+            T.assume(y_stride % vec == 0)
             with T.Kernel(T.ceildiv(M, rows), threads=plan.threads) as block:
                 xs = T.alloc_fragment((rows, cols), F32)
                 squares = T.alloc_fragment((rows, cols), F32)
@@ -66,11 +70,13 @@ def layernorm_program(
 
     @T.prim_func
     def main(
-        x: T.Tensor((M, n), dtype),
+        x: T.StridedTensor((M, n), (x_stride, 1), dtype),
         weight: T.Tensor((n,), weight_dtype),
         bias: T.Tensor((n,), weight_dtype),
-        y: T.Tensor((M, n), dtype),
+        y: T.StridedTensor((M, n), (y_stride, 1), dtype),
     ):
+        T.assume(x_stride % vec == 0)
+        T.assume(y_stride % vec == 0)
         with T.Kernel(M, threads=plan.threads) as row:
             xs = T.alloc_fragment((1, cols), F32)
             squares = T.alloc_fragment((1, cols), F32)
@@ -124,16 +130,7 @@ def programs(config: LayerNormConfig) -> dict[str, Callable[[], Any]]:
     }
 
 
-@spec.implementation(device_type="cuda", writes_out=True)
+@spec.implementation(device_type="cuda", strided_rows=True, writes_out=True)
 def layernorm_tl(config: LayerNormConfig) -> Callable[..., None]:
     kernel = compiled(config.label, programs(config))["main"]
-
-    def layernorm(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, out: torch.Tensor) -> None:
-        # The program assumes aligned bases (see _runtime.aligned): a misaligned input is read from an aligned
-        # copy, a misaligned out written through one. (The spec's wrapper hands a contiguous out.)
-        target = out if out.data_ptr() % ALIGNMENT == 0 else torch.empty_like(out)
-        kernel(aligned(x), aligned(weight), aligned(bias), target)
-        if target is not out:
-            out.copy_(target)
-
-    return layernorm
+    return launch_out_of_place(spec, kernel, vector_elements(config.n, tl_dtype(config.dtype)))

@@ -30,7 +30,7 @@ from typing import Any
 import tilelang.language as T
 import torch
 
-from lazyops._backends.tilelang._runtime import F32, aligned, compiled, require_gpu, tl_dtype
+from lazyops._backends.tilelang._runtime import ALIGNMENT, F32, aligned, compiled, require_gpu, tl_dtype
 from lazyops.specs.matmul import MatmulConfig, spec
 
 
@@ -251,11 +251,12 @@ def programs(
     return built
 
 
-@spec.implementation(device_type="cuda")
-def matmul_tl(config: MatmulConfig) -> Callable[..., torch.Tensor]:
-    # Two tile shapes are compiled, sized for the current GPU; each call takes the large one when it yields
-    # enough tiles to keep the GPU busy. In half precision, up to 128 tokens, a split-K pair instead (the first
-    # whose max_m covers the call).
+@spec.implementation(device_type="cuda", writes_out=True)
+def matmul_tl(config: MatmulConfig) -> Callable[..., None]:
+    # launch(a, b, out): the wrapper hands a contiguous out, and a contiguous copy of a row-strided a (not
+    # strided_rows: the programs declare contiguous a for their TMA descriptors). Two tile shapes are compiled,
+    # sized for the current GPU; each call takes the large one when it yields enough tiles to keep the GPU busy.
+    # In half precision, up to 128 tokens, a split-K pair instead (the first whose max_m covers the call).
     n, dtype = config.n, config.dtype
     require_gpu(config.label)
     properties = torch.cuda.get_device_properties(torch.cuda.current_device())
@@ -267,18 +268,22 @@ def matmul_tl(config: MatmulConfig) -> Callable[..., torch.Tensor]:
     plans = split_plans(config, sm_count, shared_memory)
     split_k = [(plan.max_m, plan.split, kernels[2 + 2 * i], kernels[3 + 2 * i]) for i, plan in enumerate(plans)]
 
-    def matmul(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    def matmul(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor) -> None:
         m = a.shape[0]
-        c = spec.output(config, a, b)
+        a, b = aligned(a), aligned(b)
+        # A caller's out may be a view at a misaligned address: the kernel writes an aligned temporary instead.
+        c = out if out.data_ptr() % ALIGNMENT == 0 else torch.empty_like(out, memory_format=torch.contiguous_format)
         for max_m, split, product, reduce in split_k:
             if m <= max_m:
                 partial = torch.empty((split, m, n), dtype=torch.float32, device=a.device)
-                product(aligned(a), aligned(b), partial)
+                product(a, b, partial)
                 reduce(partial, c)
-                return c
-        kernel = large_kernel if use_large(large, m, n, sm_count) else small_kernel
-        kernel(aligned(a), aligned(b), c)
-        return c
+                break
+        else:
+            kernel = large_kernel if use_large(large, m, n, sm_count) else small_kernel
+            kernel(a, b, c)
+        if c is not out:
+            out.copy_(c)
 
     return matmul
 

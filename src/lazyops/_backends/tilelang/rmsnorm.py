@@ -7,9 +7,8 @@ from collections.abc import Callable
 from typing import Any
 
 import tilelang.language as T
-import torch
 
-from lazyops._backends.tilelang._rows import RowPlan, plan_rows
+from lazyops._backends.tilelang._rows import RowPlan, plan_rows, vector_elements
 from lazyops._backends.tilelang._runtime import F32, compiled, launch_out_of_place, tl_dtype
 from lazyops.specs.rmsnorm import RMSNormConfig, spec
 
@@ -22,11 +21,20 @@ def rmsnorm_program(
     weight_dtype = weight_dtype or dtype
     rows, cols, chunks = plan.block_rows, plan.block_cols, plan.chunks
     M = T.dynamic("M")
+    # Row strides: multiples of `vec` elements (the launch copies other layouts), so rows take 16-byte vectors.
+    x_stride, y_stride = T.dynamic("x_stride, y_stride")
+    vec = vector_elements(n, dtype)
 
     if plan.resident:
 
         @T.prim_func
-        def main(x: T.Tensor((M, n), dtype), weight: T.Tensor((n,), weight_dtype), y: T.Tensor((M, n), dtype)):
+        def main(
+            x: T.StridedTensor((M, n), (x_stride, 1), dtype),
+            weight: T.Tensor((n,), weight_dtype),
+            y: T.StridedTensor((M, n), (y_stride, 1), dtype),
+        ):
+            T.assume(x_stride % vec == 0)
+            T.assume(y_stride % vec == 0)
             with T.Kernel(T.ceildiv(M, rows), threads=plan.threads) as block:
                 xs = T.alloc_fragment((rows, cols), F32)
                 squares = T.alloc_fragment((rows, cols), F32)
@@ -47,7 +55,13 @@ def rmsnorm_program(
         return main
 
     @T.prim_func
-    def main(x: T.Tensor((M, n), dtype), weight: T.Tensor((n,), weight_dtype), y: T.Tensor((M, n), dtype)):
+    def main(
+        x: T.StridedTensor((M, n), (x_stride, 1), dtype),
+        weight: T.Tensor((n,), weight_dtype),
+        y: T.StridedTensor((M, n), (y_stride, 1), dtype),
+    ):
+        T.assume(x_stride % vec == 0)
+        T.assume(y_stride % vec == 0)
         with T.Kernel(M, threads=plan.threads) as row:
             squares = T.alloc_fragment((1, cols), F32)
             scale = T.alloc_fragment((1,), F32)
@@ -84,6 +98,7 @@ def programs(config: RMSNormConfig) -> dict[str, Callable[[], Any]]:
     }
 
 
-@spec.implementation(device_type="cuda")
-def rmsnorm_tl(config: RMSNormConfig) -> Callable[..., torch.Tensor]:
-    return launch_out_of_place(spec, config, compiled(config.label, programs(config))["main"])
+@spec.implementation(device_type="cuda", strided_rows=True, writes_out=True)
+def rmsnorm_tl(config: RMSNormConfig) -> Callable[..., None]:
+    kernel = compiled(config.label, programs(config))["main"]
+    return launch_out_of_place(spec, kernel, vector_elements(config.n, tl_dtype(config.dtype)))

@@ -7,9 +7,8 @@ from collections.abc import Callable
 from typing import Any
 
 import tilelang.language as T
-import torch
 
-from lazyops._backends.tilelang._rows import RowPlan, plan_rows
+from lazyops._backends.tilelang._rows import RowPlan, plan_rows, vector_elements
 from lazyops._backends.tilelang._runtime import F32, compiled, launch_out_of_place, tl_dtype
 from lazyops.specs.softmax import SoftmaxConfig, spec
 
@@ -22,12 +21,17 @@ def softmax_program(n: int, dtype: str, plan: RowPlan | None = None) -> Any:
     plan = plan or plan_rows(n, dtype)
     rows, cols, chunks = plan.block_rows, plan.block_cols, plan.chunks
     M = T.dynamic("M")
+    # Row strides: multiples of `vec` elements (the launch copies other layouts), so rows take 16-byte vectors.
+    x_stride, y_stride = T.dynamic("x_stride, y_stride")
+    vec = vector_elements(n, dtype)
     neg_inf = -T.infinity(F32)
 
     if plan.resident:
 
         @T.prim_func
-        def main(x: T.Tensor((M, n), dtype), y: T.Tensor((M, n), dtype)):
+        def main(x: T.StridedTensor((M, n), (x_stride, 1), dtype), y: T.StridedTensor((M, n), (y_stride, 1), dtype)):
+            T.assume(x_stride % vec == 0)
+            T.assume(y_stride % vec == 0)
             with T.Kernel(T.ceildiv(M, rows), threads=plan.threads) as block:
                 xs = T.alloc_fragment((rows, cols), F32)
                 row_max = T.alloc_fragment((rows,), F32)
@@ -51,7 +55,9 @@ def softmax_program(n: int, dtype: str, plan: RowPlan | None = None) -> Any:
     # Streamed rows: an online softmax. Every lane keeps its own running maximum and the sum of exponentials
     # relative to it; the lanes are merged once at the end, and a second pass writes exp(x - max) / sum.
     @T.prim_func
-    def main(x: T.Tensor((M, n), dtype), y: T.Tensor((M, n), dtype)):
+    def main(x: T.StridedTensor((M, n), (x_stride, 1), dtype), y: T.StridedTensor((M, n), (y_stride, 1), dtype)):
+        T.assume(x_stride % vec == 0)
+        T.assume(y_stride % vec == 0)
         with T.Kernel(M, threads=plan.threads) as row:
             lane_max = T.alloc_fragment((1, cols), F32)
             lane_sum = T.alloc_fragment((1, cols), F32)
@@ -93,6 +99,7 @@ def programs(config: SoftmaxConfig) -> dict[str, Callable[[], Any]]:
     return {"main": lambda: softmax_program(config.n, tl_dtype(config.dtype))}
 
 
-@spec.implementation(device_type="cuda")
-def softmax_tl(config: SoftmaxConfig) -> Callable[..., torch.Tensor]:
-    return launch_out_of_place(spec, config, compiled(config.label, programs(config))["main"])
+@spec.implementation(device_type="cuda", strided_rows=True, writes_out=True)
+def softmax_tl(config: SoftmaxConfig) -> Callable[..., None]:
+    kernel = compiled(config.label, programs(config))["main"]
+    return launch_out_of_place(spec, kernel, vector_elements(config.n, tl_dtype(config.dtype)))
