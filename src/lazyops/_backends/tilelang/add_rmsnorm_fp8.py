@@ -11,7 +11,7 @@ import tilelang.language as T
 import torch
 
 from lazyops._backends.tilelang._rows import RowPlan, plan_rows
-from lazyops._backends.tilelang._runtime import F32, compiled, launch_in_place, tl_dtype
+from lazyops._backends.tilelang._runtime import F32, compiled, launch_with_copies, tl_dtype
 from lazyops._backends.tilelang.rmsnorm_fp8 import FP8, saturated
 from lazyops.specs.add_rmsnorm_fp8 import AddRMSNormFP8Config, spec
 
@@ -119,7 +119,7 @@ def add_rmsnorm_fp8_tl(config: AddRMSNormFP8Config) -> Callable[..., torch.Tenso
         x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, scale: torch.Tensor
     ) -> torch.Tensor:
         y = spec.output(config, x, residual, weight, scale)
-        launch_in_place(kernel, (x, residual, weight, scale, y), written=(1,))
+        launch_with_copies(kernel, (x, residual, weight, scale, y), written=(1,))
         return y
 
     return add_rmsnorm_fp8
