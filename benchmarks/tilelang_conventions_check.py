@@ -109,12 +109,12 @@ def bench(function: object, *args: object) -> float:
     return float(do_bench(lambda: function(*args), warmup=50, rep=200)) * 1e3  # type: ignore[operator]
 
 
-def time_rope() -> list[str]:
+def time_rope(backend: str = "tilelang") -> list[str]:
     import torch
 
     import lazyops
 
-    lazyops.configure(backend="tilelang", strict=True)
+    lazyops.configure(backend=backend, strict=True)
     head_dim, hq, hk = 128, 32, 8
     rope = lazyops.rope_tl(head_dim, torch.bfloat16, is_neox=True)
     lines = [
@@ -148,7 +148,7 @@ def main() -> int:
     parser.add_argument("--max-examples", type=int, default=8)
     parser.add_argument("--skip-drawn", action="store_true")
     # The script's own logic on a CPU: --backend torch --device cpu --skip-drawn --skip-rope
-    parser.add_argument("--backend", default="tilelang", help=argparse.SUPPRESS)
+    parser.add_argument("--backend", default="tilelang", help="the backend to check (default: tilelang)")
     parser.add_argument("--device", default="cuda", help=argparse.SUPPRESS)
     parser.add_argument("--skip-rope", action="store_true", help=argparse.SUPPRESS)
     options = parser.parse_args()
@@ -161,7 +161,8 @@ def main() -> int:
     where = torch.cuda.get_device_name() if options.device == "cuda" else options.device
     report = [f"# {options.backend} under the calling conventions ({where})", ""]
     if not options.skip_rope:
-        rope_lines = time_rope()  # first: a fault in a layout case would poison the context for the timing
+        # first: a fault in a layout case would poison the context for the timing
+        rope_lines = time_rope(options.backend)
         report += ["## rope: contiguous against packed-qkv views (bf16, 32 + 8 heads of 128, neox)", "", *rope_lines]
         report.append("")
         print("\n".join(rope_lines), flush=True)
