@@ -193,9 +193,18 @@ def same_leading(kernel: str, first: str, tensor: Any, other: str, tensor_other:
 def span(tensor: torch.Tensor) -> tuple[int, int]:
     """The byte range ``[start, end)`` a tensor's elements lie in."""
     start = tensor.data_ptr()
-    if tensor.numel() == 0:
+    sizes = tensor.shape
+    if len(sizes) == 2:  # the common case, without the loop (this runs on every call of an in-place kernel)
+        rows, width = sizes
+        if not rows or not width:
+            return start, start
+        row_step, step = tensor.stride()
+        return start, start + ((rows - 1) * row_step + (width - 1) * step + 1) * tensor.element_size()
+    if 0 in sizes:
         return start, start
-    last = sum((size - 1) * step for size, step in zip(tensor.shape, tensor.stride(), strict=True))
+    last = 0
+    for size, step in zip(sizes, tensor.stride(), strict=True):
+        last += (size - 1) * step
     return start, start + (last + 1) * tensor.element_size()
 
 
@@ -212,7 +221,7 @@ def overlap(a: torch.Tensor, b: torch.Tensor) -> bool:
     Tensors without memory (meta tensors, the fake tensors ``torch.compile`` traces with) share none: their
     aliasing is the compiler's to track, from the operator's schema.
     """
-    if a.device.type == "meta" or b.device.type == "meta" or _is_fake(a) or _is_fake(b):
+    if a.is_meta or b.is_meta or _is_fake(a) or _is_fake(b):
         return False
     try:
         a_start, a_end = span(a)

@@ -244,14 +244,22 @@ class KernelSpec:
                 )
 
     def check_aliasing(self, config: Any, *args: Any) -> None:
-        """Refuse a call whose in-place inputs share memory with another input (rope's query and key are two
-        slices of one packed buffer: distinct rows of it are fine, the same elements are not)."""
+        """Refuse a call whose in-place inputs share memory with another input of their dtype (rope's query and
+        key are two slices of one packed buffer: distinct columns of it are fine, the same elements are not).
+
+        Only tensors of one dtype are compared: sharing memory across dtypes takes a deliberate ``view(dtype)``,
+        and each comparison costs microseconds of host time on every call.
+        """
         from lazyops.specs import _checks as checks
 
-        for written in self.mutates:
-            tensor = args[self.inputs.index(written)]
-            for name, arg in zip(self.inputs, args, strict=True):
-                if name != written and checks.overlap(tensor, arg):
+        inputs = self.inputs
+        for position, written in enumerate(self.mutates):
+            tensor = args[inputs.index(written)]
+            dtype = tensor.dtype
+            for name, arg in zip(inputs, args, strict=True):
+                if name == written or name in self.mutates[:position] or arg.dtype != dtype:
+                    continue
+                if checks.overlap(tensor, arg):
                     raise KernelInputError(
                         f"{config.label}: {written} overlaps {name} in memory; {written} is written in place, so "
                         "they must not share elements: pass separate tensors"
