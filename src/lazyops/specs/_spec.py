@@ -289,6 +289,7 @@ class KernelSpec:
         returns_out = self.returns == "out"
         returned = None if returns_out else tuple(inputs.index(name) for name in self.returns)
         output = self.output
+        out_shape = self.out_shape
         rows = self.rows
         row_positions = tuple(inputs.index(name) for name in self.row_inputs)
         flat_ranks = tuple(zip(row_positions, self.flat_ranks or (2,) * len(row_positions), strict=True))
@@ -310,6 +311,7 @@ class KernelSpec:
                     flat = rows(config, *args)
                     break
             first = flat[row_positions[0]] if row_positions else flat[0]
+            first_dims = args[row_positions[0]].dim() if row_positions else 2
             if first.shape[0] == 0:  # no tokens: nothing to launch, whatever the backend
                 if returned is not None:
                     return tuple(args[index] for index in returned)
@@ -329,6 +331,13 @@ class KernelSpec:
                 for view, dense in copied:
                     view.copy_(dense)
                 return tuple(args[index] for index in returned)  # type: ignore[union-attr]
+            if out is None and not writes_out:
+                # The launch allocates its own result: returned as it is (no second tensor, no copy), shaped as
+                # the caller's leading dimensions when they were flattened.
+                made = launch(*flat)
+                for view, dense in copied:
+                    view.copy_(dense)
+                return made if flat is args or made.dim() == first_dims else made.view(out_shape(config, *args))
             result = output(config, *args) if out is None else out
             target = result if result.dim() == 2 else result.view(-1, result.shape[-1])
             if writes_out:
