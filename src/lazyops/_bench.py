@@ -255,8 +255,10 @@ def _unbuildable(chosen: Any) -> Any:
 
 def eager_call(spec: Any, config: Any) -> Callable[..., Any]:
     """The spec's definition as a kernel call: computed in float32 (as the kernels compute), results cast to the
-    kernel's dtype, in-place results written back into their inputs, the kernel's return value returned."""
-    reference, results, inputs, returns, dtype = spec.reference, spec.results, spec.inputs, spec.returns, config.dtype
+    kernel's dtype (its output's: float8 for the fp8 norms), in-place results written back into their inputs, the
+    kernel's return value returned."""
+    reference, results, inputs, returns = spec.reference, spec.results, spec.inputs, spec.returns
+    dtype = spec.out_dtype(config)
     written = [(inputs.index(name), position) for position, name in enumerate(results) if name != "out"]
     out_position = results.index("out") if "out" in results else None
     returned = None if returns == "out" else [inputs.index(name) for name in returns]
