@@ -230,14 +230,19 @@ def overlap(a: torch.Tensor, b: torch.Tensor) -> bool:
         return False
     if a_end <= b_start or b_end <= a_start:
         return False
-    if a.element_size() != b.element_size():
+    size = a.element_size()
+    if size != b.element_size():
         return True
+    if a.dim() == 2 and b.dim() == 2:  # the packed-qkv case, on every call: no general layout analysis
+        (a_step, a_unit), (b_step, b_unit) = a.stride(), b.stride()
+        if a_step == b_step and a_unit == 1 and b_unit == 1 and a_step >= a.shape[1] and b_step >= b.shape[1]:
+            period = a_step * size
+            return _arcs_intersect(a_start % period, a.shape[1] * size, b_start % period, b.shape[1] * size, period)
     a_rows, b_rows = _row_form(a), _row_form(b)
     if a_rows is None or b_rows is None or a_rows[0] != b_rows[0]:
         return True
     # Same row stride S: within the period of S elements, a row of each covers an arc; they share an element iff
     # the arcs intersect.
-    size = a.element_size()
     period = a_rows[0] * size
     return _arcs_intersect(a_start % period, a_rows[1] * size, b_start % period, b_rows[1] * size, period)
 
