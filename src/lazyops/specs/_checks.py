@@ -124,6 +124,8 @@ def check_rows(
         raise KernelInputError(
             f"{kernel}: {arg} has shape {tuple(sizes)}; its last dimension must be {width} (the factory's width)"
         )
+    if tensor.is_contiguous() and 0 not in sizes:
+        return  # dense rows, one width apart: the common case, without reading the strides (a tuple per call)
     if row_stride(sizes, tensor.stride()) is None:
         raise KernelInputError(
             f"{kernel}: {arg} of shape {tuple(sizes)} has strides {tensor.stride()}: the kernels take rows whose "
@@ -141,6 +143,11 @@ def row_stride(sizes: Any, strides: Any) -> int | None:
     width = sizes[-1]
     if width > 1 and strides[-1] != 1:
         return None
+    if len(sizes) == 2:  # the common case, without the loop
+        rows, row_step = sizes[0], strides[0]
+        if rows == 1:
+            return int(width)
+        return row_step if row_step >= width else None
     stride = None
     expected = None
     for size, step in zip(reversed(sizes[:-1]), reversed(strides[:-1]), strict=True):
@@ -166,7 +173,7 @@ def rows_of(tensor: torch.Tensor) -> torch.Tensor:
 def check_kind(
     kernel: str, arg: str, tensor: Any, dtype: torch.dtype | tuple[torch.dtype, ...], device: torch.device | None
 ) -> None:
-    if not isinstance(tensor, _tensor_type()):
+    if not isinstance(tensor, _TENSOR or _tensor_type()):
         raise KernelInputError(f"{kernel}: {arg} must be a torch.Tensor, got {type(tensor).__name__}")
     found = tensor.dtype
     if found is not dtype and (type(dtype) is not tuple or found not in dtype):

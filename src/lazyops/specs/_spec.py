@@ -159,7 +159,8 @@ class KernelSpec:
           as they are. Without it, such a view is copied to a contiguous tensor (and copied back if written).
         - ``writes_out``: it is ``launch(*inputs, out)`` and writes the result into ``out`` (a ``[rows, width]``
           view, allocated by the kernel when the caller passed none). Without it, ``launch(*inputs)`` returns a
-          new tensor, copied into the caller's ``out=`` when one was given.
+          new tensor of its own (never a view of an input), copied into the caller's ``out=`` when one was given
+          and otherwise returned as it is (reshaped to the inputs' leading dimensions).
         """
         if build is None:
             return functools.partial(
@@ -294,6 +295,8 @@ class KernelSpec:
         row_positions = tuple(inputs.index(name) for name in self.row_inputs)
         flat_ranks = tuple(zip(row_positions, self.flat_ranks or (2,) * len(row_positions), strict=True))
         written = frozenset(inputs.index(name) for name in self.mutates)
+        token_position = row_positions[0] if row_positions else 0
+        only_row = row_positions[0] if flat_ranks and len(flat_ranks) == 1 and flat_ranks[0][1] == 2 else None
 
         def refuse_grad(args: tuple[Any, ...], out: Any) -> None:
             for name, tensor in (*zip(inputs, args, strict=False), ("out", out)):
@@ -306,18 +309,22 @@ class KernelSpec:
 
         def run(args: tuple[Any, ...], out: Any) -> Any:
             flat = args
-            for index, rank in flat_ranks:
-                if args[index].dim() != rank:
+            if only_row is not None:  # one token-indexed input (most kernels): no loop
+                if args[only_row].dim() != 2:
                     flat = rows(config, *args)
-                    break
-            first = flat[row_positions[0]] if row_positions else flat[0]
-            first_dims = args[row_positions[0]].dim() if row_positions else 2
-            if first.shape[0] == 0:  # no tokens: nothing to launch, whatever the backend
+            else:
+                for index, rank in flat_ranks:
+                    if args[index].dim() != rank:
+                        flat = rows(config, *args)
+                        break
+            first_dims = args[token_position].dim() if row_positions else 2
+            if flat[token_position].shape[0] == 0:  # no tokens: nothing to launch, whatever the backend
                 if returned is not None:
                     return tuple(args[index] for index in returned)
                 return output(config, *args) if out is None else out
-            copied: list[tuple[Any, Any]] = []
+            copied: list[tuple[Any, Any]] | tuple[()] = ()
             if not strided_rows and not all(flat[index].is_contiguous() for index in row_positions):
+                copied = []
                 dense_args = list(flat)
                 for index in row_positions:
                     if not dense_args[index].is_contiguous():

@@ -38,7 +38,7 @@ def matmul_tl(config: MatmulConfig) -> Callable[..., torch.Tensor]:
     upcast_on_cpu = not cpu_has_native_gemm(dtype)
 
     def matmul(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-        if upcast_on_cpu and a.device.type == "cpu":
+        if upcast_on_cpu and a.is_cpu:
             return mm(a.float(), b.float()).to(dtype)
         return mm(a, b)
 

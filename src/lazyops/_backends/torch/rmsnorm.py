@@ -34,7 +34,7 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor, n: int, eps: float) -> torch
     A weight of another dtype than ``x`` (float32 under 16-bit activations, or Gemma's float32 ``1 + weight``)
     takes the float32 route: torch's fused kernels want one dtype and would otherwise fall back with a warning.
     """
-    if x.device.type == "cpu":
+    if x.is_cpu:
         return cpu_rms_norm(x, weight, n, eps)
     if weight.dtype != x.dtype:
         return torch.rms_norm(x.float(), (n,), weight.float(), eps).to(x.dtype)

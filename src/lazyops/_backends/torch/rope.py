@@ -1,10 +1,19 @@
 """Rotary embedding in plain PyTorch (the spec: ``lazyops.specs.rope``).
 
-Written over views: the rotary features of every head are read once into float32, rotated there (float32 math,
-one rounding at the store, as every backend computes), and copied back into the same views. Nothing else of a head
-is touched or cloned. Positions are range-checked on the CPU; on a GPU, out-of-range tokens are left unrotated
-without reading the positions on the host, as the GPU backends do. Both tensors' rotations are computed before
-either is written, so neither write can alter the other's inputs, and every check has run before the first write.
+Written over views: the rotary features of every head, seen as pairs ``(x1, x2)`` (the two halves of the rotary
+features for neox, neighbours otherwise), are rotated in float32 (one rounding at the store, as every backend
+computes) and copied back into the same views. Nothing else of a head is touched or cloned. The check that
+``query`` and ``key`` do not overlap has run before the launch, so rotating one cannot alter the other's inputs.
+
+Four ops a tensor: ``rotated = x * cos`` over both halves at once, then ``x2 * sin`` subtracted from the first
+half and ``x1 * sin`` added to the second, then the store. On a GPU (this backend as the last fallback) 16-bit
+inputs enter these ops as they are, type promotion doing the float32 math in the kernels; on the CPU, where
+mixed-dtype ops copy their inputs first, a block of tokens is upcast once, and the blocks are small enough for
+the float32 passes to stay in cache (see ``CPU_BLOCK_ELEMENTS``).
+
+Positions are range-checked on the CPU (``index_select`` refuses an index outside the cache, before anything is
+written); on a GPU, out-of-range tokens are left unrotated without reading the positions on the host, as the GPU
+backends do.
 """
 
 from __future__ import annotations
@@ -15,53 +24,73 @@ import torch
 
 from lazyops.specs.rope import RopeConfig, check_positions_in_cache, spec
 
+#: Elements of rotary features a CPU block holds. At torch's intra-op grain size (32768), each op of a block runs
+#: on the calling thread: no barrier with the other threads per op (on shared, busy cores a barrier waits for a
+#: descheduled thread), and the block's float32 copy and rotation stay in the core's cache. Measured at M = 1024
+#: on 2 shared cores: 1.4-5x torch's eager rotation, against 0.9-1.9x for one pass over all tokens.
+CPU_BLOCK_ELEMENTS = 1 << 15
 
-def rotated_features(
-    x: torch.Tensor, head_dim: int, cos: torch.Tensor, sin: torch.Tensor, is_neox: bool
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """``(view, values)``: the rotary features of ``x[M, H*head_dim]`` as a view, and their rotation in float32."""
-    rotary_dim = 2 * cos.shape[-1]
-    heads = x.view(x.shape[0], x.shape[1] // head_dim, head_dim)[..., :rotary_dim]
-    features = heads.float()  # a copy for 16-bit types; ``heads`` itself for float32, hence no writes below
-    rotation = torch.empty(features.shape, dtype=torch.float32, device=x.device)
-    if is_neox:
-        half = rotary_dim // 2
-        x1, x2, out1, out2 = features[..., :half], features[..., half:], rotation[..., :half], rotation[..., half:]
-    else:
-        x1, x2, out1, out2 = features[..., 0::2], features[..., 1::2], rotation[..., 0::2], rotation[..., 1::2]
-    torch.mul(x1, cos, out=out1).addcmul_(x2, sin, value=-1.0)
-    torch.mul(x2, cos, out=out2).addcmul_(x1, sin)
-    return heads, rotation
+
+def rotate(pairs: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, pair_dim: int) -> None:
+    """Rotate ``pairs`` in place: ``x1, x2 = pairs.unbind(pair_dim)``, ``cos`` and ``sin`` broadcast against them.
+
+    ``x1 * cos - x2 * sin`` and ``x2 * cos + x1 * sin`` in float32, stored once.
+    """
+    features = pairs.float() if pairs.is_cpu else pairs  # a copy for 16-bit types; never written below
+    x1, x2 = features.unbind(pair_dim)
+    rotated = torch.mul(features, cos.unsqueeze(pair_dim))  # a new float32 tensor (``cos`` is float32)
+    rotated1, rotated2 = rotated.unbind(pair_dim)
+    rotated1.addcmul_(x2, sin, value=-1.0)
+    rotated2.addcmul_(x1, sin)
+    pairs.copy_(rotated)
 
 
 @spec.implementation(strided_rows=True)
 def rope_tl(config: RopeConfig) -> Callable[..., tuple[torch.Tensor, torch.Tensor]]:
     head_dim, is_neox, label = config.head_dim, config.is_neox, config.label
+    # neox: [..., 2, r/2] (the two halves); GPT-J: [..., r/2, 2] (interleaved neighbours)
+    pair_dim = -2 if is_neox else -1
+
+    def as_pairs(x: torch.Tensor, rotary_dim: int) -> torch.Tensor:
+        heads = x.view(x.shape[0], x.shape[1] // head_dim, head_dim)[..., :rotary_dim]
+        half = rotary_dim // 2
+        pairs: torch.Tensor = heads.unflatten(-1, (2, half) if is_neox else (half, 2))
+        return pairs
 
     def rope(
         positions: torch.Tensor, query: torch.Tensor, key: torch.Tensor, cos_sin_cache: torch.Tensor
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        rows = cos_sin_cache.shape[0]
-        if positions.device.type == "cpu":
-            # On the host the values are at hand: an index outside the cache is refused, not read.
-            check_positions_in_cache(label, positions, rows)
-            cos_sin = cos_sin_cache.index_select(0, positions)
+        rows, rotary_dim = cos_sin_cache.shape
+        half = rotary_dim // 2
+        if positions.is_cpu:
+            try:
+                cos_sin = cos_sin_cache.index_select(0, positions)
+            except IndexError:
+                # On the host the values are at hand: an index outside the cache is refused, not read.
+                check_positions_in_cache(label, positions, rows)
+                raise
+            cos_sin = cos_sin.float()  # itself for a float32 cache
+            cos, sin = cos_sin[:, None, :half], cos_sin[:, None, half:]
         else:
             # On a GPU, reading them would synchronise every call and break CUDA-graph capture. As the GPU
             # backends do, a token whose position lies outside the cache is left as it is: it is rotated by
             # cos = 1, sin = 0, which in float32 reproduces every feature exactly.
-            inside = (positions >= 0) & (positions < rows)
-            cos_sin = cos_sin_cache.index_select(0, positions.clamp(0, rows - 1))
-            identity = torch.cat([cos_sin.new_ones(cos_sin.shape[1] // 2), cos_sin.new_zeros(cos_sin.shape[1] // 2)])
-            cos_sin = torch.where(inside[:, None], cos_sin, identity)
-        if cos_sin.dtype != torch.float32:
-            cos_sin = cos_sin.float()
-        half = cos_sin.shape[1] // 2
-        cos, sin = cos_sin[:, None, :half], cos_sin[:, None, half:]
-        query_view, query_rotated = rotated_features(query, head_dim, cos, sin, is_neox)
-        key_view, key_rotated = rotated_features(key, head_dim, cos, sin, is_neox)
-        query_view.copy_(query_rotated)
-        key_view.copy_(key_rotated)
+            clamped = positions.clamp(0, rows - 1)
+            cos_sin = cos_sin_cache.index_select(0, clamped).float()
+            inside = (clamped == positions)[:, None, None]
+            cos = torch.where(inside, cos_sin[:, None, :half], 1.0)
+            sin = cos_sin[:, None, half:] * inside
+        for x in (query, key):
+            pairs = as_pairs(x, rotary_dim)
+            if pairs.is_cpu:
+                tokens = pairs.shape[0]
+                block = max(1, CPU_BLOCK_ELEMENTS // (pairs.shape[1] * rotary_dim))
+                if tokens > block:
+                    for start in range(0, tokens, block):
+                        end = start + block
+                        rotate(pairs[start:end], cos[start:end], sin[start:end], pair_dim)
+                    continue
+            rotate(pairs, cos, sin, pair_dim)
         return query, key
 
     return rope
