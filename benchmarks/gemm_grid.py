@@ -145,7 +145,7 @@ def main(argv: list[str] | None = None) -> int:
                     cell.vs_cublas = cublas_us / cell.us
                 if m <= DECODE_MAX_M:
                     if args.device == "cuda":
-                        cell.graph_us = graph_us(call, sets)
+                        cell.graph_us = _bench.graph_us(call, sets, captures=20, replays=10)
                     cell.b_gbps = k * n * dtype.itemsize / (cell.us * 1e-6) / 1e9
                     if copy.rate:
                         cell.b_vs_copy = cell.b_gbps / copy.rate
@@ -172,31 +172,6 @@ def draw(torch: Any, m: int, n: int, k: int, dtype: Any, device: str, generator:
     a = torch.randn(m, k, generator=generator).to(device=device, dtype=dtype)
     b = (torch.randn(k, n, generator=generator) / math.sqrt(k)).to(device=device, dtype=dtype)
     return a, b
-
-
-def graph_us(call: Any, sets: list[Any], captures: int = 20, replays: int = 10) -> float:
-    """µs a call inside a CUDA graph: ``captures`` calls (rotating input sets) captured once, replayed; at decode
-    sizes an eager call's time is mostly the host's launch, which a graph (as engines run decode) removes."""
-    import torch
-
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.no_grad(), torch.cuda.stream(side):
-        for index in range(3):
-            call(*sets[index % len(sets)])
-    torch.cuda.current_stream().wait_stream(side)
-    graph = torch.cuda.CUDAGraph()
-    with torch.no_grad(), torch.cuda.graph(graph):
-        for index in range(captures):
-            call(*sets[index % len(sets)])
-    graph.replay()
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    start.record()
-    for _ in range(replays):
-        graph.replay()
-    end.record()
-    torch.cuda.synchronize()
-    return start.elapsed_time(end) * 1e3 / (replays * captures)
 
 
 def describe(cell: Cell) -> str:

@@ -466,7 +466,7 @@ def graph_time(
                 row.error = call
             else:
                 try:
-                    row.us = _graph_us(_callable(call), _prepare(call, [args])[0], captures, replays)
+                    row.us = graph_us(_callable(call), _prepare(call, [args]), captures, replays)
                 except Exception as error:  # noqa: BLE001
                     row.error = _one_line(error)
             _record(rows, row, progress)
@@ -686,19 +686,21 @@ def _median_us(fn: Callable[..., Any], sets: list[tuple[Any, ...]], device: str,
     return statistics.median(times) * 1e6
 
 
-def _graph_us(fn: Callable[..., Any], args: tuple[Any, ...], captures: int, replays: int) -> float:
+def graph_us(fn: Callable[..., Any], sets: Sequence[tuple[Any, ...]], captures: int, replays: int) -> float:
+    """µs a call inside a CUDA graph: ``captures`` calls captured once (rotating through the input ``sets``, so a
+    weight larger than the L2 is read from memory as in an engine), replayed ``replays`` times, divided."""
     with torch.no_grad():
         side = torch.cuda.Stream()
         side.wait_stream(torch.cuda.current_stream())
         with torch.cuda.stream(side):  # warm-up (compiles, autotunes, allocates) off the capture
-            for _ in range(3):
-                fn(*args)
+            for index in range(3):
+                fn(*sets[index % len(sets)])
         torch.cuda.current_stream().wait_stream(side)
         torch.cuda.synchronize()
         graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(graph):
-            for _ in range(captures):
-                fn(*args)
+            for index in range(captures):
+                fn(*sets[index % len(sets)])
         graph.replay()
         torch.cuda.synchronize()
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
