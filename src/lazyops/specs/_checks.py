@@ -83,11 +83,12 @@ def check_tensor(
     """
     check_kind(kernel, arg, tensor, dtype, device)
     sizes = tensor.shape
-    if len(sizes) != len(shape):
-        _wrong_shape(kernel, arg, sizes, shape)
-    for got, want in zip(sizes, shape, strict=True):
-        if got != want and type(want) is int:
+    if sizes != shape:  # one comparison when every size is fixed (a weight), the loop only for varying sizes
+        if len(sizes) != len(shape):
             _wrong_shape(kernel, arg, sizes, shape)
+        for got, want in zip(sizes, shape, strict=True):
+            if got != want and type(want) is int:
+                _wrong_shape(kernel, arg, sizes, shape)
     if not tensor.is_contiguous():
         raise KernelInputError(
             f"{kernel}: {arg} is not contiguous (strides {tensor.stride()}); pass {arg}.contiguous()"
@@ -190,7 +191,10 @@ def check_kind(
 
 def same_leading(kernel: str, first: str, tensor: Any, other: str, tensor_other: Any) -> None:
     """Two token-indexed tensors agree on their leading (token) dimensions."""
-    if tensor.shape[:-1] != tensor_other.shape[:-1]:
+    sizes, other_sizes = tensor.shape, tensor_other.shape
+    if len(sizes) == 2 and len(other_sizes) == 2 and sizes[0] == other_sizes[0]:
+        return  # the common case, without slicing two sizes
+    if sizes[:-1] != other_sizes[:-1]:
         raise KernelInputError(
             f"{kernel}: {first} has shape {tuple(tensor.shape)} and {other} {tuple(tensor_other.shape)}; their "
             "leading (token) dimensions must be equal"
@@ -200,6 +204,8 @@ def same_leading(kernel: str, first: str, tensor: Any, other: str, tensor_other:
 def span(tensor: torch.Tensor) -> tuple[int, int]:
     """The byte range ``[start, end)`` a tensor's elements lie in."""
     start = tensor.data_ptr()
+    if tensor.is_contiguous():  # dense: the bytes it holds, without reading sizes and strides
+        return start, start + tensor.nbytes
     sizes = tensor.shape
     if len(sizes) == 2:  # the common case, without the loop (this runs on every call of an in-place kernel)
         rows, width = sizes
@@ -228,14 +234,14 @@ def overlap(a: torch.Tensor, b: torch.Tensor) -> bool:
     Tensors without memory (meta tensors, the fake tensors ``torch.compile`` traces with) share none: their
     aliasing is the compiler's to track, from the operator's schema.
     """
-    if a.is_meta or b.is_meta or _is_fake(a) or _is_fake(b):
-        return False
     try:
         a_start, a_end = span(a)
         b_start, b_end = span(b)
     except (RuntimeError, NotImplementedError):  # a fake tensor has no data pointer
         return False
-    if a_end <= b_start or b_end <= a_start:
+    if a_end <= b_start or b_end <= a_start or a_start == a_end or b_start == b_end:
+        return False  # the common case decided on two byte ranges, before asking what kind of tensors these are
+    if a.is_meta or b.is_meta or _is_fake(a) or _is_fake(b):
         return False
     size = a.element_size()
     if size != b.element_size():

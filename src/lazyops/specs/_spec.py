@@ -251,20 +251,27 @@ class KernelSpec:
         Only tensors of one dtype are compared: sharing memory across dtypes takes a deliberate ``view(dtype)``,
         and each comparison costs microseconds of host time on every call.
         """
-        from lazyops.specs import _checks as checks
+        from lazyops.specs._checks import overlap
 
+        for written, other in self._aliasing_pairs():
+            tensor, arg = args[written], args[other]
+            if arg.dtype is tensor.dtype and overlap(tensor, arg):
+                inputs = self.inputs
+                raise KernelInputError(
+                    f"{config.label}: {inputs[written]} overlaps {inputs[other]} in memory; {inputs[written]} is "
+                    "written in place, so they must not share elements: pass separate tensors"
+                )
+
+    @functools.cache  # noqa: B019 (one entry per spec, and specs live as long as the process)
+    def _aliasing_pairs(self) -> tuple[tuple[int, int], ...]:
+        """The (written input, other input) positions :meth:`check_aliasing` compares: each pair once."""
         inputs = self.inputs
-        for position, written in enumerate(self.mutates):
-            tensor = args[inputs.index(written)]
-            dtype = tensor.dtype
-            for name, arg in zip(inputs, args, strict=True):
-                if name == written or name in self.mutates[:position] or arg.dtype != dtype:
-                    continue
-                if checks.overlap(tensor, arg):
-                    raise KernelInputError(
-                        f"{config.label}: {written} overlaps {name} in memory; {written} is written in place, so "
-                        "they must not share elements: pass separate tensors"
-                    )
+        return tuple(
+            (inputs.index(written), other)
+            for position, written in enumerate(self.mutates)
+            for other, name in enumerate(inputs)
+            if name != written and name not in self.mutates[:position]
+        )
 
     def guarded(
         self,
@@ -306,6 +313,12 @@ class KernelSpec:
                         "inference and record no autograd graph: run them under torch.inference_mode() or "
                         f"torch.no_grad(), or pass {name}.detach()"
                     )
+
+        def wrong_device(first: Any) -> None:
+            raise KernelInputError(
+                f"{label}: the inputs are on {first.device}; this backend's kernels take {device_type} tensors "
+                "(select the 'torch' backend for tensors elsewhere)"
+            )
 
         def run(args: tuple[Any, ...], out: Any) -> Any:
             flat = args
@@ -368,17 +381,16 @@ class KernelSpec:
                 check_aliasing(config, *args)
             if is_grad_enabled():
                 refuse_grad(args, out)
-            if device_type is not None and args[0].device.type != device_type:
-                raise KernelInputError(
-                    f"{label}: the inputs are on {args[0].device}; this backend's kernels take {device_type} "
-                    "tensors (select the 'torch' backend for tensors elsewhere)"
-                )
             if device_type == "cuda":
-                device = args[0].device
+                first = args[0]
+                if not first.is_cuda:  # ``is_cuda``: a flag read, where ``device.type`` builds a device object
+                    wrong_device(first)
                 # A launch goes to the current device; tensors on another GPU are served there (cheap to ask).
-                if device.index != current_device():
-                    with torch.cuda.device(device):
+                if first.get_device() != current_device():
+                    with torch.cuda.device(first.device):
                         return run(args, out)
+            elif device_type is not None and args[0].device.type != device_type:
+                wrong_device(args[0])
             return run(args, out)
 
         return kernel
