@@ -101,6 +101,46 @@ def check_heads(
         )
 
 
+_POSITION_DTYPES = (torch.int32, torch.int64)
+
+
+def _engine_call(config: RopeConfig, positions: Any, query: Any, key: Any, cos_sin_cache: Any) -> bool:
+    """Whether the call is the one engines make on every step, accepted on a few reads: ``positions[M]``,
+    ``query[M, Hq*head_dim]`` and ``key[M, Hk*head_dim]`` as dense or row-strided rows, a dense cache. False
+    sends the call through the full checks, which accept the other layouts and word every refusal."""
+    tensor = torch.Tensor
+    if not (
+        type(positions) is tensor and type(query) is tensor and type(key) is tensor and type(cos_sin_cache) is tensor
+    ):
+        return False
+    head_dim, dtype = config.head_dim, config.dtype
+    tokens = positions.shape
+    if len(tokens) != 1 or not tokens[0] or positions.dtype not in _POSITION_DTYPES or not positions.is_contiguous():
+        return False
+    device = positions.device
+    for rows in (query, key):
+        sizes, strides = rows.shape, rows.stride()
+        if (
+            rows.dtype is not dtype
+            or len(sizes) != 2
+            or sizes[0] != tokens[0]
+            or sizes[1] % head_dim
+            or strides[1] != 1
+            or (strides[0] < sizes[1] and sizes[0] > 1)
+            or rows.device != device
+        ):
+            return False
+    cache = cos_sin_cache.shape
+    rotary = cache[1] if len(cache) == 2 else 0
+    return (
+        (cos_sin_cache.dtype is torch.float32 or cos_sin_cache.dtype is dtype)
+        and 0 < rotary <= head_dim
+        and not rotary % 2
+        and cos_sin_cache.is_contiguous()
+        and cos_sin_cache.device == device
+    )
+
+
 class RopeSpec(KernelSpec):
     name = "rope_tl"
     inputs = ("positions", "query", "key", "cos_sin_cache")
@@ -130,6 +170,8 @@ class RopeSpec(KernelSpec):
         )
 
     def check(self, config: RopeConfig, positions: Any, query: Any, key: Any, cos_sin_cache: Any) -> None:
+        if _engine_call(config, positions, query, key, cos_sin_cache):
+            return
         name, head_dim, dtype = config.label, config.head_dim, config.dtype
         checks.check_tensor(
             name,
