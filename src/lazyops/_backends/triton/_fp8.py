@@ -1,6 +1,8 @@
 """The float8 store the fp8 kernels share: divide by the per-tensor scale, saturate, convert once.
 
-Private to this backend (the stub does not list it), imported by the kernel modules only.
+The norms have one kernel each for both outputs: :func:`to_output` is where a norm's result becomes its output
+dtype, float8 when the kernel is compiled with ``QUANTIZE``. Private to this backend (the stub does not list it),
+imported by the kernel modules only.
 """
 
 from __future__ import annotations
@@ -36,3 +38,12 @@ def to_fp8(value, inverse_scale, EXACT_ROUNDING: tl.constexpr):
     converted = tl.where(tl.abs(scaled) < 0.015625, subnormal, normal).to(tl.float8e4nv).to(tl.uint8, bitcast=True)
     converted = tl.where(tl.abs(scaled) <= FP8_MAX, converted, converted | 0x7F)  # only NaN fails the clamp's bound
     return converted.to(tl.float8e4nv, bitcast=True)
+
+
+@triton.jit
+def to_output(value, out_ptr, inverse_scale, QUANTIZE: tl.constexpr, EXACT_ROUNDING: tl.constexpr):
+    """A norm's float32 result as its output stores it: quantized to float8 (:func:`to_fp8`) or rounded once to
+    ``out_ptr``'s dtype."""
+    if QUANTIZE:
+        return to_fp8(value, inverse_scale, EXACT_ROUNDING)
+    return value.to(out_ptr.dtype.element_ty)

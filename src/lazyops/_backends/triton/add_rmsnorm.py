@@ -1,14 +1,23 @@
-"""Residual add fused with RMSNorm, as in vLLM's ``fused_add_rms_norm``."""
+"""Residual add fused with RMSNorm, as in vLLM's ``fused_add_rms_norm``, and its float8 form.
+
+One kernel serves ``add_rmsnorm_tl`` and ``add_rmsnorm_fp8_tl`` (``lazyops.specs.add_rmsnorm_fp8``, vLLM's
+``fused_add_rms_norm_static_fp8_quant``): ``residual += x`` in its dtype, then the norm of the float32 sum, stored
+rounded to the activation dtype or (``QUANTIZE``) divided by the per-tensor scale, saturated to ±448 and converted
+to float8 once (``_fp8.to_output``). Rows are indexed by their strides and the result goes into the ``out`` the
+kernel is handed.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 import torch
 import triton
 import triton.language as tl
 
-from lazyops._backends.triton._common import launch_device, row_layout
+from lazyops._backends.triton._common import interpreting, launch_device, row_layout
+from lazyops._backends.triton._fp8 import to_output
 from lazyops._backends.triton._launch import Launcher
 from lazyops.specs.add_rmsnorm import AddRMSNormConfig, spec
 
@@ -18,6 +27,7 @@ def _add_rmsnorm_kernel(
     x_ptr,
     residual_ptr,
     w_ptr,
+    scale_ptr,
     y_ptr,
     M,
     x_row_stride,
@@ -29,6 +39,8 @@ def _add_rmsnorm_kernel(
     BLOCK_N: tl.constexpr,
     ROWS: tl.constexpr,
     SINGLE_PASS: tl.constexpr,
+    QUANTIZE: tl.constexpr,
+    EXACT_ROUNDING: tl.constexpr,
 ):
     rows = tl.program_id(0) * ROWS + tl.arange(0, ROWS)
     row_ok = rows < M
@@ -37,6 +49,10 @@ def _add_rmsnorm_kernel(
     x_base = row * x_row_stride
     residual_base = row * residual_row_stride
     y_base = row * y_row_stride
+    inverse_scale = 1.0
+    if QUANTIZE:
+        # Read from memory at every launch, never baked in: a CUDA graph replays with the scale as it is then.
+        inverse_scale = 1.0 / tl.load(scale_ptr)
     if SINGLE_PASS:
         cols = tl.arange(0, BLOCK_N)[None, :]
         x = tl.load(x_ptr + x_base + cols, mask=cols < N, other=0.0).to(tl.float32)
@@ -46,7 +62,8 @@ def _add_rmsnorm_kernel(
         keep = row_ok[:, None] & (cols < N)
         tl.store(residual_ptr + residual_base + cols, total.to(residual_ptr.dtype.element_ty), mask=keep)
         rstd = tl.rsqrt(tl.sum(total * total, axis=1) / N + eps)[:, None]
-        tl.store(y_ptr + y_base + cols, (total * rstd * w).to(y_ptr.dtype.element_ty), mask=keep)
+        y = to_output(total * rstd * w, y_ptr, inverse_scale, QUANTIZE, EXACT_ROUNDING)
+        tl.store(y_ptr + y_base + cols, y, mask=keep)
     else:
         # The norm is of the float32 sum, not of the rounded residual, so the second pass recomputes the sum from
         # x and the residual as it was; the residual is written only then, after its last read. So is y, which may
@@ -66,22 +83,43 @@ def _add_rmsnorm_kernel(
             total = x + r
             keep = row_ok[:, None] & (cols < N)
             tl.store(residual_ptr + residual_base + cols, total.to(residual_ptr.dtype.element_ty), mask=keep)
-            tl.store(y_ptr + y_base + cols, (total * rstd * w).to(y_ptr.dtype.element_ty), mask=keep)
+            y = to_output(total * rstd * w, y_ptr, inverse_scale, QUANTIZE, EXACT_ROUNDING)
+            tl.store(y_ptr + y_base + cols, y, mask=keep)
 
 
-@spec.implementation(device_type=launch_device(_add_rmsnorm_kernel), strided_rows=True, writes_out=True)
-def add_rmsnorm_tl(config: AddRMSNormConfig) -> Callable[..., None]:
+def add_norm_launch(config: Any, *, quantize: bool) -> Callable[..., None]:
+    """``launch(x, residual, weight, scale, out)`` for ``config`` (an add_rmsnorm or add_rmsnorm_fp8
+    configuration); ``scale`` is read only when quantizing."""
     n, eps, offset = config.n, config.eps, config.weight_offset
     layout = row_layout(n)
     launch = Launcher(
         _add_rmsnorm_kernel,
-        {"N": n, "BLOCK_N": layout.block_n, "ROWS": layout.rows, "SINGLE_PASS": layout.single_pass},
+        {
+            "N": n,
+            "BLOCK_N": layout.block_n,
+            "ROWS": layout.rows,
+            "SINGLE_PASS": layout.single_pass,
+            "QUANTIZE": quantize,
+            "EXACT_ROUNDING": quantize and interpreting(_add_rmsnorm_kernel),
+        },
         num_warps=layout.num_warps,
     )
 
-    def add_rmsnorm(x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, out: torch.Tensor) -> None:
+    def add_rmsnorm(
+        x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, scale: torch.Tensor, out: torch.Tensor
+    ) -> None:
         m = x.shape[0]
         strides = (x.stride(0), residual.stride(0), out.stride(0))
-        launch((triton.cdiv(m, layout.rows),), x, residual, weight, out, m, *strides, eps, offset)
+        launch((triton.cdiv(m, layout.rows),), x, residual, weight, scale, out, m, *strides, eps, offset)
+
+    return add_rmsnorm
+
+
+@spec.implementation(device_type=launch_device(_add_rmsnorm_kernel), strided_rows=True, writes_out=True)
+def add_rmsnorm_tl(config: AddRMSNormConfig) -> Callable[..., None]:
+    launch = add_norm_launch(config, quantize=False)
+
+    def add_rmsnorm(x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, out: torch.Tensor) -> None:
+        launch(x, residual, weight, weight, out)  # no scale: the weight stands in for the pointer, never read
 
     return add_rmsnorm

@@ -1,14 +1,22 @@
-"""RMSNorm: ``x / sqrt(mean(x**2) + eps) * weight`` over the last dimension."""
+"""RMSNorm: ``x / sqrt(mean(x**2) + eps) * weight`` over the last dimension, and its float8 form.
+
+One kernel serves ``rmsnorm_tl`` and ``rmsnorm_fp8_tl`` (``lazyops.specs.rmsnorm_fp8``, vLLM's
+``rms_norm_static_fp8_quant``): they differ only in how the float32 result is stored (``QUANTIZE``: divided by the
+per-tensor scale, saturated to ±448, converted once; see ``_fp8.to_output``). Rows are indexed by their strides
+(views of packed buffers reach the kernel as they are) and the result goes into the ``out`` it is handed.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 import torch
 import triton
 import triton.language as tl
 
-from lazyops._backends.triton._common import launch_device, row_layout
+from lazyops._backends.triton._common import interpreting, launch_device, row_layout
+from lazyops._backends.triton._fp8 import to_output
 from lazyops._backends.triton._launch import Launcher
 from lazyops.specs.rmsnorm import RMSNormConfig, spec
 
@@ -17,6 +25,7 @@ from lazyops.specs.rmsnorm import RMSNormConfig, spec
 def _rmsnorm_kernel(
     x_ptr,
     w_ptr,
+    scale_ptr,
     y_ptr,
     M,
     x_row_stride,
@@ -27,6 +36,8 @@ def _rmsnorm_kernel(
     BLOCK_N: tl.constexpr,
     ROWS: tl.constexpr,
     SINGLE_PASS: tl.constexpr,
+    QUANTIZE: tl.constexpr,
+    EXACT_ROUNDING: tl.constexpr,
 ):
     rows = tl.program_id(0) * ROWS + tl.arange(0, ROWS)
     row_ok = rows < M
@@ -34,12 +45,17 @@ def _rmsnorm_kernel(
     row = tl.minimum(rows, M - 1).to(tl.int64)[:, None]
     x_base = row * x_row_stride
     y_base = row * y_row_stride
+    inverse_scale = 1.0
+    if QUANTIZE:
+        # Read from memory at every launch, never baked in: a CUDA graph replays with the scale as it is then.
+        inverse_scale = 1.0 / tl.load(scale_ptr)
     if SINGLE_PASS:
         cols = tl.arange(0, BLOCK_N)[None, :]
         x = tl.load(x_ptr + x_base + cols, mask=cols < N, other=0.0).to(tl.float32)
         w = tl.load(w_ptr + cols, mask=cols < N, other=0.0).to(tl.float32) + offset
         rstd = tl.rsqrt(tl.sum(x * x, axis=1) / N + eps)[:, None]
-        tl.store(y_ptr + y_base + cols, (x * rstd * w).to(y_ptr.dtype.element_ty), mask=row_ok[:, None] & (cols < N))
+        y = to_output(x * rstd * w, y_ptr, inverse_scale, QUANTIZE, EXACT_ROUNDING)
+        tl.store(y_ptr + y_base + cols, y, mask=row_ok[:, None] & (cols < N))
     else:
         # y may be x itself (out=x): the first pass only reads, the second reads each block before writing it.
         squares = tl.zeros([ROWS, BLOCK_N], tl.float32)
@@ -52,23 +68,40 @@ def _rmsnorm_kernel(
             cols = start + tl.arange(0, BLOCK_N)[None, :]
             x = tl.load(x_ptr + x_base + cols, mask=cols < N, other=0.0).to(tl.float32)
             w = tl.load(w_ptr + cols, mask=cols < N, other=0.0).to(tl.float32) + offset
-            tl.store(
-                y_ptr + y_base + cols, (x * rstd * w).to(y_ptr.dtype.element_ty), mask=row_ok[:, None] & (cols < N)
-            )
+            y = to_output(x * rstd * w, y_ptr, inverse_scale, QUANTIZE, EXACT_ROUNDING)
+            tl.store(y_ptr + y_base + cols, y, mask=row_ok[:, None] & (cols < N))
 
 
-@spec.implementation(device_type=launch_device(_rmsnorm_kernel), strided_rows=True, writes_out=True)
-def rmsnorm_tl(config: RMSNormConfig) -> Callable[..., None]:
+def norm_launch(config: Any, *, quantize: bool) -> Callable[..., None]:
+    """``launch(x, weight, scale, out)`` for ``config`` (an rmsnorm or rmsnorm_fp8 configuration); ``scale`` is
+    read only when quantizing."""
     n, eps, offset = config.n, config.eps, config.weight_offset
     layout = row_layout(n)
     launch = Launcher(
         _rmsnorm_kernel,
-        {"N": n, "BLOCK_N": layout.block_n, "ROWS": layout.rows, "SINGLE_PASS": layout.single_pass},
+        {
+            "N": n,
+            "BLOCK_N": layout.block_n,
+            "ROWS": layout.rows,
+            "SINGLE_PASS": layout.single_pass,
+            "QUANTIZE": quantize,
+            "EXACT_ROUNDING": quantize and interpreting(_rmsnorm_kernel),
+        },
         num_warps=layout.num_warps,
     )
 
-    def rmsnorm(x: torch.Tensor, weight: torch.Tensor, out: torch.Tensor) -> None:
+    def rmsnorm(x: torch.Tensor, weight: torch.Tensor, scale: torch.Tensor, out: torch.Tensor) -> None:
         m = x.shape[0]
-        launch((triton.cdiv(m, layout.rows),), x, weight, out, m, x.stride(0), out.stride(0), eps, offset)
+        launch((triton.cdiv(m, layout.rows),), x, weight, scale, out, m, x.stride(0), out.stride(0), eps, offset)
+
+    return rmsnorm
+
+
+@spec.implementation(device_type=launch_device(_rmsnorm_kernel), strided_rows=True, writes_out=True)
+def rmsnorm_tl(config: RMSNormConfig) -> Callable[..., None]:
+    launch = norm_launch(config, quantize=False)
+
+    def rmsnorm(x: torch.Tensor, weight: torch.Tensor, out: torch.Tensor) -> None:
+        launch(x, weight, weight, out)  # no scale: the weight stands in for the pointer, never read
 
     return rmsnorm
