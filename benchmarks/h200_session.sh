@@ -10,6 +10,12 @@
 #   call A (carry .whl):  bash benchmarks/h200_session.sh triton     # installs .whl; torch and Triton
 #   call B (carry .whl2): bash benchmarks/h200_session.sh tilelang   # installs .whl2; TileLang and the benches
 #
+# The session after it (what changed since: the wrapper's host cost, Triton's norms as one kernel with their fp8
+# forms, TileLang's rope and fp8 stores), same two calls on one warm machine, then a third:
+#   call A (carry .whl):  bash benchmarks/h200_session.sh triton-recheck
+#   call B (carry .whl2): bash benchmarks/h200_session.sh tilelang-recheck
+#   call C (no carry):    bash benchmarks/h200_session.sh variants
+#
 # .whl and .whl2 hold the wheels benchmarks/README.md lists (TileLang; z3, liger-kernel, and rich with its small
 # dependencies for the `lazyops` command). Unpack a call's tarball into benchmarks/results/ here.
 set -uo pipefail
@@ -23,7 +29,7 @@ fi
 export PYTHONPATH=/tmp/site:$PWD/src PYTHONUNBUFFERED=1
 step() { local limit=$1; shift; echo "== $*"; timeout "$limit" "$@" 2>&1 | grep -v "^[EW][0-9]\{4\} " | tail -40; }
 
-if [ "$part" = triton ] && [ ! -e /tmp/site/tilelang ]; then
+if [[ "$part" == triton* ]] && [ ! -e /tmp/site/tilelang ]; then
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site .whl/*.whl
 fi
 
@@ -44,6 +50,25 @@ tilelang)
   step 90 python3 benchmarks/gemm_grid.py --out "$results"
   cp .gpu_in/decoder_layer.json "$results/" 2>/dev/null
   step 150 python3 benchmarks/layer/decoder_layer.py --backend tilelang --merge --out "$results"
+  ;;
+triton-recheck)
+  step 200 python3 benchmarks/gpu_conformance.py --backend torch --backend triton --tokens 1,7,128,4096 \
+    --max-examples 2 --out "$results"
+  step 120 python3 -m pytest -q -p no:cacheprovider tests/kernels/test_conventions.py tests/kernels/test_triton_launch.py \
+    --lazyops-backend triton -x
+  step 100 python3 benchmarks/torch_backend.py --device cuda --dtypes bfloat16 --tokens 1 1024 32768 --repeats 3 \
+    --out "$results"
+  step 60 python3 benchmarks/host_cost.py --calls 3000 --out "$results"
+  ;;
+tilelang-recheck)
+  step 200 python3 benchmarks/gpu_bench.py --tokens 1024,8192,32768 --host --graph --out "$results"
+  cp .gpu_in/gpu_conformance.json "$results/" 2>/dev/null
+  step 150 python3 benchmarks/gpu_conformance.py --backend tilelang --tokens 1,7,128,4096 --max-examples 2 \
+    --merge --out "$results"
+  step 120 python3 -m pytest -q -p no:cacheprovider tests/kernels/test_conventions.py --lazyops-backend tilelang -x
+  ;;
+variants)
+  step 300 python3 benchmarks/tilelang_variants.py --out "$results"
   ;;
 engines)
   step 150 python3 benchmarks/multi_gpu.py --out "$results"
