@@ -262,16 +262,19 @@ class KernelSpec:
                     "written in place, so they must not share elements: pass separate tensors"
                 )
 
-    @functools.cache  # noqa: B019 (one entry per spec, and specs live as long as the process)
     def _aliasing_pairs(self) -> tuple[tuple[int, int], ...]:
-        """The (written input, other input) positions :meth:`check_aliasing` compares: each pair once."""
-        inputs = self.inputs
-        return tuple(
-            (inputs.index(written), other)
-            for position, written in enumerate(self.mutates)
-            for other, name in enumerate(inputs)
-            if name != written and name not in self.mutates[:position]
-        )
+        """The (written input, other input) positions :meth:`check_aliasing` compares, each pair once (worked out
+        on the first call and kept on the spec)."""
+        pairs: tuple[tuple[int, int], ...] | None = self.__dict__.get("_pairs")
+        if pairs is None:
+            inputs = self.inputs
+            pairs = self.__dict__["_pairs"] = tuple(
+                (inputs.index(written), other)
+                for position, written in enumerate(self.mutates)
+                for other, name in enumerate(inputs)
+                if name != written and name not in self.mutates[:position]
+            )
+        return pairs
 
     def guarded(
         self,
