@@ -222,6 +222,34 @@ def test_rope_lowers_to_vector_loads_without_barriers(
     assert "__shared__" not in source and "extern __shared__" not in source
 
 
+@pytest.mark.parametrize(
+    ("head_dim", "dtype", "cache_dtype", "cache_vector"),
+    [
+        (128, "bfloat16", "float32", "float4"),
+        (128, "bfloat16", "bfloat16", "uint4"),
+        (64, "float32", "float32", "float4"),
+    ],
+)
+@pytest.mark.parametrize("is_neox", (True, False))
+def test_rope_loads_the_cache_row_in_vectors_once_and_asks_for_occupancy(
+    head_dim: int, dtype: str, cache_dtype: str, cache_vector: str, is_neox: bool
+) -> None:
+    """Issue 12 (benchmarks/NOTES.md, TileLang rope): the previous program loaded its cosines and sines one
+    float at a time (16 loads a lane, repeated for every lane) and used 121 registers, 4 blocks an SM. Now the
+    cosines and sines are whole vectors (TileLang proves the row aligned inside ``R % (2 * pairs) == 0``), loaded
+    once a thread after the query and key loads, and the kernel asks nvcc for registers enough for
+    ``MIN_BLOCKS_PER_SM`` blocks."""
+    source = lower(rope.rope_program(head_dim, dtype, is_neox, cache_dtype, "int64"))
+    assert f"__launch_bounds__({rope.THREADS}, {rope.MIN_BLOCKS_PER_SM})" in source
+    # The kernel body is `if (R % (2 * pairs) == 0) { aligned path } else { scalar path }`.
+    aligned = source.split(") == 0) {", 1)[1].split("\n  } else {", 1)[0]
+    cache_loads = re.findall(rf"\*\(({cache_vector}|uint2|float2)\*\)\(cache \+", aligned)
+    assert cache_loads, "the cache row must be read in vectors on the aligned path"
+    assert "cache[" not in aligned, "no scalar cache loads on the aligned path"
+    # the query and key loads are issued before the position is first used
+    assert aligned.index("(query + ") < aligned.index("position)")
+
+
 @pytest.mark.parametrize(("head_dim", "dtype"), [(6, "bfloat16"), (7, "float16"), (2, "float32")])
 def test_rope_lowers_for_heads_narrower_than_a_vector(head_dim: int, dtype: str) -> None:
     for is_neox in (True, False):

@@ -1,22 +1,21 @@
 """Rotary position embedding in TileLang, applied in place to query and key (vLLM's ``rotary_embedding``).
 
-A thread block takes one token and every head of it. A *lane* (one thread's share of one head) rotates a run of
-``pairs`` consecutive rotation pairs: in the neox style two 16-byte vectors (``x[i0 : i0+vec]`` and the partner
-half ``x[half+i0 : half+i0+vec]``), in the interleaved style one 16-byte vector holding ``vec/2`` pairs. Each
-thread first loads its ``LANES_PER_THREAD`` lanes' vectors and the matching cosines and sines (float4 loads of
-a float32 cache row) into registers, then computes and stores them: no shared memory, no barrier, and the
-loads of all its lanes are in flight together. ``query`` and ``key`` are indexed by their row stride, so the
-two slices of a packed ``qkv`` buffer are rotated where they lie.
+A thread block takes one token and every head of it, query and key heads as one range (``head < Hq``: query,
+else key). A *lane* (one thread's share of one head) rotates a run of ``pairs`` consecutive rotation pairs: in
+the neox style two 16-byte vectors (``x[p0 : p0+vec]`` and the partner half ``x[r/2+p0 : r/2+p0+vec]``), in the
+interleaved style one 16-byte vector holding ``vec/2`` pairs. A thread keeps one pair offset ``p0`` for the whole
+token, so it loads its cosines and sines once, as whole vectors. It first issues the loads of all its lanes
+(``passes`` heads, ``BYTES_IN_FLIGHT`` bytes), then reads the position, loads its piece of the cache row, and
+computes and stores: no shared memory, no barrier, and the query/key loads overlap the position -> cache-row
+chain. ``query`` and ``key`` are indexed by their row stride, so the two slices of a packed ``qkv`` buffer are
+rotated where they lie.
 
-Why (issue 12): the previous program staged 8 heads at a time through shared memory, with a barrier after the
-cos/sin expansion and two per step, so a block had 2 KiB in flight and waited on a chain of about seven memory
-latencies per token; it reached 85% of the copy bandwidth at M = 32768 (bf16, 32 + 8 heads of 128, neox,
-float32 cache). Prediction for that shape now: a token moves 2 * (32 + 8) * 128 * 2 = 20480 bytes of q/k (read
-and written once) plus its 512-byte cache row (read once from DRAM, the other lanes hit L1): 688 MB at
-M = 32768, 172 µs at 4.0 TB/s. 128 threads a block, ~40 registers a thread: 16 blocks (2048 threads) a SM,
-each thread with 2 lanes x 2 x 16 bytes of q in flight, so 128 KiB a SM, about 3x what the bandwidth-latency
-product asks (4.8 TB/s / 132 SMs x ~1 µs). A token's blocks wait on two round trips (q, then k), overlapped
-by the other 15 blocks on the SM. Expected: within a few percent of the copy, like Triton's 97%.
+Why (issue 12, benchmarks/NOTES.md "TileLang rope"): the previous program (79.5 % of the copy at M = 32768)
+compiled to 121 registers a thread, so 4 blocks an SM; its cos/sin loop was lowered as 16 scalar loads per lane
+(TileLang could not prove the cache row 16-byte aligned), reloaded for every lane; and the key heads waited for
+the query heads' stores: three memory round trips a token with at most 8 KB in flight per block. This one: 79
+registers (``MIN_BLOCKS_PER_SM`` = 6 asks nvcc for them), the cache row in 16-byte vectors loaded once, the
+whole token (10 KB for 32 + 8 heads of 128 in bf16) in flight at once, two round trips a token.
 
 The rotary width ``r`` (the cache's row length) is a run-time size. Lanes are laid out for ``r = head_dim``;
 with a partial rotary width the lanes past ``r/2`` pairs do nothing (the tail features are left as they are).
@@ -34,17 +33,28 @@ from typing import Any
 import tilelang.language as T
 import torch
 
-from lazyops._backends.tilelang._rows import vector_elements
+from lazyops._backends.tilelang._rows import ITEMSIZE, vector_elements
 from lazyops._backends.tilelang._runtime import F32, compiled, launch_with_copies, tl_dtype
 from lazyops.specs.rope import RopeConfig, spec
 
 THREADS = 128
-#: Lanes (runs of pairs of one head) a thread loads before it computes and stores any: their loads overlap.
-LANES_PER_THREAD = 2
+#: Bytes of query and key a thread loads before it computes and stores any: 96 covers a whole token of 32 + 8
+#: heads of 128 bf16 features (2.5 passes of 16 heads, rounded up to 3), so its loads are one round trip.
+BYTES_IN_FLIGHT = 96
+#: Blocks an SM the compiler must leave registers for (``__launch_bounds__``): 6 x 128 threads gives a thread
+#: 80 registers, which the bf16 program fits without spilling (79); 8 would spill 20 bytes a thread.
+MIN_BLOCKS_PER_SM = 6
 POSITION_DTYPES = {torch.int32: "int32", torch.int64: "int64"}
 
 
-def rope_program(head_dim: int, dtype: str, is_neox: bool, cache_dtype: str, positions_dtype: str) -> Any:
+def rope_program(
+    head_dim: int,
+    dtype: str,
+    is_neox: bool,
+    cache_dtype: str,
+    positions_dtype: str,
+    min_blocks_per_sm: int = MIN_BLOCKS_PER_SM,
+) -> Any:
     """The TileLang program ``main(positions[M], query[M, Hq, head_dim], key[M, Hk, head_dim], cache[P, r])``.
 
     Everything but ``head_dim`` is a run-time size: the token count, the head counts, the cache's length, its
@@ -59,7 +69,10 @@ def rope_program(head_dim: int, dtype: str, is_neox: bool, cache_dtype: str, pos
     pairs = vec if is_neox else max(1, vec // 2)
     span = pairs if is_neox else 2 * pairs  # features of one loaded vector
     lanes_per_head = -(-(head_dim // 2) // pairs)
-    lanes = LANES_PER_THREAD
+    heads_per_pass = max(1, THREADS // lanes_per_head)
+    # A head wider than the block's lanes (over 2048 bf16 features in the neox style) is rotated in chunks.
+    chunks = -(-lanes_per_head // THREADS)
+    passes = max(1, BYTES_IN_FLIGHT // ((2 if is_neox else 1) * span * ITEMSIZE[dtype]))
 
     def turned_first(first: Any, second: Any, cos: Any, sin: Any) -> Any:
         return T.cast(T.cast(first, F32) * cos - T.cast(second, F32) * sin, dtype)
@@ -68,71 +81,42 @@ def rope_program(head_dim: int, dtype: str, is_neox: bool, cache_dtype: str, pos
         return T.cast(T.cast(second, F32) * cos + T.cast(first, F32) * sin, dtype)
 
     @T.macro
-    def rotate(x: T.Tensor, heads: Any, cache: T.Tensor, token: Any, row: Any, half: Any, tx: Any, buffers: Any):
-        a, b, cos, sin = buffers
-        # The partner half's offset, written so that the compiler sees it is a whole number of vectors.
-        partner = (half // pairs) * pairs
-        vectorised = half % pairs == 0
-        for step in T.serial(T.ceildiv(heads * lanes_per_head, THREADS * lanes)):
-            for u in T.unroll(lanes):
-                lane = (step * lanes + u) * THREADS + tx
-                head = lane // lanes_per_head
-                p0 = lane % lanes_per_head * pairs
-                if vectorised and head < heads and p0 < half:
-                    for v in T.vectorized(pairs):
-                        cos[u * pairs + v] = T.cast(cache[row, p0 + v], F32)
-                        sin[u * pairs + v] = T.cast(cache[row, partner + p0 + v], F32)
-                    if is_neox:
-                        for v in T.vectorized(span):
-                            a[u * span + v] = x[token, head, p0 + v]
-                        for v in T.vectorized(span):
-                            b[u * span + v] = x[token, head, partner + p0 + v]
-                    else:
-                        for v in T.vectorized(span):
-                            a[u * span + v] = x[token, head, 2 * p0 + v]
-            for u in T.unroll(lanes):
-                lane = (step * lanes + u) * THREADS + tx
-                head = lane // lanes_per_head
-                p0 = lane % lanes_per_head * pairs
-                if head < heads and p0 < half:
-                    if vectorised:
-                        if is_neox:
-                            for v in T.vectorized(span):
-                                x[token, head, p0 + v] = turned_first(
-                                    a[u * span + v], b[u * span + v], cos[u * pairs + v], sin[u * pairs + v]
-                                )
-                            for v in T.vectorized(span):
-                                x[token, head, partner + p0 + v] = turned_second(
-                                    a[u * span + v], b[u * span + v], cos[u * pairs + v], sin[u * pairs + v]
-                                )
-                        else:
-                            for v in T.unroll(pairs):
-                                b[u * span + 2 * v] = turned_first(
-                                    a[u * span + 2 * v], a[u * span + 2 * v + 1], cos[u * pairs + v], sin[u * pairs + v]
-                                )
-                                b[u * span + 2 * v + 1] = turned_second(
-                                    a[u * span + 2 * v], a[u * span + 2 * v + 1], cos[u * pairs + v], sin[u * pairs + v]
-                                )
-                            for v in T.vectorized(span):
-                                x[token, head, 2 * p0 + v] = b[u * span + v]
-                    else:
-                        # r/2 is not a whole number of vectors: the same pairs, one element at a time.
-                        for v in T.serial(pairs):
-                            i = p0 + v
-                            if i < half:
-                                c = T.cast(cache[row, i], F32)
-                                s = T.cast(cache[row, half + i], F32)
-                                # The pair is read into registers before either element is written.
-                                if is_neox:
-                                    a[0] = x[token, head, i]
-                                    b[0] = x[token, head, half + i]
-                                    x[token, head, i] = turned_first(a[0], b[0], c, s)
-                                    x[token, head, half + i] = turned_second(a[0], b[0], c, s)
-                                else:
-                                    a[0] = x[token, head, 2 * i]
-                                    b[0] = x[token, head, 2 * i + 1]
-                                    x[token, head, 2 * i] = turned_first(a[0], b[0], c, s)
-                                    x[token, head, 2 * i + 1] = turned_second(a[0], b[0], c, s)
+    def load(x: T.Tensor, token: Any, head: Any, first: Any, second: Any, a: Any, b: Any, u: Any):
+        for v in T.vectorized(span):
+            a[u, v] = x[token, head, first + v]
+        if is_neox:
+            for v in T.vectorized(span):
+                b[u, v] = x[token, head, second + v]
+
+    @T.macro
+    def store(x: T.Tensor, token: Any, head: Any, first: Any, second: Any, a: Any, b: Any, cos: Any, sin: Any, u: Any):
+        if is_neox:
+            for v in T.vectorized(span):
+                x[token, head, first + v] = turned_first(a[u, v], b[u, v], cos[v], sin[v])
+            for v in T.vectorized(span):
+                x[token, head, second + v] = turned_second(a[u, v], b[u, v], cos[v], sin[v])
+        else:
+            for v in T.unroll(pairs):
+                b[u, 2 * v] = turned_first(a[u, 2 * v], a[u, 2 * v + 1], cos[v], sin[v])
+                b[u, 2 * v + 1] = turned_second(a[u, 2 * v], a[u, 2 * v + 1], cos[v], sin[v])
+            for v in T.vectorized(span):
+                x[token, head, first + v] = b[u, v]
+
+    @T.macro
+    def rotate_scalar(x: T.Tensor, token: Any, head: Any, cache: T.Tensor, position: Any, p0: Any, half: Any, a: Any):
+        # r/2 is not a whole number of vectors: the lane's pairs one element at a time.
+        for v in T.serial(pairs):
+            i = p0 + v
+            if i < half:
+                c = T.cast(cache[position, i], F32)
+                s = T.cast(cache[position, half + i], F32)
+                first = i if is_neox else 2 * i
+                second = half + i if is_neox else 2 * i + 1
+                # The pair is read into registers before either element is written.
+                a[0, 0] = x[token, head, first]
+                a[0, 1] = x[token, head, second]
+                x[token, head, first] = turned_first(a[0, 0], a[0, 1], c, s)
+                x[token, head, second] = turned_second(a[0, 0], a[0, 1], c, s)
 
     @T.prim_func
     def main(
@@ -144,16 +128,48 @@ def rope_program(head_dim: int, dtype: str, is_neox: bool, cache_dtype: str, pos
         T.assume(query_stride % vec == 0)
         T.assume(key_stride % vec == 0)
         with T.Kernel(M, threads=THREADS) as token:
+            T.annotate_min_blocks_per_sm(min_blocks_per_sm)
             tx = T.get_thread_binding()
-            a = T.alloc_local((lanes * span,), dtype)
-            b = T.alloc_local((lanes * span,), dtype)
-            cos = T.alloc_local((lanes * pairs,), F32)
-            sin = T.alloc_local((lanes * pairs,), F32)
+            a = T.alloc_local((passes, max(span, 2)), dtype)
+            b = T.alloc_local((passes, span), dtype)
+            cos = T.alloc_local((pairs,), F32)
+            sin = T.alloc_local((pairs,), F32)
             position = positions[token]
+            slot = tx // lanes_per_head
             half = R // 2
-            if position >= 0 and position < P:
-                rotate(query, Hq, cache, token, position, half, tx, (a, b, cos, sin))
-                rotate(key, Hk, cache, token, position, half, tx, (a, b, cos, sin))
+            for chunk in T.serial(chunks):
+                p0 = (tx % lanes_per_head + chunk * THREADS) * pairs
+                active = slot < heads_per_pass and p0 < half
+                # Written as a condition on R itself, so that inside it TileLang knows every cache row, and the
+                # partner half, start on a whole vector.
+                if R % (2 * pairs) == 0:
+                    first = p0 if is_neox else 2 * p0
+                    second = half + p0
+                    for batch in T.serial(T.ceildiv(Hq + Hk, heads_per_pass * passes)):
+                        for u in T.unroll(passes):
+                            head = (batch * passes + u) * heads_per_pass + slot
+                            if active and head < Hq:
+                                load(query, token, head, first, second, a, b, u)
+                            elif active and head < Hq + Hk:
+                                load(key, token, head - Hq, first, second, a, b, u)
+                        if active and position >= 0 and position < P:
+                            for v in T.vectorized(pairs):
+                                cos[v] = T.cast(cache[position, p0 + v], F32)
+                            for v in T.vectorized(pairs):
+                                sin[v] = T.cast(cache[position, second + v], F32)
+                            for u in T.unroll(passes):
+                                head = (batch * passes + u) * heads_per_pass + slot
+                                if head < Hq:
+                                    store(query, token, head, first, second, a, b, cos, sin, u)
+                                elif head < Hq + Hk:
+                                    store(key, token, head - Hq, first, second, a, b, cos, sin, u)
+                elif active and position >= 0 and position < P:
+                    for step in T.serial(T.ceildiv(Hq + Hk, heads_per_pass)):
+                        head = step * heads_per_pass + slot
+                        if head < Hq:
+                            rotate_scalar(query, token, head, cache, position, p0, half, a)
+                        elif head < Hq + Hk:
+                            rotate_scalar(key, token, head - Hq, cache, position, p0, half, a)
 
     return main
 
