@@ -140,25 +140,48 @@ def test_layernorm_lowers(n: int, dtype: str, weight_dtype: str | None) -> None:
     assert "rsqrtf" in source
 
 
+def assert_float8_vector_stores(source: str, dtype: str, n: int) -> None:
+    """Issue 12: the float8 output is converted two values at a time with the hardware's saturation and stored
+    as one vector per input vector (8 bytes from 16 of bf16 or fp16, 4 from float32; streamed add_rmsnorm rows
+    take 8-byte input vectors, so 4 bytes), not a byte at a time."""
+    assert "fp8_e4_t* __restrict__ y" in kernel_signature(source), "y must be float8 e4m3"
+    assert "const float* __restrict__ scale" in kernel_signature(source), "the scale must be read from memory"
+    assert "__nv_cvt_float2_to_fp8x2" in source and "__NV_SATFINITE" in source
+    narrow = dtype == "float32" or not plan_rows(n, dtype).resident
+    vectors = ("fp8_e4_4_t", "fp8_e4_8_t") if narrow else ("fp8_e4_8_t",)
+    assert any(f"*({vector}*)(y + " in source for vector in vectors)
+    assert not re.search(r"\by\[[^\]]*\] = ", source), "no float8 value may be stored on its own"
+
+
 @pytest.mark.parametrize(
     ("n", "dtype", "offset"),
     [(4096, "bfloat16", 0.0), (1000, "float16", 1.0), (5000, "float32", 0.0), (40000, "bfloat16", 1.0)],
 )
-def test_rmsnorm_fp8_lowers(n: int, dtype: str, offset: float) -> None:
-    source = lower(rmsnorm_fp8.rmsnorm_fp8_program(n, dtype, 1e-6, offset=offset))
+def test_rmsnorm_fp8_is_the_rmsnorm_program_with_vector_float8_stores(n: int, dtype: str, offset: float) -> None:
+    (build,) = rmsnorm_fp8.programs(rmsnorm_fp8.spec.configure(n, dtype, weight_offset=offset)).values()
+    source = lower(build())
     assert_dynamic_tokens(source)
-    assert "fp8_e4_t* __restrict__ y" in kernel_signature(source), "y must be float8 e4m3"
-    assert "const float* __restrict__ scale" in kernel_signature(source), "the scale must be read from memory"
-    assert "(fp8_e4_t)" in source and "AllReduce" in source
+    assert "AllReduce" in source
+    assert_float8_vector_stores(source, dtype, n)
+    assert "int x_stride" in kernel_signature(source) and "int y_stride" in kernel_signature(source)
 
 
 @pytest.mark.parametrize(("n", "dtype"), [(4096, "bfloat16"), (1000, "float16"), (40000, "bfloat16")])
-def test_add_rmsnorm_fp8_lowers(n: int, dtype: str) -> None:
-    source = lower(add_rmsnorm_fp8.add_rmsnorm_fp8_program(n, dtype, 1e-5))
+def test_add_rmsnorm_fp8_is_the_add_rmsnorm_program_with_vector_float8_stores(n: int, dtype: str) -> None:
+    (build,) = add_rmsnorm_fp8.programs(add_rmsnorm_fp8.spec.configure(n, dtype, 1e-5)).values()
+    source = lower(build())
     assert_dynamic_tokens(source)
-    assert "fp8_e4_t* __restrict__ y" in kernel_signature(source)
     assert "residual[" in source or "residual +" in source, "the kernel must write the residual back"
-    assert "(fp8_e4_t)" in source
+    assert_float8_vector_stores(source, dtype, n)
+
+
+def test_the_float8_output_leaves_the_rmsnorm_program_as_it_was() -> None:
+    """One definition: the bf16 rmsnorm and add_rmsnorm lower to what they did before they served float8."""
+    plain = lower(rmsnorm.rmsnorm_program(4096, "bfloat16", 1e-6))
+    assert "scale" not in kernel_signature(plain) and "bfloat16_t* __restrict__ y" in kernel_signature(plain)
+    assert "*(uint4*)(y + " in plain
+    plain_add = lower(add_rmsnorm.add_rmsnorm_program(4096, "bfloat16", 1e-6))
+    assert "scale" not in kernel_signature(plain_add) and "*(uint4*)(y + " in plain_add
 
 
 @pytest.mark.parametrize(("n", "dtype"), [(128, "float32"), (1000, "bfloat16"), (4096, "float16"), (40000, "float32")])

@@ -24,6 +24,9 @@ if TYPE_CHECKING:
 F32 = "float32"
 #: TileLang's name for each dtype the kernels take.
 TL_DTYPES = {"float32": "float32", "float16": "float16", "bfloat16": "bfloat16"}
+#: TileLang's name for ``torch.float8_e4m3fn``, the fp8 norms' output (its ``float8_e4m3`` is the same format
+#: on NVIDIA, but says less).
+FP8 = "float8_e4m3fn"
 
 #: Base-address alignment the compiled kernels may assume. TileLang vectorises global accesses up to 16 bytes
 #: and declares its buffers with TVM's default 64-byte data alignment; a contiguous view that starts

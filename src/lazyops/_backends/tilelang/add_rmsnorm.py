@@ -14,74 +14,71 @@ from lazyops.specs.add_rmsnorm import AddRMSNormConfig, spec
 
 
 def add_rmsnorm_program(
-    n: int, dtype: str, eps: float, plan: RowPlan | None = None, weight_dtype: str | None = None, offset: float = 0.0
+    n: int,
+    dtype: str,
+    eps: float,
+    plan: RowPlan | None = None,
+    weight_dtype: str | None = None,
+    offset: float = 0.0,
+    out_dtype: str | None = None,
 ) -> Any:
     """The TileLang program ``main(x[M, n], residual[M, n], weight[n], y[M, n])``; it rewrites ``residual``.
 
     The norm is taken of the float32 sum, not of the sum rounded to ``dtype`` that goes back into ``residual``.
+    With ``out_dtype=FP8`` it is ``main(x, residual, weight, scale[1], y)`` (``add_rmsnorm_fp8_tl``): the norm
+    divided by ``scale[0]`` and converted to float8 with the hardware's saturation, as in
+    :func:`lazyops._backends.tilelang.rmsnorm.rmsnorm_program`.
     """
     plan = plan or plan_rows(n, dtype)
     weight_dtype = weight_dtype or dtype
+    out_dtype = out_dtype or dtype
     rows, cols, chunks = plan.block_rows, plan.block_cols, plan.chunks
     M = T.dynamic("M")
     # Row strides: multiples of `vec` elements (the launch copies other layouts), so rows take 16-byte vectors.
     x_stride, residual_stride, y_stride = T.dynamic("x_stride, residual_stride, y_stride")
     vec = vector_elements(n, dtype)
 
-    if plan.resident:
+    def inverse_rms(sum_of_squares: Any, scale: Any) -> Any:
+        norm = T.rsqrt(sum_of_squares / n + eps)
+        return norm if scale is None else norm / scale[0]
 
-        @T.prim_func
-        def main(
-            x: T.StridedTensor((M, n), (x_stride, 1), dtype),
-            residual: T.StridedTensor((M, n), (residual_stride, 1), dtype),
-            weight: T.Tensor((n,), weight_dtype),
-            y: T.StridedTensor((M, n), (y_stride, 1), dtype),
-        ):
-            T.assume(x_stride % vec == 0)
-            T.assume(residual_stride % vec == 0)
-            T.assume(y_stride % vec == 0)
-            with T.Kernel(T.ceildiv(M, rows), threads=plan.threads) as block:
-                total = T.alloc_fragment((rows, cols), F32)
-                squares = T.alloc_fragment((rows, cols), F32)
-                scale = T.alloc_fragment((rows,), F32)
-                for i, j in T.Parallel(rows, cols):
-                    row = block * rows + i
-                    total[i, j] = T.if_then_else(
-                        row < M and j < n,
-                        T.cast(x[row, j], F32) + T.cast(residual[row, j], F32),
-                        T.float32(0),
-                    )
-                for i, j in T.Parallel(rows, cols):
-                    row = block * rows + i
-                    if row < M and j < n:
-                        residual[row, j] = T.cast(total[i, j], dtype)
-                for i, j in T.Parallel(rows, cols):
-                    squares[i, j] = total[i, j] * total[i, j]
-                T.reduce_sum(squares, scale, dim=1)
-                for i in T.Parallel(rows):
-                    scale[i] = T.rsqrt(scale[i] / n + eps)
-                for i, j in T.Parallel(rows, cols):
-                    row = block * rows + i
-                    if row < M and j < n:
-                        y[row, j] = T.cast(total[i, j] * scale[i] * (T.cast(weight[j], F32) + offset), dtype)
+    def scaled(value: Any, factor: Any, column: Any, weight: T.Tensor) -> Any:
+        return T.cast(value * factor * (T.cast(weight[column], F32) + offset), out_dtype)
 
-        return main
+    @T.macro
+    def resident(x: T.Tensor, residual: T.Tensor, weight: T.Tensor, scale: Any, y: T.Tensor):
+        with T.Kernel(T.ceildiv(M, rows), threads=plan.threads) as block:
+            total = T.alloc_fragment((rows, cols), F32)
+            squares = T.alloc_fragment((rows, cols), F32)
+            factor = T.alloc_fragment((rows,), F32)
+            for i, j in T.Parallel(rows, cols):
+                row = block * rows + i
+                total[i, j] = T.if_then_else(
+                    row < M and j < n,
+                    T.cast(x[row, j], F32) + T.cast(residual[row, j], F32),
+                    T.float32(0),
+                )
+            for i, j in T.Parallel(rows, cols):
+                row = block * rows + i
+                if row < M and j < n:
+                    residual[row, j] = T.cast(total[i, j], dtype)
+            for i, j in T.Parallel(rows, cols):
+                squares[i, j] = total[i, j] * total[i, j]
+            T.reduce_sum(squares, factor, dim=1)
+            for i in T.Parallel(rows):
+                factor[i] = inverse_rms(factor[i], scale)
+            for i, j in T.Parallel(rows, cols):
+                row = block * rows + i
+                if row < M and j < n:
+                    y[row, j] = scaled(total[i, j], factor[i], j, weight)
 
     # Streamed rows: the sum is formed twice from the inputs, and residual is written only in the second pass,
     # so the norm still sees the float32 sum rather than what was rounded back into residual.
-    @T.prim_func
-    def main(
-        x: T.StridedTensor((M, n), (x_stride, 1), dtype),
-        residual: T.StridedTensor((M, n), (residual_stride, 1), dtype),
-        weight: T.Tensor((n,), weight_dtype),
-        y: T.StridedTensor((M, n), (y_stride, 1), dtype),
-    ):
-        T.assume(x_stride % vec == 0)
-        T.assume(residual_stride % vec == 0)
-        T.assume(y_stride % vec == 0)
+    @T.macro
+    def streamed(x: T.Tensor, residual: T.Tensor, weight: T.Tensor, scale: Any, y: T.Tensor):
         with T.Kernel(M, threads=plan.threads) as row:
             squares = T.alloc_fragment((1, cols), F32)
-            scale = T.alloc_fragment((1,), F32)
+            factor = T.alloc_fragment((1,), F32)
             T.clear(squares)
             for c in T.serial(chunks):
                 for i, j in T.Parallel(1, cols):
@@ -90,16 +87,47 @@ def add_rmsnorm_program(
                         col < n, T.cast(x[row, col], F32) + T.cast(residual[row, col], F32), T.float32(0)
                     )
                     squares[i, j] += value * value
-            T.reduce_sum(squares, scale, dim=1)
+            T.reduce_sum(squares, factor, dim=1)
             for i in T.Parallel(1):
-                scale[i] = T.rsqrt(scale[i] / n + eps)
+                factor[i] = inverse_rms(factor[i], scale)
             for c in T.serial(chunks):
                 for i, j in T.Parallel(1, cols):
                     col = c * cols + j
                     if col < n:
                         value = T.cast(x[row, col], F32) + T.cast(residual[row, col], F32)
                         residual[row, col] = T.cast(value, dtype)
-                        y[row, col] = T.cast(value * scale[i] * (T.cast(weight[col], F32) + offset), dtype)
+                        y[row, col] = scaled(value, factor[i], col, weight)
+
+    body = resident if plan.resident else streamed
+
+    if out_dtype == dtype:
+
+        @T.prim_func
+        def main(
+            x: T.StridedTensor((M, n), (x_stride, 1), dtype),
+            residual: T.StridedTensor((M, n), (residual_stride, 1), dtype),
+            weight: T.Tensor((n,), weight_dtype),
+            y: T.StridedTensor((M, n), (y_stride, 1), out_dtype),
+        ):
+            T.assume(x_stride % vec == 0)
+            T.assume(residual_stride % vec == 0)
+            T.assume(y_stride % vec == 0)
+            body(x, residual, weight, None, y)
+
+        return main
+
+    @T.prim_func
+    def main(
+        x: T.StridedTensor((M, n), (x_stride, 1), dtype),
+        residual: T.StridedTensor((M, n), (residual_stride, 1), dtype),
+        weight: T.Tensor((n,), weight_dtype),
+        scale: T.Tensor((1,), F32),
+        y: T.StridedTensor((M, n), (y_stride, 1), out_dtype),
+    ):
+        T.assume(x_stride % vec == 0)
+        T.assume(residual_stride % vec == 0)
+        T.assume(y_stride % vec == 0)
+        body(x, residual, weight, scale, y)
 
     return main
 

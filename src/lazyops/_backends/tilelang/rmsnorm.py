@@ -14,43 +14,91 @@ from lazyops.specs.rmsnorm import RMSNormConfig, spec
 
 
 def rmsnorm_program(
-    n: int, dtype: str, eps: float, plan: RowPlan | None = None, weight_dtype: str | None = None, offset: float = 0.0
+    n: int,
+    dtype: str,
+    eps: float,
+    plan: RowPlan | None = None,
+    weight_dtype: str | None = None,
+    offset: float = 0.0,
+    out_dtype: str | None = None,
 ) -> Any:
-    """The TileLang program ``main(x[M, n], weight[n], y[M, n])`` for a dynamic token count ``M``."""
+    """The TileLang program ``main(x[M, n], weight[n], y[M, n])`` for a dynamic token count ``M``.
+
+    With ``out_dtype=FP8`` it is ``main(x[M, n], weight[n], scale[1], y[M, n])`` (``rmsnorm_fp8_tl``): the
+    same program, the norm divided by ``scale[0]`` (read from memory by every launch, so a CUDA graph sees its
+    updates) and converted to float8 e4m3 with saturation. That conversion is the hardware's (``cvt.rn.satfinite``
+    on sm_89 and newer, NVIDIA's emulation of it before): beyond ±448 it saturates, NaN stays NaN, as the spec
+    asks; so no clamp is written here, and the store stays a vector (a clamp by comparisons made TileLang store
+    one byte at a time).
+    """
     plan = plan or plan_rows(n, dtype)
     weight_dtype = weight_dtype or dtype
+    out_dtype = out_dtype or dtype
     rows, cols, chunks = plan.block_rows, plan.block_cols, plan.chunks
     M = T.dynamic("M")
     # Row strides: multiples of `vec` elements (the launch copies other layouts), so rows take 16-byte vectors.
     x_stride, y_stride = T.dynamic("x_stride, y_stride")
     vec = vector_elements(n, dtype)
 
-    if plan.resident:
+    def inverse_rms(sum_of_squares: Any, scale: Any) -> Any:
+        norm = T.rsqrt(sum_of_squares / n + eps)
+        return norm if scale is None else norm / scale[0]
+
+    def scaled(value: Any, factor: Any, column: Any, weight: T.Tensor) -> Any:
+        return T.cast(value * factor * (T.cast(weight[column], F32) + offset), out_dtype)
+
+    @T.macro
+    def resident(x: T.Tensor, weight: T.Tensor, scale: Any, y: T.Tensor):
+        with T.Kernel(T.ceildiv(M, rows), threads=plan.threads) as block:
+            xs = T.alloc_fragment((rows, cols), F32)
+            squares = T.alloc_fragment((rows, cols), F32)
+            factor = T.alloc_fragment((rows,), F32)
+            for i, j in T.Parallel(rows, cols):
+                row = block * rows + i
+                xs[i, j] = T.if_then_else(row < M and j < n, T.cast(x[row, j], F32), T.float32(0))
+            for i, j in T.Parallel(rows, cols):
+                squares[i, j] = xs[i, j] * xs[i, j]
+            T.reduce_sum(squares, factor, dim=1)
+            for i in T.Parallel(rows):
+                factor[i] = inverse_rms(factor[i], scale)
+            for i, j in T.Parallel(rows, cols):
+                row = block * rows + i
+                if row < M and j < n:
+                    y[row, j] = scaled(xs[i, j], factor[i], j, weight)
+
+    @T.macro
+    def streamed(x: T.Tensor, weight: T.Tensor, scale: Any, y: T.Tensor):
+        with T.Kernel(M, threads=plan.threads) as row:
+            squares = T.alloc_fragment((1, cols), F32)
+            factor = T.alloc_fragment((1,), F32)
+            T.clear(squares)
+            for c in T.serial(chunks):
+                for i, j in T.Parallel(1, cols):
+                    col = c * cols + j
+                    value = T.if_then_else(col < n, T.cast(x[row, col], F32), T.float32(0))
+                    squares[i, j] += value * value
+            T.reduce_sum(squares, factor, dim=1)
+            for i in T.Parallel(1):
+                factor[i] = inverse_rms(factor[i], scale)
+            for c in T.serial(chunks):
+                for i, j in T.Parallel(1, cols):
+                    col = c * cols + j
+                    if col < n:
+                        y[row, col] = scaled(T.cast(x[row, col], F32), factor[i], col, weight)
+
+    body = resident if plan.resident else streamed
+
+    if out_dtype == dtype:
 
         @T.prim_func
         def main(
             x: T.StridedTensor((M, n), (x_stride, 1), dtype),
             weight: T.Tensor((n,), weight_dtype),
-            y: T.StridedTensor((M, n), (y_stride, 1), dtype),
+            y: T.StridedTensor((M, n), (y_stride, 1), out_dtype),
         ):
             T.assume(x_stride % vec == 0)
             T.assume(y_stride % vec == 0)
-            with T.Kernel(T.ceildiv(M, rows), threads=plan.threads) as block:
-                xs = T.alloc_fragment((rows, cols), F32)
-                squares = T.alloc_fragment((rows, cols), F32)
-                scale = T.alloc_fragment((rows,), F32)
-                for i, j in T.Parallel(rows, cols):
-                    row = block * rows + i
-                    xs[i, j] = T.if_then_else(row < M and j < n, T.cast(x[row, j], F32), T.float32(0))
-                for i, j in T.Parallel(rows, cols):
-                    squares[i, j] = xs[i, j] * xs[i, j]
-                T.reduce_sum(squares, scale, dim=1)
-                for i in T.Parallel(rows):
-                    scale[i] = T.rsqrt(scale[i] / n + eps)
-                for i, j in T.Parallel(rows, cols):
-                    row = block * rows + i
-                    if row < M and j < n:
-                        y[row, j] = T.cast(xs[i, j] * scale[i] * (T.cast(weight[j], F32) + offset), dtype)
+            body(x, weight, None, y)
 
         return main
 
@@ -58,29 +106,12 @@ def rmsnorm_program(
     def main(
         x: T.StridedTensor((M, n), (x_stride, 1), dtype),
         weight: T.Tensor((n,), weight_dtype),
-        y: T.StridedTensor((M, n), (y_stride, 1), dtype),
+        scale: T.Tensor((1,), F32),
+        y: T.StridedTensor((M, n), (y_stride, 1), out_dtype),
     ):
         T.assume(x_stride % vec == 0)
         T.assume(y_stride % vec == 0)
-        with T.Kernel(M, threads=plan.threads) as row:
-            squares = T.alloc_fragment((1, cols), F32)
-            scale = T.alloc_fragment((1,), F32)
-            T.clear(squares)
-            for c in T.serial(chunks):
-                for i, j in T.Parallel(1, cols):
-                    col = c * cols + j
-                    value = T.if_then_else(col < n, T.cast(x[row, col], F32), T.float32(0))
-                    squares[i, j] += value * value
-            T.reduce_sum(squares, scale, dim=1)
-            for i in T.Parallel(1):
-                scale[i] = T.rsqrt(scale[i] / n + eps)
-            for c in T.serial(chunks):
-                for i, j in T.Parallel(1, cols):
-                    col = c * cols + j
-                    if col < n:
-                        y[row, col] = T.cast(
-                            T.cast(x[row, col], F32) * scale[i] * (T.cast(weight[col], F32) + offset), dtype
-                        )
+        body(x, weight, scale, y)
 
     return main
 
