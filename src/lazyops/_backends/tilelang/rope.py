@@ -196,8 +196,13 @@ def rope_tl(config: RopeConfig) -> Callable[..., None]:
     # combination, in parallel, so that no call has to. Positions are not range-checked on the host, which would
     # cost a device sync per call (tens of µs, and impossible inside a CUDA graph); a token whose position lies
     # outside the cache is left unrotated by the kernel, never read out of bounds.
+    return rope_launch(config, compiled(config.label, programs(config)))
+
+
+def rope_launch(config: RopeConfig, kernels: dict[tuple[torch.dtype, torch.dtype], Any]) -> Callable[..., None]:
+    """The launch of compiled rope programs, ``kernels`` keyed by (cache dtype, positions dtype) as
+    :func:`programs` is (``benchmarks/tilelang_variants.py`` launches other programs through it)."""
     head_dim = config.head_dim
-    kernels = compiled(config.label, programs(config))
     # query and key are taken as they lie (packed qkv views) when their row stride is a multiple of the
     # program's vector (true of every contiguous tensor and of engine layouts); otherwise, or at a misaligned
     # address, a contiguous copy is rotated and copied back.

@@ -1,0 +1,72 @@
+"""``benchmarks/tilelang_variants.py`` on a machine without a GPU: what can be known before the lead's H200 run.
+
+Its arguments, its plan (``--dry-run``), its refusal without CUDA, and that every program it will compile (main's
+frozen ones and the backend's new ones) lowers for sm_90a from the arguments it builds them with.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "tilelang_variants.py"
+
+
+def load_script() -> ModuleType:
+    loader = importlib.util.spec_from_file_location("tilelang_variants", SCRIPT)
+    assert loader is not None and loader.loader is not None
+    module = importlib.util.module_from_spec(loader)
+    sys.modules["tilelang_variants"] = module
+    loader.loader.exec_module(module)
+    return module
+
+
+def test_arguments_are_checked() -> None:
+    script = load_script()
+    args = script.parse_args(["--out", "results", "--tokens", "1024,32768", "--kernels", "rope"])
+    assert args.tokens == [1024, 32768] and args.kernels == ["rope"] and args.out == Path("results")
+    for wrong in (["--out", "x", "--kernels", "softmax"], ["--out", "x", "--tokens", "0"], []):
+        with pytest.raises(SystemExit) as exit_info:
+            script.parse_args(wrong)
+        assert exit_info.value.code == 2
+
+
+def test_dry_run_lists_main_and_new_programs_of_each_kernel(capsys: pytest.CaptureFixture[str]) -> None:
+    script = load_script()
+    assert script.main(["--dry-run"]) == 0
+    printed = capsys.readouterr().out
+    for kernel in script.KERNELS:
+        assert f"{kernel}: {script.BASELINE}" in printed and f"{kernel}: new" in printed
+    assert "1024, 8192, 32768" in printed
+
+
+def test_refuses_clearly_without_cuda(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    script = load_script()
+    problem = script.unavailable()
+    if problem is None:
+        pytest.skip("this machine can run the comparison")
+    assert script.main(["--out", str(tmp_path)]) == 2
+    assert "cannot run here" in capsys.readouterr().err
+    assert not any(tmp_path.iterdir()), "nothing is written when nothing ran"
+
+
+def test_every_variant_program_lowers_for_hopper() -> None:
+    tilelang = pytest.importorskip("tilelang")
+    from tvm.target import Target
+
+    from lazyops.specs import spec
+
+    script = load_script()
+    target = Target({"kind": "cuda", "arch": "sm_90a"})
+    for variant in script.variants(script.KERNELS):
+        example = script.benchmark_example(variant.kernel)
+        config = spec(f"{variant.kernel}_tl").configure(*example.args, **example.kwargs)
+        with target:
+            source = tilelang.lower(variant.program(config), target=target).kernel_source
+        assert "__global__" in source, variant.key
+        if variant.kernel != "rope":
+            assert "fp8_e4_t* __restrict__ y" in source, variant.key
