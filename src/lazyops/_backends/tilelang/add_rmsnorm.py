@@ -10,6 +10,7 @@ import tilelang.language as T
 
 from lazyops._backends.tilelang._rows import RowPlan, plan_rows, vector_elements
 from lazyops._backends.tilelang._runtime import F32, compiled, launch_out_of_place, tl_dtype
+from lazyops._backends.tilelang.rmsnorm import inverse_rms, weighted
 from lazyops.specs.add_rmsnorm import AddRMSNormConfig, spec
 
 
@@ -38,13 +39,6 @@ def add_rmsnorm_program(
     x_stride, residual_stride, y_stride = T.dynamic("x_stride, residual_stride, y_stride")
     vec = vector_elements(n, dtype)
 
-    def inverse_rms(sum_of_squares: Any, scale: Any) -> Any:
-        norm = T.rsqrt(sum_of_squares / n + eps)
-        return norm if scale is None else norm / scale[0]
-
-    def scaled(value: Any, factor: Any, column: Any, weight: T.Tensor) -> Any:
-        return T.cast(value * factor * (T.cast(weight[column], F32) + offset), out_dtype)
-
     @T.macro
     def resident(x: T.Tensor, residual: T.Tensor, weight: T.Tensor, scale: Any, y: T.Tensor):
         with T.Kernel(T.ceildiv(M, rows), threads=plan.threads) as block:
@@ -66,11 +60,11 @@ def add_rmsnorm_program(
                 squares[i, j] = total[i, j] * total[i, j]
             T.reduce_sum(squares, factor, dim=1)
             for i in T.Parallel(rows):
-                factor[i] = inverse_rms(factor[i], scale)
+                factor[i] = inverse_rms(factor[i], n, eps, scale)
             for i, j in T.Parallel(rows, cols):
                 row = block * rows + i
                 if row < M and j < n:
-                    y[row, j] = scaled(total[i, j], factor[i], j, weight)
+                    y[row, j] = weighted(total[i, j], factor[i], weight[j], offset, out_dtype)
 
     # Streamed rows: the sum is formed twice from the inputs, and residual is written only in the second pass,
     # so the norm still sees the float32 sum rather than what was rounded back into residual.
@@ -89,14 +83,14 @@ def add_rmsnorm_program(
                     squares[i, j] += value * value
             T.reduce_sum(squares, factor, dim=1)
             for i in T.Parallel(1):
-                factor[i] = inverse_rms(factor[i], scale)
+                factor[i] = inverse_rms(factor[i], n, eps, scale)
             for c in T.serial(chunks):
                 for i, j in T.Parallel(1, cols):
                     col = c * cols + j
                     if col < n:
                         value = T.cast(x[row, col], F32) + T.cast(residual[row, col], F32)
                         residual[row, col] = T.cast(value, dtype)
-                        y[row, col] = scaled(value, factor[i], col, weight)
+                        y[row, col] = weighted(value, factor[i], weight[col], offset, out_dtype)
 
     body = resident if plan.resident else streamed
 

@@ -13,6 +13,18 @@ from lazyops._backends.tilelang._runtime import F32, compiled, launch_out_of_pla
 from lazyops.specs.rmsnorm import RMSNormConfig, spec
 
 
+def inverse_rms(sum_of_squares: Any, n: int, eps: float, scale: Any) -> Any:
+    """``1 / sqrt(sum_of_squares / n + eps)``, divided by ``scale[0]`` where the program has a float8 scale
+    (``scale`` is None otherwise): the factor every element of a row is multiplied by."""
+    norm = T.rsqrt(sum_of_squares / n + eps)
+    return norm if scale is None else norm / scale[0]
+
+
+def weighted(value: Any, factor: Any, weight: Any, offset: float, out_dtype: str) -> Any:
+    """``value * factor * (offset + weight)`` in float32, converted once to the output's dtype."""
+    return T.cast(value * factor * (T.cast(weight, F32) + offset), out_dtype)
+
+
 def rmsnorm_program(
     n: int,
     dtype: str,
@@ -40,13 +52,6 @@ def rmsnorm_program(
     x_stride, y_stride = T.dynamic("x_stride, y_stride")
     vec = vector_elements(n, dtype)
 
-    def inverse_rms(sum_of_squares: Any, scale: Any) -> Any:
-        norm = T.rsqrt(sum_of_squares / n + eps)
-        return norm if scale is None else norm / scale[0]
-
-    def scaled(value: Any, factor: Any, column: Any, weight: T.Tensor) -> Any:
-        return T.cast(value * factor * (T.cast(weight[column], F32) + offset), out_dtype)
-
     @T.macro
     def resident(x: T.Tensor, weight: T.Tensor, scale: Any, y: T.Tensor):
         with T.Kernel(T.ceildiv(M, rows), threads=plan.threads) as block:
@@ -60,11 +65,11 @@ def rmsnorm_program(
                 squares[i, j] = xs[i, j] * xs[i, j]
             T.reduce_sum(squares, factor, dim=1)
             for i in T.Parallel(rows):
-                factor[i] = inverse_rms(factor[i], scale)
+                factor[i] = inverse_rms(factor[i], n, eps, scale)
             for i, j in T.Parallel(rows, cols):
                 row = block * rows + i
                 if row < M and j < n:
-                    y[row, j] = scaled(xs[i, j], factor[i], j, weight)
+                    y[row, j] = weighted(xs[i, j], factor[i], weight[j], offset, out_dtype)
 
     @T.macro
     def streamed(x: T.Tensor, weight: T.Tensor, scale: Any, y: T.Tensor):
@@ -79,12 +84,12 @@ def rmsnorm_program(
                     squares[i, j] += value * value
             T.reduce_sum(squares, factor, dim=1)
             for i in T.Parallel(1):
-                factor[i] = inverse_rms(factor[i], scale)
+                factor[i] = inverse_rms(factor[i], n, eps, scale)
             for c in T.serial(chunks):
                 for i, j in T.Parallel(1, cols):
                     col = c * cols + j
                     if col < n:
-                        y[row, col] = scaled(T.cast(x[row, col], F32), factor[i], col, weight)
+                        y[row, col] = weighted(T.cast(x[row, col], F32), factor[i], weight[col], offset, out_dtype)
 
     body = resident if plan.resident else streamed
 
