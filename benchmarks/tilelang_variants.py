@@ -118,9 +118,10 @@ def benchmark_example(kernel: str) -> Any:
     return _bench.example(kernel, "bfloat16")
 
 
-def factory(variant: Variant, kernel: Any) -> Callable[..., Any]:
+def factory(variant: Variant, kernel: Any, device: str = "cuda") -> Callable[..., Any]:
     """A factory for ``variant`` with the spec's checks and calling conventions around the compiled ``kernel``
-    (under an operator namespace of its own, so it never meets the real backend's)."""
+    (under an operator namespace of its own, so it never meets the real backend's). ``device``: the tensors'
+    device kind ("cpu" only where the tests put a stand-in for the kernel)."""
     import torch
 
     from lazyops._backends.tilelang._rows import vector_elements
@@ -140,7 +141,7 @@ def factory(variant: Variant, kernel: Any) -> Callable[..., Any]:
     slug = "".join(ch if ch.isalnum() else "_" for ch in variant.name)
     made: Callable[..., Any] = spec.implementation(
         build,
-        device_type="cuda",
+        device_type=device,
         backend=f"tilelang_variants_{slug}",
         strided_rows=variant.strided,
         writes_out=variant.kernel != "rope",
@@ -156,7 +157,7 @@ def layouts(kernel: str) -> list[tuple[str, Any]]:
     return [("contiguous", Layout()), ("rows padded by 64, out given", Layout(row_pad=64, out="given"))]
 
 
-def check(variant: Variant, built: Callable[..., Any]) -> list[dict[str, Any]]:
+def check(variant: Variant, built: Callable[..., Any], device: str = "cuda") -> list[dict[str, Any]]:
     import torch
 
     from lazyops.testing import Case, check_case
@@ -169,13 +170,14 @@ def check(variant: Variant, built: Callable[..., Any]) -> list[dict[str, Any]]:
         )
         entry: dict[str, Any] = {"kernel": variant.kernel, "variant": variant.name, "layout": label}
         try:
-            entry["worst_error"] = check_case(built, case, device="cuda")
+            entry["worst_error"] = check_case(built, case, device=device)
             entry["status"] = "pass"
         except Exception as error:  # noqa: BLE001 - every case reports; the first failure does not stop the rest
             entry["status"] = "FAIL"
             entry["error"] = (str(error).splitlines() or [type(error).__name__])[0][:300]
             traceback.print_exc()
-            torch.cuda.synchronize()
+            if device == "cuda":
+                torch.cuda.synchronize()
         print(f"check {variant.key} [{label}]: {entry['status']} {entry.get('worst_error', entry.get('error'))}")
         results.append(entry)
     return results

@@ -70,3 +70,56 @@ def test_every_variant_program_lowers_for_hopper() -> None:
         assert "__global__" in source, variant.key
         if variant.kernel != "rope":
             assert "fp8_e4_t* __restrict__ y" in source, variant.key
+
+
+def stand_in(kernel: str):
+    """A CPU stand-in for a compiled TileLang kernel: the spec's float64 reference, written where the program
+    writes (rope: query and key in place, as [M, heads, head_dim]; the norms: y, and add_rmsnorm_fp8's residual)."""
+    import torch
+
+    from lazyops.specs import spec
+
+    kernel_spec = spec(f"{kernel}_tl")
+    script = load_script()
+    example = script.benchmark_example(kernel)
+    config = kernel_spec.configure(*example.args, **example.kwargs)
+
+    def run(*args: torch.Tensor) -> None:
+        *inputs, last = args
+        if kernel == "rope":
+            positions, query, key, cache = args
+            tokens = positions.shape[0]
+            flat = (positions, query.reshape(tokens, -1), key.reshape(tokens, -1), cache)
+            rotated = kernel_spec.reference(config, *(t.double() if t.is_floating_point() else t for t in flat))
+            query.copy_(rotated[0].reshape(query.shape))
+            key.copy_(rotated[1].reshape(key.shape))
+            return
+        results = kernel_spec.reference(config, *(t.double() for t in inputs))
+        last.copy_(results[0].to(last.dtype))
+        if kernel == "add_rmsnorm_fp8":
+            inputs[1].copy_(results[1])
+
+    return run
+
+
+def test_each_variant_is_checked_through_the_spec_with_a_stand_in_kernel_on_the_cpu() -> None:
+    """The plumbing the GPU run depends on: each variant's factory (the spec's wrapper around the launch the
+    backend uses), check_case over the script's layouts, and the report's tables."""
+    from lazyops._bench import Row
+
+    script = load_script()
+    checks = []
+    for variant in script.variants(script.KERNELS):
+        built = script.factory(variant, stand_in(variant.kernel), device="cpu")
+        checks += script.check(variant, built, device="cpu")
+    assert checks and all(entry["status"] == "pass" for entry in checks), checks
+    assert {entry["layout"] for entry in checks} >= {"packed qkv", "rows padded by 64, out given"}
+    rows = [
+        Row("rope", script.BASELINE, "lazyops", "stream", 1024, "bfloat16", us=10.0, rate=2000.0, unit="GB/s"),
+        Row("rope", "new", "lazyops", "stream", 1024, "bfloat16", us=8.0, rate=2500.0, unit="GB/s"),
+        Row("rope", "copy (same bytes)", "ceiling", "copy", 1024, "bfloat16", us=5.0, rate=4000.0, unit="GB/s"),
+    ]
+    environment = {"date": "today", "device": "cpu", "commit": "?", "versions": {"torch": "x"}, "command": "c"}
+    text = script.report(environment, checks, rows, ["rope"])
+    assert "| 1024 | new | 8.0 | 2500 | 62.5% | 1.250x |" in text
+    assert "| rope | new | packed qkv |" in text
