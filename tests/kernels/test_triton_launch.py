@@ -134,3 +134,14 @@ def test_alternating_contiguous_and_packed_rows_give_every_call_its_own_result()
                 assert returned is out
                 expected = torch.rms_norm(x.float(), (4096,), weight.float(), 1e-6)
                 torch.testing.assert_close(out.float(), expected, rtol=1e-2, atol=1e-2)
+
+
+def test_grid_arithmetic_matches_tritons_own() -> None:
+    """The launches compute grids with plain-Python ``cdiv`` and ``next_power_of_2`` (Triton's are
+    ``constexpr_function`` objects, microseconds a call); they must give Triton's answers."""
+    import triton
+
+    from lazyops._backends.triton._common import cdiv, next_power_of_2
+
+    assert all(next_power_of_2(n) == triton.next_power_of_2(n) for n in range(0, 70_000))
+    assert all(cdiv(a, b) == triton.cdiv(a, b) for a in range(0, 600) for b in range(1, 70))

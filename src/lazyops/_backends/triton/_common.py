@@ -9,8 +9,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-import triton
-
 #: The widest row (a power of two) that one program holds in registers at once. Up to this width a row is read
 #: once and kept; a wider row is walked in ``LOOP_BLOCK`` pieces, twice, which costs a second read but never
 #: spills registers. 16384 float32 values over 16 warps is 32 registers a thread.
@@ -31,9 +29,20 @@ class RowLayout:
     num_warps: int
 
 
+def cdiv(a: int, b: int) -> int:
+    """``ceil(a / b)`` for positive ints. Not ``triton.cdiv``: from Triton 3.5 that is a ``constexpr_function``,
+    whose call unwraps its arguments (about 3 µs a call, on every launch of a kernel that computes its grid)."""
+    return -(-a // b)
+
+
+def next_power_of_2(n: int) -> int:
+    """The smallest power of two ≥ ``n`` (0 for 0), as ``triton.next_power_of_2`` without its call cost."""
+    return 1 << (n - 1).bit_length() if n > 0 else 0
+
+
 def row_layout(n: int) -> RowLayout:
     """The layout for a row-wise kernel (softmax, the norms) over rows of ``n`` elements."""
-    block = triton.next_power_of_2(n)
+    block = next_power_of_2(n)
     if block > MAX_FUSED_BLOCK:
         return RowLayout(block_n=LOOP_BLOCK, rows=1, single_pass=False, num_warps=8)
     rows = max(1, MIN_PROGRAM_ELEMENTS // block)
@@ -78,7 +87,7 @@ def gated_launch(kernel: Any, config: Any, **constexprs: Any) -> Callable[[Any, 
     from lazyops._backends.triton._launch import Launcher
 
     n = config.n
-    block_n = min(triton.next_power_of_2(n), MAX_GATE_BLOCK)
+    block_n = min(next_power_of_2(n), MAX_GATE_BLOCK)
     rows = max(1, MIN_PROGRAM_ELEMENTS // block_n)
     launch = Launcher(
         kernel, {"N": n, "BLOCK_N": block_n, "ROWS": rows, **constexprs}, num_warps=warps_for(rows * block_n)
@@ -86,6 +95,6 @@ def gated_launch(kernel: Any, config: Any, **constexprs: Any) -> Callable[[Any, 
 
     def gated(x: Any, out: Any) -> None:
         m = x.shape[0]
-        launch((triton.cdiv(m, rows), triton.cdiv(n, block_n)), x, out, m, x.stride(0), out.stride(0))
+        launch((cdiv(m, rows), cdiv(n, block_n)), x, out, m, x.stride(0), out.stride(0))
 
     return gated

@@ -16,7 +16,7 @@ import torch
 import triton
 import triton.language as tl
 
-from lazyops._backends.triton._common import interpreting, launch_device, row_layout
+from lazyops._backends.triton._common import cdiv, interpreting, launch_device, row_layout
 from lazyops._backends.triton._fp8 import to_output
 from lazyops._backends.triton._launch import Launcher
 from lazyops.specs.add_rmsnorm import AddRMSNormConfig, spec
@@ -110,7 +110,7 @@ def add_norm_launch(config: Any, *, quantize: bool) -> Callable[..., None]:
     ) -> None:
         m = x.shape[0]
         strides = (x.stride(0), residual.stride(0), out.stride(0))
-        launch((triton.cdiv(m, layout.rows),), x, residual, weight, scale, out, m, *strides, eps, offset)
+        launch((cdiv(m, layout.rows),), x, residual, weight, scale, out, m, *strides, eps, offset)
 
     return add_rmsnorm
 

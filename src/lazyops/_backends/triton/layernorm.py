@@ -20,7 +20,7 @@ import torch
 import triton
 import triton.language as tl
 
-from lazyops._backends.triton._common import launch_device, row_layout
+from lazyops._backends.triton._common import cdiv, launch_device, row_layout
 from lazyops._backends.triton._launch import Launcher
 from lazyops.specs.layernorm import LayerNormConfig, spec
 
@@ -96,6 +96,6 @@ def layernorm_tl(config: LayerNormConfig) -> Callable[..., None]:
 
     def layernorm(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, out: torch.Tensor) -> None:
         m = x.shape[0]
-        launch((triton.cdiv(m, layout.rows),), x, weight, bias, out, m, x.stride(0), out.stride(0), eps)
+        launch((cdiv(m, layout.rows),), x, weight, bias, out, m, x.stride(0), out.stride(0), eps)
 
     return layernorm

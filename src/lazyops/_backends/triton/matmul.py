@@ -21,7 +21,7 @@ import torch
 import triton
 import triton.language as tl
 
-from lazyops._backends.triton._common import interpreting, launch_device
+from lazyops._backends.triton._common import cdiv, interpreting, launch_device, next_power_of_2
 from lazyops._backends.triton._launch import Launcher
 from lazyops.specs.matmul import MatmulConfig, spec
 
@@ -162,17 +162,17 @@ def tiling(m: int, n: int, k: int, dtype: torch.dtype, sm_count: int = 132) -> T
         config = Tiling(128, 128, 64, 8, 4)
     else:
         config = Tiling(128, 64, 32, 8, 3)
-    block_n = min(config.block_n, max(MIN_TILE, triton.next_power_of_2(n)))
-    block_k = min(config.block_k, max(MIN_TILE, triton.next_power_of_2(k)))
+    block_n = min(config.block_n, max(MIN_TILE, next_power_of_2(n)))
+    block_k = min(config.block_k, max(MIN_TILE, next_power_of_2(k)))
     split, k_slice = 1, 0
     if m <= SPLIT_MAX_M:
-        tiles = triton.cdiv(m, config.block_m) * triton.cdiv(n, block_n)
-        k_steps = triton.cdiv(k, block_k)
+        tiles = cdiv(m, config.block_m) * cdiv(n, block_n)
+        k_steps = cdiv(k, block_k)
         target = sm_count * (SPLIT_WAVES_DECODE if m <= 16 else SPLIT_WAVES)
-        wanted = min(triton.cdiv(target, tiles), k_steps // MIN_SLICE_STEPS)
+        wanted = min(cdiv(target, tiles), k_steps // MIN_SLICE_STEPS)
         if wanted > 1:
-            k_slice = triton.cdiv(k_steps, wanted) * block_k
-            split = triton.cdiv(k, k_slice)
+            k_slice = cdiv(k_steps, wanted) * block_k
+            split = cdiv(k, k_slice)
         if split == 1:
             k_slice = 0
     return Tiling(config.block_m, block_n, block_k, config.num_warps, config.num_stages, split, k_slice)
@@ -217,12 +217,12 @@ def matmul_tl(config: MatmulConfig) -> Callable[..., None]:
         launch = launchers.get(tiles)
         if launch is None:
             launch = launchers[tiles] = launcher(tiles)
-        grid = triton.cdiv(m, tiles.block_m) * triton.cdiv(n, tiles.block_n)
+        grid = cdiv(m, tiles.block_m) * cdiv(n, tiles.block_n)
         if tiles.split == 1:
             launch((grid,), a, b, out, m, a.stride(0), out.stride(0))
             return
         partial = torch.empty((tiles.split, m, n), dtype=torch.float32, device=a.device)
         launch((grid, tiles.split), a, b, partial, m, a.stride(0), n)
-        sum_slices(tiles.split)((triton.cdiv(m * n, SUM_BLOCK),), partial, out, m, out.stride(0))
+        sum_slices(tiles.split)((cdiv(m * n, SUM_BLOCK),), partial, out, m, out.stride(0))
 
     return matmul

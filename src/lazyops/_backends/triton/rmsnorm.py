@@ -15,7 +15,7 @@ import torch
 import triton
 import triton.language as tl
 
-from lazyops._backends.triton._common import interpreting, launch_device, row_layout
+from lazyops._backends.triton._common import cdiv, interpreting, launch_device, row_layout
 from lazyops._backends.triton._fp8 import to_output
 from lazyops._backends.triton._launch import Launcher
 from lazyops.specs.rmsnorm import RMSNormConfig, spec
@@ -92,7 +92,7 @@ def norm_launch(config: Any, *, quantize: bool) -> Callable[..., None]:
 
     def rmsnorm(x: torch.Tensor, weight: torch.Tensor, scale: torch.Tensor, out: torch.Tensor) -> None:
         m = x.shape[0]
-        launch((triton.cdiv(m, layout.rows),), x, weight, scale, out, m, x.stride(0), out.stride(0), eps, offset)
+        launch((cdiv(m, layout.rows),), x, weight, scale, out, m, x.stride(0), out.stride(0), eps, offset)
 
     return rmsnorm
 

@@ -8,7 +8,7 @@ import torch
 import triton
 import triton.language as tl
 
-from lazyops._backends.triton._common import interpreting, launch_device, warps_for
+from lazyops._backends.triton._common import interpreting, launch_device, next_power_of_2, warps_for
 from lazyops._backends.triton._launch import Launcher
 from lazyops.specs.rope import RopeConfig, check_positions_in_cache, spec
 
@@ -120,8 +120,8 @@ def rope_tl(config: RopeConfig) -> Callable[..., tuple[torch.Tensor, torch.Tenso
     launchers: dict[tuple[int, int, int], Launcher] = {}
 
     def launcher(half: int, query_heads: int, key_heads: int) -> Launcher:
-        block_half = triton.next_power_of_2(half)
-        block_query_heads = triton.next_power_of_2(max(query_heads, 1))
+        block_half = next_power_of_2(half)
+        block_query_heads = next_power_of_2(max(query_heads, 1))
         constexprs = {
             "HEAD_DIM": head_dim,
             "HALF": half,
@@ -129,7 +129,7 @@ def rope_tl(config: RopeConfig) -> Callable[..., tuple[torch.Tensor, torch.Tenso
             "QUERY_HEADS": query_heads,
             "BLOCK_QUERY_HEADS": block_query_heads,
             "KEY_HEADS": key_heads,
-            "BLOCK_KEY_HEADS": triton.next_power_of_2(max(key_heads, 1)),
+            "BLOCK_KEY_HEADS": next_power_of_2(max(key_heads, 1)),
             "IS_NEOX": is_neox,
         }
         return Launcher(_rope_kernel, constexprs, num_warps=warps_for(block_query_heads * block_half))

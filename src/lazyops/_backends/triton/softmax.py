@@ -8,7 +8,7 @@ import torch
 import triton
 import triton.language as tl
 
-from lazyops._backends.triton._common import launch_device, row_layout
+from lazyops._backends.triton._common import cdiv, launch_device, row_layout
 from lazyops._backends.triton._launch import Launcher
 from lazyops.specs.softmax import SoftmaxConfig, spec
 
@@ -74,6 +74,6 @@ def softmax_tl(config: SoftmaxConfig) -> Callable[..., None]:
 
     def softmax(x: torch.Tensor, out: torch.Tensor) -> None:
         m = x.shape[0]
-        launch((triton.cdiv(m, layout.rows),), x, out, m, x.stride(0), out.stride(0))
+        launch((cdiv(m, layout.rows),), x, out, m, x.stride(0), out.stride(0))
 
     return softmax
