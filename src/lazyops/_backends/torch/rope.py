@@ -29,6 +29,11 @@ from lazyops.specs.rope import RopeConfig, check_positions_in_cache, spec
 #: descheduled thread), and the block's float32 copy and rotation stay in the core's cache. Measured at M = 1024
 #: on 2 shared cores: 1.4-5x torch's eager rotation, against 0.9-1.9x for one pass over all tokens.
 CPU_BLOCK_ELEMENTS = 1 << 15
+#: Whether a GPU rotation upcasts 16-bit pairs to float32 once, first, as the CPU does, so that every op after it
+#: is of one dtype (PyTorch's vectorised elementwise kernels) rather than mixed bf16/float32 (a per-element cast
+#: path): more bytes, faster kernels. Chosen by ``benchmarks/torch_backend.py --device cuda --rope-gpu-upcast``
+#: against the default in one H200 session (``benchmarks/results/torch_backend_cuda*.md``).
+GPU_UPCAST = False
 
 
 def rotate(pairs: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, pair_dim: int) -> None:
@@ -36,7 +41,7 @@ def rotate(pairs: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, pair_dim: 
 
     ``x1 * cos - x2 * sin`` and ``x2 * cos + x1 * sin`` in float32, stored once.
     """
-    features = pairs.float() if pairs.is_cpu else pairs  # a copy for 16-bit types; never written below
+    features = pairs.float() if pairs.is_cpu or GPU_UPCAST else pairs  # a copy for 16-bit types; never written
     x1, x2 = features.unbind(pair_dim)
     rotated = torch.mul(features, cos.unsqueeze(pair_dim))  # a new float32 tensor (``cos`` is float32)
     rotated1, rotated2 = rotated.unbind(pair_dim)
