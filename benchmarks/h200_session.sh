@@ -37,7 +37,7 @@ case $part in
 triton)
   step 200 python3 benchmarks/gpu_conformance.py --backend torch --backend triton --tokens 1,7,128,4096 \
     --max-examples 2 --out "$results"
-  step 120 python3 -m pytest -q -p no:cacheprovider tests/kernels/test_conventions.py tests/kernels/test_triton_launch.py \
+  step 120 python3 -m pytest -q -p no:cacheprovider -p lazyops.pytest_plugin tests/kernels/test_conventions.py tests/kernels/test_triton_launch.py \
     --lazyops-backend triton -x
   step 80 python3 benchmarks/torch_backend.py --device cuda --dtypes bfloat16 --repeats 3 --out "$results"
   step 170 python3 benchmarks/layer/decoder_layer.py --backend torch --backend triton --out "$results"
@@ -54,18 +54,20 @@ tilelang)
 triton-recheck)
   step 200 python3 benchmarks/gpu_conformance.py --backend torch --backend triton --tokens 1,7,128,4096 \
     --max-examples 2 --out "$results"
-  step 120 python3 -m pytest -q -p no:cacheprovider tests/kernels/test_conventions.py tests/kernels/test_triton_launch.py \
+  step 120 python3 -m pytest -q -p no:cacheprovider -p lazyops.pytest_plugin tests/kernels/test_conventions.py tests/kernels/test_triton_launch.py \
     --lazyops-backend triton -x
   step 100 python3 benchmarks/torch_backend.py --device cuda --dtypes bfloat16 --tokens 1 1024 32768 --repeats 3 \
     --out "$results"
   step 60 python3 benchmarks/host_cost.py --calls 3000 --out "$results"
   ;;
 tilelang-recheck)
-  step 200 python3 benchmarks/gpu_bench.py --tokens 1024,8192,32768 --host --graph --out "$results"
+  # 200 s ran out before silu_and_mul and softmax (2026-11-30 21:17); they were taken in a third call with
+  # --kernels silu_and_mul,softmax --merge
+  step 300 python3 benchmarks/gpu_bench.py --tokens 1024,8192,32768 --host --graph --out "$results"
   cp .gpu_in/gpu_conformance.json "$results/" 2>/dev/null
   step 150 python3 benchmarks/gpu_conformance.py --backend tilelang --tokens 1,7,128,4096 --max-examples 2 \
     --merge --out "$results"
-  step 120 python3 -m pytest -q -p no:cacheprovider tests/kernels/test_conventions.py --lazyops-backend tilelang -x
+  step 120 python3 -m pytest -q -p no:cacheprovider -p lazyops.pytest_plugin tests/kernels/test_conventions.py --lazyops-backend tilelang -x
   ;;
 variants)
   step 300 python3 benchmarks/tilelang_variants.py --out "$results"
