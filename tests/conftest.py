@@ -9,6 +9,13 @@ from pathlib import Path
 
 import pytest
 
+# lazyops' on-disk cache (lazyops._cache) goes to a folder of this run, which subprocesses inherit: the tests must
+# neither depend on nor leave records in the user's cache.
+if "LAZYOPS_CACHE_DIR" not in os.environ:
+    import tempfile
+
+    os.environ["LAZYOPS_CACHE_DIR"] = tempfile.mkdtemp(prefix="lazyops-test-cache-")
+
 import lazyops
 
 # The lazyops this test run imports (the checkout's src/ unless PYTHONPATH points elsewhere): subprocesses get the
@@ -70,7 +77,12 @@ class BackendFactory:
 
     def env(self, **variables: str) -> dict[str, str]:
         """A clean environment for a subprocess that sees these packages and lazyops' source."""
-        env = {k: v for k, v in os.environ.items() if not k.startswith("LAZYOPS_") and k not in ("RANK", "LOCAL_RANK", "EAGER_IMPORT")}
+        env = {
+            k: v
+            for k, v in os.environ.items()
+            if (not k.startswith("LAZYOPS_") or k == "LAZYOPS_CACHE_DIR")
+            and k not in ("RANK", "LOCAL_RANK", "EAGER_IMPORT")
+        }
         env["PYTHONPATH"] = os.pathsep.join([str(self.root), SRC])
         env.update(variables)
         return env

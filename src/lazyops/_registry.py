@@ -77,23 +77,65 @@ class _Unusual(Exception):
 
 
 def _entry_points_from_directories() -> list[EntryPointSpec] | None:
+    """The direct reader, through the on-disk cache (``_cache``): a hit costs a ``stat`` per ``sys.path`` entry.
+
+    The record's key is ``sys.path`` (and the working directory, for an empty entry) with each entry's
+    ``st_mtime_ns``: installing or removing a distribution adds or removes a ``.dist-info`` directory, which
+    changes its parent's timestamp. The record also keeps the ``stat`` of each ``entry_points.txt`` that
+    registered a backend, checked on every hit, so an edit of one of those is seen too. Not seen: an
+    ``entry_points.txt`` of a distribution that registered nothing, edited in place to add the group (installers
+    write a new ``.dist-info`` instead); reinstall it, or delete the cache.
+    """
     from importlib.machinery import PathFinder
 
     if any(hasattr(finder, "find_distributions") and finder is not PathFinder for finder in sys.meta_path):
         return None  # another finder knows distributions (a zip importer, a custom one): only it can list them
+    key = _path_key()
+    if key is not None:
+        from lazyops import _cache
+
+        record = _cache.file_name("entry-points", sys.prefix)
+        cached = _cache.load(record, key)
+        if cached is not None and all(_stat_of(path) == (mtime, size) for path, mtime, size in cached[0]):
+            return [EntryPointSpec(*triple) for triple in cached[1]]
     try:
         specs: list[EntryPointSpec] = []
+        sources = []
         for dist_path in _distributions():
-            text = _read_text(os.path.join(dist_path, "entry_points.txt"))
+            path = os.path.join(dist_path, "entry_points.txt")
+            text = _read_text(path)
             if text is None or ENTRY_POINT_GROUP not in text:
                 continue
             pairs = _group_pairs(text)
             if pairs:
                 name = _distribution_name(dist_path) or "an unknown distribution"
                 specs.extend(EntryPointSpec(ep_name, value, name) for ep_name, value in pairs)
-        return specs
+                sources.append((path, *_stat_of(path)))
     except _Unusual:
         return None
+    if key is not None:
+        newest = max([mtime for _, mtime in key[2]] + [mtime for _, mtime, _ in sources], default=0)
+        value = (tuple(sources), tuple((spec.name, spec.value, spec.distribution) for spec in specs))
+        _cache.store(record, key, value, newest)
+    return specs
+
+
+def _path_key() -> tuple[tuple[str, ...], str | None, tuple[tuple[str, int], ...]] | None:
+    """What the distributions on ``sys.path`` are read from, as the entry-point record's key (``None``: no key)."""
+    entries = tuple(sys.path)
+    if not all(isinstance(entry, str) for entry in entries):
+        return None
+    cwd = os.getcwd() if "" in entries else None
+    return (entries, cwd, tuple((entry, _stat_of(entry or ".")[0]) for entry in entries))
+
+
+def _stat_of(path: str) -> tuple[int, int]:
+    """``(st_mtime_ns, st_size)``, or ``(-1, -1)`` for a path that is not there."""
+    try:
+        facts = os.stat(path)
+    except OSError:
+        return (-1, -1)
+    return (facts.st_mtime_ns, facts.st_size)
 
 
 def _distributions() -> list[str]:
@@ -202,6 +244,9 @@ class RefusedBackend:
         raise self.error()
 
     def manifest(self) -> dict[str, tuple[str | None, str]]:
+        raise self.error()
+
+    def kernel_list(self) -> NoReturn:
         raise self.error()
 
     def load(self) -> NoReturn:
