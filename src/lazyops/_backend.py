@@ -28,7 +28,7 @@ import importlib.util
 import sys
 
 from lazyops._errors import BackendError
-from lazyops._manifest import ManifestError, read_manifest, stub_beside
+from lazyops._manifest import KernelList, ManifestError, read_kernel_list, stub_beside
 from lazyops._once import Once, OnceCycleError
 
 TYPE_CHECKING = False  # typing's own constant would cost importing typing on the first access
@@ -51,7 +51,7 @@ class Backend:
         self.module_name = module
         self.origin = origin  # "built-in", or the distribution that registered it
         self.install_hint = install_hint
-        self._manifest: Once[Manifest] = Once(f"reading the kernel list of backend {name!r}")
+        self._manifest: Once[KernelList] = Once(f"reading the kernel list of backend {name!r}")
         self._module: Once[ModuleType] = Once(f"loading backend {name!r}")
         self._exports: frozenset[str] | None = None
 
@@ -59,24 +59,29 @@ class Backend:
         return f"<lazyops backend {self.name!r}: {self.module_name} ({self.origin})>"
 
     # -- the kernel list ---------------------------------------------------------------------------------------
+    def kernel_list(self) -> KernelList:
+        """The kernels the backend exports: from its stub (through the on-disk cache), or by importing a package
+        that has none. What resolution asks, by ``in``: answered without a set of the names."""
+        return self._once(self._manifest, self._read_kernel_list)
+
     def exports(self) -> frozenset[str]:
         exports = self._exports
-        if exports is None:  # kept: resolution asks for it many times, and it may hold thousands of names
-            exports = self._exports = frozenset(self.manifest())
+        if exports is None:  # kept: tools ask for it many times, and it may hold thousands of names
+            exports = self._exports = frozenset(self.kernel_list())
         return exports
 
     def manifest(self) -> Manifest:
         """``{kernel: (submodule or None, attribute)}``; reads the stub, or imports a package that has none."""
-        return self._once(self._manifest, self._read_manifest)
+        return self.kernel_list().manifest()
 
-    def _read_manifest(self) -> Manifest:
+    def _read_kernel_list(self) -> KernelList:
         stub = stub_beside(self._find_spec().origin)
         if stub is None:
             module = self.load()
             names = (name for name in dir(module) if name.endswith("_tl") and not name.startswith("_"))
-            return {name: (None, name) for name in sorted(names)}
+            return KernelList.of({name: (None, name) for name in names})
         try:
-            return dict(read_manifest(stub))
+            return read_kernel_list(stub)
         except (ManifestError, SyntaxError, OSError) as error:
             raise BackendError(
                 f"backend {self.name!r} has an unusable kernel list: {error}", backend=self.name
@@ -186,7 +191,7 @@ class Backend:
     # -- kernels -----------------------------------------------------------------------------------------------
     def kernel(self, kernel: str) -> Any:
         """The backend's own factory object for ``kernel``; raises ``BackendError`` if it cannot run here."""
-        submodule, attribute = self.manifest()[kernel]
+        submodule, attribute = self.kernel_list().where(kernel)
         module = self.load()
         reason = self.unavailable_reason()
         if reason:

@@ -15,28 +15,119 @@ what both accept and the errors with their line numbers for the rest.
 
 from __future__ import annotations
 
-import keyword  # collections imports it: usually loaded already
 import os
-import re
-from itertools import chain
+from collections.abc import Set  # the namespace's settings import collections.abc already
+
+TYPE_CHECKING = False  # typing's own constant would cost importing typing on the first access
+if TYPE_CHECKING:
+    import re
+    from collections.abc import Iterator
 
 # One line of a plain stub: an import (groups: module, name, alias), a one-line ``def name() -> annotation: ...``
-# (groups: name, annotation; stubs declare the package's own hooks so), a comment, or blank.
+# (groups: name, annotation; stubs declare the package's own hooks so), a comment, or blank. Compiled on the first
+# stub actually parsed: with the cache (``read_kernel_list``) most processes parse none.
 _NAME = r"[A-Za-z_]\w*"
 _DOTTED = rf"{_NAME}(?:\.{_NAME})*"
-_LINE = re.compile(
+_LINE_PATTERN = (
     rf"^(?:from \.({_DOTTED}) import ({_NAME})(?: as ({_NAME}))?"
-    rf"|def ({_NAME})\(\) -> ({_DOTTED}(?: \| {_DOTTED})*): \.\.\.)?[ \t]*(?:#.*)?$",
-    re.ASCII | re.MULTILINE,
+    rf"|def ({_NAME})\(\) -> ({_DOTTED}(?: \| {_DOTTED})*): \.\.\.)?[ \t]*(?:#.*)?$"
 )
+_line: re.Pattern[str] | None = None
 # Python's keywords (soft ones such as match and type are valid names): a stub using one as a name is a syntax
 # error, which the ast reader reports with its line. None, True and False may stand in an annotation, though.
 _CONSTANTS = frozenset({"None", "True", "False"})
-_KEYWORDS = frozenset(keyword.kwlist) - _CONSTANTS
+
+
+def _line_regex() -> re.Pattern[str]:
+    global _line
+    if _line is None:
+        import re
+
+        _line = re.compile(_LINE_PATTERN, re.ASCII | re.MULTILINE)
+    return _line
+
+
+def _keywords() -> frozenset[str]:
+    import keyword  # collections imports it: usually loaded already
+
+    return frozenset(keyword.kwlist) - _CONSTANTS
 
 
 class ManifestError(Exception):
     """A stub that cannot serve as a manifest; the caller turns it into a ``BackendError`` naming the backend."""
+
+
+class KernelList(Set[str]):
+    """One backend's kernels, answering ``name in kernels`` without a set of them (a set of 10,000 names costs
+    about a millisecond to build here, more than the whole first access may).
+
+    Held as two strings: ``table``, one ``\\nname\\tmodule\\tattribute`` line per kernel (module empty for a
+    kernel that is an attribute of the package itself), and ``names``, the names sorted, newline-joined. Membership
+    is one substring search of ``\\nname\\t``, exact because names hold no tab or newline (refused before the
+    search). ``kernels.names()`` (sorted) and iteration split ``names`` on first use.
+    """
+
+    __slots__ = ("_count", "_names", "_sorted", "_table")
+
+    def __init__(self, names: str, table: str, count: int) -> None:
+        self._names, self._table, self._count = names, table, count
+        self._sorted: tuple[str, ...] | None = None
+
+    @classmethod
+    def of(cls, manifest: dict[str, tuple[str | None, str]]) -> KernelList:
+        names = sorted(manifest)
+        table = "".join(f"\n{name}\t{manifest[name][0] or ''}\t{manifest[name][1]}" for name in names) + "\n"
+        return cls("\n".join(names), table, len(names))
+
+    def record(self) -> tuple[str, str, int]:
+        """What the on-disk cache keeps (``KernelList(*record)`` rebuilds it)."""
+        return (self._names, self._table, self._count)
+
+    def __contains__(self, name: object) -> bool:
+        return isinstance(name, str) and "\t" not in name and "\n" not in name and f"\n{name}\t" in self._table
+
+    def __len__(self) -> int:
+        return self._count
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.names())
+
+    def names(self) -> tuple[str, ...]:
+        names = self._sorted
+        if names is None:
+            names = self._sorted = tuple(self._names.split("\n")) if self._count else ()
+        return names
+
+    def where(self, name: str) -> tuple[str | None, str]:
+        """``(submodule or None, attribute)`` of a kernel in the list; ``KeyError`` for any other name."""
+        if name not in self:
+            raise KeyError(name)
+        start = self._table.index(f"\n{name}\t") + 1
+        _, module, attribute = self._table[start : self._table.index("\n", start)].split("\t")
+        return (module or None, attribute)
+
+    def manifest(self) -> dict[str, tuple[str | None, str]]:
+        return {name: self.where(name) for name in self.names()}
+
+
+def read_kernel_list(stub_path: str) -> KernelList:
+    """The stub's kernels, from the on-disk cache when the stub is the one recorded (``_cache``), else read and
+    validated in full by ``read_manifest`` (and recorded for the next process).
+
+    The record's key is the stub's path, inode, size and ``st_mtime_ns``: any rewrite of the stub changes one of
+    them (the cache's racy rule covers a same-size rewrite within one timestamp tick).
+    """
+    from lazyops import _cache
+
+    facts = os.stat(stub_path)
+    key = (stub_path, facts.st_ino, facts.st_size, facts.st_mtime_ns)
+    name = _cache.file_name("kernels", stub_path)
+    record = _cache.load(name, key)
+    if type(record) is tuple and [type(part) for part in record] == [str, str, int]:
+        return KernelList(*record)
+    kernels = KernelList.of(dict(read_manifest(stub_path)))
+    _cache.store(name, key, kernels.record(), facts.st_mtime_ns)
+    return kernels
 
 
 def read_manifest(stub_path: str) -> dict[str, tuple[str, str]]:
@@ -53,14 +144,16 @@ def _read_simple(text: str) -> dict[str, tuple[str, str]] | None:
     Written for stubs of thousands of kernels: one regex pass, one dict comprehension, and every other check on
     whole collections at C speed (a Python loop per line would cost as much again).
     """
-    lines = _LINE.findall(text)
+    from itertools import chain
+
+    lines = _line_regex().findall(text)
     if len(lines) != text.count("\n") + 1:
         return None  # some line is not a plain import, def, blank or comment: the full parser decides
     words = set(chain.from_iterable(lines))
     joined = "\n".join(words)
     if "." in joined or " " in joined:  # dotted modules, annotations "a | b": their parts are words too
         words.update(joined.replace(" | ", "\n").replace(".", "\n").split("\n"))
-    if not _KEYWORDS.isdisjoint(words) or (not _CONSTANTS.isdisjoint(words) and _misplaced_constant(lines)):
+    if not _keywords().isdisjoint(words) or (not _CONSTANTS.isdisjoint(words) and _misplaced_constant(lines)):
         return None  # a syntax error: the full parser says where
     exports = {alias or name: (module, name) for module, name, alias, _, _ in lines if module}
     names = "\n" + "\n".join(exports) + "\n"

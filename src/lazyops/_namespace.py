@@ -25,24 +25,28 @@ from __future__ import annotations
 
 import _thread
 import os
+from collections.abc import Set  # imported by lazyops._config anyway
 
 from lazyops import _forksafe
 from lazyops._config import Settings, apply_overrides, environment_without_overridden, settings_from_environment
 from lazyops._errors import BackendError, KernelUnavailableError
 from lazyops._errors import hide_in_pytest_tracebacks as __tracebackhide__  # noqa: F401
-from lazyops._notices import Notices, inherited_line, summary_line
+from lazyops._manifest import KernelList
 from lazyops._once import OnceCycleError
 from lazyops._platform import platform_default
 from lazyops._registry import Registry
 from lazyops._resolve import INHERITED, Resolution, resolve, unknown_kernel_error, validate
 
-# Only what the first access of a kernel from the platform default needs is imported above; the summary
-# (_report), tracing (_trace) and the wrapper (_wrap) are imported where they are first needed.
+# Only what the first access of a kernel from the platform default needs is imported above; the printed lines
+# (_notices), the summary (_report), tracing (_trace) and the wrapper (_wrap) are imported where first needed.
 TYPE_CHECKING = False  # typing's own constant would cost importing typing on the first access
 if TYPE_CHECKING:
-    from collections.abc import Callable, Mapping, MutableMapping
+    from collections.abc import Callable, Iterator, Mapping, MutableMapping
     from typing import Any
 
+    from lazyops._backend import Backend
+    from lazyops._notices import Notices
+    from lazyops._registry import RefusedBackend
     from lazyops._trace import Tracer
 
 
@@ -51,6 +55,10 @@ class InstalledUniverse:
 
     Its memos are computed without a lock (reading a kernel list may import a stub-less backend) and published
     whole; two threads computing one at once compute the same thing.
+
+    ``known_kernels()`` is a view (``KnownKernels``), not a set: the first access asks it one question (is this
+    name a kernel at all?), which the first backend that lists the name answers, so a backend of 10,000 kernels
+    is searched, not turned into a set.
     """
 
     def __init__(self, registry: Registry, default: Callable[[], str]) -> None:
@@ -59,6 +67,10 @@ class InstalledUniverse:
         self._default: str | None = None
         self._known: frozenset[str] | None = None
         self._sorted: tuple[str, ...] | None = None
+        # Each backend's kernels as far as the known set counts them: None for one that cannot list them
+        # (it contributes no names, as one broken plugin must not take the namespace down).
+        self._counted: dict[str, Set[str] | None] = {}
+        self._view = KnownKernels(self)
 
     @property
     def backends(self) -> tuple[str, ...]:
@@ -70,8 +82,8 @@ class InstalledUniverse:
             self._default = self._default_probe()
         return self._default
 
-    def exports(self, backend: str) -> frozenset[str]:
-        return self.registry[backend].exports()
+    def exports(self, backend: str) -> Set[str]:
+        return _kernels_of(self.registry[backend])
 
     @property
     def complete(self) -> bool:
@@ -79,31 +91,123 @@ class InstalledUniverse:
         return self._known is not None
 
     def kernel_names(self) -> tuple[str, ...]:
-        """``known_kernels()`` sorted, kept once final: ``dir(lazyops)`` and ``lazyops.kernels()`` ask often."""
+        """``known_kernels()`` sorted, kept once final: ``dir(lazyops)`` and ``lazyops.kernels()`` ask often.
+
+        Built from each backend's own sorted list, the largest first as it is, the others' names it lacks added
+        and the whole sorted again: nearly sorted input, which Python's sort merges in linear time.
+        """
         names = self._sorted
         if names is None:
-            names = tuple(sorted(self.known_kernels()))
-            if self.complete:
+            lists, complete = self.counted_lists()
+            lists.sort(key=len, reverse=True)
+            merged = list(_names_of(lists[0])) if lists else []
+            for index, kernels in enumerate(lists[1:], start=1):
+                merged += [name for name in kernels if not any(name in bigger for bigger in lists[:index])]
+            merged.sort()
+            names = tuple(merged)
+            if complete:
                 self._sorted = names
+                if self._known is None:
+                    self._known = frozenset(names)
         return names
 
-    def known_kernels(self) -> frozenset[str]:
+    def known_kernels(self) -> KnownKernels:
+        return self._view
+
+    def counted_lists(self) -> tuple[list[Set[str]], bool]:
+        """The kernel list of every backend that can list its kernels, and whether that answer is final."""
+        lists: list[Set[str]] = []
+        complete = True
+        for backend in self.registry:
+            kernels, final = self.counted(backend)
+            complete = complete and final
+            if kernels is not None:
+                lists.append(kernels)
+        return lists, complete
+
+    def counted(self, backend: Backend | RefusedBackend) -> tuple[Set[str] | None, bool]:
+        """``backend``'s kernels as the known set counts them (``None``: none), and whether that is final."""
+        if backend.name in self._counted:
+            return self._counted[backend.name], True
+        try:
+            kernels: Set[str] | None = _kernels_of(backend)
+        except BackendError as error:
+            # A backend that cannot list its kernels only fails when it is selected; here it just contributes no
+            # names. Asked from inside that backend's own loading, the answer is not one to keep.
+            if isinstance(error.__cause__, OnceCycleError):
+                return None, False
+            kernels = None
+        self._counted[backend.name] = kernels
+        return kernels, True
+
+    def union(self) -> frozenset[str]:
         known = self._known
         if known is not None:
             return known
-        names: set[str] = set()
-        complete = True
-        for backend in self.registry:
-            try:
-                names |= backend.exports()
-            except BackendError as error:
-                # A backend that cannot list its kernels only fails when it is selected; here it just
-                # contributes no names, so one broken plugin does not take the whole namespace down.
-                if isinstance(error.__cause__, OnceCycleError):
-                    complete = False  # asked from inside that backend's own loading: an answer not to keep
+        lists, complete = self.counted_lists()
+        names = frozenset().union(*lists)
         if complete:
-            self._known = frozenset(names)
-        return frozenset(names)
+            self._known = names
+        return names
+
+
+class KnownKernels(Set[str]):
+    """Every kernel name any known backend exports, as a view over the backends' kernel lists.
+
+    ``in`` asks the backends in order and stops at the first that lists the name; ``len`` counts without building
+    the union (the largest list's size, plus what the others add); ``outside(lists)`` gives the kernels none of
+    ``lists`` exports by walking only the other backends' lists. Iteration builds the union once.
+    """
+
+    def __init__(self, universe: InstalledUniverse) -> None:
+        self._universe = universe
+
+    def __contains__(self, name: object) -> bool:
+        universe = self._universe
+        known = universe._known
+        if known is not None:
+            return name in known
+        for backend in universe.registry:
+            kernels, _ = universe.counted(backend)
+            if kernels is not None and name in kernels:
+                return True
+        return False
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._universe.union())
+
+    def __len__(self) -> int:
+        known = self._universe._known
+        if known is not None:
+            return len(known)
+        lists, _ = self._universe.counted_lists()
+        lists.sort(key=len, reverse=True)
+        count = len(lists[0]) if lists else 0
+        for index, kernels in enumerate(lists[1:], start=1):
+            count += sum(1 for name in kernels if not any(name in bigger for bigger in lists[:index]))
+        return count
+
+    def outside(self, excluded: list[Set[str]]) -> frozenset[str]:
+        """The known kernels that none of ``excluded`` (backends' own kernel lists) exports."""
+        lists, _ = self._universe.counted_lists()
+        return frozenset(
+            name
+            for kernels in lists
+            if not any(kernels is other for other in excluded)
+            for name in kernels
+            if not any(name in other for other in excluded)
+        )
+
+
+def _kernels_of(backend: Backend | RefusedBackend) -> Set[str]:
+    """A backend's kernel list; a backend object without ``kernel_list`` (a test's double) gives its exports."""
+    kernel_list = getattr(backend, "kernel_list", None)
+    return kernel_list() if kernel_list is not None else backend.exports()
+
+
+def _names_of(kernels: Set[str]) -> tuple[str, ...] | list[str]:
+    """The names of one backend's kernel list in sorted order (a ``KernelList`` keeps them so)."""
+    return kernels.names() if isinstance(kernels, KernelList) else sorted(kernels)
 
 
 class _Configured:
@@ -146,10 +250,23 @@ class Namespace:
         self._summarised = False
         #: the module's ``__getattr__`` while resolve_all() has taken it out of the dict (the fast state), else None
         self._hidden_getattr: Any = None
-        self.notices = Notices()
+        self._notices: Notices | None = None
         #: what EAGER_IMPORT's resolution raised when lazyops was imported for its own tools (see lazyops._eager)
         self.eager_error: BaseException | None = None
         _forksafe.register(self)
+
+    @property
+    def notices(self) -> Notices:
+        """The printed lines' once-per-process memory, made when the first line is printed."""
+        notices = self._notices
+        if notices is None:
+            from lazyops._notices import Notices  # before the lock: an import must never wait for a lock of ours
+
+            with self._lock:
+                if self._notices is None:
+                    self._notices = Notices()
+                notices = self._notices
+        return notices
 
     # -- what is installed -------------------------------------------------------------------------------------
     def universe(self) -> InstalledUniverse:
@@ -292,9 +409,11 @@ class Namespace:
         """The object to store: ``factory`` itself, or a wrapper for a notice or tracing. Called with the lock held."""
         announce = None
         if resolution.reason == INHERITED:
-            line = inherited_line(resolution.kernel, resolution.backend, resolution.lacking)
 
-            def announce() -> None:
+            def announce() -> None:  # at the first call, where no lock of ours is held: it may import _notices
+                from lazyops._notices import inherited_line
+
+                line = inherited_line(resolution.kernel, resolution.backend, resolution.lacking)
                 self.notices.emit(line, verbose=settings.verbose, rank=settings.rank)
 
         if settings.trace and self._tracer is None:
@@ -318,6 +437,8 @@ class Namespace:
             self._summarised = True
         if settings.chain is None:
             return  # the platform default alone: nothing was asked for that could be missing
+        from lazyops._notices import summary_line
+
         line = summary_line(settings, self.universe())
         if line is not None:
             self.notices.emit(line, verbose=settings.verbose, rank=settings.rank)

@@ -17,7 +17,7 @@ from lazyops._resolve import chain_of, resolve
 TYPE_CHECKING = False  # typing's own constant would cost importing typing on the first access
 if TYPE_CHECKING:
     from lazyops._config import Settings
-    from lazyops._resolve import Universe
+    from lazyops._namespace import InstalledUniverse
 
 
 class Notices:
@@ -46,18 +46,19 @@ def inherited_line(kernel: str, source: str, lacking: tuple[str, ...]) -> str:
     )
 
 
-def summary_line(settings: Settings, universe: Universe) -> str | None:
+def summary_line(settings: Settings, universe: InstalledUniverse) -> str | None:
     """The first resolution's line, when the chain is anything but the platform default alone (else ``None``).
 
-    ``Report.summary_line`` tells the same from a full report; this resolves only the kernels the chain lacks, so
-    that a first access costs the same with ten kernels or ten thousand.
+    ``Report.summary_line`` tells the same from a full report; this resolves only the kernels the chain lacks, and
+    counts and finds them without a set of every kernel (``KnownKernels``), so that a first access costs about the
+    same with ten kernels or ten thousand in the chain.
     """
     if settings.chain is None:
         return None
     chain, default = chain_of(settings, universe), universe.default
     known = universe.known_kernels()
     lacking: dict[str, str | None] = {}
-    for kernel in sorted(known.difference(*(universe.exports(backend) for backend in chain))):
+    for kernel in sorted(known.outside([universe.exports(backend) for backend in chain])):
         try:
             lacking[kernel] = resolve(kernel, settings, universe).backend
         except KernelUnavailableError:

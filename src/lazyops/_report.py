@@ -8,7 +8,7 @@ whether a backend can run here is a separate, costlier question, ``lazyops._api.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Set
 from dataclasses import dataclass
 
 from lazyops._config import Settings
@@ -57,7 +57,7 @@ class Report:
 def build_report(settings: Settings, universe: Universe, *, refused: tuple[str, ...] = ()) -> Report:
     """The report under ``settings``; ``refused`` are the registry's refused entry points, to show alongside."""
     known = sorted(universe.known_kernels())
-    exports: dict[str, frozenset[str]] = {}
+    exports: dict[str, Set[str]] = {}
     unreadable: dict[str, str] = {}
     for backend in universe.backends:
         try:

@@ -20,6 +20,7 @@ from lazyops._errors import hide_in_pytest_tracebacks as __tracebackhide__  # no
 
 TYPE_CHECKING = False  # typing's own constant would cost importing typing on the first access
 if TYPE_CHECKING:
+    from collections.abc import Set
     from typing import Protocol
 else:  # the protocol is for type checkers; at run time a plain base will do
     Protocol = object
@@ -42,10 +43,10 @@ class Universe(Protocol):
     def default(self) -> str:
         """The platform default; only asked for when the order needs it."""
 
-    def exports(self, backend: str) -> frozenset[str]:
+    def exports(self, backend: str) -> Set[str]:
         """The kernel names ``backend`` exports (may raise ``BackendError`` for a backend without a stub)."""
 
-    def known_kernels(self) -> frozenset[str]:
+    def known_kernels(self) -> Set[str]:
         """Every kernel name any known backend exports."""
 
 
@@ -81,7 +82,7 @@ def chain_of(settings: Settings, universe: Universe) -> tuple[str, ...]:
     return settings.chain if settings.chain is not None else (universe.default,)
 
 
-def suggest(name: str, choices: frozenset[str] | tuple[str, ...]) -> str:
+def suggest(name: str, choices: Set[str] | tuple[str, ...]) -> str:
     """`` Did you mean 'rmsnorm_tl'?`` or nothing: appended to errors about unknown names."""
     import difflib  # only on an error path
 
