@@ -21,7 +21,7 @@ from lazyops._errors import BackendError
 
 TYPE_CHECKING = False  # typing's own constant would cost importing typing on the first access
 if TYPE_CHECKING:
-    from collections.abc import Iterable, Iterator
+    from collections.abc import Callable, Iterable, Iterator
     from typing import NoReturn
 
 ENTRY_POINT_GROUP = "lazyops.backends"
@@ -263,45 +263,85 @@ class RefusedBackend:
 
 
 class Registry:
-    """The known backends, in order: built-ins first, then third-party ones sorted by name."""
+    """The known backends, in order: built-ins first, then third-party ones sorted by name.
 
-    def __init__(self, backends: Iterable[Backend | RefusedBackend], refused: Iterable[RefusedBackend] = ()) -> None:
-        self._backends: dict[str, Backend | RefusedBackend] = {}
-        for backend in backends:
-            self._backends[backend.name] = backend
-        #: every refused entry point, including those whose name stays with a built-in
-        self.refused: tuple[RefusedBackend, ...] = tuple(refused)
+    ``Registry.discover()`` reads the installed entry points only when something needs a backend beyond the
+    built-ins: iterating past them, a name that is not a built-in's, every name, or the refusals. A claim on a
+    built-in's name never displaces the built-in, so a kernel that the platform default exports resolves without
+    reading them. The third-party part is computed without a lock and published once (``dict.setdefault``, atomic):
+    two threads computing it at once both use the one published first, so each backend is one object.
+    """
+
+    def __init__(
+        self,
+        backends: Iterable[Backend | RefusedBackend],
+        refused: Iterable[RefusedBackend] = (),
+        *,
+        builtins: Iterable[Backend] = (),
+        third_party: Callable[[dict[str, Backend | RefusedBackend]], Registry] | None = None,
+    ) -> None:
+        self._builtins: dict[str, Backend | RefusedBackend] = {backend.name: backend for backend in builtins}
+        self._third_party = third_party
+        self._state: dict[str, tuple[dict[str, Backend | RefusedBackend], tuple[RefusedBackend, ...]]] = {}
+        if third_party is None:
+            everything: dict[str, Backend | RefusedBackend] = {}
+            for backend in backends:
+                everything[backend.name] = backend
+            #: every refused entry point, including those whose name stays with a built-in
+            self._state["all"] = (everything, tuple(refused))
 
     @classmethod
     def discover(cls, entry_points: Iterable[EntryPointSpec] | None = None) -> Registry:
-        specs = installed_entry_points() if entry_points is None else list(entry_points)
-        found: dict[str, Backend | RefusedBackend] = {
-            name: Backend(name, module, "built-in", hint) for name, module, hint in BUILTINS
-        }
-        claims: dict[str, list[EntryPointSpec]] = {}
-        for spec in sorted(specs, key=lambda s: (s.name, s.distribution)):
-            claims.setdefault(spec.name, []).append(spec)
-        refused: list[RefusedBackend] = []
-        for name, claimants in claims.items():
-            backend = _backend_of(name, claimants, found.get(name))
-            if isinstance(backend, RefusedBackend):
-                refused.append(backend)
-            if name not in found:
-                found[name] = backend
-        return cls(found.values(), refused)
+        builtins = [Backend(name, module, "built-in", hint) for name, module, hint in BUILTINS]
+        if entry_points is None:
+            return cls((), builtins=builtins, third_party=lambda found: _registered(installed_entry_points(), found))
+        return _registered(list(entry_points), {backend.name: backend for backend in builtins})
+
+    def _all(self) -> tuple[dict[str, Backend | RefusedBackend], tuple[RefusedBackend, ...]]:
+        state = self._state.get("all")
+        if state is None:
+            assert self._third_party is not None  # set whenever "all" is not
+            complete = self._third_party(dict(self._builtins))  # reads metadata: no lock held
+            state = self._state.setdefault("all", complete._all())
+        return state
+
+    @property
+    def refused(self) -> tuple[RefusedBackend, ...]:
+        """Every refused entry point, including those whose name stays with a built-in."""
+        return self._all()[1]
 
     @property
     def names(self) -> tuple[str, ...]:
-        return tuple(self._backends)
+        return tuple(self._all()[0])
 
     def __getitem__(self, name: str) -> Backend | RefusedBackend:
-        return self._backends[name]
+        builtin = self._builtins.get(name)
+        return builtin if builtin is not None else self._all()[0][name]
 
     def __contains__(self, name: object) -> bool:
-        return name in self._backends
+        return name in self._builtins or name in self._all()[0]
 
     def __iter__(self) -> Iterator[Backend | RefusedBackend]:
-        return iter(self._backends.values())
+        """The backends in order; the entry points are read only when the iteration goes past the built-ins."""
+        yield from self._builtins.values()
+        for name, backend in self._all()[0].items():
+            if name not in self._builtins:
+                yield backend
+
+
+def _registered(specs: list[EntryPointSpec], found: dict[str, Backend | RefusedBackend]) -> Registry:
+    """The registry of the built-ins ``found`` and the entry points ``specs`` (refused ones listed as such)."""
+    claims: dict[str, list[EntryPointSpec]] = {}
+    for spec in sorted(specs, key=lambda s: (s.name, s.distribution)):
+        claims.setdefault(spec.name, []).append(spec)
+    refused: list[RefusedBackend] = []
+    for name, claimants in claims.items():
+        backend = _backend_of(name, claimants, found.get(name))
+        if isinstance(backend, RefusedBackend):
+            refused.append(backend)
+        if name not in found:
+            found[name] = backend
+    return Registry(found.values(), refused)
 
 
 def _backend_of(

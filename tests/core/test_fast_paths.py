@@ -14,6 +14,7 @@ import sys
 import pytest
 
 from lazyops._config import Settings
+from lazyops._errors import KernelUnavailableError
 from lazyops._manifest import _read_simple, _read_with_ast, read_manifest
 from lazyops._namespace import Namespace
 from lazyops._notices import summary_line
@@ -141,3 +142,23 @@ def test_the_first_access_summary_is_the_reports(fake_backends, environ):
     namespace = Namespace({}, environ=environ, default=lambda: "torch")
     settings, universe = namespace.settings(), namespace.universe()
     assert summary_line(settings, universe) == build_report(settings, universe).summary_line()
+
+
+def test_a_kernel_of_the_platform_default_resolves_without_reading_entry_points(fake_backends, monkeypatch):
+    fake_backends.make("ext", ["alpha_tl", "rmsnorm_tl"])
+    reads = []
+
+    def counted():
+        reads.append(1)
+        return installed_entry_points()
+
+    monkeypatch.setattr("lazyops._registry.installed_entry_points", counted)
+    namespace = Namespace({}, environ={}, default=lambda: "torch")
+    assert (namespace.which("rmsnorm_tl").backend, reads) == ("torch", [])  # a built-in answers: nothing read
+    with pytest.raises(KernelUnavailableError):  # known only past the built-ins: the entry points are read
+        namespace.which("alpha_tl")
+    assert reads == [1] and "ext" in namespace.backend_names()
+    registry = namespace.universe().registry
+    assert [backend.name for backend in registry][:3] == ["torch", "triton", "tilelang"]
+    assert registry["ext"] is next(backend for backend in registry if backend.name == "ext")  # one object each
+    assert reads == [1]
