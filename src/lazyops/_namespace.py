@@ -27,12 +27,11 @@ import _thread
 import os
 from collections.abc import Set  # imported by lazyops._config anyway
 
-from lazyops import _forksafe
 from lazyops._config import Settings, apply_overrides, environment_without_overridden, settings_from_environment
 from lazyops._errors import BackendError, KernelUnavailableError
 from lazyops._errors import hide_in_pytest_tracebacks as __tracebackhide__  # noqa: F401
 from lazyops._manifest import KernelList
-from lazyops._once import OnceCycleError
+from lazyops._once import OnceCycleError, fork_safe
 from lazyops._platform import platform_default
 from lazyops._registry import Registry
 from lazyops._resolve import INHERITED, Resolution, resolve, unknown_kernel_error, validate
@@ -253,7 +252,7 @@ class Namespace:
         self._notices: Notices | None = None
         #: what EAGER_IMPORT's resolution raised when lazyops was imported for its own tools (see lazyops._eager)
         self.eager_error: BaseException | None = None
-        _forksafe.register(self)
+        fork_safe(self)
 
     @property
     def notices(self) -> Notices:

@@ -10,8 +10,8 @@ from __future__ import annotations
 import _thread
 import sys
 
-from lazyops import _forksafe
 from lazyops._errors import KernelUnavailableError
+from lazyops._once import fork_safe
 from lazyops._resolve import chain_of, resolve
 
 TYPE_CHECKING = False  # typing's own constant would cost importing typing on the first access
@@ -24,7 +24,7 @@ class Notices:
     def __init__(self) -> None:
         self._printed: set[str] = set()
         self._lock = _thread.allocate_lock()
-        _forksafe.register(self)
+        fork_safe(self)
 
     def emit(self, line: str, *, verbose: bool, rank: int) -> None:
         """Print ``line`` to stderr unless it was printed before, or this is not rank 0 and not ``verbose``."""

@@ -9,20 +9,30 @@ fields: one thread (the owner) runs the computation, the others wait on an event
 - failure is not: the waiters and later callers try again (as Python's import system does after a failed import);
 - re-entry from the owner thread, and a cycle of threads each waiting for a ``Once`` another of them owns, raise
   ``OnceCycleError`` instead of hanging.
+
+Fresh locks in a forked child (``fork_safe``), so that a fork while another thread resolves a kernel cannot hang
+the child. ``fork()`` copies every lock in the state it is in, but only the forking thread: a lock another thread
+held stays held forever in the child. Every object of lazyops that owns a lock (each ``Once``, the namespace, the
+printed lines' memory) registers here, and the child replaces them (``os.register_at_fork``). Objects are held
+weakly, so registering costs nothing once they are gone. Kept with ``Once`` (its main user) rather than in a
+module of its own: every module the first access imports costs about 200 µs on a slow machine.
 """
 
 from __future__ import annotations
 
 import _thread
-
-from lazyops import _forksafe
+import os
+import weakref
 
 TYPE_CHECKING = False  # typing's own constant would cost importing typing on the first access
 if TYPE_CHECKING:
     from collections.abc import Callable
-    from typing import Generic, TypeVar
+    from typing import Generic, Protocol, TypeVar
 
     T = TypeVar("T")
+
+    class ForkSafe(Protocol):
+        def _after_fork_in_child(self) -> None: ...
 
     class _Generic(Generic[T]):
         pass
@@ -33,6 +43,30 @@ else:  # Once[...] appears in annotations only, which are never evaluated
             return cls
 
     T = None
+
+_FORK_SAFE: weakref.WeakSet[ForkSafe] = weakref.WeakSet()
+_AT_FORK_IN_CHILD: list[Callable[[], None]] = []
+
+
+def fork_safe(obj: ForkSafe) -> None:
+    """Call ``obj._after_fork_in_child()`` in every forked child (where it renews its locks)."""
+    _FORK_SAFE.add(obj)
+
+
+def at_fork_in_child(callback: Callable[[], None]) -> None:
+    _AT_FORK_IN_CHILD.append(callback)
+
+
+def _in_child() -> None:
+    for callback in _AT_FORK_IN_CHILD:
+        callback()
+    for obj in list(_FORK_SAFE):
+        obj._after_fork_in_child()
+
+
+if hasattr(os, "register_at_fork"):  # not on Windows, which has no fork
+    os.register_at_fork(after_in_child=_in_child)
+
 
 # Which Once each thread is waiting for: read to find a cycle before waiting. Guarded by _WAITING_LOCK.
 _WAITING: dict[int, Once[object]] = {}
@@ -52,7 +86,7 @@ class Once(_Generic[T]):
         self._owner: int | None = None
         #: held by the owner while it computes; the others wait by acquiring it (an Event, without threading)
         self._finished: _thread.LockType | None = None
-        _forksafe.register(self)
+        fork_safe(self)
 
     @property
     def done(self) -> bool:
@@ -127,4 +161,4 @@ def _reset_waiting_after_fork() -> None:
     _WAITING.clear()
 
 
-_forksafe.at_fork_in_child(_reset_waiting_after_fork)
+at_fork_in_child(_reset_waiting_after_fork)

@@ -19,7 +19,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from lazyops import _forksafe
+from lazyops._once import fork_safe
 
 
 class Tracer:
@@ -31,7 +31,7 @@ class Tracer:
         self._seen: set[Any] = set()
         self._failed = False
         self._lock = threading.Lock()
-        _forksafe.register(self)
+        fork_safe(self)
 
     def constructed(
         self, kernel: str, backend: str, reason: str, args: tuple[Any, ...], kwargs: dict[str, Any], seconds: float

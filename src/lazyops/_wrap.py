@@ -19,7 +19,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from lazyops import _forksafe
+from lazyops._once import fork_safe
 from lazyops._resolve import Resolution
 from lazyops._trace import Tracer
 
@@ -38,7 +38,7 @@ class ResolvedFactory:
         self._on_first_call = on_first_call
         self._tracer = tracer
         self._once = threading.Lock()
-        _forksafe.register(self)
+        fork_safe(self)
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         if self._on_first_call is not None:
