@@ -99,9 +99,7 @@ class InstalledUniverse:
         if names is None:
             lists, complete = self.counted_lists()
             lists.sort(key=len, reverse=True)
-            merged = list(_names_of(lists[0])) if lists else []
-            for index, kernels in enumerate(lists[1:], start=1):
-                merged += [name for name in kernels if not any(name in bigger for bigger in lists[:index])]
+            merged = [*_names_of(lists[0]), *_added_by_smaller(lists)] if lists else []
             merged.sort()
             names = tuple(merged)
             if complete:
@@ -181,10 +179,7 @@ class KnownKernels(Set[str]):
             return len(known)
         lists, _ = self._universe.counted_lists()
         lists.sort(key=len, reverse=True)
-        count = len(lists[0]) if lists else 0
-        for index, kernels in enumerate(lists[1:], start=1):
-            count += sum(1 for name in kernels if not any(name in bigger for bigger in lists[:index]))
-        return count
+        return len(lists[0]) + sum(1 for _ in _added_by_smaller(lists)) if lists else 0
 
     def outside(self, excluded: list[Set[str]]) -> frozenset[str]:
         """The known kernels that none of ``excluded`` (backends' own kernel lists) exports."""
@@ -202,6 +197,15 @@ def _kernels_of(backend: Backend | RefusedBackend) -> Set[str]:
     """A backend's kernel list; a backend object without ``kernel_list`` (a test's double) gives its exports."""
     kernel_list = getattr(backend, "kernel_list", None)
     return kernel_list() if kernel_list is not None else backend.exports()
+
+
+def _added_by_smaller(lists: list[Set[str]]) -> Iterator[str]:
+    """The names of ``lists[1:]`` that no earlier list holds, each once (``lists`` largest first: the walk is over
+    the small lists, each name asked of the large ones)."""
+    for index, kernels in enumerate(lists[1:], start=1):
+        for name in kernels:
+            if not any(name in larger for larger in lists[:index]):
+                yield name
 
 
 def _names_of(kernels: Set[str]) -> tuple[str, ...] | list[str]:

@@ -185,3 +185,16 @@ def test_the_known_kernels_view_agrees_with_the_union(fake_backends, cache_dir, 
     assert known.outside([universe.exports(b) for b in chain]) == union.difference(*(lists[b] for b in chain))
     assert all(name in known for name in union) and "gamma_tl" not in known
     assert universe.kernel_names() == tuple(sorted(union)) and set(known) == union
+
+
+def test_the_bisection_answers_as_a_set_does():
+    import random
+
+    rng = random.Random(12)
+    words = {"".join(rng.choice("ab_") for _ in range(rng.randint(1, 6))) + "_tl" for _ in range(400)}
+    manifest = {word: (f"m{index}", word) for index, word in enumerate(sorted(words))}
+    kernels = KernelList.of(manifest)
+    probes = words | {word[:-1] for word in words} | {"a" + word for word in words} | {"", "_tl", "zz_tl", "\n"}
+    for probe in sorted(probes):
+        assert (probe in kernels) == (probe in manifest), probe
+    assert all(kernels.where(word) == manifest[word] for word in words)
