@@ -33,9 +33,18 @@ BUILTINS = (
     ("tilelang", "lazyops._backends.tilelang", "install it with: pip install 'lazyops[tilelang]'"),
 )
 
-# The shapes a third-party entry point must have, checked with re, imported only when there is one to check.
-_NAME = r"[a-z][a-z0-9_]*\Z"
-_MODULE = r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*\Z"
+# The characters of a backend name (it is written in LAZYOPS_BACKEND's comma list): lowercase ASCII letters first.
+_NAME_CHARACTERS = frozenset("abcdefghijklmnopqrstuvwxyz0123456789_")
+
+
+def _is_backend_name(name: str) -> bool:
+    return "a" <= name[:1] <= "z" and set(name) <= _NAME_CHARACTERS
+
+
+def _is_module_path(value: str) -> bool:
+    """``package.module``: dotted ASCII identifiers (checked without ``re``: compiling two patterns cost more than
+    the rest of a first access)."""
+    return all(part.isascii() and part.isidentifier() for part in value.split("."))
 
 
 class EntryPointSpec:
@@ -86,7 +95,11 @@ def _entry_points_from_directories() -> list[EntryPointSpec] | None:
     ``entry_points.txt`` of a distribution that registered nothing, edited in place to add the group (installers
     write a new ``.dist-info`` instead); reinstall it, or delete the cache.
     """
-    from importlib.machinery import PathFinder
+    # importlib.machinery's PathFinder is the bootstrap's own, loaded at startup; the public module costs an import.
+    bootstrap = sys.modules.get("_frozen_importlib_external")
+    PathFinder = getattr(bootstrap, "PathFinder", None)
+    if PathFinder is None:
+        from importlib.machinery import PathFinder
 
     if any(hasattr(finder, "find_distributions") and finder is not PathFinder for finder in sys.meta_path):
         return None  # another finder knows distributions (a zip importer, a custom one): only it can list them
@@ -292,7 +305,11 @@ class Registry:
 
     @classmethod
     def discover(cls, entry_points: Iterable[EntryPointSpec] | None = None) -> Registry:
-        builtins = [Backend(name, module, "built-in", hint) for name, module, hint in BUILTINS]
+        here = os.path.dirname(os.path.abspath(__file__))
+        builtins = [
+            Backend(name, module, "built-in", hint, stub=os.path.join(here, "_backends", name, "__init__.pyi"))
+            for name, module, hint in BUILTINS
+        ]
         if entry_points is None:
             return cls((), builtins=builtins, third_party=lambda found: _registered(installed_entry_points(), found))
         return _registered(list(entry_points), {backend.name: backend for backend in builtins})
@@ -366,14 +383,12 @@ def _backend_of(
         )
     (spec,) = claimants
     where = f"entry point {spec.name!r} = {spec.value!r} of {spec.distribution}"
-    import re
-
-    if not re.match(_NAME, spec.name):
+    if not _is_backend_name(spec.name):
         problem = (
             "a backend name must be lowercase letters, digits and '_' (it is written in LAZYOPS_BACKEND's comma "
             "list); ask its authors to rename it"
         )
-    elif not re.match(_MODULE, spec.value):
+    elif not _is_module_path(spec.value):
         problem = "the value must be a module path like 'package.module' (no ':attribute'); ask its authors to fix it"
     else:
         problem = None
