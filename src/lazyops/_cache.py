@@ -31,7 +31,7 @@ if TYPE_CHECKING:
     from typing import Any
 
 #: bumped whenever the meaning of a record changes, so that an older lazyops' records are ignored
-FORMAT = "lazyops-cache-2"
+FORMAT = "lazyops-cache-3"
 RACY_NS = 2_000_000_000
 
 

@@ -61,57 +61,56 @@ class KernelList(Set[str]):
     """One backend's kernels, answering ``name in kernels`` without a set of them (a set of 10,000 names costs
     about a millisecond to build on a slow machine, more than the whole first access may).
 
-    Held as two strings: ``table``, one ``name\\tmodule\\tattribute`` line per kernel sorted by name (module
-    empty for a kernel that is an attribute of the package itself), and ``names``, the names alone, sorted and
-    newline-joined. ``in`` and ``where`` bisect the table by character offset: a few dozen string operations at
-    10,000 kernels, where a substring search would read the whole table for every name it lacks. Answers are kept,
-    since the summary line asks about the same few names more than once. ``names()`` (sorted) and iteration split
-    ``names`` on first use.
+    Held as strings: ``table``, one ``\\nname\\tmodule\\tattribute`` line per kernel sorted by name (module
+    empty for a kernel that is an attribute of the package itself); ``names``, the names alone, sorted and
+    newline-joined; and a sparse index, the first name and offset of every ``BLOCK``-th line. ``in`` and ``where``
+    bisect the index (a few comparisons) and search one block of the table for ``\\nname\\t``, exact because a
+    name holds no tab or newline (a probe that does is refused first). ``names()`` and iteration split ``names`` on
+    first use.
     """
 
-    __slots__ = ("_answers", "_count", "_names", "_sorted", "_table")
+    BLOCK = 64
+    __slots__ = ("_count", "_keys", "_names", "_offsets", "_sorted", "_table")
 
-    def __init__(self, names: str, table: str, count: int) -> None:
-        self._names, self._table, self._count = names, table, count
+    def __init__(self, names: str, table: str, count: int, keys: tuple[str, ...], offsets: tuple[int, ...]) -> None:
+        self._names, self._table, self._count, self._keys, self._offsets = names, table, count, keys, offsets
         self._sorted: tuple[str, ...] | None = None
-        self._answers: dict[str, bool] = {}
 
     @classmethod
     def of(cls, manifest: dict[str, tuple[str | None, str]]) -> KernelList:
         names = sorted(manifest)
-        table = "\n".join(f"{name}\t{manifest[name][0] or ''}\t{manifest[name][1]}" for name in names)
-        return cls("\n".join(names), table, len(names))
+        lines = [f"\n{name}\t{manifest[name][0] or ''}\t{manifest[name][1]}" for name in names]
+        keys, offsets, offset = [], [], 0
+        for index, line in enumerate(lines):
+            if index % cls.BLOCK == 0:
+                keys.append(names[index])
+                offsets.append(offset)
+            offset += len(line)
+        return cls("\n".join(names), "".join(lines), len(names), tuple(keys), tuple(offsets))
 
-    def record(self) -> tuple[str, str, int]:
+    def record(self) -> tuple[str, str, int, tuple[str, ...], tuple[int, ...]]:
         """What the on-disk cache keeps (``KernelList(*record)`` rebuilds it)."""
-        return (self._names, self._table, self._count)
+        return (self._names, self._table, self._count, self._keys, self._offsets)
 
     def __contains__(self, name: object) -> bool:
-        if not isinstance(name, str):
-            return False
-        known = self._answers.get(name)
-        if known is None:
-            known = self._answers[name] = self._line(name) is not None
-        return known
+        return isinstance(name, str) and self._find(name) >= 0
 
-    def _line(self, name: str) -> str | None:
-        """The table's line for ``name``, by bisection: ``[low, high)`` always spans whole lines."""
-        table = self._table
-        low, high = 0, len(table)
-        while low < high:
+    def _find(self, name: str) -> int:
+        """Where ``name``'s line starts in the table (at its newline), else -1."""
+        if "\t" in name or "\n" in name:
+            return -1
+        keys = self._keys
+        low, high = 0, len(keys)
+        while low < high:  # the last block whose first name is not after ``name``
             middle = (low + high) // 2
-            start = table.rfind("\n", 0, middle) + 1
-            end = table.find("\n", middle)
-            end = len(table) if end < 0 else end
-            line = table[start:end]
-            key = line[: line.find("\t")]
-            if name == key:
-                return line
-            if name < key:
-                high = start
+            if keys[middle] <= name:
+                low = middle + 1
             else:
-                low = end + 1
-        return None
+                high = middle
+        if low == 0:
+            return -1
+        end = self._offsets[low] if low < len(keys) else len(self._table)
+        return self._table.find(f"\n{name}\t", self._offsets[low - 1], end)
 
     def __len__(self) -> int:
         return self._count
@@ -127,10 +126,11 @@ class KernelList(Set[str]):
 
     def where(self, name: str) -> tuple[str | None, str]:
         """``(submodule or None, attribute)`` of a kernel in the list; ``KeyError`` for any other name."""
-        line = self._line(name)
-        if line is None:
+        start = self._find(name)
+        if start < 0:
             raise KeyError(name)
-        _, module, attribute = line.split("\t")
+        end = self._table.find("\n", start + 1)
+        _, module, attribute = self._table[start + 1 : end if end >= 0 else None].split("\t")
         return (module or None, attribute)
 
     def manifest(self) -> dict[str, tuple[str | None, str]]:
@@ -150,7 +150,7 @@ def read_kernel_list(stub_path: str) -> KernelList:
     key = (stub_path, facts.st_ino, facts.st_size, facts.st_mtime_ns)
     name = _cache.file_name("kernels", stub_path)
     record = _cache.load(name, key)
-    if type(record) is tuple and [type(part) for part in record] == [str, str, int]:
+    if type(record) is tuple and [type(part) for part in record] == [str, str, int, tuple, tuple]:
         return KernelList(*record)
     kernels = KernelList.of(dict(read_manifest(stub_path)))
     _cache.store(name, key, kernels.record(), facts.st_mtime_ns)
