@@ -193,8 +193,8 @@ def main() -> None:
         "(one regular-expression pass over every line), once.",
         "",
         "With the cache warm neither reads the stub: the first access asks each backend's kernel list whether it "
-        "holds the name (a bisection of its recorded, sorted table) and counts the chain's kernels from the recorded "
-        "count, and `dir()` "
+        "holds the name (a sparse index of its recorded, sorted table, then one search within a block of 64 lines) "
+        "and counts the chain's kernels from the recorded count, and `dir()` "
         "splits the recorded sorted names. What is left of the first access is mostly the import of lazyops' own "
         "modules (bench_namespace.py measures one empty module's import on this machine).",
         "",
