@@ -58,6 +58,7 @@ class Backend:
         self._manifest: Once[KernelList] = Once(f"reading the kernel list of backend {name!r}")
         self._module: Once[ModuleType] = Once(f"loading backend {name!r}")
         self._exports: frozenset[str] | None = None
+        self._kernels: KernelList | None = None
 
     def __repr__(self) -> str:
         return f"<lazyops backend {self.name!r}: {self.module_name} ({self.origin})>"
@@ -66,7 +67,10 @@ class Backend:
     def kernel_list(self) -> KernelList:
         """The kernels the backend exports: from its stub (through the on-disk cache), or by importing a package
         that has none. What resolution asks, by ``in``: answered without a set of the names."""
-        return self._once(self._manifest, self._read_kernel_list)
+        kernels = self._kernels
+        if kernels is None:  # kept outside the Once as well: resolution asks often, and a read needs no lock
+            kernels = self._kernels = self._once(self._manifest, self._read_kernel_list)
+        return kernels
 
     def exports(self) -> frozenset[str]:
         exports = self._exports

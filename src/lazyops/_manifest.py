@@ -70,11 +70,12 @@ class KernelList(Set[str]):
     """
 
     BLOCK = 64
-    __slots__ = ("_count", "_keys", "_names", "_offsets", "_sorted", "_table")
+    __slots__ = ("_answers", "_count", "_keys", "_names", "_offsets", "_sorted", "_table")
 
     def __init__(self, names: str, table: str, count: int, keys: tuple[str, ...], offsets: tuple[int, ...]) -> None:
         self._names, self._table, self._count, self._keys, self._offsets = names, table, count, keys, offsets
         self._sorted: tuple[str, ...] | None = None
+        self._answers: dict[str, bool] = {}
 
     @classmethod
     def of(cls, manifest: dict[str, tuple[str | None, str]]) -> KernelList:
@@ -93,7 +94,12 @@ class KernelList(Set[str]):
         return (self._names, self._table, self._count, self._keys, self._offsets)
 
     def __contains__(self, name: object) -> bool:
-        return isinstance(name, str) and self._find(name) >= 0
+        if not isinstance(name, str):
+            return False
+        known = self._answers.get(name)
+        if known is None:  # kept: one access asks the same list about the same name two or three times
+            known = self._answers[name] = self._find(name) >= 0
+        return known
 
     def _find(self, name: str) -> int:
         """Where ``name``'s line starts in the table (at its newline), else -1."""
