@@ -34,6 +34,7 @@ VARIABLES = {
     "LAZYOPS_VERBOSE": "name every inherited kernel",
     "LAZYOPS_TRACE": "construction trace file",
     "LAZYOPS_TRACE_ARGS": "trace the arguments too",
+    "LAZYOPS_CACHE_DIR": "where stub and entry-point records are kept",
     "EAGER_IMPORT": "resolve everything at import",
     "TRITON_INTERPRET": "Triton on the CPU",
 }
