@@ -12,9 +12,12 @@ import pytest
 # lazyops' on-disk cache (lazyops._cache) goes to a folder of this run, which subprocesses inherit: the tests must
 # neither depend on nor leave records in the user's cache.
 if "LAZYOPS_CACHE_DIR" not in os.environ:
+    import atexit
+    import shutil
     import tempfile
 
     os.environ["LAZYOPS_CACHE_DIR"] = tempfile.mkdtemp(prefix="lazyops-test-cache-")
+    atexit.register(shutil.rmtree, os.environ["LAZYOPS_CACHE_DIR"], ignore_errors=True)
 
 import lazyops
 
