@@ -54,3 +54,25 @@ def test_positions_outside_the_cache_leave_their_tokens_alone_on_a_gpu(kernels):
     inside = [0, 3]
     expected = rope_reference(positions[inside], before_query[inside].double(), cache.double(), 128, True)
     check_close(query[inside], expected, torch.bfloat16, what="the tokens inside the cache")
+
+
+@pytest.mark.parametrize("is_neox", [True, False])
+def test_the_cpu_rotates_in_blocks_of_tokens_as_in_one(monkeypatch, is_neox):
+    """Large CPU calls rotate a block of tokens at a time (``CPU_BLOCK_ELEMENTS``); blocks, a partial last one
+    included, must give what one pass gives, for packed views too."""
+    from lazyops._backends.torch import rope as torch_rope
+    from lazyops.specs.rope import rope_reference
+
+    kernel = torch_rope.rope_tl(32, torch.bfloat16, is_neox)
+    tokens, query_heads, key_heads = 11, 3, 1
+    qkv = torch.randn(tokens, (query_heads + 2 * key_heads) * 32 + 8, dtype=torch.bfloat16)
+    query, key = qkv[:, : query_heads * 32], qkv[:, query_heads * 32 : (query_heads + key_heads) * 32]
+    positions = torch.randint(0, 64, (tokens,))
+    cache = torch.randn(64, 16, dtype=torch.float32)
+    expected = [rope_reference(positions, x.double(), cache.double(), 32, is_neox) for x in (query, key)]
+    untouched = qkv[:, (query_heads + key_heads) * 32 :].clone()
+    monkeypatch.setattr(torch_rope, "CPU_BLOCK_ELEMENTS", 4 * query_heads * 16)  # 4 tokens a block: 4 + 4 + 3
+    kernel(positions, query, key, cache)
+    for got, want in zip((query, key), expected, strict=True):
+        assert torch.allclose(got.double(), want, rtol=8e-3, atol=8e-3)
+    assert torch.equal(qkv[:, (query_heads + key_heads) * 32 :], untouched)

@@ -24,11 +24,12 @@ import torch
 
 from lazyops.specs.rope import RopeConfig, check_positions_in_cache, spec
 
-#: Elements of rotary features a CPU block holds. At torch's intra-op grain size (32768), each op of a block runs
-#: on the calling thread: no barrier with the other threads per op (on shared, busy cores a barrier waits for a
-#: descheduled thread), and the block's float32 copy and rotation stay in the core's cache. Measured at M = 1024
-#: on 2 shared cores: 1.4-5x torch's eager rotation, against 0.9-1.9x for one pass over all tokens.
-CPU_BLOCK_ELEMENTS = 1 << 15
+#: Elements of rotary features a CPU block holds: 2 MiB of float32, so that a block's upcast copy and its rotation
+#: stay in cache between the four passes, while each op is still large enough to split over torch's threads.
+#: Measured on this project's 2-core machine, quiet (2026-11-30, bf16 / float32 against torch's eager rotation,
+#: M = 128 and 1024): 2**15 (one thread an op, chosen earlier under load) 0.56 / 0.66 and 0.83 / 1.17; 2**17
+#: 1.27 / 1.61 and 1.69 / 2.67; 2**19 1.37 / 2.16 and 2.16 / 3.50; no blocks 1.35 / 1.04 and 2.56 / 1.70.
+CPU_BLOCK_ELEMENTS = 1 << 19
 #: Whether a GPU rotation upcasts 16-bit pairs to float32 once, first, as the CPU does, so that every op after it
 #: is of one dtype (PyTorch's vectorised elementwise kernels) rather than mixed bf16/float32 (a per-element cast
 #: path): more bytes, faster kernels. Chosen by ``benchmarks/torch_backend.py --device cuda --rope-gpu-upcast``
