@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Any, Protocol
 
 import torch
 
 from lazyops.specs import _checks as checks
 from lazyops.specs._spec import Example, KernelSpec, Traffic
-from lazyops.specs.rmsnorm import describe_norm, norm_options, rmsnorm_reference
+from lazyops.specs.rmsnorm import RMSNormConfig, norm_config, rmsnorm_reference
 
 
 class AddRMSNormKernel(Protocol):
@@ -24,14 +23,8 @@ class AddRMSNormKernel(Protocol):
         ...
 
 
-@dataclass(frozen=True)
-class AddRMSNormConfig:
-    n: int
-    dtype: torch.dtype
-    eps: float
-    weight_dtype: torch.dtype
-    weight_offset: float
-    label: str
+#: the same options as rmsnorm's (n, dtype, eps, weight_dtype, weight_offset)
+AddRMSNormConfig = RMSNormConfig
 
 
 class AddRMSNormSpec(KernelSpec):
@@ -59,12 +52,7 @@ class AddRMSNormSpec(KernelSpec):
         ``weight_dtype`` and ``weight_offset`` are as for ``rmsnorm_tl`` (``weight_offset=1.0``: Gemma). ``out``
         may be ``x`` itself (vLLM's and FlashInfer's fused add-RMSNorm write the norm over the input).
         """
-        n = checks.positive_int(self.name, "n", n)
-        dtype = checks.canonical_dtype(self.name, dtype)
-        eps = checks.positive_float(self.name, "eps", eps)
-        weight_dtype, weight_offset = norm_options(self.name, dtype, weight_dtype, weight_offset)
-        label = describe_norm(self.name, n, dtype, eps, weight_dtype, weight_offset)
-        return AddRMSNormConfig(n, dtype, eps, weight_dtype, weight_offset, label)
+        return norm_config(self.name, n, dtype, eps, weight_dtype, weight_offset)
 
     def check(self, config: AddRMSNormConfig, x: Any, residual: Any, weight: Any) -> None:
         label, n, dtype = config.label, config.n, config.dtype

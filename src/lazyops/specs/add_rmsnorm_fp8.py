@@ -12,7 +12,7 @@ import torch
 from lazyops.specs import _checks as checks
 from lazyops.specs._spec import Example, KernelSpec, Traffic
 from lazyops.specs.add_rmsnorm import AddRMSNormConfig
-from lazyops.specs.rmsnorm import describe_norm, norm_options, rmsnorm_reference
+from lazyops.specs.rmsnorm import norm_config, rmsnorm_reference
 from lazyops.specs.rmsnorm_fp8 import FP8_DTYPE, check_scale, draw_scale, quantize_reference
 
 #: The static configuration: the same fields as ``add_rmsnorm_tl``'s.
@@ -63,12 +63,7 @@ class AddRMSNormFP8Spec(KernelSpec):
         converted once, values beyond ±448 saturating (vLLM's ``fused_add_rms_norm_static_fp8_quant``). ``scale``
         is a float32 tensor of one element; ``weight_dtype`` and ``weight_offset`` are as for ``rmsnorm_tl``.
         """
-        n = checks.positive_int(self.name, "n", n)
-        dtype = checks.canonical_dtype(self.name, dtype)
-        eps = checks.positive_float(self.name, "eps", eps)
-        weight_dtype, weight_offset = norm_options(self.name, dtype, weight_dtype, weight_offset)
-        label = describe_norm(self.name, n, dtype, eps, weight_dtype, weight_offset)
-        return AddRMSNormFP8Config(n, dtype, eps, weight_dtype, weight_offset, label)
+        return norm_config(self.name, n, dtype, eps, weight_dtype, weight_offset)
 
     def check(self, config: AddRMSNormFP8Config, x: Any, residual: Any, weight: Any, scale: Any) -> None:
         label, n, dtype = config.label, config.n, config.dtype

@@ -49,6 +49,16 @@ def norm_options(factory: str, dtype: torch.dtype, weight_dtype: Any, weight_off
     return weight_dtype, float(weight_offset)
 
 
+def norm_config(factory: str, n: Any, dtype: Any, eps: Any, weight_dtype: Any, weight_offset: Any) -> RMSNormConfig:
+    """The configuration every RMSNorm factory (plain, residual-add, float8) takes, checked and normalised."""
+    n = checks.positive_int(factory, "n", n)
+    dtype = checks.canonical_dtype(factory, dtype)
+    eps = checks.positive_float(factory, "eps", eps)
+    weight_dtype, weight_offset = norm_options(factory, dtype, weight_dtype, weight_offset)
+    label = describe_norm(factory, n, dtype, eps, weight_dtype, weight_offset)
+    return RMSNormConfig(n, dtype, eps, weight_dtype, weight_offset, label)
+
+
 def describe_norm(
     factory: str, n: int, dtype: torch.dtype, eps: float, weight_dtype: torch.dtype, offset: float
 ) -> str:
@@ -84,12 +94,7 @@ class RMSNormSpec(KernelSpec):
         ``weight_offset + weight`` (``weight_offset=1.0`` is Gemma's RMSNorm). ``x`` may have any leading
         dimensions and strided rows; ``out`` (same shape, ``dtype``) may be ``x`` itself.
         """
-        n = checks.positive_int(self.name, "n", n)
-        dtype = checks.canonical_dtype(self.name, dtype)
-        eps = checks.positive_float(self.name, "eps", eps)
-        weight_dtype, weight_offset = norm_options(self.name, dtype, weight_dtype, weight_offset)
-        label = describe_norm(self.name, n, dtype, eps, weight_dtype, weight_offset)
-        return RMSNormConfig(n, dtype, eps, weight_dtype, weight_offset, label)
+        return norm_config(self.name, n, dtype, eps, weight_dtype, weight_offset)
 
     def check(self, config: RMSNormConfig, x: Any, weight: Any) -> None:
         checks.check_rows(config.label, "x", x, width=config.n, dtype=config.dtype)

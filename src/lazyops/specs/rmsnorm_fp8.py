@@ -16,7 +16,7 @@ import torch
 
 from lazyops.specs import _checks as checks
 from lazyops.specs._spec import Example, KernelSpec, Traffic
-from lazyops.specs.rmsnorm import RMSNormConfig, describe_norm, norm_options, rmsnorm_reference
+from lazyops.specs.rmsnorm import RMSNormConfig, norm_config, rmsnorm_reference
 
 #: The output's dtype, and the largest finite value it holds (``torch.finfo(torch.float8_e4m3fn).max``).
 FP8_DTYPE = torch.float8_e4m3fn
@@ -77,12 +77,7 @@ class RMSNormFP8Spec(KernelSpec):
         element (a per-tensor static scale; a tensor, so that CUDA graphs see its updates). ``weight_dtype`` and
         ``weight_offset`` are as for ``rmsnorm_tl``. ``x`` may have any leading dimensions and strided rows.
         """
-        n = checks.positive_int(self.name, "n", n)
-        dtype = checks.canonical_dtype(self.name, dtype)
-        eps = checks.positive_float(self.name, "eps", eps)
-        weight_dtype, weight_offset = norm_options(self.name, dtype, weight_dtype, weight_offset)
-        label = describe_norm(self.name, n, dtype, eps, weight_dtype, weight_offset)
-        return RMSNormFP8Config(n, dtype, eps, weight_dtype, weight_offset, label)
+        return norm_config(self.name, n, dtype, eps, weight_dtype, weight_offset)
 
     def check(self, config: RMSNormFP8Config, x: Any, weight: Any, scale: Any) -> None:
         checks.check_rows(config.label, "x", x, width=config.n, dtype=config.dtype)

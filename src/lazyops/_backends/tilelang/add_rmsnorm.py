@@ -126,8 +126,8 @@ def add_rmsnorm_program(
     return main
 
 
-def programs(config: AddRMSNormConfig) -> dict[str, Callable[[], Any]]:
-    """The programs the factory compiles for ``config``, by variant."""
+def programs(config: AddRMSNormConfig, out_dtype: str | None = None) -> dict[str, Callable[[], Any]]:
+    """The programs the factory compiles for ``config``, by variant; ``out_dtype=FP8`` for the float8 form."""
     return {
         "main": lambda: add_rmsnorm_program(
             config.n,
@@ -135,6 +135,7 @@ def programs(config: AddRMSNormConfig) -> dict[str, Callable[[], Any]]:
             config.eps,
             weight_dtype=tl_dtype(config.weight_dtype),
             offset=config.weight_offset,
+            out_dtype=out_dtype,
         )
     }
 

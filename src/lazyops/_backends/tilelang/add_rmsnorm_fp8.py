@@ -10,24 +10,15 @@ M = 32768, issue 12).
 from collections.abc import Callable
 from typing import Any
 
+from lazyops._backends.tilelang import add_rmsnorm
 from lazyops._backends.tilelang._rows import vector_elements
 from lazyops._backends.tilelang._runtime import FP8, compiled, launch_out_of_place, tl_dtype
-from lazyops._backends.tilelang.add_rmsnorm import add_rmsnorm_program
 from lazyops.specs.add_rmsnorm_fp8 import AddRMSNormFP8Config, spec
 
 
 def programs(config: AddRMSNormFP8Config) -> dict[str, Callable[[], Any]]:
-    """The programs the factory compiles for ``config``, by variant."""
-    return {
-        "main": lambda: add_rmsnorm_program(
-            config.n,
-            tl_dtype(config.dtype),
-            config.eps,
-            weight_dtype=tl_dtype(config.weight_dtype),
-            offset=config.weight_offset,
-            out_dtype=FP8,
-        )
-    }
+    """The programs the factory compiles for ``config``: add_rmsnorm's, with a float8 output."""
+    return add_rmsnorm.programs(config, out_dtype=FP8)
 
 
 @spec.implementation(device_type="cuda", strided_rows=True, writes_out=True)

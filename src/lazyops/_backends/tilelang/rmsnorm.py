@@ -121,8 +121,8 @@ def rmsnorm_program(
     return main
 
 
-def programs(config: RMSNormConfig) -> dict[str, Callable[[], Any]]:
-    """The programs the factory compiles for ``config``, by variant."""
+def programs(config: RMSNormConfig, out_dtype: str | None = None) -> dict[str, Callable[[], Any]]:
+    """The programs the factory compiles for ``config``, by variant; ``out_dtype=FP8`` for the float8 form."""
     return {
         "main": lambda: rmsnorm_program(
             config.n,
@@ -130,6 +130,7 @@ def programs(config: RMSNormConfig) -> dict[str, Callable[[], Any]]:
             config.eps,
             weight_dtype=tl_dtype(config.weight_dtype),
             offset=config.weight_offset,
+            out_dtype=out_dtype,
         )
     }
 

@@ -11,24 +11,15 @@ byte at a time (41.8 % of the copy at M = 32768, issue 12).
 from collections.abc import Callable
 from typing import Any
 
+from lazyops._backends.tilelang import rmsnorm
 from lazyops._backends.tilelang._rows import vector_elements
 from lazyops._backends.tilelang._runtime import FP8, compiled, launch_out_of_place, tl_dtype
-from lazyops._backends.tilelang.rmsnorm import rmsnorm_program
 from lazyops.specs.rmsnorm_fp8 import RMSNormFP8Config, spec
 
 
 def programs(config: RMSNormFP8Config) -> dict[str, Callable[[], Any]]:
-    """The programs the factory compiles for ``config``, by variant."""
-    return {
-        "main": lambda: rmsnorm_program(
-            config.n,
-            tl_dtype(config.dtype),
-            config.eps,
-            weight_dtype=tl_dtype(config.weight_dtype),
-            offset=config.weight_offset,
-            out_dtype=FP8,
-        )
-    }
+    """The programs the factory compiles for ``config``: rmsnorm's, with a float8 output."""
+    return rmsnorm.programs(config, out_dtype=FP8)
 
 
 @spec.implementation(device_type="cuda", strided_rows=True, writes_out=True)
