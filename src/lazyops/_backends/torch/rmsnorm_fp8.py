@@ -10,7 +10,7 @@ from collections.abc import Callable
 
 import torch
 
-from lazyops._backends.torch.rmsnorm import norm_weight
+from lazyops._backends.torch.rmsnorm import inverse_root_mean_square, norm_weight
 from lazyops.specs.rmsnorm_fp8 import FP8_DTYPE, FP8_MAX, RMSNormFP8Config, spec
 
 
@@ -18,8 +18,7 @@ def rms_norm_float32(x: torch.Tensor, weight: torch.Tensor, n: int, eps: float) 
     """RMSNorm of ``x[M, n]`` (rows may be strided) as a new float32 tensor, never rounded to ``x``'s dtype."""
     upcast = x.float()
     # For float32 input ``.float()`` is ``x`` itself, which must stay as it was: the first product is a new tensor.
-    inverse_rms = torch.linalg.vector_norm(upcast, dim=-1, keepdim=True).square_().mul_(1.0 / n).add_(eps).rsqrt_()
-    return torch.mul(upcast, inverse_rms).mul_(weight)
+    return torch.mul(upcast, inverse_root_mean_square(upcast, n, eps)).mul_(weight)
 
 
 def quantize(y: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
