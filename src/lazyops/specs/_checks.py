@@ -340,3 +340,67 @@ def row_config(factory: str, n: Any, dtype: Any) -> RowConfig:
 def describe(factory: str, **config: Any) -> str:
     """``rmsnorm_tl(n=4096, dtype=torch.bfloat16)``: how a kernel names itself in errors."""
     return f"{factory}({', '.join(f'{key}={value!r}' for key, value in config.items())})"
+
+
+#: How one input of a plain call looks (see :func:`plain_call`): its dtype, and either ``width`` (a token-indexed
+#: input, ``[tokens, width]``) or ``shape`` (any other input, exactly that shape).
+PlainInput = tuple[Any, int | None, tuple[int, ...] | None]
+
+
+def rows_input(width: int, dtype: torch.dtype) -> PlainInput:
+    """A token-indexed input of a plain call: ``[tokens, width]``, dense."""
+    return (dtype, width, None)
+
+
+def fixed_input(shape: tuple[int, ...], dtype: torch.dtype) -> PlainInput:
+    """An input of a plain call that is not indexed by token (a weight, a scale): exactly ``shape``, dense."""
+    return (dtype, None, shape)
+
+
+def plain_call(layout: tuple[PlainInput, ...], written: tuple[int, ...] = ()) -> Any:
+    """A predicate that recognises, in a few attribute reads, the call engines make on every step: every input a
+    dense tensor of its dtype on the first input's device, the token-indexed ones ``[tokens, width]`` with the same
+    ``tokens > 0``, the others of their exact shape, and each ``written`` input sharing no byte with any other
+    input of its dtype.
+
+    It is the kernel's fast path (``KernelSpec.plain_call``): where it answers True, the full checks would accept
+    the call and the launch needs no adaptation; where it answers False (or raises, for a non-tensor), the call
+    takes the full checks, which accept it or say what is wrong. So it may refuse what the checks accept (a
+    strided view, a 3-D input), never the reverse; ``tests/core/test_plain_call.py`` holds it to that.
+    """
+    count = len(layout)
+    pairs = tuple(
+        (index, other)
+        for index in written
+        for other in range(count)
+        if other != index and layout[other][0] is layout[index][0]
+    )
+
+    def accepts(*args: Any) -> bool:
+        if len(args) != count:
+            return False
+        first = args[0]
+        device = first.device
+        tokens = -1
+        for arg, (dtype, width, shape) in zip(args, layout, strict=True):
+            if arg.dtype is not dtype or not arg.is_contiguous():
+                return False
+            sizes = arg.shape
+            if width is None:
+                if sizes != shape:
+                    return False
+            elif len(sizes) != 2 or sizes[1] != width or (sizes[0] != tokens and tokens != -1):
+                return False
+            else:
+                tokens = sizes[0]
+            if arg is not first and arg.device != device:
+                return False
+        if tokens <= 0:
+            return False
+        for index, other in pairs:  # dense tensors: their bytes are one range each
+            start, other_start = args[index].data_ptr(), args[other].data_ptr()
+            if start < other_start + args[other].nbytes and other_start < start + args[index].nbytes:
+                return False
+        return True
+
+    return accepts

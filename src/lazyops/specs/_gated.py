@@ -25,6 +25,9 @@ class GatedSpec(KernelSpec):
     def check(self, config: Any, x: Any) -> None:
         checks.check_rows(config.label, "x", x, width=2 * config.n, dtype=config.dtype)
 
+    def plain_layout(self, config: Any) -> tuple[checks.PlainInput, ...]:
+        return (checks.rows_input(2 * config.n, config.dtype),)
+
     def out_shape(self, config: Any, x: Any) -> tuple[int, ...]:
         return (*x.shape[:-1], config.n)
 

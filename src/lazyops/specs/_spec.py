@@ -89,6 +89,8 @@ class KernelSpec:
     mutates: ClassVar[tuple[str, ...]] = ()
     #: inputs that ``out=`` may be (the very same view): where the math reads each element before writing it
     out_aliases: ClassVar[tuple[str, ...]] = ()
+    #: the input whose shape the returned tensor has (``"x"`` for a norm), or None where :meth:`out_shape` says
+    out_like: ClassVar[str | None] = None
     #: what :meth:`reference` returns, in order
     results: ClassVar[tuple[str, ...]] = ("out",)
     returns: ClassVar[str | tuple[str, ...]] = "out"
@@ -199,9 +201,21 @@ class KernelSpec:
         signature = inspect.signature(self.configure, eval_str=True)
         return signature.replace(return_annotation=self.kernel_type)
 
+    def plain_layout(self, config: Any) -> tuple[Any, ...] | None:
+        """How the call engines make on every step looks, one ``_checks.rows_input`` or ``_checks.fixed_input`` per
+        input, or None (the default) for a kernel whose every call takes the full checks.
+
+        A kernel recognises such a call in a few attribute reads (``_checks.plain_call``) and launches it without
+        the general checks and adaptations: a host cost that counts where the kernel itself takes microseconds.
+        """
+        return None
+
     def out_shape(self, config: Any, *args: Any) -> tuple[int, ...]:
-        """The shape of the tensor the kernel returns (for ``returns == "out"``), from the call's arguments."""
-        raise NotImplementedError
+        """The shape of the tensor the kernel returns (for ``returns == "out"``), from the call's arguments: by
+        default that of the input :attr:`out_like` names."""
+        if self.out_like is None:
+            raise NotImplementedError
+        return tuple(args[self.inputs.index(self.out_like)].shape)
 
     def out_dtype(self, config: Any) -> torch.dtype:
         """The dtype of the tensor the kernel returns: the factory's, unless the kernel converts (fp8 outputs)."""
@@ -374,7 +388,41 @@ class KernelSpec:
                 view.copy_(dense)
             return result
 
+        from lazyops.specs._checks import plain_call
+
+        like = None if self.out_like is None else inputs.index(self.out_like)
+        out_dtype = self.out_dtype(config) if returns_out else None
+        empty_like = torch.empty_like
+        plain_layout = self.plain_layout(config)
+        accepts = None if plain_layout is None else plain_call(plain_layout, tuple(sorted(written)))
+
+        def run_plain(args: tuple[Any, ...]) -> Any:
+            """A plain call's launch: its inputs are already ``[rows, width]``, dense, with tokens."""
+            if not returns_out:
+                launch(*args)
+                return tuple(args[index] for index in returned)  # type: ignore[union-attr]
+            if not writes_out:
+                return launch(*args)
+            # dense inputs: ``empty_like`` gives a dense result, for less host time than ``output``
+            result = output(config, *args) if like is None else empty_like(args[like], dtype=out_dtype)
+            launch(*args, result)
+            return result
+
         def kernel(*args: Any, out: Any = None) -> Any:
+            if out is None and accepts is not None:
+                try:
+                    plain = accepts(*args)
+                except (AttributeError, TypeError):  # not a tensor: the checks below say so
+                    plain = False
+                if plain and not (is_grad_enabled() and any(arg.requires_grad for arg in args)):
+                    if device_type is None:
+                        return run_plain(args)
+                    first = args[0]
+                    if device_type == "cuda":
+                        if first.is_cuda and first.get_device() == current_device():
+                            return run_plain(args)
+                    elif first.device.type == device_type:
+                        return run_plain(args)
             check(config, *args)
             if out is not None:
                 if not returns_out:

@@ -31,6 +31,7 @@ class AddRMSNormSpec(KernelSpec):
     name = "add_rmsnorm_tl"
     inputs = ("x", "residual", "weight")
     row_inputs = ("x", "residual")
+    out_like = "x"
     mutates = ("residual",)
     out_aliases = ("x",)
     results = ("out", "residual")
@@ -61,8 +62,9 @@ class AddRMSNormSpec(KernelSpec):
         checks.check_tensor(label, "weight", weight, shape=(n,), dtype=config.weight_dtype, device=x.device)
         checks.same_leading(label, "x", x, "residual", residual)
 
-    def out_shape(self, config: AddRMSNormConfig, x: Any, residual: Any, weight: Any) -> tuple[int, ...]:
-        return tuple(x.shape)
+    def plain_layout(self, config: AddRMSNormConfig) -> tuple[checks.PlainInput, ...]:
+        rows = checks.rows_input(config.n, config.dtype)
+        return (rows, rows, checks.fixed_input((config.n,), config.weight_dtype))
 
     def reference(  # type: ignore[override]
         self, config: AddRMSNormConfig, x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor

@@ -13,7 +13,7 @@ from lazyops.specs import _checks as checks
 from lazyops.specs._spec import Example, KernelSpec, Traffic
 from lazyops.specs.add_rmsnorm import AddRMSNormConfig
 from lazyops.specs.rmsnorm import norm_config, rmsnorm_reference
-from lazyops.specs.rmsnorm_fp8 import FP8_DTYPE, check_scale, draw_scale, quantize_reference
+from lazyops.specs.rmsnorm_fp8 import FP8_DTYPE, SCALE_INPUT, check_scale, draw_scale, quantize_reference
 
 #: The static configuration: the same fields as ``add_rmsnorm_tl``'s.
 AddRMSNormFP8Config = AddRMSNormConfig
@@ -42,6 +42,7 @@ class AddRMSNormFP8Spec(KernelSpec):
     name = "add_rmsnorm_fp8_tl"
     inputs = ("x", "residual", "weight", "scale")
     row_inputs = ("x", "residual")
+    out_like = "x"
     mutates = ("residual",)
     results = ("out", "residual")
     kernel_type = AddRMSNormFP8Kernel
@@ -73,8 +74,9 @@ class AddRMSNormFP8Spec(KernelSpec):
         check_scale(label, scale, x.device)
         checks.same_leading(label, "x", x, "residual", residual)
 
-    def out_shape(self, config: AddRMSNormFP8Config, x: Any, residual: Any, weight: Any, scale: Any) -> tuple[int, ...]:
-        return tuple(x.shape)
+    def plain_layout(self, config: AddRMSNormFP8Config) -> tuple[checks.PlainInput, ...]:
+        rows = checks.rows_input(config.n, config.dtype)
+        return (rows, rows, checks.fixed_input((config.n,), config.weight_dtype), SCALE_INPUT)
 
     def out_dtype(self, config: AddRMSNormFP8Config) -> torch.dtype:
         return FP8_DTYPE

@@ -57,6 +57,7 @@ class LayerNormSpec(KernelSpec):
     name = "layernorm_tl"
     inputs = ("x", "weight", "bias")
     row_inputs = ("x",)
+    out_like = "x"
     out_aliases = ("x",)
     kernel_type = LayerNormKernel
 
@@ -89,8 +90,9 @@ class LayerNormSpec(KernelSpec):
                 config.label, name, parameter, shape=(config.n,), dtype=config.weight_dtype, device=x.device
             )
 
-    def out_shape(self, config: LayerNormConfig, x: Any, weight: Any, bias: Any) -> tuple[int, ...]:
-        return tuple(x.shape)
+    def plain_layout(self, config: LayerNormConfig) -> tuple[checks.PlainInput, ...]:
+        parameter = checks.fixed_input((config.n,), config.weight_dtype)
+        return (checks.rows_input(config.n, config.dtype), parameter, parameter)
 
     def reference(  # type: ignore[override]
         self, config: LayerNormConfig, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor

@@ -55,6 +55,9 @@ class MatmulSpec(KernelSpec):
         checks.check_rows(config.label, "a", a, width=config.k, dtype=config.dtype)
         checks.check_tensor(config.label, "b", b, shape=(config.k, config.n), dtype=config.dtype, device=a.device)
 
+    def plain_layout(self, config: MatmulConfig) -> tuple[checks.PlainInput, ...]:
+        return (checks.rows_input(config.k, config.dtype), checks.fixed_input((config.k, config.n), config.dtype))
+
     def out_shape(self, config: MatmulConfig, a: Any, b: Any) -> tuple[int, ...]:
         return (*a.shape[:-1], config.n)
 

@@ -75,6 +75,7 @@ class RMSNormSpec(KernelSpec):
     name = "rmsnorm_tl"
     inputs = ("x", "weight")
     row_inputs = ("x",)
+    out_like = "x"
     out_aliases = ("x",)
     kernel_type = RMSNormKernel
 
@@ -102,8 +103,8 @@ class RMSNormSpec(KernelSpec):
             config.label, "weight", weight, shape=(config.n,), dtype=config.weight_dtype, device=x.device
         )
 
-    def out_shape(self, config: RMSNormConfig, x: Any, weight: Any) -> tuple[int, ...]:
-        return tuple(x.shape)
+    def plain_layout(self, config: RMSNormConfig) -> tuple[checks.PlainInput, ...]:
+        return (checks.rows_input(config.n, config.dtype), checks.fixed_input((config.n,), config.weight_dtype))
 
     def reference(self, config: RMSNormConfig, x: torch.Tensor, weight: torch.Tensor) -> tuple[torch.Tensor]:  # type: ignore[override]
         return (rmsnorm_reference(x, weight, config.eps, config.weight_offset),)

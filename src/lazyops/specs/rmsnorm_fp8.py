@@ -42,6 +42,10 @@ def quantize_reference(y: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
     return (y / scale).clamp(-FP8_MAX, FP8_MAX)
 
 
+#: The scale as a plain call passes it (see ``check_scale``).
+SCALE_INPUT = checks.fixed_input((1,), torch.float32)
+
+
 def check_scale(label: str, scale: Any, device: torch.device) -> None:
     """A per-tensor scale: one float32 element beside the activations."""
     checks.check_tensor(label, "scale", scale, shape=(1,), dtype=torch.float32, device=device)
@@ -58,6 +62,7 @@ class RMSNormFP8Spec(KernelSpec):
     name = "rmsnorm_fp8_tl"
     inputs = ("x", "weight", "scale")
     row_inputs = ("x",)
+    out_like = "x"
     kernel_type = RMSNormFP8Kernel
 
     def configure(
@@ -86,8 +91,9 @@ class RMSNormFP8Spec(KernelSpec):
         )
         check_scale(config.label, scale, x.device)
 
-    def out_shape(self, config: RMSNormFP8Config, x: Any, weight: Any, scale: Any) -> tuple[int, ...]:
-        return tuple(x.shape)
+    def plain_layout(self, config: RMSNormFP8Config) -> tuple[checks.PlainInput, ...]:
+        weight = checks.fixed_input((config.n,), config.weight_dtype)
+        return (checks.rows_input(config.n, config.dtype), weight, SCALE_INPUT)
 
     def out_dtype(self, config: RMSNormFP8Config) -> torch.dtype:
         return FP8_DTYPE

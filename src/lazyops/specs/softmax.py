@@ -33,6 +33,7 @@ class SoftmaxSpec(KernelSpec):
     name = "softmax_tl"
     inputs = ("x",)
     row_inputs = ("x",)
+    out_like = "x"
     out_aliases = ("x",)
     kernel_type = SoftmaxKernel
 
@@ -48,8 +49,8 @@ class SoftmaxSpec(KernelSpec):
     def check(self, config: SoftmaxConfig, x: Any) -> None:
         checks.check_rows(config.label, "x", x, width=config.n, dtype=config.dtype)
 
-    def out_shape(self, config: SoftmaxConfig, x: Any) -> tuple[int, ...]:
-        return tuple(x.shape)
+    def plain_layout(self, config: SoftmaxConfig) -> tuple[checks.PlainInput, ...]:
+        return (checks.rows_input(config.n, config.dtype),)
 
     def reference(self, config: SoftmaxConfig, x: torch.Tensor) -> tuple[torch.Tensor]:  # type: ignore[override]
         return (torch.softmax(x, dim=-1),)
