@@ -80,6 +80,33 @@ def test_a_misaligned_pointer_or_another_dtype_is_another_specialization(fake_dr
     assert len(kernel.ordinary) == 3
 
 
+class HookChain:  # the class name is what the launcher recognises, as Triton >= 3.4 keeps hooks in knobs
+    def __init__(self) -> None:
+        self.calls: list = []
+
+
+def test_hooks_reach_the_binary_only_when_registered(fake_driver, monkeypatch):
+    """An empty hook chain goes to the launcher as None (no metadata built, nothing called); a registered hook
+    goes as the chain, with the binary's launch metadata, as Triton's own run passes them."""
+    enter, leave = HookChain(), HookChain()
+    monkeypatch.setattr(
+        _launch, "_knobs", SimpleNamespace(runtime=SimpleNamespace(launch_enter_hook=enter, launch_exit_hook=leave))
+    )
+    kernel = JITFunction()
+    launcher = _launch.Launcher(kernel, {"ROWS": 4, "N": 64})
+    launcher._driver = SimpleNamespace(active=fake_driver)
+    x, y = torch.zeros(8, 64), torch.zeros(8, 64)
+    launcher((1,), x, y, 8)
+    binary = kernel.binaries[0]
+    binary.launch_metadata = lambda grid, stream, *values: ("metadata", grid, stream, values)
+    launcher((1,), x, y, 8)
+    enter.calls.append(print)
+    launcher((2,), x, y, 8)
+    (first, second) = binary.launches
+    assert first[6:9] == (None, None, None)
+    assert second[6:9] == (("metadata", (2,), "stream0", (x, y, 8, 4, 64)), enter, None)
+
+
 def test_constexprs_must_come_last():
     kernel = JITFunction()
     with pytest.raises(ValueError, match="must come last"):

@@ -70,14 +70,17 @@ class Launcher:
                 binary = binary.result()
             self._binaries[key] = binary
             return
-        # From here on exactly what JITFunction.run does once it has its binary, launch hooks (a profiler's)
-        # included: Triton keeps them in knobs as hook chains, empty unless something registered one.
+        # From here on what JITFunction.run does once it has its binary, launch hooks (a profiler's) included.
+        # Triton keeps them in knobs as hook chains, empty unless something registered one; an empty chain is
+        # passed as None, which the launcher skips, where Triton would build the hooks' metadata and call the empty
+        # chain twice on every launch.
         stream = active.get_current_stream(device)
         runtime = _knobs.runtime
         values = (*args, *self._tail)
         grid_x = grid[0]
         grid_y = grid[1] if len(grid) > 1 else 1
         grid_z = grid[2] if len(grid) > 2 else 1
+        enter_hook, exit_hook = _hook(runtime.launch_enter_hook), _hook(runtime.launch_exit_hook)
         binary.run(
             grid_x,
             grid_y,
@@ -85,9 +88,9 @@ class Launcher:
             stream,
             binary.function,
             binary.packed_metadata,
-            binary.launch_metadata(grid, stream, *values),
-            runtime.launch_enter_hook,
-            runtime.launch_exit_hook,
+            None if enter_hook is None else binary.launch_metadata(grid, stream, *values),
+            enter_hook,
+            exit_hook,
             *values,
         )
 
@@ -101,3 +104,11 @@ class Launcher:
                 wide = value > 0x7FFFFFFF or value < -0x80000000
                 key.append((value == 1, value % 16 == 0, wide) if specialized else wide)
         return tuple(key)
+
+
+def _hook(chain: Any) -> Any:
+    """A launch hook as the launcher takes it: None when nothing is registered (Triton >= 3.4 keeps an empty
+    ``HookChain`` there; older ones None)."""
+    if chain is None or (type(chain).__name__ == "HookChain" and not chain.calls):
+        return None
+    return chain
