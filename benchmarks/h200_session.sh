@@ -16,6 +16,11 @@
 #   call B (carry .whl2): bash benchmarks/h200_session.sh tilelang-recheck
 #   call C (no carry):    bash benchmarks/h200_session.sh variants
 #
+# The session after that (the plain-call fast path, Triton launches without empty hook chains, the torch rope's
+# GPU_ROTATION), two calls on one warm machine (call B merges into call A's results, still in /tmp/results):
+#   call A (carry .whl):  bash benchmarks/h200_session.sh plain-triton
+#   call B (carry .whl2): bash benchmarks/h200_session.sh plain-tilelang
+#
 # .whl and .whl2 hold the wheels benchmarks/README.md lists (TileLang; z3, liger-kernel, and rich with its small
 # dependencies for the `lazyops` command). Unpack a call's tarball into benchmarks/results/ here.
 set -uo pipefail
@@ -68,6 +73,32 @@ tilelang-recheck)
   step 150 python3 benchmarks/gpu_conformance.py --backend tilelang --tokens 1,7,128,4096 --max-examples 2 \
     --merge --out "$results"
   step 120 python3 -m pytest -q -p no:cacheprovider -p lazyops.pytest_plugin tests/kernels/test_conventions.py --lazyops-backend tilelang -x
+  ;;
+plain-triton)
+  step 200 python3 benchmarks/gpu_conformance.py --backend torch --backend triton --tokens 1,7,128,4096 \
+    --max-examples 2 --out "$results"
+  step 100 python3 -m pytest -q -p no:cacheprovider -p lazyops.pytest_plugin tests/kernels/test_conventions.py \
+    tests/kernels/test_triton_launch.py tests/core/test_plain_call.py --lazyops-backend triton -x
+  step 100 python3 benchmarks/torch_backend.py --device cuda --dtypes bfloat16 --tokens 1 1024 32768 --repeats 3 \
+    --out "$results"
+  for rotation in upcast input; do
+    step 50 python3 benchmarks/torch_backend.py --device cuda --kernels rope --dtypes bfloat16 float16 float32 \
+      --tokens 1 1024 32768 --repeats 3 --rope-gpu-rotation $rotation --name torch_backend_cuda_rope_$rotation \
+      --out "$results"
+  done
+  ;;
+plain-tilelang)
+  step 150 python3 benchmarks/gpu_conformance.py --backend tilelang --tokens 1,7,128,4096 --max-examples 2 \
+    --merge --out "$results"
+  # the torch backend's rope as a GPU_ROTATION = "input" build would run it, held to the same conformance
+  mkdir -p /tmp/rope_input
+  step 60 python3 -c "import runpy, sys; from lazyops._backends.torch import rope; rope.GPU_ROTATION = 'input'; \
+sys.argv = ['gpu_conformance.py', '--backend', 'torch', '--kernels', 'rope_tl', '--tokens', '1,7,128,4096', \
+'--max-examples', '4', '--out', '/tmp/rope_input']; runpy.run_path('benchmarks/gpu_conformance.py', run_name='__main__')"
+  cp /tmp/rope_input/gpu_conformance.md "$results/gpu_conformance_rope_input.md"
+  step 60 python3 benchmarks/host_cost.py --calls 3000 --kernels rmsnorm,softmax,add_rmsnorm,rope,silu_and_mul \
+    --out "$results"
+  step 200 python3 benchmarks/gpu_bench.py --tokens 1024 --host --graph --out "$results"
   ;;
 variants)
   step 300 python3 benchmarks/tilelang_variants.py --out "$results"

@@ -64,9 +64,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--name", default=None, help="result file stem (torch_backend_<device>)")
     parser.add_argument("--no-write", action="store_true", help="print the table only")
     parser.add_argument(
-        "--rope-gpu-upcast",
-        action="store_true",
-        help="time the torch backend's rope with GPU_UPCAST set (16-bit pairs upcast once, first; see its module)",
+        "--rope-gpu-rotation",
+        default=None,
+        choices=("float32", "upcast", "input"),
+        help="time the torch backend's rope with this GPU_ROTATION (how 16-bit pairs are rotated; see its module)",
     )
     return parser.parse_args(argv)
 
@@ -81,10 +82,10 @@ def main(argv: list[str] | None = None) -> int:
     min_time = args.min_time or (0.05 if args.device == "cpu" else 0.01)
     matmul_size = args.matmul_size or (1024 if args.device == "cpu" else 4096)
     torch.set_grad_enabled(False)
-    if args.rope_gpu_upcast:
-        from lazyops._backends.torch import rope as torch_rope
+    from lazyops._backends.torch import rope as torch_rope
 
-        torch_rope.GPU_UPCAST = True
+    if args.rope_gpu_rotation:
+        torch_rope.GPU_ROTATION = args.rope_gpu_rotation
     rows = []
     started = time.perf_counter()
     for kernel in args.kernels:
@@ -100,7 +101,7 @@ def main(argv: list[str] | None = None) -> int:
         "repeats": args.repeats,
         "min_time_s": min_time,
         "matmul_size": matmul_size,
-        "rope_gpu_upcast": args.rope_gpu_upcast,
+        "rope_gpu_rotation": torch_rope.GPU_ROTATION,
     }
     if not args.no_write:
         stem = args.name or f"torch_backend_{args.device}"
@@ -290,7 +291,7 @@ def render_markdown(rows: list[dict[str, Any]], environment: dict[str, Any], ela
         f"- command: `{environment['command']}`",
         f"- {settings['repeats']} interleaved samples per side (order flipped every repeat), each at least "
         f"{settings['min_time_s']} s of calls; matmul n = k = {settings['matmul_size']}; run took {elapsed:.0f} s"
-        + ("; rope with `GPU_UPCAST = True` (`--rope-gpu-upcast`)" if settings.get("rope_gpu_upcast") else ""),
+        + f"; rope's `GPU_ROTATION = {settings.get('rope_gpu_rotation', 'float32')!r}` (`--rope-gpu-rotation`)",
         "",
         "`speed` = torch's median time / lazyops' median time (above 1.00: the lazyops kernel is faster), with the "
         "range of the per-repeat ratios. The lazyops time includes the spec's argument checks. `error`: relative "

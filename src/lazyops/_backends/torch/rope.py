@@ -30,21 +30,29 @@ from lazyops.specs.rope import RopeConfig, check_positions_in_cache, spec
 #: M = 128 and 1024): 2**15 (one thread an op, chosen earlier under load) 0.56 / 0.66 and 0.83 / 1.17; 2**17
 #: 1.27 / 1.61 and 1.69 / 2.67; 2**19 1.37 / 2.16 and 2.16 / 3.50; no blocks 1.35 / 1.04 and 2.56 / 1.70.
 CPU_BLOCK_ELEMENTS = 1 << 19
-#: Whether a GPU rotation upcasts 16-bit pairs to float32 once, first, as the CPU does, so that every op after it
-#: is of one dtype (PyTorch's vectorised elementwise kernels) rather than mixed bf16/float32 (a per-element cast
-#: path): more bytes, faster kernels. Chosen by ``benchmarks/torch_backend.py --device cuda --rope-gpu-upcast``
-#: against the default in one H200 session (``benchmarks/results/torch_backend_cuda*.md``).
-GPU_UPCAST = False
+#: How a GPU rotates 16-bit pairs (this backend as the last fallback there), each measured against torch's eager
+#: rotation by ``benchmarks/torch_backend.py --device cuda --rope-gpu-rotation MODE`` in one H200 session
+#: (``benchmarks/results/torch_backend_cuda*.md``):
+#:
+#: - ``"float32"``: the pairs enter the ops as they are and type promotion does float32 math against float32
+#:   ``cos``/``sin``, rounded once at the store; mixed bf16/float32 ops take PyTorch's per-element cast path.
+#: - ``"upcast"``: the pairs upcast to float32 once, first, as the CPU does: one dtype per op, more bytes.
+#: - ``"input"``: ``cos``/``sin`` rounded to the pairs' dtype and the ops in that dtype, as torch's own eager
+#:   rotation (and vLLM's ``forward_native``) computes: each of the three ops rounds (float32 inside), so the
+#:   error is about the eager rotation's, not one rounding's (the README gives both).
+GPU_ROTATION = "float32"
+GPU_ROTATIONS = ("float32", "upcast", "input")
 
 
 def rotate(pairs: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, pair_dim: int) -> None:
     """Rotate ``pairs`` in place: ``x1, x2 = pairs.unbind(pair_dim)``, ``cos`` and ``sin`` broadcast against them.
 
-    ``x1 * cos - x2 * sin`` and ``x2 * cos + x1 * sin`` in float32, stored once.
+    ``x1 * cos - x2 * sin`` and ``x2 * cos + x1 * sin`` in the dtype of ``cos`` and ``sin`` (float32, stored once;
+    the pairs' own with ``GPU_ROTATION = "input"``).
     """
-    features = pairs.float() if pairs.is_cpu or GPU_UPCAST else pairs  # a copy for 16-bit types; never written
+    features = pairs.float() if pairs.is_cpu or GPU_ROTATION == "upcast" else pairs  # a copy for 16-bit types
     x1, x2 = features.unbind(pair_dim)
-    rotated = torch.mul(features, cos.unsqueeze(pair_dim))  # a new float32 tensor (``cos`` is float32)
+    rotated = torch.mul(features, cos.unsqueeze(pair_dim))  # a new tensor of ``cos``'s dtype
     rotated1, rotated2 = rotated.unbind(pair_dim)
     rotated1.addcmul_(x2, sin, value=-1.0)
     rotated2.addcmul_(x1, sin)
@@ -86,6 +94,8 @@ def rope_tl(config: RopeConfig) -> Callable[..., tuple[torch.Tensor, torch.Tenso
             inside = (clamped == positions)[:, None, None]
             cos = torch.where(inside, cos_sin[:, None, :half], 1.0)
             sin = cos_sin[:, None, half:] * inside
+            if GPU_ROTATION == "input":  # 1 and 0 stay exact: tokens outside the cache are still left as they are
+                cos, sin = cos.to(query.dtype), sin.to(query.dtype)
         for x in (query, key):
             pairs = as_pairs(x, rotary_dim)
             if pairs.is_cpu:
