@@ -20,6 +20,8 @@
 # GPU_ROTATION), two calls on one warm machine (call B merges into call A's results, still in /tmp/results):
 #   call A (carry .whl):  bash benchmarks/h200_session.sh plain-triton
 #   call B (carry .whl2): bash benchmarks/h200_session.sh plain-tilelang
+# (that session's call A installed no .whl, so call B ran again carrying .whl; the install above now takes it
+# whenever it is carried), then one call, no carry: bash benchmarks/h200_session.sh rope-rotation
 #
 # .whl and .whl2 hold the wheels benchmarks/README.md lists (TileLang; z3, liger-kernel, and rich with its small
 # dependencies for the `lazyops` command). Unpack a call's tarball into benchmarks/results/ here.
@@ -34,7 +36,7 @@ fi
 export PYTHONPATH=/tmp/site:$PWD/src PYTHONUNBUFFERED=1
 step() { local limit=$1; shift; echo "== $*"; timeout "$limit" "$@" 2>&1 | grep -v "^[EW][0-9]\{4\} " | tail -40; }
 
-if [[ "$part" == triton* ]] && [ ! -e /tmp/site/tilelang ]; then
+if { [[ "$part" == triton* ]] || [ -d .whl ]; } && [ ! -e /tmp/site/tilelang ]; then
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site .whl/*.whl
 fi
 
@@ -87,15 +89,19 @@ plain-triton)
       --out "$results"
   done
   ;;
+rope-rotation)
+  # after GPU_ROTATION became "input": the torch backend's conformance and its rope against the float32 rotation
+  step 150 python3 benchmarks/gpu_conformance.py --backend torch --tokens 1,7,128,4096 --max-examples 2 \
+    --out "$results"
+  step 60 python3 benchmarks/torch_backend.py --device cuda --kernels rope --dtypes bfloat16 float16 float32 \
+    --tokens 1 1024 32768 --repeats 5 --out "$results"
+  step 60 python3 benchmarks/torch_backend.py --device cuda --kernels rope --dtypes bfloat16 float16 float32 \
+    --tokens 1 1024 32768 --repeats 5 --rope-gpu-rotation float32 --name torch_backend_cuda_rope_float32 \
+    --out "$results"
+  ;;
 plain-tilelang)
   step 150 python3 benchmarks/gpu_conformance.py --backend tilelang --tokens 1,7,128,4096 --max-examples 2 \
     --merge --out "$results"
-  # the torch backend's rope as a GPU_ROTATION = "input" build would run it, held to the same conformance
-  mkdir -p /tmp/rope_input
-  step 60 python3 -c "import runpy, sys; from lazyops._backends.torch import rope; rope.GPU_ROTATION = 'input'; \
-sys.argv = ['gpu_conformance.py', '--backend', 'torch', '--kernels', 'rope_tl', '--tokens', '1,7,128,4096', \
-'--max-examples', '4', '--out', '/tmp/rope_input']; runpy.run_path('benchmarks/gpu_conformance.py', run_name='__main__')"
-  cp /tmp/rope_input/gpu_conformance.md "$results/gpu_conformance_rope_input.md"
   step 60 python3 benchmarks/host_cost.py --calls 3000 --kernels rmsnorm,softmax,add_rmsnorm,rope,silu_and_mul \
     --out "$results"
   step 200 python3 benchmarks/gpu_bench.py --tokens 1024 --host --graph --out "$results"
