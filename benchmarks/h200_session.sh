@@ -90,7 +90,9 @@ plain-triton)
   done
   ;;
 rope-rotation)
-  # after GPU_ROTATION became "input": the torch backend's conformance and its rope against the float32 rotation
+  # run while GPU_ROTATION defaulted to "input" (7abae1f plus that default, reverted in 2981801 after this call):
+  # the torch backend's conformance and its rope in that rotation, then against the float32 one. To remake the
+  # files, set the default to "input" first.
   step 150 python3 benchmarks/gpu_conformance.py --backend torch --tokens 1,7,128,4096 --max-examples 2 \
     --out "$results"
   step 60 python3 benchmarks/torch_backend.py --device cuda --kernels rope --dtypes bfloat16 float16 float32 \

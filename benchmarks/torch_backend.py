@@ -52,6 +52,8 @@ SLOW_CALL_S = 0.5
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    from lazyops._backends.torch.rope import GPU_ROTATIONS
+
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--device", default="cpu", choices=("cpu", "cuda"))
     parser.add_argument("--kernels", nargs="+", default=list(KERNELS), choices=KERNELS)
@@ -66,7 +68,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument(
         "--rope-gpu-rotation",
         default=None,
-        choices=("float32", "upcast", "input"),
+        choices=GPU_ROTATIONS,
         help="time the torch backend's rope with this GPU_ROTATION (how 16-bit pairs are rotated; see its module)",
     )
     return parser.parse_args(argv)

@@ -363,10 +363,10 @@ def plain_call(layout: tuple[PlainInput, ...], written: tuple[int, ...] = ()) ->
     ``tokens > 0``, the others of their exact shape, and each ``written`` input sharing no byte with any other
     input of its dtype.
 
-    It is the kernel's fast path (``KernelSpec.plain_call``): where it answers True, the full checks would accept
-    the call and the launch needs no adaptation; where it answers False (or raises, for a non-tensor), the call
-    takes the full checks, which accept it or say what is wrong. So it may refuse what the checks accept (a
-    strided view, a 3-D input), never the reverse; ``tests/core/test_plain_call.py`` holds it to that.
+    It is the kernel's fast path, its layout declared by ``KernelSpec.plain_layout``: where it answers True, the
+    full checks would accept the call and the launch needs no adaptation; where it answers False (or raises, for a
+    non-tensor), the call takes the full checks, which accept it or say what is wrong. So it may refuse what the
+    checks accept (a strided view, a 3-D input), never the reverse; ``tests/core/test_plain_call.py`` holds it to that.
     """
     count = len(layout)
     pairs = tuple(

@@ -408,21 +408,26 @@ class KernelSpec:
             launch(*args, result)
             return result
 
+        def launches_here(first: Any) -> bool:
+            """The launch may run as it is: on the device kind it dereferences, that device the current one."""
+            if device_type is None:
+                return True
+            if device_type == "cuda":
+                return bool(first.is_cuda and first.get_device() == current_device())
+            return bool(first.device.type == device_type)
+
         def kernel(*args: Any, out: Any = None) -> Any:
             if out is None and accepts is not None:
                 try:
                     plain = accepts(*args)
                 except (AttributeError, TypeError):  # not a tensor: the checks below say so
                     plain = False
-                if plain and not (is_grad_enabled() and any(arg.requires_grad for arg in args)):
-                    if device_type is None:
-                        return run_plain(args)
-                    first = args[0]
-                    if device_type == "cuda":
-                        if first.is_cuda and first.get_device() == current_device():
-                            return run_plain(args)
-                    elif first.device.type == device_type:
-                        return run_plain(args)
+                if (
+                    plain
+                    and not (is_grad_enabled() and any(arg.requires_grad for arg in args))
+                    and launches_here(args[0])
+                ):
+                    return run_plain(args)
             check(config, *args)
             if out is not None:
                 if not returns_out:
