@@ -16,10 +16,10 @@ from hypothesis import strategies as st  # noqa: E402
 from lazyops._errors import KernelInputError  # noqa: E402
 from lazyops.specs import kernel_names  # noqa: E402
 from lazyops.specs import spec as kernel_spec  # noqa: E402
-from lazyops.specs._checks import overlap, plain_call  # noqa: E402
+from lazyops.specs._checks import overlap  # noqa: E402
 from lazyops.testing._compare import Inputs  # noqa: E402
 
-#: every spec that declares a plain call; rope (whose check has its own fast accept) declares none
+#: the factory arguments of a small configuration, where the first positional one is not the width
 SMALL = {"matmul_tl": (8, 16)}
 
 
@@ -28,11 +28,16 @@ def small_config(spec: Any, dtype: Any) -> Any:
     return spec.configure(*SMALL.get(spec.name, (16,)), dtype)
 
 
-#: every spec that declares a plain call; rope (whose check has its own fast accept) declares none
+def predicate(spec: Any, config: Any) -> Any:
+    """The spec's fast-path predicate for a launch that takes dense rows only (the strictest)."""
+    return spec.plain_predicate(config, strided_rows=False)
+
+
+#: every spec with a fast path: all the built-in ones
 PLAIN = {
     name: spec
     for name in kernel_names()
-    if (spec := kernel_spec(name)).plain_layout(small_config(spec, torch.float32)) is not None
+    if predicate(spec := kernel_spec(name), small_config(spec, torch.float32)) is not None
 }
 
 DEFECTS = (
@@ -48,13 +53,37 @@ DEFECTS = (
     "not a tensor",
     "one argument short",
     "one argument more",
-    "written shares the first input",
-    "written overlaps the first input",
+    "written shares another input",
+    "written overlaps another input",
+    "requires grad",
 )
 
 
+#: the geometry of a small rope call: a cache in the rows' dtype, so the written rows' overlap with it is checked
+GEOMETRY = {
+    "rope_tl": {
+        "rotary_dim": 8,
+        "query_heads": 2,
+        "key_heads": 1,
+        "cache_rows": 32,
+        "cache_dtype": "dtype",
+        "positions_dtype": torch.int64,
+    }
+}
+
+
 def engine_call(spec: Any, config: Any, tokens: int, seed: int) -> list[Any]:
-    return list(spec.example_inputs(config, tokens, Inputs(seed, "cpu"), {}))
+    return list(spec.example_inputs(config, tokens, Inputs(seed, "cpu"), GEOMETRY.get(spec.name, {})))
+
+
+def partner(spec: Any, args: list[Any]) -> int:
+    """The token-indexed input, other than the first written one, that has its dtype (add_rmsnorm's x, rope's key)."""
+    written = spec.inputs.index(spec.mutates[0])
+    return next(
+        spec.inputs.index(name)
+        for name in spec.row_inputs
+        if spec.inputs.index(name) != written and args[spec.inputs.index(name)].dtype is args[written].dtype
+    )
 
 
 def with_defect(spec: Any, config: Any, args: list[Any], defect: str | None, index: int) -> list[Any]:
@@ -85,21 +114,24 @@ def with_defect(spec: Any, config: Any, args: list[Any], defect: str | None, ind
         args = args[:-1]
     elif defect == "one argument more":
         args = [*args, args[-1]]
-    elif defect == "written shares the first input" and written:
-        args[written[0]] = args[rows[0]]
-    elif defect == "written overlaps the first input" and written:
-        first = args[rows[0]]
-        buffer = torch.zeros(first.shape[0] + 1, first.shape[1], dtype=first.dtype)
-        args[rows[0]], args[written[0]] = buffer[:-1], buffer[1:]
+    elif defect == "requires grad" and arg.is_floating_point():
+        args[index] = arg.detach().clone().requires_grad_(True)
+    elif defect == "written shares another input" and written:
+        args[written[0]] = args[partner(spec, args)]
+    elif defect == "written overlaps another input" and written:
+        other = partner(spec, args)
+        buffer = torch.zeros(args[other].shape[0] + 1, args[other].shape[1], dtype=args[other].dtype)
+        args[other], args[written[0]] = buffer[:-1], buffer[1:]
     return args
 
 
 def is_plain(spec: Any, args: list[Any]) -> bool:
-    """What the fast path's launch assumes: every token-indexed input 2-D, dense, with tokens; no written input
-    sharing an element with another input."""
-    for name in spec.row_inputs:
+    """What the fast path's launch assumes: every token-indexed input of the rank the launch takes (2-D: rows; rope's
+    positions 1-D), dense, with tokens; no written input sharing an element with another input."""
+    ranks = spec.flat_ranks or (2,) * len(spec.row_inputs)
+    for name, rank in zip(spec.row_inputs, ranks, strict=True):
         arg = args[spec.inputs.index(name)]
-        if arg.dim() != 2 or not arg.is_contiguous() or arg.shape[0] == 0:
+        if arg.dim() != rank or not arg.is_contiguous() or arg.shape[0] == 0:
             return False
     for name in spec.mutates:
         written = args[spec.inputs.index(name)]
@@ -115,17 +147,19 @@ def is_plain(spec: Any, args: list[Any]) -> bool:
 def test_the_engine_call_is_plain(name: str, dtype: Any) -> None:
     spec = PLAIN[name]
     config = small_config(spec, dtype)
-    accepts = plain_call(spec.plain_layout(config), tuple(spec.inputs.index(n) for n in spec.mutates))
+    accepts = predicate(spec, config)
     for tokens in (1, 5):
-        assert accepts(*engine_call(spec, config, tokens, seed=tokens))
+        assert accepts(tuple(engine_call(spec, config, tokens, seed=tokens)))
 
 
 @pytest.mark.parametrize("name", sorted(PLAIN))
 @pytest.mark.parametrize("writes_out", [False, True])
 def test_a_plain_call_skips_the_full_checks(name: str, writes_out: bool, monkeypatch: pytest.MonkeyPatch) -> None:
     """The guarded kernel launches a plain call without running ``check`` (a launch that writes ``out`` gets a
-    dense one of the spec's shape and dtype); any other call runs it."""
+    dense one of the spec's shape and dtype; an in-place kernel returns its written inputs); any other call runs
+    it."""
     spec = PLAIN[name]
+    returns_out = spec.returns == "out"
     config = small_config(spec, torch.float32)
     checked: list[int] = []
     monkeypatch.setattr(type(spec), "check", lambda self, config, *args: checked.append(len(args)))
@@ -133,6 +167,8 @@ def test_a_plain_call_skips_the_full_checks(name: str, writes_out: bool, monkeyp
 
     def launch(*args: Any) -> Any:
         launched.append(len(args))
+        if not returns_out:
+            return None
         if writes_out:
             *inputs, out = args
             assert tuple(out.shape) == spec.out_shape(config, *inputs)
@@ -142,14 +178,13 @@ def test_a_plain_call_skips_the_full_checks(name: str, writes_out: bool, monkeyp
 
     kernel = spec.guarded(config, launch, None, writes_out=writes_out)
     args = engine_call(spec, config, 3, seed=0)
-    kernel(*args)
-    assert (checked, launched) == ([], [len(args) + writes_out])
-    kernel(
-        *[
-            arg.unsqueeze(0) if position == spec.inputs.index(spec.row_inputs[0]) else arg
-            for position, arg in enumerate(args)
-        ]
-    )
+    returned = kernel(*args)
+    assert (checked, launched) == ([], [len(args) + (writes_out and returns_out)])
+    if not returns_out:
+        assert all(got is args[spec.inputs.index(name)] for got, name in zip(returned, spec.returns, strict=True))
+    # the same call with one more leading (token) dimension on every token-indexed input: valid, not plain
+    rows = {spec.inputs.index(name) for name in spec.row_inputs}
+    kernel(*[arg.unsqueeze(0) if position in rows else arg for position, arg in enumerate(args)])
     assert checked == [len(args)]
 
 
@@ -167,11 +202,11 @@ def test_the_predicate_never_accepts_what_the_checks_refuse(
 ) -> None:
     spec = PLAIN[name]
     config = small_config(spec, dtype)
-    accepts = plain_call(spec.plain_layout(config), tuple(spec.inputs.index(n) for n in spec.mutates))
+    accepts = predicate(spec, config)
     args = engine_call(spec, config, tokens, seed)
     args = with_defect(spec, config, args, defect, index % len(args))
     try:
-        accepted = accepts(*args)
+        accepted = accepts(tuple(args))
     except (AttributeError, TypeError):  # what the kernel catches: a non-tensor, a wrong count
         accepted = False
     if defect is None:
@@ -185,4 +220,39 @@ def test_the_predicate_never_accepts_what_the_checks_refuse(
             spec.check_aliasing(config, *args)
     except KernelInputError as error:
         pytest.fail(f"the predicate accepted a call the checks refuse ({defect} at {index}): {error}")
+    assert not any(arg.requires_grad for arg in args), "the kernel refuses inputs that require grad in grad mode"
     assert is_plain(spec, args), f"the predicate accepted a call the launch cannot take as it is ({defect})"
+
+
+@pytest.mark.parametrize("name", sorted(PLAIN))
+def test_parameters_that_require_grad_are_plain_without_grad_mode(name: str) -> None:
+    """Engines keep weights as parameters (``requires_grad=True``) and run under ``inference_mode`` or
+    ``no_grad``: that call is plain (every floating input requires grad here); in grad mode the same call takes the checks, which refuse it."""
+    spec = PLAIN[name]
+    config = small_config(spec, torch.float32)
+    accepts = predicate(spec, config)
+    args = tuple(
+        arg.requires_grad_(True) if arg.is_floating_point() else arg for arg in engine_call(spec, config, 2, seed=1)
+    )
+    assert not accepts(args)
+    with torch.no_grad():
+        assert accepts(args)
+    with torch.inference_mode():
+        assert accepts(args)
+
+
+@pytest.mark.parametrize("strided_rows", [False, True])
+def test_rope_takes_a_packed_qkv_on_the_fast_path_only_where_the_launch_takes_strided_rows(strided_rows: bool) -> None:
+    """Engines rotate the query and key slices of one packed ``qkv[M, (Hq + 2 Hk) * head_dim]`` buffer: row-strided
+    views that share no element. A launch that indexes rows by stride takes them as they are; for one that does
+    not, the predicate refuses them and the full path copies."""
+    spec = kernel_spec("rope_tl")
+    config = small_config(spec, torch.bfloat16)
+    positions, query, key, cache = engine_call(spec, config, 3, seed=2)
+    packed = torch.zeros(3, query.shape[1] + 2 * key.shape[1], dtype=query.dtype)
+    q, k = packed[:, : query.shape[1]], packed[:, query.shape[1] : query.shape[1] + key.shape[1]]
+    assert not q.is_contiguous() and not k.is_contiguous()
+    accepts = spec.plain_predicate(config, strided_rows=strided_rows)
+    assert accepts((positions, q, k, cache)) is strided_rows
+    assert accepts((positions, query, key, cache))
+    assert not accepts((positions, q, q, cache)), "query and key the same elements"

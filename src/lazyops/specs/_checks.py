@@ -358,17 +358,29 @@ def fixed_input(shape: tuple[int, ...], dtype: torch.dtype) -> PlainInput:
 
 
 def plain_call(layout: tuple[PlainInput, ...], written: tuple[int, ...] = ()) -> Any:
-    """A predicate that recognises, in a few attribute reads, the call engines make on every step: every input a
-    dense tensor of its dtype on the first input's device, the token-indexed ones ``[tokens, width]`` with the same
-    ``tokens > 0``, the others of their exact shape, and each ``written`` input sharing no byte with any other
-    input of its dtype.
+    """A predicate over a call's packed arguments that recognises, in a few attribute reads, the call engines make
+    on every step: every input a dense tensor of its dtype on the first input's device, none requiring grad while
+    grad mode is on, the token-indexed ones ``[tokens, width]`` with the same ``tokens > 0``, the others of their
+    exact shape, and each ``written`` input sharing no byte with any other input of its dtype.
 
     It is the kernel's fast path, its layout declared by ``KernelSpec.plain_layout``: where it answers True, the
     full checks would accept the call and the launch needs no adaptation; where it answers False (or raises, for a
     non-tensor), the call takes the full checks, which accept it or say what is wrong. So it may refuse what the
     checks accept (a strided view, a 3-D input), never the reverse; ``tests/core/test_plain_call.py`` holds it to that.
+
+    Its cost is the kernel's host cost on every step, so it reads each attribute once and loops over nothing it can
+    unroll: the first token-indexed input is read on its own, the others and the fixed inputs in two loops over
+    ``(position, dtype, width or shape)`` (``benchmarks/NOTES.md``, "The plain call's host cost").
     """
+    import torch
+
+    is_grad_enabled = torch.is_grad_enabled
     count = len(layout)
+    rows = tuple((index, dtype, width) for index, (dtype, width, _) in enumerate(layout) if width is not None)
+    fixed = tuple((index, dtype, shape) for index, (dtype, width, shape) in enumerate(layout) if width is None)
+    if not rows:
+        raise ValueError("a plain call needs a token-indexed input (rows_input) to count its tokens by")
+    (first_index, first_dtype, first_width), other_rows = rows[0], rows[1:]
     pairs = tuple(
         (index, other)
         for index in written
@@ -376,27 +388,35 @@ def plain_call(layout: tuple[PlainInput, ...], written: tuple[int, ...] = ()) ->
         if other != index and layout[other][0] is layout[index][0]
     )
 
-    def accepts(*args: Any) -> bool:
+    def accepts(args: tuple[Any, ...]) -> bool:
         if len(args) != count:
             return False
-        first = args[0]
-        device = first.device
-        tokens = -1
-        for arg, (dtype, width, shape) in zip(args, layout, strict=True):
-            if arg.dtype is not dtype or not arg.is_contiguous():
-                return False
-            sizes = arg.shape
-            if width is None:
-                if sizes != shape:
-                    return False
-            elif len(sizes) != 2 or sizes[1] != width or (sizes[0] != tokens and tokens != -1):
-                return False
-            else:
-                tokens = sizes[0]
-            if arg is not first and arg.device != device:
-                return False
+        first = args[first_index]
+        grad = is_grad_enabled()
+        if first.dtype is not first_dtype or not first.is_contiguous() or (grad and first.requires_grad):
+            return False
+        sizes = first.shape
+        if len(sizes) != 2 or sizes[1] != first_width:
+            return False
+        tokens = sizes[0]
         if tokens <= 0:
             return False
+        if count == 1:
+            return True
+        device = first.device
+        for index, dtype, width in other_rows:
+            arg = args[index]
+            if arg.dtype is not dtype or not arg.is_contiguous() or (grad and arg.requires_grad):
+                return False
+            sizes = arg.shape
+            if len(sizes) != 2 or sizes[1] != width or sizes[0] != tokens or arg.device != device:
+                return False
+        for index, dtype, shape in fixed:
+            arg = args[index]
+            if arg.dtype is not dtype or not arg.is_contiguous() or (grad and arg.requires_grad):
+                return False
+            if arg.shape != shape or arg.device != device:
+                return False
         for index, other in pairs:  # dense tensors: their bytes are one range each
             start, other_start = args[index].data_ptr(), args[other].data_ptr()
             if start < other_start + args[other].nbytes and other_start < start + args[index].nbytes:

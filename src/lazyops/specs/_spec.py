@@ -210,6 +210,25 @@ class KernelSpec:
         """
         return None
 
+    def plain_predicate(self, config: Any, *, strided_rows: bool) -> Callable[[tuple[Any, ...]], bool] | None:
+        """The guarded kernel's fast path: a predicate over a call's packed arguments that answers True only for a
+        call the full checks accept (grad mode and aliasing included) and the launch takes as it is (rows
+        ``[tokens, width]`` with tokens, on one device; row-strided views only where ``strided_rows``). None: every
+        call takes the full checks.
+
+        By default it is made from :meth:`plain_layout` (``_checks.plain_call``, dense inputs); a spec whose engine
+        call does not fit a layout (rope: positions ``[tokens]``, a cache of any length) writes its own.
+        """
+        layout = self.plain_layout(config)
+        if layout is None:
+            return None
+        from lazyops.specs._checks import plain_call
+
+        predicate: Callable[[tuple[Any, ...]], bool] = plain_call(
+            layout, tuple(sorted(self.inputs.index(name) for name in self.mutates))
+        )
+        return predicate
+
     def out_shape(self, config: Any, *args: Any) -> tuple[int, ...]:
         """The shape of the tensor the kernel returns (for ``returns == "out"``), from the call's arguments: by
         default that of the input :attr:`out_like` names."""
@@ -388,46 +407,50 @@ class KernelSpec:
                 view.copy_(dense)
             return result
 
-        from lazyops.specs._checks import plain_call
-
         like = None if self.out_like is None else inputs.index(self.out_like)
         out_dtype = self.out_dtype(config) if returns_out else None
         empty_like = torch.empty_like
-        plain_layout = self.plain_layout(config)
-        accepts = None if plain_layout is None else plain_call(plain_layout, tuple(sorted(written)))
+        accepts = self.plain_predicate(config, strided_rows=strided_rows)
 
-        def run_plain(args: tuple[Any, ...]) -> Any:
-            """A plain call's launch: its inputs are already ``[rows, width]``, dense, with tokens."""
-            if not returns_out:
+        # A plain call's launch, its inputs already ``[rows, width]``, dense, with tokens: one of three, picked here
+        # rather than on every call.
+        if not returns_out:
+            picked = returned or ()
+
+            def run_plain(args: tuple[Any, ...]) -> Any:
                 launch(*args)
-                return tuple(args[index] for index in returned)  # type: ignore[union-attr]
-            if not writes_out:
+                return tuple([args[index] for index in picked])
+        elif not writes_out:
+
+            def run_plain(args: tuple[Any, ...]) -> Any:
                 return launch(*args)
-            # dense inputs: ``empty_like`` gives a dense result, for less host time than ``output``
-            result = output(config, *args) if like is None else empty_like(args[like], dtype=out_dtype)
-            launch(*args, result)
-            return result
+        elif like is None:
 
-        def launches_here(first: Any) -> bool:
-            """The launch may run as it is: on the device kind it dereferences, that device the current one."""
-            if device_type is None:
-                return True
-            if device_type == "cuda":
+            def run_plain(args: tuple[Any, ...]) -> Any:
+                result = output(config, *args)
+                launch(*args, result)
+                return result
+        else:
+
+            def run_plain(args: tuple[Any, ...]) -> Any:
+                # dense inputs: ``empty_like`` gives a dense result, for less host time than ``output``
+                result = empty_like(args[like], dtype=out_dtype)
+                launch(*args, result)
+                return result
+
+        # Whether a plain call may launch as it is: on the device kind the launch dereferences, that device the
+        # current one (None: any device, nothing to ask).
+        launches_here: Callable[[Any], bool] | None = None
+        if device_type == "cuda":
+
+            def launches_here(first: Any) -> bool:
                 return bool(first.is_cuda and first.get_device() == current_device())
-            return bool(first.device.type == device_type)
+        elif device_type is not None:
 
-        def kernel(*args: Any, out: Any = None) -> Any:
-            if out is None and accepts is not None:
-                try:
-                    plain = accepts(*args)
-                except (AttributeError, TypeError):  # not a tensor: the checks below say so
-                    plain = False
-                if (
-                    plain
-                    and not (is_grad_enabled() and any(arg.requires_grad for arg in args))
-                    and launches_here(args[0])
-                ):
-                    return run_plain(args)
+            def launches_here(first: Any) -> bool:
+                return bool(first.device.type == device_type)
+
+        def checked(args: tuple[Any, ...], out: Any) -> Any:
             check(config, *args)
             if out is not None:
                 if not returns_out:
@@ -449,6 +472,25 @@ class KernelSpec:
                 wrong_device(args[0])
             return run(args, out)
 
+        if accepts is None:
+            serve = checked
+        else:
+
+            def serve(args: tuple[Any, ...], out: Any) -> Any:
+                if out is None:
+                    try:
+                        plain = accepts(args)
+                    except (AttributeError, TypeError):  # not a tensor: the checks say so
+                        plain = False
+                    if plain and (launches_here is None or launches_here(args[0])):
+                        return run_plain(args)
+                return checked(args, out)
+
+        def kernel(*args: Any, out: Any = None) -> Any:
+            return serve(args, out)
+
+        # ``traceable`` calls ``serve`` with the packed arguments, one Python call less on every step.
+        kernel.lazyops_serve = serve  # type: ignore[attr-defined]
         return kernel
 
     def traceable(
@@ -465,6 +507,12 @@ class KernelSpec:
         from lazyops.specs._ops import config_values
 
         is_compiling = torch.compiler.is_compiling
+        serve = getattr(kernel, "lazyops_serve", None)
+        if serve is None:  # a kernel not made by ``guarded``
+
+            def serve(args: tuple[Any, ...], out: Any) -> Any:
+                return kernel(*args, out=out)
+
         values = config_values(config)
         returned = None if self.returns == "out" else tuple(self.inputs.index(name) for name in self.returns)
         label = config.label
@@ -478,7 +526,7 @@ class KernelSpec:
                     return out
                 result = operator(*args, *values)
                 return result if returned is None else tuple(args[index] for index in returned)
-            return kernel(*args, out=out)
+            return serve(args, out)
 
         call.__name__ = call.__qualname__ = self.name.removesuffix("_tl")
         call.__doc__ = self.kernel_type.__call__.__doc__

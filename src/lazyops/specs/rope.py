@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -107,7 +107,10 @@ _POSITION_DTYPES = (torch.int32, torch.int64)
 def _engine_call(config: RopeConfig, positions: Any, query: Any, key: Any, cos_sin_cache: Any) -> bool:
     """Whether the call is the one engines make on every step, accepted on a few reads: ``positions[M]``,
     ``query[M, Hq*head_dim]`` and ``key[M, Hk*head_dim]`` as dense or row-strided rows, a dense cache. False
-    sends the call through the full checks, which accept the other layouts and word every refusal."""
+    sends the call through the full checks, which accept the other layouts and word every refusal.
+
+    It runs on every step of a model with rope, so query and key are read one after the other, not in a loop, and
+    the devices are compared only after everything cheaper has passed."""
     tensor = torch.Tensor
     if not (
         type(positions) is tensor and type(query) is tensor and type(key) is tensor and type(cos_sin_cache) is tensor
@@ -115,30 +118,33 @@ def _engine_call(config: RopeConfig, positions: Any, query: Any, key: Any, cos_s
         return False
     head_dim, dtype = config.head_dim, config.dtype
     tokens = positions.shape
-    if len(tokens) != 1 or not tokens[0] or positions.dtype not in _POSITION_DTYPES or not positions.is_contiguous():
+    if len(tokens) != 1 or not positions.is_contiguous():
         return False
-    device = positions.device
-    for rows in (query, key):
-        sizes, strides = rows.shape, rows.stride()
-        if (
-            rows.dtype is not dtype
-            or len(sizes) != 2
-            or sizes[0] != tokens[0]
-            or sizes[1] % head_dim
-            or strides[1] != 1
-            or (strides[0] < sizes[1] and sizes[0] > 1)
-            or rows.device != device
-        ):
-            return False
+    count = tokens[0]
+    position_dtype = positions.dtype
+    if not count or (position_dtype is not torch.int64 and position_dtype is not torch.int32):
+        return False
+    if query.dtype is not dtype or key.dtype is not dtype:
+        return False
+    sizes, strides = query.shape, query.stride()
+    if len(sizes) != 2 or sizes[0] != count or sizes[1] % head_dim or strides[1] != 1:
+        return False
+    if strides[0] < sizes[1] and count > 1:
+        return False
+    sizes, strides = key.shape, key.stride()
+    if len(sizes) != 2 or sizes[0] != count or sizes[1] % head_dim or strides[1] != 1:
+        return False
+    if strides[0] < sizes[1] and count > 1:
+        return False
     cache = cos_sin_cache.shape
     rotary = cache[1] if len(cache) == 2 else 0
-    return (
-        (cos_sin_cache.dtype is torch.float32 or cos_sin_cache.dtype is dtype)
-        and 0 < rotary <= head_dim
-        and not rotary % 2
-        and cos_sin_cache.is_contiguous()
-        and cos_sin_cache.device == device
-    )
+    cache_dtype = cos_sin_cache.dtype
+    if not (0 < rotary <= head_dim) or rotary % 2 or (cache_dtype is not torch.float32 and cache_dtype is not dtype):
+        return False
+    if not cos_sin_cache.is_contiguous():
+        return False
+    device = positions.device
+    return query.device == device and key.device == device and cos_sin_cache.device == device
 
 
 class RopeSpec(KernelSpec):
@@ -198,6 +204,29 @@ class RopeSpec(KernelSpec):
                 f"{name}: cos_sin_cache rows hold {rotary_dim} values; the rotary dimension must be even and at most "
                 f"head_dim={head_dim} (each row is r/2 cosines then r/2 sines)"
             )
+
+    def plain_predicate(self, config: RopeConfig, *, strided_rows: bool) -> Callable[[tuple[Any, ...]], bool]:
+        """The engine call (:func:`_engine_call`), its rows dense unless the launch takes strided ones, with what
+        the full path checks besides: no input requiring grad in grad mode, and neither written input sharing an
+        element with another input of its dtype (``_checks.overlap``: exact for a packed ``qkv``'s slices)."""
+        is_grad_enabled = torch.is_grad_enabled
+        overlap = checks.overlap
+
+        def accepts(args: tuple[Any, ...]) -> bool:
+            if len(args) != 4:
+                return False
+            positions, query, key, cache = args
+            if not _engine_call(config, positions, query, key, cache):
+                return False
+            if not strided_rows and not (query.is_contiguous() and key.is_contiguous()):
+                return False
+            if is_grad_enabled() and (query.requires_grad or key.requires_grad or cache.requires_grad):
+                return False
+            if overlap(query, key):
+                return False
+            return not (cache.dtype is query.dtype and (overlap(query, cache) or overlap(key, cache)))
+
+        return accepts
 
     def rows(self, config: RopeConfig, *args: Any) -> tuple[Any, ...]:
         positions, query, key, cache = args
