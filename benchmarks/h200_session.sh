@@ -23,6 +23,11 @@
 # (that session's call A installed no .whl, so call B ran again carrying .whl; the install above now takes it
 # whenever it is carried), then one call, no carry: bash benchmarks/h200_session.sh rope-rotation
 #
+# The session after that (the fast path's predicate over packed arguments, rope's fast path, one Python call less
+# per kernel call), two calls on one warm machine:
+#   call A (carry .whl):  bash benchmarks/h200_session.sh serve-triton
+#   call B (carry .whl2): bash benchmarks/h200_session.sh serve-tilelang
+#
 # .whl and .whl2 hold the wheels benchmarks/README.md lists (TileLang; z3, liger-kernel, and rich with its small
 # dependencies for the `lazyops` command). Unpack a call's tarball into benchmarks/results/ here.
 set -uo pipefail
@@ -104,6 +109,22 @@ rope-rotation)
 plain-tilelang)
   step 150 python3 benchmarks/gpu_conformance.py --backend tilelang --tokens 1,7,128,4096 --max-examples 2 \
     --merge --out "$results"
+  step 60 python3 benchmarks/host_cost.py --calls 3000 --kernels rmsnorm,softmax,add_rmsnorm,rope,silu_and_mul \
+    --out "$results"
+  step 200 python3 benchmarks/gpu_bench.py --tokens 1024 --host --graph --out "$results"
+  ;;
+serve-triton)
+  step 200 python3 benchmarks/gpu_conformance.py --backend torch --backend triton --tokens 1,7,128,4096 \
+    --max-examples 2 --out "$results"
+  step 100 python3 -m pytest -q -p no:cacheprovider -p lazyops.pytest_plugin tests/kernels/test_conventions.py \
+    tests/kernels/test_triton_launch.py tests/core/test_plain_call.py --lazyops-backend triton -x
+  step 100 python3 benchmarks/torch_backend.py --device cuda --dtypes bfloat16 --tokens 1 1024 32768 --repeats 3 \
+    --out "$results"
+  ;;
+serve-tilelang)
+  step 150 python3 benchmarks/gpu_conformance.py --backend tilelang --tokens 1,7,128,4096 --max-examples 2 \
+    --merge --out "$results"
+  step 150 python3 benchmarks/wrapper_cost.py --device cuda --backends torch,triton,tilelang --out "$results"
   step 60 python3 benchmarks/host_cost.py --calls 3000 --kernels rmsnorm,softmax,add_rmsnorm,rope,silu_and_mul \
     --out "$results"
   step 200 python3 benchmarks/gpu_bench.py --tokens 1024 --host --graph --out "$results"
