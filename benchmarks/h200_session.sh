@@ -27,6 +27,9 @@
 # per kernel call), two calls on one warm machine:
 #   call A (carry .whl):  bash benchmarks/h200_session.sh serve-triton
 #   call B (carry .whl2): bash benchmarks/h200_session.sh serve-tilelang
+# and after it (Triton's specialization key built flat; TileLang's executable called without its wrapper):
+#   call A (carry .whl):  bash benchmarks/h200_session.sh launch-triton
+#   call B (carry .whl2): bash benchmarks/h200_session.sh launch-tilelang
 #
 # .whl and .whl2 hold the wheels benchmarks/README.md lists (TileLang; z3, liger-kernel, and rich with its small
 # dependencies for the `lazyops` command). Unpack a call's tarball into benchmarks/results/ here.
@@ -125,6 +128,20 @@ serve-tilelang)
   step 150 python3 benchmarks/gpu_conformance.py --backend tilelang --tokens 1,7,128,4096 --max-examples 2 \
     --merge --out "$results"
   step 150 python3 benchmarks/wrapper_cost.py --device cuda --backends torch,triton,tilelang --out "$results"
+  step 60 python3 benchmarks/host_cost.py --calls 3000 --kernels rmsnorm,softmax,add_rmsnorm,rope,silu_and_mul \
+    --out "$results"
+  step 200 python3 benchmarks/gpu_bench.py --tokens 1024 --host --graph --out "$results"
+  ;;
+launch-triton)
+  step 150 python3 benchmarks/gpu_conformance.py --backend torch --backend triton --tokens 1,7,128,4096 \
+    --max-examples 2 --out "$results"
+  step 100 python3 -m pytest -q -p no:cacheprovider -p lazyops.pytest_plugin tests/kernels/test_conventions.py \
+    tests/kernels/test_triton_launch.py tests/core/test_plain_call.py --lazyops-backend triton -x
+  ;;
+launch-tilelang)
+  step 150 python3 benchmarks/gpu_conformance.py --backend tilelang --tokens 1,7,128,4096 --max-examples 2 \
+    --merge --out "$results"
+  step 120 python3 benchmarks/wrapper_cost.py --device cuda --backends torch,triton,tilelang --out "$results"
   step 60 python3 benchmarks/host_cost.py --calls 3000 --kernels rmsnorm,softmax,add_rmsnorm,rope,silu_and_mul \
     --out "$results"
   step 200 python3 benchmarks/gpu_bench.py --tokens 1024 --host --graph --out "$results"

@@ -11,6 +11,7 @@ kernels compute the right numbers is checked on a GPU by ``benchmarks/gpu_confor
 from __future__ import annotations
 
 import re
+from typing import Any
 
 import pytest
 
@@ -465,3 +466,32 @@ def test_factories_refuse_without_a_gpu_after_checking_their_arguments() -> None
         rmsnorm.rmsnorm_tl(4096, torch.bfloat16)
     with pytest.raises(BackendError, match="cannot run here"):
         matmul.matmul_tl(128, 128, "bf16")
+
+
+def test_a_kernel_whose_adapter_has_nothing_to_do_is_called_through_its_executable() -> None:
+    """``_runtime.direct``: TileLang's TVM-FFI adapter with no outputs of its own to allocate hands over its
+    executable; any other kernel (another adapter, outputs the adapter allocates) is called as it is."""
+    from types import SimpleNamespace
+
+    from lazyops._backends.tilelang._runtime import direct
+
+    def executable(*args: Any) -> None:
+        return None
+
+    adapter_type = type("TVMFFIKernelAdapter", (), {})
+
+    def kernel_with(**attributes: Any) -> Any:
+        adapter = adapter_type()
+        adapter._get_executable = lambda: executable
+        vars(adapter).update(attributes)
+        return SimpleNamespace(adapter=adapter)
+
+    assert direct(kernel_with(result_idx=[])) is executable
+    allocating = kernel_with(result_idx=[2])
+    assert direct(allocating) is allocating
+    callee_allocated = kernel_with(result_idx=[], _ffi_callee_allocated_output_abi=True)
+    assert direct(callee_allocated) is callee_allocated
+    other = SimpleNamespace(adapter=SimpleNamespace(_get_executable=lambda: executable, result_idx=[]))
+    assert direct(other) is other
+    plain = _RecordingKernel()
+    assert direct(plain) is plain

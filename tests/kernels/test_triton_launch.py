@@ -10,6 +10,8 @@ from types import SimpleNamespace
 
 import pytest
 import torch
+from hypothesis import given
+from hypothesis import strategies as st
 
 pytest.importorskip("triton")
 
@@ -172,3 +174,40 @@ def test_grid_arithmetic_matches_tritons_own() -> None:
 
     assert all(next_power_of_2(n) == triton.next_power_of_2(n) for n in range(0, 70_000))
     assert all(cdiv(a, b) == triton.cdiv(a, b) for a in range(0, 600) for b in range(1, 70))
+
+
+def _triton_integer_key(value: int, specialized: bool) -> tuple:
+    """What Triton's own specialization tells apart about an integer argument: its width, and for a specialized
+    one whether it is 1 and whether it divides by 16."""
+    wide = not -(2**31) <= value < 2**31
+    return (wide, value == 1, value % 16 == 0) if specialized else (wide,)
+
+
+#: integers at the edges of what specialization tells apart, and any others
+INTEGERS = st.one_of(
+    st.sampled_from([1, 0, -1, -16, 16, 17, 2**31 - 1, 2**31, -(2**31), -(2**31) - 1]), st.integers(-(2**40), 2**40)
+)
+
+
+@given(
+    first=INTEGERS,
+    second=INTEGERS,
+    aligned=st.booleans(),
+    dtype=st.sampled_from([torch.float32, torch.float16]),
+)
+def test_the_key_tells_apart_what_tritons_specialization_tells_apart(first, second, aligned, dtype):
+    """Two calls share a binary exactly when Triton would give them one: the same element type and pointer
+    alignment, and integers alike in width (and, where specialized, in ``== 1`` and ``% 16``)."""
+    launcher = _launch.Launcher(StridedJITFunction(), {"N": 4096})
+    x = torch.zeros(64, dtype=dtype)
+    y = x if aligned else x[1:]
+    for m, stride in ((first, second), (second, first)):
+        one = launcher._key(0, (x, x, m, stride))
+        other = launcher._key(0, (y, x, stride, m))
+        # M (position 2) is not specialized, the stride (position 3) is
+        same = (
+            aligned
+            and _triton_integer_key(m, False) == _triton_integer_key(stride, False)
+            and (_triton_integer_key(stride, True) == _triton_integer_key(m, True))
+        )
+        assert (one == other) is same

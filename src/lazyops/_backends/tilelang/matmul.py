@@ -30,7 +30,7 @@ from typing import Any
 import tilelang.language as T
 import torch
 
-from lazyops._backends.tilelang._runtime import ALIGNMENT, F32, aligned, compiled, require_gpu, tl_dtype
+from lazyops._backends.tilelang._runtime import ALIGNMENT, F32, aligned, compiled, direct, require_gpu, tl_dtype
 from lazyops.specs.matmul import MatmulConfig, spec
 
 
@@ -263,7 +263,7 @@ def matmul_tl(config: MatmulConfig) -> Callable[..., None]:
     shared_memory = getattr(properties, "shared_memory_per_block_optin", 0) or 99 * 1024
     large = tiles_for(tl_dtype(dtype), shared_memory)[1]
     sm_count = properties.multi_processor_count
-    kernels = list(compiled(config.label, programs(config, shared_memory, sm_count)).values())
+    kernels = [direct(kernel) for kernel in compiled(config.label, programs(config, shared_memory, sm_count)).values()]
     small_kernel, large_kernel = kernels[:2]
     plans = split_plans(config, sm_count, shared_memory)
     split_k = [(plan.max_m, plan.split, kernels[2 + 2 * i], kernels[3 + 2 * i]) for i, plan in enumerate(plans)]

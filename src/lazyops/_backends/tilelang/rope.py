@@ -34,7 +34,7 @@ import tilelang.language as T
 import torch
 
 from lazyops._backends.tilelang._rows import ITEMSIZE, vector_elements
-from lazyops._backends.tilelang._runtime import F32, compiled, launch_with_copies, tl_dtype
+from lazyops._backends.tilelang._runtime import F32, compiled, direct, launch_with_copies, tl_dtype
 from lazyops.specs.rope import RopeConfig, spec
 
 THREADS = 128
@@ -203,6 +203,7 @@ def rope_launch(config: RopeConfig, kernels: dict[tuple[torch.dtype, torch.dtype
     """The launch of compiled rope programs, ``kernels`` keyed by (cache dtype, positions dtype) as
     :func:`programs` is (``benchmarks/tilelang_variants.py`` launches other programs through it)."""
     head_dim = config.head_dim
+    kernels = {key: direct(kernel) for key, kernel in kernels.items()}
     # query and key are taken as they lie (packed qkv views) when their row stride is a multiple of the
     # program's vector (true of every contiguous tensor and of engine layouts); otherwise, or at a misaligned
     # address, a contiguous copy is rotated and copied back.
