@@ -48,6 +48,26 @@ if { [[ "$part" == triton* ]] || [ -d .whl ]; } && [ ! -e /tmp/site/tilelang ]; 
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site .whl/*.whl
 fi
 
+# The checks every session since the plain-call path re-ran with Triton: conformance (torch and Triton), then the
+# convention, launcher and plain-call tests.
+triton_checks() {
+  step 200 python3 benchmarks/gpu_conformance.py --backend torch --backend triton --tokens 1,7,128,4096 \
+    --max-examples 2 --out "$results"
+  step 100 python3 -m pytest -q -p no:cacheprovider -p lazyops.pytest_plugin tests/kernels/test_conventions.py \
+    tests/kernels/test_triton_launch.py tests/core/test_plain_call.py --lazyops-backend triton -x
+}
+
+# TileLang's conformance (merged into the Triton call's), then what each call costs on the host: lazyops against
+# the launch it wraps, the profile of a call, and the M = 1024 bench with host and graph times.
+tilelang_host_costs() {
+  step 150 python3 benchmarks/gpu_conformance.py --backend tilelang --tokens 1,7,128,4096 --max-examples 2 \
+    --merge --out "$results"
+  step 150 python3 benchmarks/wrapper_cost.py --device cuda --backends torch,triton,tilelang --out "$results"
+  step 60 python3 benchmarks/host_cost.py --calls 3000 --kernels rmsnorm,softmax,add_rmsnorm,rope,silu_and_mul \
+    --out "$results"
+  step 200 python3 benchmarks/gpu_bench.py --tokens 1024 --host --graph --out "$results"
+}
+
 case $part in
 triton)
   step 200 python3 benchmarks/gpu_conformance.py --backend torch --backend triton --tokens 1,7,128,4096 \
@@ -85,10 +105,7 @@ tilelang-recheck)
   step 120 python3 -m pytest -q -p no:cacheprovider -p lazyops.pytest_plugin tests/kernels/test_conventions.py --lazyops-backend tilelang -x
   ;;
 plain-triton)
-  step 200 python3 benchmarks/gpu_conformance.py --backend torch --backend triton --tokens 1,7,128,4096 \
-    --max-examples 2 --out "$results"
-  step 100 python3 -m pytest -q -p no:cacheprovider -p lazyops.pytest_plugin tests/kernels/test_conventions.py \
-    tests/kernels/test_triton_launch.py tests/core/test_plain_call.py --lazyops-backend triton -x
+  triton_checks
   step 100 python3 benchmarks/torch_backend.py --device cuda --dtypes bfloat16 --tokens 1 1024 32768 --repeats 3 \
     --out "$results"
   for rotation in upcast input; do
@@ -117,34 +134,15 @@ plain-tilelang)
   step 200 python3 benchmarks/gpu_bench.py --tokens 1024 --host --graph --out "$results"
   ;;
 serve-triton)
-  step 200 python3 benchmarks/gpu_conformance.py --backend torch --backend triton --tokens 1,7,128,4096 \
-    --max-examples 2 --out "$results"
-  step 100 python3 -m pytest -q -p no:cacheprovider -p lazyops.pytest_plugin tests/kernels/test_conventions.py \
-    tests/kernels/test_triton_launch.py tests/core/test_plain_call.py --lazyops-backend triton -x
+  triton_checks
   step 100 python3 benchmarks/torch_backend.py --device cuda --dtypes bfloat16 --tokens 1 1024 32768 --repeats 3 \
     --out "$results"
   ;;
-serve-tilelang)
-  step 150 python3 benchmarks/gpu_conformance.py --backend tilelang --tokens 1,7,128,4096 --max-examples 2 \
-    --merge --out "$results"
-  step 150 python3 benchmarks/wrapper_cost.py --device cuda --backends torch,triton,tilelang --out "$results"
-  step 60 python3 benchmarks/host_cost.py --calls 3000 --kernels rmsnorm,softmax,add_rmsnorm,rope,silu_and_mul \
-    --out "$results"
-  step 200 python3 benchmarks/gpu_bench.py --tokens 1024 --host --graph --out "$results"
-  ;;
 launch-triton)
-  step 150 python3 benchmarks/gpu_conformance.py --backend torch --backend triton --tokens 1,7,128,4096 \
-    --max-examples 2 --out "$results"
-  step 100 python3 -m pytest -q -p no:cacheprovider -p lazyops.pytest_plugin tests/kernels/test_conventions.py \
-    tests/kernels/test_triton_launch.py tests/core/test_plain_call.py --lazyops-backend triton -x
+  triton_checks
   ;;
-launch-tilelang)
-  step 150 python3 benchmarks/gpu_conformance.py --backend tilelang --tokens 1,7,128,4096 --max-examples 2 \
-    --merge --out "$results"
-  step 120 python3 benchmarks/wrapper_cost.py --device cuda --backends torch,triton,tilelang --out "$results"
-  step 60 python3 benchmarks/host_cost.py --calls 3000 --kernels rmsnorm,softmax,add_rmsnorm,rope,silu_and_mul \
-    --out "$results"
-  step 200 python3 benchmarks/gpu_bench.py --tokens 1024 --host --graph --out "$results"
+serve-tilelang | launch-tilelang)
+  tilelang_host_costs
   ;;
 variants)
   step 300 python3 benchmarks/tilelang_variants.py --out "$results"
