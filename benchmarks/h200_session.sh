@@ -30,6 +30,8 @@
 # and after it (Triton's specialization key built flat; TileLang's executable called without its wrapper):
 #   call A (carry .whl):  bash benchmarks/h200_session.sh launch-triton
 #   call B (carry .whl2): bash benchmarks/h200_session.sh launch-tilelang
+# then one call, no carry, for the torch rope's complex rotation:
+#   bash benchmarks/h200_session.sh rope-complex
 #
 # .whl and .whl2 hold the wheels benchmarks/README.md lists (TileLang; z3, liger-kernel, and rich with its small
 # dependencies for the `lazyops` command). Unpack a call's tarball into benchmarks/results/ here.
@@ -143,6 +145,22 @@ launch-triton)
   ;;
 serve-tilelang | launch-tilelang)
   tilelang_host_costs
+  ;;
+rope-complex)
+  # the torch backend's rope in its float32 rotation and as complex numbers, side by side in one session; then
+  # the complex one as the default (in this copy only) through the conformance kit and the rope tests
+  for rotation in float32 complex; do
+    step 90 python3 benchmarks/torch_backend.py --device cuda --kernels rope --dtypes bfloat16 float16 float32 \
+      --tokens 1 1024 32768 --repeats 5 --rope-gpu-rotation $rotation --name torch_backend_cuda_rope_$rotation \
+      --out "$results"
+  done
+  sed -i 's/^GPU_ROTATION = "float32"$/GPU_ROTATION = "complex"/' src/lazyops/_backends/torch/rope.py
+  mkdir -p /tmp/complex
+  step 120 python3 benchmarks/gpu_conformance.py --backend torch --kernels rope --tokens 1,7,128,4096 \
+    --max-examples 4 --out /tmp/complex
+  cp /tmp/complex/gpu_conformance.md "$results/gpu_conformance_torch_rope_complex.md"
+  step 60 python3 -m pytest -q -p no:cacheprovider -p lazyops.pytest_plugin tests/kernels/test_rope.py \
+    --lazyops-backend torch
   ;;
 variants)
   step 300 python3 benchmarks/tilelang_variants.py --out "$results"

@@ -39,6 +39,9 @@ CPU_BLOCK_ELEMENTS = 1 << 19
 #: - ``"upcast"``: the pairs upcast to float32 once, first, as the CPU does: one dtype per op, more bytes.
 #: - ``"input"``: ``cos``/``sin`` rounded to the pairs' dtype and the ops in that dtype, as torch's own eager
 #:   rotation (and vLLM's ``forward_native``) computes: each of the three ops rounds (float32 inside).
+#: - ``"complex"``: each pair a complex64 number, turned by one multiplication with ``cos + i sin``: three ops a
+#:   tensor (a float32 copy with the pair's two features side by side, the product, the store), each in one
+#:   dtype, float32 math rounded once at the store (:func:`rotate_complex`).
 #:
 #: Measured (H200, 2026-12-01, 32 + 8 heads of 128, bf16, M = 1 / 1024 / 32768): float32 1.00 / 1.02 / 0.74,
 #: upcast 0.84 / 0.81 / 0.80, input 0.93 / 0.90 / 1.17. "input" is the fastest at 32768, and its relative error
@@ -46,7 +49,7 @@ CPU_BLOCK_ELEMENTS = 1 << 19
 #: the kit compares in-place results element by element, where three roundings miss (1.1 M of 16.8 M elements
 #: at M = 4096, ``gpu_conformance_torch_rope_input.md``). So float32 it stays; the rope is a fallback there.
 GPU_ROTATION = "float32"
-GPU_ROTATIONS = ("float32", "upcast", "input")
+GPU_ROTATIONS = ("float32", "upcast", "input", "complex")
 
 
 def rotate(pairs: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, pair_dim: int) -> None:
@@ -62,6 +65,15 @@ def rotate(pairs: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, pair_dim: 
     rotated1.addcmul_(x2, sin, value=-1.0)
     rotated2.addcmul_(x1, sin)
     pairs.copy_(rotated)
+
+
+def rotate_complex(pairs: torch.Tensor, turn: torch.Tensor, pair_dim: int) -> None:
+    """Rotate ``pairs`` in place as complex numbers: ``x1 + i x2`` times ``turn`` (``cos + i sin``, complex64,
+    broadcast against the pairs without their pair dimension), in float32, rounded once at the store."""
+    neighbours = pairs.movedim(pair_dim, -1)  # each pair's two features side by side: a view
+    # a fresh float32 copy, pairs as its last dimension (``to()`` would keep a float32 view as it is)
+    dense = torch.empty_like(neighbours, dtype=torch.float32, memory_format=torch.contiguous_format).copy_(neighbours)
+    neighbours.copy_(torch.view_as_real(torch.view_as_complex(dense) * turn))
 
 
 @spec.implementation(strided_rows=True)
@@ -101,6 +113,11 @@ def rope_tl(config: RopeConfig) -> Callable[..., tuple[torch.Tensor, torch.Tenso
             inside = (clamped == positions)[:, None, None]
             cos = torch.where(inside, cos_sin[:, None, :half], 1.0)
             sin = cos_sin[:, None, half:] * inside
+            if GPU_ROTATION == "complex":
+                turn = torch.complex(cos, sin)
+                for x in (query, key):
+                    rotate_complex(as_pairs(x, rotary_dim), turn, pair_dim)
+                return query, key
         for x in (query, key):
             pairs = as_pairs(x, rotary_dim)
             if pairs.is_cpu:
