@@ -5,11 +5,12 @@ features for neox, neighbours otherwise), are rotated in float32 (one rounding a
 computes) and copied back into the same views. Nothing else of a head is touched or cloned. The check that
 ``query`` and ``key`` do not overlap has run before the launch, so rotating one cannot alter the other's inputs.
 
-Four ops a tensor: ``rotated = x * cos`` over both halves at once, then ``x2 * sin`` subtracted from the first
-half and ``x1 * sin`` added to the second, then the store. On a GPU (this backend as the last fallback) 16-bit
-inputs enter these ops as they are, type promotion doing the float32 math in the kernels; on the CPU, where
-mixed-dtype ops copy their inputs first, a block of tokens is upcast once, and the blocks are small enough for
-the float32 passes to stay in cache (see ``CPU_BLOCK_ELEMENTS``).
+On the CPU, four ops a tensor: ``rotated = x * cos`` over both halves at once, then ``x2 * sin`` subtracted from
+the first half and ``x1 * sin`` added to the second, then the store; mixed-dtype ops copy their inputs first
+there, so a block of tokens is upcast once, and the blocks are small enough for the float32 passes to stay in
+cache (see ``CPU_BLOCK_ELEMENTS``). On a GPU (this backend as the last fallback), three: each pair becomes a
+complex64 number in a float32 copy, one multiplication by ``cos + i sin`` turns it, and the store rounds once
+(see ``GPU_ROTATION``).
 
 Positions are range-checked on the CPU (``index_select`` refuses an index outside the cache, before anything is
 written); on a GPU, out-of-range tokens are left unrotated without reading the positions on the host, as the GPU
@@ -44,11 +45,15 @@ CPU_BLOCK_ELEMENTS = 1 << 19
 #:   dtype, float32 math rounded once at the store (:func:`rotate_complex`).
 #:
 #: Measured (H200, 2026-12-01, 32 + 8 heads of 128, bf16, M = 1 / 1024 / 32768): float32 1.00 / 1.02 / 0.74,
-#: upcast 0.84 / 0.81 / 0.80, input 0.93 / 0.90 / 1.17. "input" is the fastest at 32768, and its relative error
-#: (2.4e-3) is below the eager rotation's (2.7e-3), but it fails the conformance kit: rope writes in place, and
-#: the kit compares in-place results element by element, where three roundings miss (1.1 M of 16.8 M elements
-#: at M = 4096, ``gpu_conformance_torch_rope_input.md``). So float32 it stays; the rope is a fallback there.
-GPU_ROTATION = "float32"
+#: upcast 0.84 / 0.81 / 0.80, input 0.93 / 0.90 / 1.17. "input" is the fastest of those three at 32768, and its
+#: relative error (2.4e-3) is below the eager rotation's (2.7e-3), but it fails the conformance kit: rope writes
+#: in place, and the kit compares in-place results element by element, where three roundings miss (1.1 M of
+#: 16.8 M elements at M = 4096, ``gpu_conformance_torch_rope_input.md``). Then, in one later session
+#: (``torch_backend_cuda_rope_{float32,complex}.md``, bf16 / float16 / float32): float32 at 32768 0.74 / 0.76 /
+#: 1.45, complex 1.06 / 1.05 / 1.54, and at M = 1 and 1024 complex 1.08–1.12 in 16-bit, 0.90–0.91 in float32
+#: (float32 0.89–0.95 there, both host-bound); complex passes the kit, element by element included
+#: (``gpu_conformance_torch_rope_complex.md``): its math is the float32 rotation's, one rounding at the store.
+GPU_ROTATION = "complex"
 GPU_ROTATIONS = ("float32", "upcast", "input", "complex")
 
 
