@@ -32,6 +32,8 @@
 #   call B (carry .whl2): bash benchmarks/h200_session.sh launch-tilelang
 # then one call, no carry, for the torch rope's complex rotation:
 #   bash benchmarks/h200_session.sh rope-complex
+# and one, no carry, for the torch backend as fallback with that rope and silu_and_mul's product out of place:
+#   bash benchmarks/h200_session.sh fallback
 #
 # .whl and .whl2 hold the wheels benchmarks/README.md lists (TileLang; z3, liger-kernel, and rich with its small
 # dependencies for the `lazyops` command). Unpack a call's tarball into benchmarks/results/ here.
@@ -161,6 +163,12 @@ rope-complex)
   cp /tmp/complex/gpu_conformance.md "$results/gpu_conformance_torch_rope_complex.md"
   step 60 python3 -m pytest -q -p no:cacheprovider -p lazyops.pytest_plugin tests/kernels/test_rope.py \
     --lazyops-backend torch
+  ;;
+fallback)
+  step 120 python3 benchmarks/torch_backend.py --device cuda --dtypes bfloat16 --tokens 1 1024 32768 --repeats 3 \
+    --out "$results"
+  step 60 python3 benchmarks/torch_backend.py --device cuda --kernels silu_and_mul --dtypes float16 float32 \
+    --tokens 1 1024 32768 --repeats 5 --name torch_backend_cuda_silu --out "$results"
   ;;
 variants)
   step 300 python3 benchmarks/tilelang_variants.py --out "$results"
