@@ -379,7 +379,10 @@ def plain_call(layout: tuple[PlainInput, ...], written: tuple[int, ...] = ()) ->
     rows = tuple((index, dtype, width) for index, (dtype, width, _) in enumerate(layout) if width is not None)
     fixed = tuple((index, dtype, shape) for index, (dtype, width, shape) in enumerate(layout) if width is None)
     if not rows:
-        raise ValueError("a plain call needs a token-indexed input (rows_input) to count its tokens by")
+        raise ValueError(
+            f"plain_call{layout!r}: no token-indexed input to count the tokens by; declare one with rows_input(), "
+            "or let the spec's plain_layout return None (no fast path)"
+        )
     (first_index, first_dtype, first_width), other_rows = rows[0], rows[1:]
     pairs = tuple(
         (index, other)
