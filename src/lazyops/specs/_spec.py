@@ -412,8 +412,8 @@ class KernelSpec:
         empty_like = torch.empty_like
         accepts = self.plain_predicate(config, strided_rows=strided_rows)
 
-        # A plain call's launch, its inputs already ``[rows, width]``, dense, with tokens: one of three, picked here
-        # rather than on every call.
+        # A plain call's launch, its inputs as the launch takes them (the predicate said so: rows with tokens,
+        # dense or, where the launch takes them, row-strided): one of four, picked here rather than on every call.
         if not returns_out:
             picked = returned or ()
 

@@ -187,7 +187,8 @@ def direct(kernel: Any) -> Callable[..., Any]:
     the arguments, finds the device, walks the parameters to allocate outputs and prepares the device (for NPUs
     only), then calls the executable. Every program here takes its outputs as arguments (no ``out_idx``), so on
     CUDA all of that ends in ``executable(*args)``, with the executable's own checks of every argument's shape,
-    dtype and device; the wrapper costs about 2 µs of host time a call on the H200's host (``host_cost.md``).
+    dtype and device. The wrapper's own time was about a tenth of a call's host time under cProfile on the H200
+    (``benchmarks/results/host_cost.md`` before and after this change).
     Anything else (another adapter or TileLang version, outputs the adapter allocates) keeps the ordinary call.
     """
     adapter: Any = getattr(kernel, "adapter", None)
