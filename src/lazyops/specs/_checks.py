@@ -384,11 +384,11 @@ def plain_call(layout: tuple[PlainInput, ...], written: tuple[int, ...] = ()) ->
             "or let the spec's plain_layout return None (no fast path)"
         )
     (first_index, first_dtype, first_width), other_rows = rows[0], rows[1:]
-    pairs = tuple(
-        (index, other)
+    # each written input with the others of its dtype (those the aliasing check compares it with)
+    written_against = tuple(
+        (index, others)
         for index in written
-        for other in range(count)
-        if other != index and layout[other][0] is layout[index][0]
+        if (others := tuple(o for o in range(count) if o != index and layout[o][0] is layout[index][0]))
     )
 
     def accepts(args: tuple[Any, ...]) -> bool:
@@ -420,10 +420,13 @@ def plain_call(layout: tuple[PlainInput, ...], written: tuple[int, ...] = ()) ->
                 return False
             if arg.shape != shape or arg.device != device:
                 return False
-        for index, other in pairs:  # dense tensors: their bytes are one range each
-            start, other_start = args[index].data_ptr(), args[other].data_ptr()
-            if start < other_start + args[other].nbytes and other_start < start + args[index].nbytes:
-                return False
+        for index, others in written_against:  # dense tensors: their bytes are one range each
+            start = args[index].data_ptr()
+            end = start + args[index].nbytes
+            for other in others:
+                other_start = args[other].data_ptr()
+                if start < other_start + args[other].nbytes and other_start < end:
+                    return False
         return True
 
     return accepts
