@@ -34,6 +34,9 @@
 #   bash benchmarks/h200_session.sh rope-complex
 # and one, no carry, for the torch backend as fallback with that rope and silu_and_mul's product out of place:
 #   bash benchmarks/h200_session.sh fallback
+# and GPU time alone at 1024 and 8192 tokens (inside CUDA graphs), two calls on a fresh machine:
+#   call A (carry .whl):  bash benchmarks/h200_session.sh install
+#   call B (carry .whl2): bash benchmarks/h200_session.sh graph-large
 #
 # .whl and .whl2 hold the wheels benchmarks/README.md lists (TileLang; z3, liger-kernel, and rich with its small
 # dependencies for the `lazyops` command). Unpack a call's tarball into benchmarks/results/ here.
@@ -169,6 +172,16 @@ fallback)
     --out "$results"
   step 60 python3 benchmarks/torch_backend.py --device cuda --kernels silu_and_mul --dtypes float16 float32 \
     --tokens 1 1024 32768 --repeats 5 --name torch_backend_cuda_silu --out "$results"
+  ;;
+install)
+  ;;
+graph-large)
+  # per call inside a CUDA graph at M = 1024 and 8192: the GPU's time alone, where back-to-back eager calls at
+  # 1024 measure the host's
+  step 400 python3 benchmarks/gpu_bench.py --tokens 1024 --graph --graph-tokens 1024,8192 --no-fullgraph \
+    --out /tmp/graph
+  cp /tmp/graph/gpu_bench.md "$results/gpu_bench_graph_large.md"
+  cp /tmp/graph/gpu_bench.json "$results/gpu_bench_graph_large.json"
   ;;
 variants)
   step 300 python3 benchmarks/tilelang_variants.py --out "$results"
