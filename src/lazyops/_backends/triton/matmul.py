@@ -1,15 +1,14 @@
 """Matrix product ``a[M, k] @ b[k, n]`` with float32 accumulation.
 
 Up to 128 tokens the product is a stream over the weight ``b``, and one program per output tile leaves SMs idle
-(``[1, 4096] x [4096, 4096]`` is 64 tiles of 16 x 64 for 132 SMs). There ``k`` is split too (split-K, as the
+(``[1, 4096] x [4096, 4096]`` is 32 tiles of 16 x 128 for 132 SMs). There ``k`` is split too (split-K, as the
 public Triton split-K GEMMs do with a second program axis): program ``(tile, s)`` stores its float32 partial sum
 over k-slice ``s`` into a float32 workspace ``[split, M, n]``, and a second kernel adds the slices in order and
 casts. Those public kernels mostly ``tl.atomic_add`` into the output; the workspace keeps the result exact to
 float32 accumulation (no 16-bit partial sums) and deterministic (no atomics, a fixed order), for one more launch.
 
-Prediction before measuring (H200, bf16, [1, 4096] x [4096, 14336]): b is 117 MB, 28 µs at 4.2 TB/s; 16 x 64
-tiles (20 KiB a stage, 4 stages: 2 programs an SM) make 224 tiles, split 3 ways: 672 programs, 2.5 waves of 264
-slots, about 33 µs plus 3 µs for the reduce launch: 36 µs (cuBLAS 40.7). See benchmarks/NOTES.md.
+The first tiling rule came from a model of the GPU (``benchmarks/NOTES.md``, "GEMM at decode sizes"); the
+present one from timing a grid of tilings on an H200 (``benchmarks/gemm_decode_sweep.py``, see :func:`tiling`).
 """
 
 from __future__ import annotations
@@ -131,31 +130,37 @@ class Tiling:
 MIN_TILE = 16
 
 
-#: Split-K below this many tokens, aiming at this many programs per SM (the 16-row decode tile takes 80 KiB of
-#: shared memory, two programs an SM; a second wave hides the first one's tail), with slices of at least
-#: MIN_SLICE_STEPS k-steps so that the pipeline fills.
+#: Split-K up to this many tokens, with slices of at least MIN_SLICE_STEPS k-steps so that the pipeline fills.
 SPLIT_MAX_M = 128
-SPLIT_WAVES_DECODE = 4
-SPLIT_WAVES = 2
 MIN_SLICE_STEPS = 4
+#: Shared memory a Hopper block may use (227 KiB); ``build_matmul`` asks the device for its own figure.
+HOPPER_SHARED_MEMORY = 227 * 1024
 #: The reduce kernel's block: 1024 float32 values, 4 warps, a float4 a thread per slice per pass.
 SUM_BLOCK = 1024
 
 
-def tiling(m: int, n: int, k: int, dtype: torch.dtype, sm_count: int = 132) -> Tiling:
+def tiling(
+    m: int, n: int, k: int, dtype: torch.dtype, sm_count: int = 132, shared_memory: int = HOPPER_SHARED_MEMORY
+) -> Tiling:
     """The tiles for a product of ``[m, k] @ [k, n]``.
 
-    ``m`` is bucketed (at most 16, at most 256, more), so a kernel compiles at most three variants however its
-    token count varies. The buckets keep enough programs to fill the GPU's 132 multiprocessors: at 16 tokens or
-    fewer the product is a stream over the weight, cut into narrow column tiles (``mma``, since Hopper's
-    ``wgmma`` needs 64 rows); up to 256 tokens 64x64 tiles (``wgmma`` for 16-bit types); beyond, 128x128 tiles.
-    float32 runs on the FMA units (IEEE precision), where smaller tiles keep the registers in bounds. Every
-    tile, times its pipeline stages, fits a Hopper's shared memory. Up to ``SPLIT_MAX_M`` tokens, when the tiles
-    alone are too few for ``sm_count`` SMs, ``k`` is split into slices too (see the module's docstring).
+    ``m`` is bucketed (at most 16, at most 128, at most 256, more), so a kernel compiles at most four variants
+    however its token count varies. In 16-bit types up to 128 tokens the product is a stream over the weight, and
+    the tiles are the fastest of ``benchmarks/gemm_decode_sweep.py``'s grid on an H200 (``gemm_decode_sweep.md``,
+    in CUDA graphs): 16 x 128 x 128 with 4 stages up to 16 tokens (``mma``; one block an SM), 64 x 128 x 64 with
+    4 stages up to 128 (two blocks an SM). Then ``k`` is split (see the module's docstring) so that the tiles
+    times the slices fill every SM's block slots once: ``split = slots // tiles``; a second wave, or a split
+    past one wave, measured slower there (``[1, 14336] x [14336, 4096]``: split 4 31.6 µs, 6 34.2, 8 32.9;
+    ``[1, 4096] x [4096, 14336]``: no split 31.8 µs, 2 33.8). Beyond 128 tokens: 64 x 64 tiles up to 256,
+    then 128 x 128 (``wgmma`` for 16-bit types). float32 runs on the FMA units (IEEE precision), where smaller
+    tiles keep the registers in bounds. Stages are dropped (to two at least) until a tile fits the device's
+    ``shared_memory`` per block.
     """
     wide = dtype != torch.float32
     if m <= 16:
-        config = Tiling(16, 64 if wide else 32, 128 if wide else 64, 4, 4)
+        config = Tiling(16, 128, 128, 4, 4) if wide else Tiling(16, 32, 64, 4, 4)
+    elif m <= SPLIT_MAX_M and wide:
+        config = Tiling(64, 128, 64, 4, 4)
     elif m <= 256:
         config = Tiling(64, 64, 64 if wide else 32, 4, 4)
     elif wide:
@@ -164,25 +169,40 @@ def tiling(m: int, n: int, k: int, dtype: torch.dtype, sm_count: int = 132) -> T
         config = Tiling(128, 64, 32, 8, 3)
     block_n = min(config.block_n, max(MIN_TILE, next_power_of_2(n)))
     block_k = min(config.block_k, max(MIN_TILE, next_power_of_2(k)))
+    stage_bytes = (config.block_m + block_n) * block_k * dtype.itemsize
+    stages = config.num_stages
+    while stages > 2 and stages * stage_bytes > shared_memory:
+        stages -= 1
     split, k_slice = 1, 0
     if m <= SPLIT_MAX_M:
         tiles = cdiv(m, config.block_m) * cdiv(n, block_n)
-        k_steps = cdiv(k, block_k)
-        target = sm_count * (SPLIT_WAVES_DECODE if m <= 16 else SPLIT_WAVES)
-        wanted = min(cdiv(target, tiles), k_steps // MIN_SLICE_STEPS)
+        slots = sm_count * max(1, shared_memory // (stages * stage_bytes))
+        wanted = min(slots // tiles, cdiv(k, block_k) // MIN_SLICE_STEPS)
         if wanted > 1:
-            k_slice = cdiv(k_steps, wanted) * block_k
+            k_slice = cdiv(cdiv(k, block_k), wanted) * block_k
             split = cdiv(k, k_slice)
         if split == 1:
             k_slice = 0
-    return Tiling(config.block_m, block_n, block_k, config.num_warps, config.num_stages, split, k_slice)
+    return Tiling(config.block_m, block_n, block_k, config.num_warps, stages, split, k_slice)
 
 
 @spec.implementation(device_type=launch_device(_matmul_kernel), strided_rows=True, writes_out=True)
 def matmul_tl(config: MatmulConfig) -> Callable[..., None]:
-    n, k, dtype = config.n, config.k, config.dtype
+    return build_matmul(config.n, config.k, config.dtype)
+
+
+def build_matmul(
+    n: int, k: int, dtype: torch.dtype, choose: Callable[[int, int, int, torch.dtype, int, int], Tiling] = tiling
+) -> Callable[[torch.Tensor, torch.Tensor, torch.Tensor], None]:
+    """The launch ``matmul(a, b, out)`` for a ``[k, n]`` weight, its tiles picked per token count by ``choose``
+    (:func:`tiling`; ``benchmarks/gemm_decode_sweep.py`` passes fixed tilings to time them)."""
     upcast = interpreting(_matmul_kernel) and dtype != torch.float32
-    sm_count = 132 if interpreting(_matmul_kernel) else torch.cuda.get_device_properties().multi_processor_count
+    if interpreting(_matmul_kernel):
+        sm_count, shared_memory = 132, HOPPER_SHARED_MEMORY
+    else:
+        properties = torch.cuda.get_device_properties()
+        sm_count = properties.multi_processor_count
+        shared_memory = getattr(properties, "shared_memory_per_block_optin", HOPPER_SHARED_MEMORY)
     #: one launcher per tiling (at most three: the token count is bucketed)
     launchers: dict[Tiling, Launcher] = {}
 
@@ -213,7 +233,7 @@ def matmul_tl(config: MatmulConfig) -> Callable[..., None]:
 
     def matmul(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor) -> None:
         m = a.shape[0]
-        tiles = tiling(m, n, k, dtype, sm_count)
+        tiles = choose(m, n, k, dtype, sm_count, shared_memory)
         launch = launchers.get(tiles)
         if launch is None:
             launch = launchers[tiles] = launcher(tiles)

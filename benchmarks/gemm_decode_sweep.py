@@ -1,0 +1,315 @@
+"""Triton's GEMM tilings at decode sizes, timed inside CUDA graphs against cuBLAS: which tiling wins each cell.
+
+Issue 12 asks for Triton at >= 0.9x cuBLAS and TileLang at >= 1.0x at every cell of the grid; at M <= 128 the
+product is a stream over the weight ``b`` and what decides the time is how many bytes of ``b`` each SM keeps in
+flight (tile width, k-step, pipeline stages, programs per SM) and whether split-K's second launch pays for the
+SMs it fills. ``lazyops._backends.triton.matmul.tiling`` picks one tiling per token bucket from a model
+(``benchmarks/NOTES.md``); this script times every candidate of a small grid on the real weights so the rule can
+be set from measurements, not the model:
+
+- bucket "decode" (M = 1 and 16, one binary: M is not specialized): 16-row tiles (``mma``), block_n in
+  {32, 64, 128}, block_k in {128, 256}, 3-5 stages, 4 warps, split-K in {1, 2, 3, 4, 6, 8};
+- bucket "small" (M = 128): 64-row tiles, block_n in {64, 128}, block_k in {64, 128}, 3-4 stages, split-K in
+  {1, 2, 3, 4}.
+
+Candidates are compiled first by ``--jobs`` worker processes (Triton's on-disk cache then serves the timing
+process), each candidate's result checked against ``a.float() @ b.float()`` within the conformance tolerance,
+then timed per call in a CUDA graph (20 calls captured, rotating input sets past the L2, replayed 10 times;
+``lazyops._bench.graph_us``), cuBLAS (``a @ b``) and today's rule (``tiling``) timed in the same run.
+
+    python3 benchmarks/gemm_decode_sweep.py --out /tmp/results          # H200: gemm_decode_sweep.{json,md}
+    python3 benchmarks/gemm_decode_sweep.py --device cpu --small        # this script's logic (interpreter)
+    python3 benchmarks/gemm_decode_sweep.py --render benchmarks/results/gemm_decode_sweep.json   # the .md again
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import itertools
+import json
+import math
+import os
+import sys
+import tempfile
+import time
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "benchmarks"))
+sys.path.insert(0, str(ROOT / "src"))
+
+SHAPES = ((4096, 4096), (14336, 4096), (4096, 14336))
+SMALL_SHAPES = ((128, 256), (64, 512))
+BUCKETS = {"decode": (1, 16), "small": (128,)}
+SMALL_BUCKETS = {"decode": (1, 5), "small": (40,)}
+ROTATE_BYTES = 256 * 2**20
+#: shared memory a block may use on a Hopper (227 KiB), less room for the epilogue
+SHARED_LIMIT = 200 * 1024
+
+
+@dataclasses.dataclass(frozen=True)
+class Candidate:
+    bucket: str
+    block_m: int
+    block_n: int
+    block_k: int
+    num_warps: int
+    num_stages: int
+    split: int
+
+    @property
+    def label(self) -> str:
+        return (
+            f"{self.block_m}x{self.block_n}x{self.block_k} w{self.num_warps} s{self.num_stages} split {self.split}"
+        )
+
+
+def candidates(n: int, k: int, small: bool) -> list[Candidate]:
+    """The grid for one weight shape, without tilings that do not fit or split k into slices too short."""
+    found = []
+    grids = {
+        "decode": (16, (32, 64, 128), (128, 256), (4,), (3, 4, 5), (1, 2, 3, 4, 6, 8)),
+        "small": (64, (64, 128), (64, 128), (4,), (3, 4), (1, 2, 3, 4)),
+    }
+    if small:
+        grids = {"decode": (16, (32, 64), (32, 64), (4,), (2, 3), (1, 2, 3)), "small": (16, (32,), (32,), (4,), (2,), (1, 2))}
+    for bucket, (block_m, widths, depths, warps, stages, splits) in grids.items():
+        for block_n, block_k, num_warps, num_stages, split in itertools.product(widths, depths, warps, stages, splits):
+            if block_n > n or block_k > k:
+                continue
+            if num_stages * (block_m + block_n) * block_k * 2 > SHARED_LIMIT:
+                continue
+            steps = -(-k // block_k)
+            if split > 1 and (steps // split < 2 or k_slice(k, block_k, split) * (split - 1) >= k):
+                continue
+            found.append(Candidate(bucket, block_m, block_n, block_k, num_warps, num_stages, split))
+    return found
+
+
+def k_slice(k: int, block_k: int, split: int) -> int:
+    """The slice length ``tiling`` would give ``split`` slices: whole k-steps, the last slice the shortest."""
+    return -(-(-(-k // block_k)) // split) * block_k
+
+
+def tiling_of(candidate: Candidate, k: int) -> Any:
+    from lazyops._backends.triton.matmul import Tiling
+
+    slice_length = k_slice(k, candidate.block_k, candidate.split) if candidate.split > 1 else 0
+    split = -(-k // slice_length) if slice_length else 1
+    return Tiling(
+        candidate.block_m, candidate.block_n, candidate.block_k, candidate.num_warps, candidate.num_stages, split,
+        slice_length,
+    )
+
+
+def build(n: int, k: int, dtype: Any, candidate: Candidate | None) -> Any:
+    """The launch for ``candidate`` (None: today's rule, ``tiling``), as ``call(a, b) -> c``."""
+    import torch
+
+    from lazyops._backends.triton.matmul import build_matmul, tiling
+
+    fixed = tiling_of(candidate, k) if candidate else None
+    launch = build_matmul(n, k, dtype, (lambda *_: fixed) if fixed else tiling)
+
+    def call(a: Any, b: Any) -> Any:
+        out = torch.empty((a.shape[0], n), dtype=dtype, device=a.device)
+        launch(a, b, out)
+        return out
+
+    return call
+
+
+def compile_one(job: tuple[int, int, str, str, Candidate]) -> str | None:
+    """Worker: compile ``candidate`` by running it once on real-shaped inputs (M is not specialized, so one
+    token's call compiles the binary every token count of its bucket uses). Returns an error line or None."""
+    n, k, dtype_name, device, candidate = job
+    import torch
+
+    dtype = getattr(torch, dtype_name)
+    try:
+        a = torch.randn(1, k, device=device).to(dtype)
+        b = torch.randn(k, n, device=device).to(dtype)
+        build(n, k, dtype, candidate)(a, b)
+        if device == "cuda":
+            torch.cuda.synchronize()
+    except Exception as error:  # noqa: BLE001 - a candidate that fails is reported, not fatal
+        return f"{type(error).__name__}: {str(error).strip().splitlines()[0] if str(error) else ''}"
+    return None
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--out", type=Path)
+    parser.add_argument("--device", choices=("cuda", "cpu"), default="cuda")
+    parser.add_argument("--small", action="store_true")
+    parser.add_argument("--dtype", default="bfloat16")
+    parser.add_argument("--jobs", type=int, default=max(1, (os.cpu_count() or 2) - 2))
+    parser.add_argument("--render", type=Path, help="write the Markdown of this result JSON beside it, time nothing")
+    parser.add_argument("--budget-s", type=float, default=480.0, help="stop timing new shapes after this long")
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    if args.render:
+        payload = json.loads(args.render.read_text())
+        args.render.with_suffix(".md").write_text(render(payload))
+        return 0
+    if args.device == "cpu":
+        os.environ.setdefault("TRITON_INTERPRET", "1")
+    import torch
+
+    from _environment import describe_environment
+    from lazyops import _bench
+    from lazyops.testing import TOLERANCE, relative_error
+
+    out = args.out or Path(tempfile.gettempdir()) / "lazyops-gemm-sweep"
+    out.mkdir(parents=True, exist_ok=True)
+    dtype = getattr(torch, args.dtype)
+    started = time.perf_counter()
+    shapes = SMALL_SHAPES if args.small else SHAPES
+    buckets = SMALL_BUCKETS if args.small else BUCKETS
+    jobs = [(n, k, args.dtype, args.device, c) for n, k in shapes for c in candidates(n, k, args.small)]
+    print(f"{len(jobs)} candidates; compiling with {args.jobs} processes", flush=True)
+    compile_errors: dict[tuple[int, int, Candidate], str] = {}
+    if args.device == "cuda" and args.jobs > 1:
+        import multiprocessing
+
+        with ProcessPoolExecutor(args.jobs, mp_context=multiprocessing.get_context("spawn")) as pool:
+            for job, error in zip(jobs, pool.map(compile_one, jobs, chunksize=2)):
+                if error:
+                    compile_errors[(job[0], job[1], job[4])] = error
+    compiled_s = time.perf_counter() - started
+    print(f"compiled in {compiled_s:.0f} s, {len(compile_errors)} failed", flush=True)
+
+    rows: list[dict[str, Any]] = []
+    generator = torch.Generator(device="cpu").manual_seed(0)
+    for n, k in shapes:
+        if time.perf_counter() - started > args.budget_s:
+            print(f"budget spent: {n}x{k} not timed", flush=True)
+            break
+        for bucket, tokens in buckets.items():
+            entries: list[tuple[str, Candidate | None]] = [("cuBLAS", None), ("rule", None)]
+            entries += [(c.label, c) for c in candidates(n, k, args.small) if c.bucket == bucket]
+            for m in tokens:
+                first = draw(torch, m, n, k, dtype, args.device, generator)
+                size = sum(t.numel() * t.element_size() for t in first)
+                count = max(1, min(64, math.ceil(ROTATE_BYTES / size))) if args.device == "cuda" else 1
+                sets = [first] + [draw(torch, m, n, k, dtype, args.device, generator) for _ in range(count - 1)]
+                reference = first[0].float() @ first[1].float()
+                for name, candidate in entries:
+                    row: dict[str, Any] = {"m": m, "n": n, "k": k, "bucket": bucket, "impl": name}
+                    if candidate is not None:
+                        row.update(dataclasses.asdict(candidate))
+                    if candidate is not None and (n, k, candidate) in compile_errors:
+                        row["error"] = compile_errors[(n, k, candidate)]
+                        rows.append(row)
+                        continue
+                    try:
+                        call = (lambda a, b: a @ b) if name == "cuBLAS" else build(n, k, dtype, candidate)
+                        with torch.no_grad():
+                            row["relative_error"] = float(relative_error(call(*first), reference))
+                        if row["relative_error"] > TOLERANCE[dtype]:
+                            row["error"] = f"relative error {row['relative_error']:.2e}"
+                        elif args.device == "cuda":
+                            row["graph_us"] = _bench.graph_us(call, sets, captures=20, replays=10)
+                            row["b_gbps"] = k * n * dtype.itemsize / (row["graph_us"] * 1e-6) / 1e9
+                    except Exception as error:  # noqa: BLE001
+                        row["error"] = f"{type(error).__name__}: {str(error).strip().splitlines()[0]}"
+                    rows.append(row)
+                print(summary(rows, m, n, k), flush=True)
+                del sets, first, reference
+            if args.device == "cuda":
+                torch.cuda.empty_cache()
+    elapsed = time.perf_counter() - started
+    payload = {
+        **describe_environment(torch, args.device, "Triton interpreter; timings meaningless"),
+        "dtype": args.dtype, "compile_s": round(compiled_s, 1), "elapsed_s": round(elapsed, 1), "rows": rows,
+    }
+    (out / "gemm_decode_sweep.json").write_text(json.dumps(payload, indent=1) + "\n")
+    markdown = render(payload)
+    (out / "gemm_decode_sweep.md").write_text(markdown)
+    print(markdown)
+    return 0
+
+
+def draw(torch: Any, m: int, n: int, k: int, dtype: Any, device: str, generator: Any) -> tuple[Any, Any]:
+    a = torch.randn(m, k, generator=generator).to(device=device, dtype=dtype)
+    b = (torch.randn(k, n, generator=generator) / math.sqrt(k)).to(device=device, dtype=dtype)
+    return a, b
+
+
+def cell(rows: list[dict[str, Any]], m: int, n: int, k: int) -> list[dict[str, Any]]:
+    return [r for r in rows if (r["m"], r["n"], r["k"]) == (m, n, k)]
+
+
+def summary(rows: list[dict[str, Any]], m: int, n: int, k: int) -> str:
+    here = cell(rows, m, n, k)
+    timed = sorted((r for r in here if r.get("graph_us")), key=lambda r: r["graph_us"])
+    by_name = {r["impl"]: r for r in here}
+    cublas, rule = by_name.get("cuBLAS", {}).get("graph_us"), by_name.get("rule", {}).get("graph_us")
+    best = next((r for r in timed if r["impl"] not in ("cuBLAS", "rule")), None)
+    failed = sum(1 for r in here if r.get("error"))
+    text = f"M={m} n={n} k={k}: cuBLAS {fmt(cublas)} µs, rule {fmt(rule)} µs"
+    if best:
+        text += f", best {best['impl']} {best['graph_us']:.2f} µs"
+        if cublas:
+            text += f" ({cublas / best['graph_us']:.2f}x cuBLAS)"
+    return text + (f"; {failed} failed" if failed else "")
+
+
+def fmt(value: float | None) -> str:
+    return "—" if value is None else f"{value:.2f}"
+
+
+def render(payload: dict[str, Any]) -> str:
+    rows = payload["rows"]
+    lines = [
+        "# Triton GEMM tilings at decode sizes, in CUDA graphs, against cuBLAS",
+        "",
+        "Generated by `benchmarks/gemm_decode_sweep.py`: `python3 benchmarks/gemm_decode_sweep.py --out /tmp/results`",
+        "",
+        f"{payload['date']}, {payload['device']}, {payload['dtype']}; "
+        f"{', '.join(f'{name} {version}' for name, version in payload['versions'].items())}; lazyops at "
+        f"{payload['commit']}. µs per call inside a CUDA graph (20 calls captured, input sets rotating past the "
+        "L2, replayed 10 times); `b GB/s` is the weight's k*n*2 bytes over that time. `rule` is `tiling()` "
+        f"as it was at that commit. Compiled in {payload['compile_s']} s, {payload['elapsed_s']} s in all.",
+        "",
+        "## Best per cell",
+        "",
+        "| M | n | k | cuBLAS µs | rule µs | rule × cuBLAS | best tiling | best µs | best × cuBLAS | best b GB/s |",
+        "| ---: | ---: | ---: | ---: | ---: | ---: | --- | ---: | ---: | ---: |",
+    ]
+    cells = sorted({(r["m"], r["n"], r["k"]) for r in rows}, key=lambda c: (c[1], c[2], c[0]))
+    for m, n, k in cells:
+        here = cell(rows, m, n, k)
+        by_name = {r["impl"]: r for r in here}
+        cublas = by_name.get("cuBLAS", {}).get("graph_us")
+        rule = by_name.get("rule", {}).get("graph_us")
+        timed = sorted((r for r in here if r.get("graph_us") and r["impl"] not in ("cuBLAS", "rule")),
+                       key=lambda r: r["graph_us"])
+        best = timed[0] if timed else {}
+        ratio = (lambda us: f"{cublas / us:.2f}" if cublas and us else "—")
+        lines.append(
+            f"| {m} | {n} | {k} | {fmt(cublas)} | {fmt(rule)} | {ratio(rule)} | {best.get('impl', '—')} | "
+            f"{fmt(best.get('graph_us'))} | {ratio(best.get('graph_us'))} | "
+            f"{best.get('b_gbps', 0):.0f} |"
+        )
+    lines += ["", "## Every candidate", "", "| M | n | k | tiling | µs | × cuBLAS | error |", "| ---: | ---: | ---: | --- | ---: | ---: | --- |"]
+    for m, n, k in cells:
+        here = cell(rows, m, n, k)
+        cublas = next((r.get("graph_us") for r in here if r["impl"] == "cuBLAS"), None)
+        for r in sorted(here, key=lambda r: r.get("graph_us") or math.inf):
+            us = r.get("graph_us")
+            lines.append(
+                f"| {m} | {n} | {k} | {r['impl']} | {fmt(us)} | {f'{cublas / us:.2f}' if cublas and us else '—'} | "
+                f"{r.get('error', '')} |"
+            )
+    return "\n".join(lines) + "\n"
+
+
+if __name__ == "__main__":
+    sys.exit(main())

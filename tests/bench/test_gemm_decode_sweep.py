@@ -1,0 +1,68 @@
+"""``benchmarks/gemm_decode_sweep.py`` without a GPU: its logic under Triton's interpreter, and its committed result.
+
+The H200 run's Markdown is made from its JSON by the same ``render``; a stale or hand-edited Markdown fails here.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import shutil
+import sys
+from pathlib import Path
+from types import ModuleType
+
+# As in tests/kernels/conftest.py: Triton reads TRITON_INTERPRET when a kernel module is first imported.
+if shutil.which("nvidia-smi") is None and not Path("/dev/nvidia0").exists():
+    os.environ.setdefault("TRITON_INTERPRET", "1")
+
+import pytest  # noqa: E402
+
+pytest.importorskip("triton")
+
+ROOT = Path(__file__).resolve().parents[2]
+SCRIPT = ROOT / "benchmarks" / "gemm_decode_sweep.py"
+RESULT = ROOT / "benchmarks" / "results" / "gemm_decode_sweep.json"
+
+
+def load_script() -> ModuleType:
+    loader = importlib.util.spec_from_file_location("gemm_decode_sweep", SCRIPT)
+    assert loader is not None and loader.loader is not None
+    module = importlib.util.module_from_spec(loader)
+    sys.modules["gemm_decode_sweep"] = module
+    loader.loader.exec_module(module)
+    return module
+
+
+def test_the_committed_markdown_is_rendered_from_the_committed_json() -> None:
+    script = load_script()
+    expected = script.render(json.loads(RESULT.read_text()))
+    assert RESULT.with_suffix(".md").read_text() == expected, (
+        "gemm_decode_sweep.md is stale: python3 benchmarks/gemm_decode_sweep.py --render "
+        "benchmarks/results/gemm_decode_sweep.json"
+    )
+
+
+def test_every_candidate_fits_a_hopper_and_splits_k_into_whole_slices() -> None:
+    script = load_script()
+    for n, k in script.SHAPES:
+        found = script.candidates(n, k, small=False)
+        assert found and len(set(found)) == len(found)
+        for candidate in found:
+            stage = (candidate.block_m + candidate.block_n) * candidate.block_k * 2
+            assert candidate.num_stages * stage <= script.SHARED_LIMIT
+            tiles = script.tiling_of(candidate, k)
+            assert tiles.split == candidate.split
+            if tiles.split > 1:
+                assert (tiles.split - 1) * tiles.k_slice < k <= tiles.split * tiles.k_slice
+
+
+def test_small_run_checks_every_candidate_against_the_float_product(tmp_path: Path) -> None:
+    """On the CPU (interpreter) nothing is timed, but every candidate runs and is checked: no row has an error."""
+    script = load_script()
+    assert script.main(["--device", "cpu", "--small", "--out", str(tmp_path)]) == 0
+    rows = json.loads((tmp_path / "gemm_decode_sweep.json").read_text())["rows"]
+    assert rows and not [row for row in rows if row.get("error")]
+    assert all(row["relative_error"] < 1e-2 for row in rows)
+    assert {row["impl"] for row in rows} >= {"cuBLAS", "rule"}
