@@ -8,6 +8,7 @@ what was found and what was expected, so the fix is obvious from the message alo
 
 from __future__ import annotations
 
+import math
 from typing import TYPE_CHECKING, Any
 
 from lazyops._errors import KernelInputError
@@ -384,9 +385,15 @@ def plain_call(layout: tuple[PlainInput, ...], written: tuple[int, ...] = ()) ->
             "or let the spec's plain_layout return None (no fast path)"
         )
     (first_index, first_dtype, first_width), other_rows = rows[0], rows[1:]
+    # Each input's byte count once its shape is checked, ``tokens * per_token + fixed``: dense tensors span exactly
+    # that many bytes, so the overlap test reads no ``nbytes``.
+    spans = tuple(
+        ((width or 0) * dtype.itemsize, 0 if width is not None else math.prod(shape or ()) * dtype.itemsize)
+        for dtype, width, shape in layout
+    )
     # each written input with the others of its dtype (those the aliasing check compares it with)
     written_against = tuple(
-        (index, others)
+        (index, *spans[index], tuple((other, *spans[other]) for other in others))
         for index in written
         if (others := tuple(o for o in range(count) if o != index and layout[o][0] is layout[index][0]))
     )
@@ -420,12 +427,12 @@ def plain_call(layout: tuple[PlainInput, ...], written: tuple[int, ...] = ()) ->
                 return False
             if arg.shape != shape or arg.device != device:
                 return False
-        for index, others in written_against:  # dense tensors: their bytes are one range each
+        for index, per_token, fixed_bytes, others in written_against:  # dense tensors: one byte range each
             start = args[index].data_ptr()
-            end = start + args[index].nbytes
-            for other in others:
+            end = start + tokens * per_token + fixed_bytes
+            for other, other_per_token, other_fixed_bytes in others:
                 other_start = args[other].data_ptr()
-                if start < other_start + args[other].nbytes and other_start < end:
+                if start < other_start + tokens * other_per_token + other_fixed_bytes and other_start < end:
                     return False
         return True
 

@@ -10,16 +10,16 @@ from collections.abc import Callable
 
 import torch
 
-from lazyops._backends.torch.rmsnorm import norm_weight, rms_norm
+from lazyops._backends.torch.rmsnorm import normalizer
 from lazyops.specs.add_rmsnorm import AddRMSNormConfig, spec
 
 
 @spec.implementation(strided_rows=True)
 def add_rmsnorm_tl(config: AddRMSNormConfig) -> Callable[..., torch.Tensor]:
-    n, eps, offset = config.n, config.eps, config.weight_offset
+    normalize = normalizer(config.n, config.eps, config.weight_offset, config.dtype)
 
     def add_rmsnorm(x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
         residual.add_(x)
-        return rms_norm(residual, norm_weight(weight, offset), n, eps)
+        return normalize(residual, weight)
 
     return add_rmsnorm

@@ -11,10 +11,11 @@ from lazyops.specs.gelu_and_mul import GeluAndMulConfig, spec
 
 @spec.implementation(strided_rows=True)
 def gelu_and_mul_tl(config: GeluAndMulConfig) -> Callable[..., torch.Tensor]:
-    n, dtype, approximate = config.n, config.dtype, config.approximate
+    dtype, approximate = config.dtype, config.approximate
+    gelu = torch.nn.functional.gelu
 
     def gelu_and_mul(x: torch.Tensor) -> torch.Tensor:
-        gate = torch.nn.functional.gelu(x[:, :n].float(), approximate=approximate)
-        return (gate * x[:, n:].float()).to(dtype)
+        gate, up = x.chunk(2, -1)  # the checks made x [M, 2n]: two [M, n] views, as in silu_and_mul
+        return (gelu(gate.float(), approximate=approximate) * up.float()).type(dtype)  # see rmsnorm.normalizer
 
     return gelu_and_mul

@@ -40,6 +40,6 @@ def layernorm_tl(config: LayerNormConfig) -> Callable[..., torch.Tensor]:
         return layernorm
 
     def upcast_layernorm(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
-        return functional.layer_norm(x.float(), shape, weight.float(), bias.float(), eps).to(dtype)
+        return functional.layer_norm(x.float(), shape, weight.float(), bias.float(), eps).type(dtype)
 
     return upcast_layernorm

@@ -33,13 +33,13 @@ def cpu_has_native_gemm(dtype: torch.dtype) -> bool:
 
 @spec.implementation(strided_rows=True)
 def matmul_tl(config: MatmulConfig) -> Callable[..., torch.Tensor]:
-    dtype = config.dtype
     mm = torch.mm
+    dtype = config.dtype
     upcast_on_cpu = not cpu_has_native_gemm(dtype)
 
     def matmul(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
         if upcast_on_cpu and a.is_cpu:
-            return mm(a.float(), b.float()).to(dtype)
+            return mm(a.float(), b.float()).type(dtype)
         return mm(a, b)
 
     return matmul

@@ -10,15 +10,18 @@ from collections.abc import Callable
 
 import torch
 
-from lazyops._backends.torch.rmsnorm import inverse_root_mean_square, norm_weight
+from lazyops._backends.torch.rmsnorm import inverse_rms, norm_weight
 from lazyops.specs.rmsnorm_fp8 import FP8_DTYPE, FP8_MAX, RMSNormFP8Config, spec
 
 
-def rms_norm_float32(x: torch.Tensor, weight: torch.Tensor, n: int, eps: float) -> torch.Tensor:
-    """RMSNorm of ``x[M, n]`` (rows may be strided) as a new float32 tensor, never rounded to ``x``'s dtype."""
+def rms_norm_float32(
+    x: torch.Tensor, weight: torch.Tensor, inverse: Callable[[torch.Tensor], torch.Tensor]
+) -> torch.Tensor:
+    """RMSNorm of ``x[M, n]`` (rows may be strided) as a new float32 tensor, never rounded to ``x``'s dtype;
+    ``inverse`` is the configuration's :func:`~lazyops._backends.torch.rmsnorm.inverse_rms`."""
     upcast = x.float()
     # For float32 input ``.float()`` is ``x`` itself, which must stay as it was: the first product is a new tensor.
-    return torch.mul(upcast, inverse_root_mean_square(upcast, n, eps)).mul_(weight)
+    return torch.mul(upcast, inverse(upcast)).mul_(weight)
 
 
 def quantize(y: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
@@ -28,9 +31,10 @@ def quantize(y: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
 
 @spec.implementation(strided_rows=True)
 def rmsnorm_fp8_tl(config: RMSNormFP8Config) -> Callable[..., torch.Tensor]:
-    n, eps, offset = config.n, config.eps, config.weight_offset
+    offset = config.weight_offset
+    inverse = inverse_rms(config.n, config.eps)
 
     def rmsnorm_fp8(x: torch.Tensor, weight: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
-        return quantize(rms_norm_float32(x, norm_weight(weight, offset), n, eps), scale)
+        return quantize(rms_norm_float32(x, norm_weight(weight, offset), inverse), scale)
 
     return rmsnorm_fp8
