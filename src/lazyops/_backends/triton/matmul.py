@@ -135,6 +135,9 @@ SPLIT_MAX_M = 128
 MIN_SLICE_STEPS = 4
 #: Shared memory a Hopper block may use (227 KiB); ``build_matmul`` asks the device for its own figure.
 HOPPER_SHARED_MEMORY = 227 * 1024
+#: Shared memory left to Triton beyond the pipeline's stages (the epilogue's layout conversion, barriers), so that
+#: a tiling fitted to a 99 KiB device (sm_86, sm_89) compiles there.
+EPILOGUE_RESERVE = 8 * 1024
 #: The reduce kernel's block: 1024 float32 values, 4 warps, a float4 a thread per slice per pass.
 SUM_BLOCK = 1024
 
@@ -153,8 +156,8 @@ def tiling(
     past one wave, measured slower there (``[1, 14336] x [14336, 4096]``: split 4 31.6 µs, 6 34.2, 8 32.9;
     ``[1, 4096] x [4096, 14336]``: no split 31.8 µs, 2 33.8). Beyond 128 tokens: 64 x 64 tiles up to 256,
     then 128 x 128 (``wgmma`` for 16-bit types). float32 runs on the FMA units (IEEE precision), where smaller
-    tiles keep the registers in bounds. Stages are dropped (to two at least) until a tile fits the device's
-    ``shared_memory`` per block.
+    tiles keep the registers in bounds. Stages are dropped (to two at least) until a tile's pipeline fits the
+    device's ``shared_memory`` per block less ``EPILOGUE_RESERVE``.
     """
     wide = dtype != torch.float32
     if m <= 16:
@@ -171,7 +174,7 @@ def tiling(
     block_k = min(config.block_k, max(MIN_TILE, next_power_of_2(k)))
     stage_bytes = (config.block_m + block_n) * block_k * dtype.itemsize
     stages = config.num_stages
-    while stages > 2 and stages * stage_bytes > shared_memory:
+    while stages > 2 and stages * stage_bytes > shared_memory - EPILOGUE_RESERVE:
         stages -= 1
     split, k_slice = 1, 0
     if m <= SPLIT_MAX_M:
