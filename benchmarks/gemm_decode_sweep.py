@@ -1,4 +1,4 @@
-"""Triton's GEMM tilings at decode sizes, timed inside CUDA graphs against cuBLAS: which tiling wins each cell.
+"""GEMM tilings at decode sizes (Triton's or TileLang's), timed inside CUDA graphs against cuBLAS: which wins each cell.
 
 Issue 12 asks for Triton at >= 0.9x cuBLAS and TileLang at >= 1.0x at every cell of the grid; at M <= 128 the
 product is a stream over the weight ``b`` and what decides the time is how many bytes of ``b`` each SM keeps in
@@ -12,12 +12,20 @@ be set from measurements, not the model:
 - bucket "small" (M = 128): 64-row tiles, block_n in {64, 128}, block_k in {64, 128}, 3-4 stages, split-K in
   {1, 2, 3, 4}.
 
+``--backend tilelang`` times TileLang's programs the same way (``lazyops._backends.tilelang.matmul``: the plain
+tiled program for split 1, the split-K product and its reduce otherwise), on a smaller grid since each TileLang
+program takes seconds to compile (compiled side by side by the backend's own thread pool): 16-row tiles with
+block_n in {64, 128, 256}, 128-deep k-steps, 3-4 stages, split in {1, 2, 4, 8}; 64-row tiles with block_n in
+{128, 256}, 64-deep k-steps, 3-4 stages, split in {1, 2, 4}. ``rule`` is then the backend's ``matmul_tl`` as
+it stands. Results go to ``gemm_decode_sweep_tilelang.{json,md}``; ``--dry-run`` lists the candidates.
+
 Candidates are compiled first by ``--jobs`` worker processes (Triton's on-disk cache then serves the timing
 process), each candidate's result checked against ``a.float() @ b.float()`` within the conformance tolerance,
 then timed per call in a CUDA graph (20 calls captured, rotating input sets past the L2, replayed 10 times;
 ``lazyops._bench.graph_us``), cuBLAS (``a @ b``) and today's rule (``tiling``) timed in the same run.
 
     python3 benchmarks/gemm_decode_sweep.py --out /tmp/results          # H200: gemm_decode_sweep.{json,md}
+    python3 benchmarks/gemm_decode_sweep.py --backend tilelang --out /tmp/results   # TileLang's (wheels first)
     python3 benchmarks/gemm_decode_sweep.py --device cpu --small        # this script's logic (interpreter)
     python3 benchmarks/gemm_decode_sweep.py --render benchmarks/results/gemm_decode_sweep.json   # the .md again
 """
@@ -38,6 +46,7 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
+SCRIPT = "benchmarks/gemm_decode_sweep.py"
 sys.path.insert(0, str(ROOT / "benchmarks"))
 sys.path.insert(0, str(ROOT / "src"))
 
@@ -62,20 +71,27 @@ class Candidate:
 
     @property
     def label(self) -> str:
-        return (
-            f"{self.block_m}x{self.block_n}x{self.block_k} w{self.num_warps} s{self.num_stages} split {self.split}"
-        )
+        return f"{self.block_m}x{self.block_n}x{self.block_k} w{self.num_warps} s{self.num_stages} split {self.split}"
 
 
-def candidates(n: int, k: int, small: bool) -> list[Candidate]:
-    """The grid for one weight shape, without tilings that do not fit or split k into slices too short."""
+def candidates(n: int, k: int, small: bool, backend: str = "triton") -> list[Candidate]:
+    """The grid for one weight shape, without tilings that do not fit or split k into slices too short.
+    (For TileLang ``num_warps`` is the block's threads / 32: one warpgroup of 128 threads.)"""
     found = []
     grids = {
         "decode": (16, (32, 64, 128), (128, 256), (4,), (3, 4, 5), (1, 2, 3, 4, 6, 8)),
         "small": (64, (64, 128), (64, 128), (4,), (3, 4), (1, 2, 3, 4)),
     }
+    if backend == "tilelang":
+        grids = {
+            "decode": (16, (64, 128, 256), (128,), (4,), (3, 4), (1, 2, 4, 8)),
+            "small": (64, (128, 256), (64,), (4,), (3, 4), (1, 2, 4)),
+        }
     if small:
-        grids = {"decode": (16, (32, 64), (32, 64), (4,), (2, 3), (1, 2, 3)), "small": (16, (32,), (32,), (4,), (2,), (1, 2))}
+        grids = {
+            "decode": (16, (32, 64), (32, 64), (4,), (2, 3), (1, 2, 3)),
+            "small": (16, (32,), (32,), (4,), (2,), (1, 2)),
+        }
     for bucket, (block_m, widths, depths, warps, stages, splits) in grids.items():
         for block_n, block_k, num_warps, num_stages, split in itertools.product(widths, depths, warps, stages, splits):
             if block_n > n or block_k > k:
@@ -91,7 +107,8 @@ def candidates(n: int, k: int, small: bool) -> list[Candidate]:
 
 def k_slice(k: int, block_k: int, split: int) -> int:
     """The slice length ``tiling`` would give ``split`` slices: whole k-steps, the last slice the shortest."""
-    return -(-(-(-k // block_k)) // split) * block_k
+    steps = -(-k // block_k)
+    return -(-steps // split) * block_k
 
 
 def tiling_of(candidate: Candidate, k: int) -> Any:
@@ -100,14 +117,22 @@ def tiling_of(candidate: Candidate, k: int) -> Any:
     slice_length = k_slice(k, candidate.block_k, candidate.split) if candidate.split > 1 else 0
     split = -(-k // slice_length) if slice_length else 1
     return Tiling(
-        candidate.block_m, candidate.block_n, candidate.block_k, candidate.num_warps, candidate.num_stages, split,
+        candidate.block_m,
+        candidate.block_n,
+        candidate.block_k,
+        candidate.num_warps,
+        candidate.num_stages,
+        split,
         slice_length,
     )
 
 
-def build(n: int, k: int, dtype: Any, candidate: Candidate | None) -> Any:
+def build(n: int, k: int, dtype: Any, candidate: Candidate | None, backend: str = "triton") -> Any:
     """The launch for ``candidate`` (None: today's rule, ``tiling``), as ``call(a, b) -> c``."""
     import torch
+
+    if backend == "tilelang":
+        return build_tilelang(n, k, dtype, candidate)
 
     from lazyops._backends.triton.matmul import build_matmul, tiling
 
@@ -120,6 +145,94 @@ def build(n: int, k: int, dtype: Any, candidate: Candidate | None) -> Any:
         return out
 
     return call
+
+
+def tilelang_programs(n: int, k: int, dtype: Any, candidate: Candidate) -> dict[tuple[Any, ...], Any]:
+    """The TileLang programs of ``candidate``, by variant key: the tiled program for split 1, else the split-K
+    product over slices of whole k-steps and its reduce."""
+    from lazyops._backends.tilelang import matmul as tilelang_matmul
+    from lazyops._backends.tilelang._runtime import tl_dtype
+
+    name = tl_dtype(dtype)
+    tile = tilelang_matmul.Tile(
+        candidate.block_m, candidate.block_n, candidate.block_k, candidate.num_stages, 32 * candidate.num_warps
+    )
+    if candidate.split == 1:
+        return {("plain", name, n, k, tile): lambda: tilelang_matmul.matmul_program(n, k, name, tile)}
+    plan = tilelang_plan(k, candidate)
+    return {
+        ("split", name, n, k, plan): lambda: tilelang_matmul.split_k_program(n, k, name, plan),
+        ("reduce", name, n, plan.split): lambda: tilelang_matmul.reduce_program(n, name, plan.split),
+    }
+
+
+def tilelang_plan(k: int, candidate: Candidate) -> Any:
+    from lazyops._backends.tilelang import matmul as tilelang_matmul
+
+    tile = tilelang_matmul.Tile(
+        candidate.block_m, candidate.block_n, candidate.block_k, candidate.num_stages, 32 * candidate.num_warps
+    )
+    k_steps = -(-k // candidate.block_k)
+    steps = -(-k_steps // candidate.split)
+    return tilelang_matmul.SplitK(tile, steps, -(-k_steps // steps), 16 if candidate.bucket == "decode" else 128)
+
+
+def build_tilelang(n: int, k: int, dtype: Any, candidate: Candidate | None) -> Any:
+    """TileLang's launch for ``candidate`` (None: the backend's ``matmul_tl``), compiled once in this process."""
+    import torch
+
+    from lazyops import _api
+    from lazyops._backends.tilelang._runtime import compiled, direct
+
+    if candidate is None:
+        return _api.kernel_factory("tilelang", "matmul_tl")(n, k, dtype)
+    kernels = [
+        direct(kernel) for kernel in compiled("gemm_decode_sweep", tilelang_programs(n, k, dtype, candidate)).values()
+    ]
+    if candidate.split == 1:
+        (plain,) = kernels
+
+        def call(a: Any, b: Any) -> Any:
+            out = torch.empty((a.shape[0], n), dtype=dtype, device=a.device)
+            plain(a, b, out)
+            return out
+
+        return call
+    product, reduce = kernels
+    split = tilelang_plan(k, candidate).split
+
+    def call_split(a: Any, b: Any) -> Any:
+        out = torch.empty((a.shape[0], n), dtype=dtype, device=a.device)
+        partial = torch.empty((split, a.shape[0], n), dtype=torch.float32, device=a.device)
+        product(a, b, partial)
+        reduce(partial, out)
+        return out
+
+    return call_split
+
+
+def compile_tilelang(jobs: list[tuple[int, int, str, str, Candidate]]) -> dict[tuple[int, int, Candidate], str]:
+    """Every candidate's programs compiled in one call of the backend's ``compiled`` (its thread pool compiles
+    them side by side); where that fails, one candidate at a time, so that one bad tiling costs only its rows."""
+    import torch
+
+    from lazyops._backends.tilelang._runtime import compiled
+
+    everything: dict[tuple[Any, ...], Any] = {}
+    for n, k, dtype_name, _, candidate in jobs:
+        everything.update(tilelang_programs(n, k, getattr(torch, dtype_name), candidate))
+    try:
+        compiled("gemm_decode_sweep", everything)
+        return {}
+    except Exception:  # noqa: BLE001 - find which ones, below
+        pass
+    errors = {}
+    for n, k, dtype_name, _, candidate in jobs:
+        try:
+            compiled("gemm_decode_sweep", tilelang_programs(n, k, getattr(torch, dtype_name), candidate))
+        except Exception as error:  # noqa: BLE001
+            errors[(n, k, candidate)] = f"{type(error).__name__}: {str(error).strip().splitlines()[0]}"
+    return errors
 
 
 def compile_one(job: tuple[int, int, str, str, Candidate]) -> str | None:
@@ -143,6 +256,8 @@ def compile_one(job: tuple[int, int, str, str, Candidate]) -> str | None:
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", type=Path)
+    parser.add_argument("--backend", choices=("triton", "tilelang"), default="triton")
+    parser.add_argument("--dry-run", action="store_true", help="list the candidates and exit")
     parser.add_argument("--device", choices=("cuda", "cpu"), default="cuda")
     parser.add_argument("--small", action="store_true")
     parser.add_argument("--dtype", default="bfloat16")
@@ -161,8 +276,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.device == "cpu":
         os.environ.setdefault("TRITON_INTERPRET", "1")
     import torch
-
     from _environment import describe_environment
+
     from lazyops import _bench
     from lazyops.testing import TOLERANCE, relative_error
 
@@ -172,14 +287,24 @@ def main(argv: list[str] | None = None) -> int:
     started = time.perf_counter()
     shapes = SMALL_SHAPES if args.small else SHAPES
     buckets = SMALL_BUCKETS if args.small else BUCKETS
-    jobs = [(n, k, args.dtype, args.device, c) for n, k in shapes for c in candidates(n, k, args.small)]
+    jobs = [(n, k, args.dtype, args.device, c) for n, k in shapes for c in candidates(n, k, args.small, args.backend)]
+    if args.dry_run:
+        for n, k, _, _, candidate in jobs:
+            print(f"n={n} k={k} {candidate.bucket}: {candidate.label}")
+        print(f"{len(jobs)} {args.backend} candidates")
+        return 0
+    if args.backend == "tilelang" and args.device != "cuda":
+        print("TileLang's programs run on a CUDA device only: --dry-run lists them here", file=sys.stderr)
+        return 2
     print(f"{len(jobs)} candidates; compiling with {args.jobs} processes", flush=True)
     compile_errors: dict[tuple[int, int, Candidate], str] = {}
-    if args.device == "cuda" and args.jobs > 1:
+    if args.backend == "tilelang":
+        compile_errors = compile_tilelang(jobs)
+    elif args.device == "cuda" and args.jobs > 1:
         import multiprocessing
 
         with ProcessPoolExecutor(args.jobs, mp_context=multiprocessing.get_context("spawn")) as pool:
-            for job, error in zip(jobs, pool.map(compile_one, jobs, chunksize=2)):
+            for job, error in zip(jobs, pool.map(compile_one, jobs, chunksize=2), strict=True):
                 if error:
                     compile_errors[(job[0], job[1], job[4])] = error
     compiled_s = time.perf_counter() - started
@@ -193,7 +318,7 @@ def main(argv: list[str] | None = None) -> int:
             break
         for bucket, tokens in buckets.items():
             entries: list[tuple[str, Candidate | None]] = [("cuBLAS", None), ("rule", None)]
-            entries += [(c.label, c) for c in candidates(n, k, args.small) if c.bucket == bucket]
+            entries += [(c.label, c) for c in candidates(n, k, args.small, args.backend) if c.bucket == bucket]
             for m in tokens:
                 first = draw(torch, m, n, k, dtype, args.device, generator)
                 size = sum(t.numel() * t.element_size() for t in first)
@@ -209,7 +334,7 @@ def main(argv: list[str] | None = None) -> int:
                         rows.append(row)
                         continue
                     try:
-                        call = (lambda a, b: a @ b) if name == "cuBLAS" else build(n, k, dtype, candidate)
+                        call = (lambda a, b: a @ b) if name == "cuBLAS" else build(n, k, dtype, candidate, args.backend)
                         with torch.no_grad():
                             row["relative_error"] = float(relative_error(call(*first), reference))
                         if row["relative_error"] > TOLERANCE[dtype]:
@@ -227,11 +352,16 @@ def main(argv: list[str] | None = None) -> int:
     elapsed = time.perf_counter() - started
     payload = {
         **describe_environment(torch, args.device, "Triton interpreter; timings meaningless"),
-        "dtype": args.dtype, "compile_s": round(compiled_s, 1), "elapsed_s": round(elapsed, 1), "rows": rows,
+        "dtype": args.dtype,
+        "compile_s": round(compiled_s, 1),
+        "elapsed_s": round(elapsed, 1),
+        "rows": rows,
+        "backend": args.backend,
     }
-    (out / "gemm_decode_sweep.json").write_text(json.dumps(payload, indent=1) + "\n")
+    stem = "gemm_decode_sweep" if args.backend == "triton" else f"gemm_decode_sweep_{args.backend}"
+    (out / f"{stem}.json").write_text(json.dumps(payload, indent=1) + "\n")
     markdown = render(payload)
-    (out / "gemm_decode_sweep.md").write_text(markdown)
+    (out / f"{stem}.md").write_text(markdown)
     print(markdown)
     return 0
 
@@ -267,16 +397,20 @@ def fmt(value: float | None) -> str:
 
 def render(payload: dict[str, Any]) -> str:
     rows = payload["rows"]
+    backend = payload.get("backend", "triton")
+    flag = "" if backend == "triton" else f" --backend {backend}"
+    rule_text = "`tiling()`" if backend == "triton" else "the backend's `matmul_tl`"
+    title = "Triton" if backend == "triton" else "TileLang"
     lines = [
-        "# Triton GEMM tilings at decode sizes, in CUDA graphs, against cuBLAS",
+        f"# {title} GEMM tilings at decode sizes, in CUDA graphs, against cuBLAS",
         "",
-        "Generated by `benchmarks/gemm_decode_sweep.py`: `python3 benchmarks/gemm_decode_sweep.py --out /tmp/results`",
+        f"Generated by `benchmarks/gemm_decode_sweep.py`: `python3 {SCRIPT}{flag} --out /tmp/results`",
         "",
         f"{payload['date']}, {payload['device']}, {payload['dtype']}; "
         f"{', '.join(f'{name} {version}' for name, version in payload['versions'].items())}; lazyops at "
         f"{payload['commit']}. µs per call inside a CUDA graph (20 calls captured, input sets rotating past the "
-        "L2, replayed 10 times); `b GB/s` is the weight's k*n*2 bytes over that time. `rule` is `tiling()` "
-        f"as it was at that commit. Compiled in {payload['compile_s']} s, {payload['elapsed_s']} s in all.",
+        "L2, replayed 10 times); `b GB/s` is the weight's k*n*2 bytes over that time. `rule` is "
+        f"{rule_text} as it was at that commit. Compiled in {payload['compile_s']} s, {payload['elapsed_s']} s in all.",
         "",
         "## Best per cell",
         "",
@@ -289,16 +423,26 @@ def render(payload: dict[str, Any]) -> str:
         by_name = {r["impl"]: r for r in here}
         cublas = by_name.get("cuBLAS", {}).get("graph_us")
         rule = by_name.get("rule", {}).get("graph_us")
-        timed = sorted((r for r in here if r.get("graph_us") and r["impl"] not in ("cuBLAS", "rule")),
-                       key=lambda r: r["graph_us"])
+        timed = sorted(
+            (r for r in here if r.get("graph_us") and r["impl"] not in ("cuBLAS", "rule")), key=lambda r: r["graph_us"]
+        )
         best = timed[0] if timed else {}
-        ratio = (lambda us: f"{cublas / us:.2f}" if cublas and us else "—")
+
+        def ratio(us: float | None, cublas: float | None = cublas) -> str:
+            return f"{cublas / us:.2f}" if cublas and us else "—"
+
         lines.append(
             f"| {m} | {n} | {k} | {fmt(cublas)} | {fmt(rule)} | {ratio(rule)} | {best.get('impl', '—')} | "
             f"{fmt(best.get('graph_us'))} | {ratio(best.get('graph_us'))} | "
             f"{best.get('b_gbps', 0):.0f} |"
         )
-    lines += ["", "## Every candidate", "", "| M | n | k | tiling | µs | × cuBLAS | error |", "| ---: | ---: | ---: | --- | ---: | ---: | --- |"]
+    lines += [
+        "",
+        "## Every candidate",
+        "",
+        "| M | n | k | tiling | µs | × cuBLAS | error |",
+        "| ---: | ---: | ---: | --- | ---: | ---: | --- |",
+    ]
     for m, n, k in cells:
         here = cell(rows, m, n, k)
         cublas = next((r.get("graph_us") for r in here if r["impl"] == "cuBLAS"), None)

@@ -37,6 +37,13 @@
 # and GPU time alone at 1024 and 8192 tokens (inside CUDA graphs), two calls on a fresh machine:
 #   call A (carry .whl):  bash benchmarks/h200_session.sh install
 #   call B (carry .whl2): bash benchmarks/h200_session.sh graph-large
+# and Triton's GEMM tilings at decode sizes (one call, no carry: Triton ships on the machine):
+#   bash benchmarks/h200_session.sh gemm-sweep-triton
+#
+# Next (written 2026-12-01, not yet run): the decode GEMM with Triton's new tiling, then TileLang's sweep; two
+# calls on one warm machine:
+#   call A (carry .whl):  bash benchmarks/h200_session.sh install
+#   call B (carry .whl2): bash benchmarks/h200_session.sh gemm-next
 #
 # .whl and .whl2 hold the wheels benchmarks/README.md lists (TileLang; z3, liger-kernel, and rich with its small
 # dependencies for the `lazyops` command). Unpack a call's tarball into benchmarks/results/ here.
@@ -185,6 +192,14 @@ graph-large)
   ;;
 variants)
   step 300 python3 benchmarks/tilelang_variants.py --out "$results"
+  ;;
+gemm-sweep-triton)
+  step 420 python3 benchmarks/gemm_decode_sweep.py --out "$results"
+  ;;
+gemm-next)
+  # the grid with Triton's measured tiling (TileLang's unchanged), then TileLang's tilings at decode sizes
+  step 150 python3 benchmarks/gemm_grid.py --out "$results"
+  step 400 python3 benchmarks/gemm_decode_sweep.py --backend tilelang --budget-s 360 --out "$results"
   ;;
 engines)
   step 150 python3 benchmarks/multi_gpu.py --out "$results"

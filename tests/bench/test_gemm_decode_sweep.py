@@ -17,7 +17,7 @@ from types import ModuleType
 if shutil.which("nvidia-smi") is None and not Path("/dev/nvidia0").exists():
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
-import pytest  # noqa: E402
+import pytest
 
 pytest.importorskip("triton")
 
@@ -66,3 +66,31 @@ def test_small_run_checks_every_candidate_against_the_float_product(tmp_path: Pa
     assert rows and not [row for row in rows if row.get("error")]
     assert all(row["relative_error"] < 1e-2 for row in rows)
     assert {row["impl"] for row in rows} >= {"cuBLAS", "rule"}
+
+
+def test_tilelang_candidates_fit_and_the_extreme_ones_lower_for_hopper() -> None:
+    """Before the H200 run of ``--backend tilelang``: its grid, and that the programs at its corners (the widest
+    tiles, the most slices, a 16-row tile without split-K) lower for sm_90a with the token count dynamic."""
+    tilelang = pytest.importorskip("tilelang")
+    script = load_script()
+    found = script.candidates(4096, 14336, small=False, backend="tilelang")
+    assert {c.bucket for c in found} == {"decode", "small"}
+    for candidate in found:
+        assert (
+            candidate.num_stages * (candidate.block_m + candidate.block_n) * candidate.block_k * 2
+            <= script.SHARED_LIMIT
+        )
+    widest = max((c for c in found if c.bucket == "decode"), key=lambda c: (c.block_n, c.num_stages, c.split))
+    small = max((c for c in found if c.bucket == "small"), key=lambda c: (c.block_n, c.num_stages, c.split))
+    plain = next(c for c in found if c.bucket == "decode" and c.split == 1)
+    import torch
+    from tvm.target import Target as TvmTarget
+
+    hopper = TvmTarget({"kind": "cuda", "arch": "sm_90a"})
+    for candidate in (widest, small, plain):
+        programs = script.tilelang_programs(4096, 14336, torch.bfloat16, candidate)
+        assert len(programs) == (1 if candidate.split == 1 else 2)
+        for build in programs.values():
+            with hopper:
+                source = tilelang.lower(build(), target=hopper).kernel_source
+            assert "__global__" in source and "int M" in source

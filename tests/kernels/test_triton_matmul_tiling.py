@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 
 pytest.importorskip("triton")
 
-from lazyops._backends.triton.matmul import EPILOGUE_RESERVE, MIN_SLICE_STEPS, MIN_TILE, Tiling, tiling  # noqa: E402
+from lazyops._backends.triton.matmul import EPILOGUE_RESERVE, MIN_SLICE_STEPS, MIN_TILE, Tiling, tiling
 
 SWEEP = Path(__file__).resolve().parents[2] / "benchmarks" / "results" / "gemm_decode_sweep.json"
 H200_SMS = 132
