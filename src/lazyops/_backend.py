@@ -116,7 +116,8 @@ class Backend:
         return self._once(self._module, self._import_and_register)
 
     def _import_and_register(self) -> ModuleType:
-        modules_before = set(sys.modules)
+        # A dict copy, not a set: with torch imported there are a thousand modules, and a copy costs a third.
+        modules_before = sys.modules.copy()
         try:
             module = importlib.import_module(self.module_name)
             hook = getattr(module, "register_backend", None)
@@ -133,7 +134,7 @@ class Backend:
     def loaded(self) -> bool:
         return self._module.done
 
-    def _roll_back(self, modules_before: set[str]) -> None:
+    def _roll_back(self, modules_before: dict[str, Any]) -> None:
         """Remove what this load added to the backend's package: the modules, and the attribute on the parent."""
         prefix = self.module_name + "."
         added = [

@@ -44,3 +44,31 @@ def test_default_on_a_cuda_machine_is_used_by_the_namespace(fake_backends, monke
     assert namespace.which("rmsnorm_tl").reason == "selected"
     namespace.configure(backend="torch", fallback=["rmsnorm_tl"])
     assert (namespace.which("rmsnorm_tl").backend, namespace.which("rmsnorm_tl").reason) == ("triton", "fallback-list")
+
+
+@pytest.mark.parametrize("present", [None, *_platform.GPU_DRIVER_FILES])
+def test_torch_is_asked_only_where_a_gpu_driver_file_exists(monkeypatch, present):
+    """No driver file: no GPU, and torch is not imported to say so. Any one of them (WSL2's /dev/dxg included):
+    torch decides."""
+    import torch
+
+    asked = []
+    monkeypatch.setattr(_platform.os.path, "exists", lambda path: path == present)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: asked.append(True) or True)
+    assert _platform.has_cuda_device() is (present is not None)
+    assert asked == ([True] if present else [])
+
+
+def test_a_cpu_machine_answers_without_importing_torch(fake_backends):
+    code = """
+    import sys
+    from lazyops._platform import GPU_DRIVER_FILES, has_cuda_device
+    import os
+    print(any(os.path.exists(path) for path in GPU_DRIVER_FILES), has_cuda_device(), "torch" in sys.modules)
+    """
+    result = run_python(code, fake_backends.env())
+    assert result.returncode == 0, result.stderr
+    files, device, torch_imported = result.stdout.split()
+    if files == "True":
+        pytest.skip("this machine has a GPU driver file: torch is rightly asked")
+    assert (device, torch_imported) == ("False", "False")
