@@ -95,7 +95,7 @@ def test_the_torch_backends_complex_rotation_is_the_float32_rotation(dtype, is_n
     cos, sin = angle.cos(), angle.sin()
     cos[0], sin[0] = 1.0, 0.0  # the first token: outside the cache
     expected, got = heads.clone().unflatten(-1, shape), heads.clone().unflatten(-1, shape)
-    rotate(expected, cos, sin, pair_dim)
+    rotate(expected, cos.unsqueeze(pair_dim), sin, pair_dim)
     rotate_complex(got, torch.complex(cos, sin), pair_dim)
     check_each(got, expected.double(), dtype, "complex rotation")
     assert torch.equal(got[0], heads[0].unflatten(-1, shape)), "a token outside the cache changed"

@@ -57,15 +57,16 @@ GPU_ROTATION = "complex"
 GPU_ROTATIONS = ("float32", "upcast", "input", "complex")
 
 
-def rotate(pairs: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, pair_dim: int) -> None:
-    """Rotate ``pairs`` in place: ``x1, x2 = pairs.unbind(pair_dim)``, ``cos`` and ``sin`` broadcast against them.
+def rotate(pairs: torch.Tensor, cos_pairs: torch.Tensor, sin: torch.Tensor, pair_dim: int) -> None:
+    """Rotate ``pairs`` in place: ``x1, x2 = pairs.unbind(pair_dim)``, ``sin`` broadcast against them and
+    ``cos_pairs`` (``cos.unsqueeze(pair_dim)``, made once for query and key) against ``pairs``.
 
     ``x1 * cos - x2 * sin`` and ``x2 * cos + x1 * sin`` in the dtype of ``cos`` and ``sin`` (float32, stored once;
     the pairs' own with ``GPU_ROTATION = "input"``).
     """
     features = pairs.float() if pairs.is_cpu or GPU_ROTATION == "upcast" else pairs  # a copy for 16-bit types
     x1, x2 = features.unbind(pair_dim)
-    rotated = torch.mul(features, cos.unsqueeze(pair_dim))  # a new tensor of ``cos``'s dtype
+    rotated = torch.mul(features, cos_pairs)  # a new tensor of ``cos``'s dtype
     rotated1, rotated2 = rotated.unbind(pair_dim)
     rotated1.addcmul_(x2, sin, value=-1.0)
     rotated2.addcmul_(x1, sin)
@@ -88,7 +89,9 @@ def rope_tl(config: RopeConfig) -> Callable[..., tuple[torch.Tensor, torch.Tenso
     pair_dim = -2 if is_neox else -1
 
     def as_pairs(x: torch.Tensor, rotary_dim: int) -> torch.Tensor:
-        heads = x.view(x.shape[0], x.shape[1] // head_dim, head_dim)[..., :rotary_dim]
+        heads = x.view(x.shape[0], x.shape[1] // head_dim, head_dim)
+        if rotary_dim != head_dim:  # (a slice costs an op's dispatch: skipped for the usual full rotation)
+            heads = heads[..., :rotary_dim]
         half = rotary_dim // 2
         pairs: torch.Tensor = heads.unflatten(-1, (2, half) if is_neox else (half, 2))
         return pairs
@@ -105,8 +108,8 @@ def rope_tl(config: RopeConfig) -> Callable[..., tuple[torch.Tensor, torch.Tenso
                 # On the host the values are at hand: an index outside the cache is refused, not read.
                 check_positions_in_cache(label, positions, rows)
                 raise
-            cos_sin = cos_sin.float()  # itself for a float32 cache
-            cos, sin = cos_sin[:, None, :half], cos_sin[:, None, half:]
+            # float32 (itself for a float32 cache), [tokens, 1, rotary_dim] cut in halves: each a view
+            cos, sin = cos_sin.float().unsqueeze(1).chunk(2, -1)
         else:
             # On a GPU, reading them would synchronise every call and break CUDA-graph capture. As the GPU
             # backends do, a token whose position lies outside the cache is left as it is: it is rotated by
@@ -123,6 +126,7 @@ def rope_tl(config: RopeConfig) -> Callable[..., tuple[torch.Tensor, torch.Tenso
                 for x in (query, key):
                     rotate_complex(as_pairs(x, rotary_dim), turn, pair_dim)
                 return query, key
+        cos_pairs = cos.unsqueeze(pair_dim)
         for x in (query, key):
             pairs = as_pairs(x, rotary_dim)
             if pairs.is_cpu:
@@ -131,9 +135,9 @@ def rope_tl(config: RopeConfig) -> Callable[..., tuple[torch.Tensor, torch.Tenso
                 if tokens > block:
                     for start in range(0, tokens, block):
                         end = start + block
-                        rotate(pairs[start:end], cos[start:end], sin[start:end], pair_dim)
+                        rotate(pairs[start:end], cos_pairs[start:end], sin[start:end], pair_dim)
                     continue
-            rotate(pairs, cos, sin, pair_dim)
+            rotate(pairs, cos_pairs, sin, pair_dim)
         return query, key
 
     return rope
