@@ -7,9 +7,13 @@ times the lazyops kernel (through its public factory: the spec's checks included
     rmsnorm        F.rms_norm(x, (n,), w, eps)
     add_rmsnorm    r += x; F.rms_norm(r, (n,), w, eps)
     silu_and_mul   F.silu(x[:, :n]) * x[:, n:]
+    gelu_and_mul   F.gelu(x[:, :n], approximate=a) * x[:, n:]
     softmax        torch.softmax(x, -1)
+    layernorm      F.layer_norm(x, (n,), w, b, eps) (weight and bias of x's dtype: the benchmark example's)
     rope           the straightforward eager rotation (vLLM's forward_native), written back into query and key
     matmul         a @ b
+    rmsnorm_fp8    (F.rms_norm(x, (n,), w, eps).float() / scale).clamp(-448, 448).to(float8_e4m3fn)
+    add_rmsnorm_fp8  r += x, then the same
 
 on the shapes of each spec's benchmark example (hidden 4096; rope: 32 query and 8 key heads of 128, neox) at
 M = 1, 128 (host overhead) and 1024. A 16-bit ``a @ b`` on an AVX2 CPU is a scalar loop (minutes for 4096³), so on
@@ -44,7 +48,18 @@ sys.path.insert(0, str(HERE.parent / "src"))
 
 from _environment import describe_environment  # noqa: E402
 
-KERNELS = ("rmsnorm", "add_rmsnorm", "silu_and_mul", "softmax", "rope", "matmul")
+KERNELS = (
+    "rmsnorm",
+    "add_rmsnorm",
+    "silu_and_mul",
+    "gelu_and_mul",
+    "softmax",
+    "layernorm",
+    "rope",
+    "matmul",
+    "rmsnorm_fp8",
+    "add_rmsnorm_fp8",
+)
 DTYPES = ("float32", "float16", "bfloat16")
 TOKENS = (1, 128, 1024)
 #: a sample this slow is taken fewer times: the slow 16-bit CPU matmul peer would otherwise take many minutes
@@ -236,6 +251,26 @@ def torch_peer(torch: Any, kernel: str, config: Any) -> Callable[..., Any]:
     if kernel == "silu_and_mul":
         n = config.n
         return lambda x: functional.silu(x[:, :n]) * x[:, n:]
+    if kernel == "gelu_and_mul":
+        n, approximate = config.n, config.approximate
+        return lambda x: functional.gelu(x[:, :n], approximate=approximate) * x[:, n:]
+    if kernel == "layernorm":
+        return lambda x, w, b: functional.layer_norm(x, (config.n,), w, b, config.eps)
+    if kernel in ("rmsnorm_fp8", "add_rmsnorm_fp8"):
+        from lazyops.specs.rmsnorm_fp8 import FP8_DTYPE, FP8_MAX
+
+        def quantized_norm(x: Any, w: Any, scale: Any) -> Any:
+            normed = functional.rms_norm(x, (config.n,), w, config.eps)
+            return (normed.float() / scale).clamp(-FP8_MAX, FP8_MAX).to(FP8_DTYPE)
+
+        if kernel == "rmsnorm_fp8":
+            return quantized_norm
+
+        def add_quantized_norm(x: Any, residual: Any, w: Any, scale: Any) -> Any:
+            residual += x
+            return quantized_norm(residual, w, scale)
+
+        return add_quantized_norm
     if kernel == "softmax":
         return lambda x: torch.softmax(x, -1)
     if kernel == "matmul":

@@ -23,7 +23,6 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import torch
-from torch.nn import functional
 
 from lazyops.specs.layernorm import LayerNormConfig, spec
 
@@ -31,15 +30,17 @@ from lazyops.specs.layernorm import LayerNormConfig, spec
 @spec.implementation(strided_rows=True)
 def layernorm_tl(config: LayerNormConfig) -> Callable[..., torch.Tensor]:
     shape, eps, dtype = (config.n,), config.eps, config.dtype
+    # ``torch.layer_norm``, the native op ``F.layer_norm`` calls after its Python checks: 0.5 µs less a call
+    layer_norm = torch.layer_norm
 
     if config.weight_dtype == dtype and config.n > 1:
 
         def layernorm(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
-            return functional.layer_norm(x, shape, weight, bias, eps)
+            return layer_norm(x, shape, weight, bias, eps)
 
         return layernorm
 
     def upcast_layernorm(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
-        return functional.layer_norm(x.float(), shape, weight.float(), bias.float(), eps).type(dtype)
+        return layer_norm(x.float(), shape, weight.float(), bias.float(), eps).type(dtype)
 
     return upcast_layernorm
