@@ -15,6 +15,45 @@ from lazyops.specs._spec import Example
 #: GELU's two forms, as ``torch.nn.functional.gelu`` names them: the exact erf form and the tanh approximation.
 APPROXIMATIONS = ("none", "tanh")
 
+# How the backends compute the gate's factor without cancellation. ``0.5 * g * (1 + erf(g / sqrt 2))`` and
+# ``0.5 * g * (1 + tanh(u))`` (torch's own, and ``F.gelu``'s in float32) subtract nearly equal numbers for a
+# negative gate: relative error 1.2e-5 at g = -3.3 in float32, past its 1e-5 tolerance, 4 % at g = -5. The
+# torch and Triton backends use ``1 + erf(z) = erfc(-z)`` and ``1 + tanh(u) = 2 * sigmoid(2u)`` instead
+# (``tests/kernels/test_gelu_tail.py``); TileLang's kernel does not yet (its rewrite waits for a GPU to check it on).
+
+#: ``1 / sqrt(2)``: the erf form is ``0.5 * g * erfc(-g * SQRT_HALF)``.
+SQRT_HALF = 0.7071067811865476
+#: The tanh form is ``g * sigmoid(2u)`` with ``2u = g * (TANH_LINEAR + TANH_CUBIC * g * g)``.
+TANH_LINEAR = 1.5957691216057308  # 2 * sqrt(2 / pi)
+TANH_CUBIC = TANH_LINEAR * 0.044715
+#: For kernel languages without ``erfc`` (Triton, TileLang): ``erfc(a) = t * exp(-a * a + P(t))`` for ``a >= 0``,
+#: ``t = 1 / (1 + a / 2)``, ``P`` the polynomial of these coefficients (constant term first), and
+#: ``erfc(-a) = 2 - erfc(a)``: fractional error below 1.2e-7 everywhere (Numerical Recipes' ``erfcc``; 1.04e-7 on
+#: [0, 10] against ``math.erfc``, ``tests/kernels/test_gelu_tail.py``).
+ERFC_COEFFICIENTS = (
+    -1.26551223,
+    1.00002368,
+    0.37409196,
+    0.09678418,
+    -0.18628806,
+    0.27886807,
+    -1.13520398,
+    1.48851587,
+    -0.82215223,
+    0.17087277,
+)
+
+
+def erfc_of_nonnegative(a: float) -> float:
+    """``erfc(a)`` for ``a >= 0`` by :data:`ERFC_COEFFICIENTS`, in Python: what the kernels compute, to test."""
+    import math
+
+    t = 1.0 / (1.0 + 0.5 * a)
+    polynomial = 0.0
+    for coefficient in reversed(ERFC_COEFFICIENTS):
+        polynomial = polynomial * t + coefficient
+    return t * math.exp(-a * a + polynomial)
+
 
 class GeluAndMulKernel(Protocol):
     """What ``gelu_and_mul_tl`` returns (in every backend): the kernel call, positional arguments only."""

@@ -1,10 +1,21 @@
 """GELU-and-mul in plain PyTorch (the spec: ``lazyops.specs.gelu_and_mul``).
 
-As ``silu_and_mul``: two native ops in the input dtype, as torch users write it (``F.gelu(x[:, :n]) * x[:, n:]``,
-the halves cut by one ``chunk``). For float16 and bfloat16 this rounds twice (after the GELU and after the
-product) where the spec's float32 math rounds once; the README gives the measured difference, well inside the
-conformance tolerance. The float32 route it replaced (two upcast copies, the product, a cast back) ran at 0.71-0.77x
-the users' composition in 16-bit on the CPU (``benchmarks/results/torch_backend_cpu.md`` history).
+Not ``F.gelu(x[:, :n]) * x[:, n:]``, which is what torch users write: ``F.gelu`` computes
+``0.5 * g * (1 + erf(g / sqrt(2)))`` (or ``1 + tanh(...)``) in float32, and for a negative gate the sum cancels:
+at ``g = -3.3`` its relative error is 1.2e-5, past the float32 tolerance of 1e-5, and at ``g = -5`` about 4 %,
+past every dtype's (a conformance draw of a one-feature row found it). So the gate's factor is computed where it
+has no cancellation, in float32:
+
+- ``"none"``: ``g * Phi(g)`` with ``Phi(g) = erfc(-g / sqrt 2) / 2`` (``torch.special.ndtr`` has the same
+  cancellation: 1.8e-5 at ``g = -3.3``), then the products with ``g`` and ``up``;
+- ``"tanh"``: ``1 + tanh(u) = 2 * sigmoid(2u)``, so ``g * sigmoid(2u)`` with ``2u = 2 sqrt(2/pi) (g + 0.044715
+  g^3)``.
+
+The erf form costs ops more than the native GELU, the tanh form fewer passes than ``F.gelu``'s tanh on the CPU
+(``benchmarks/results/torch_backend_cpu.md``). For float16 and bfloat16 the native ops are kept: their error from
+the cancellation stays below the dtypes' rounding down to g = -4, and doing the float32 route in 16-bit (two
+upcast copies, a cast back) cost 2-3x the users' composition; they round twice (after the GELU and after the
+product) where the spec's float32 math rounds once, as ``silu_and_mul`` does (the README gives the difference).
 """
 
 from __future__ import annotations
@@ -13,16 +24,37 @@ from collections.abc import Callable
 
 import torch
 
-from lazyops.specs.gelu_and_mul import GeluAndMulConfig, spec
+from lazyops.specs.gelu_and_mul import SQRT_HALF, TANH_CUBIC, TANH_LINEAR, GeluAndMulConfig, spec
 
 
 @spec.implementation(strided_rows=True)
 def gelu_and_mul_tl(config: GeluAndMulConfig) -> Callable[..., torch.Tensor]:
     approximate = config.approximate
-    gelu = torch.nn.functional.gelu
+    if config.dtype != torch.float32:
+        # 16-bit: the users' two native ops (float32 inside F.gelu, rounded after it and after the product). The
+        # cancellation stays under these dtypes' rounding down to g = -4 (1e-3 there; past it GELU is < 1e-4).
+        gelu = torch.nn.functional.gelu
 
-    def gelu_and_mul(x: torch.Tensor) -> torch.Tensor:
-        gate, up = x.chunk(2, -1)  # the checks made x [M, 2n]: two [M, n] views
-        return gelu(gate, approximate=approximate) * up
+        def gelu_and_mul_16(x: torch.Tensor) -> torch.Tensor:
+            gate, up = x.chunk(2, -1)  # the checks made x [M, 2n]: two [M, n] views
+            return gelu(gate, approximate=approximate) * up
 
-    return gelu_and_mul
+        return gelu_and_mul_16
+
+    erfc = torch.special.erfc
+    sigmoid_ = torch.sigmoid_
+    if approximate == "none":
+
+        def gelu_and_mul(x: torch.Tensor) -> torch.Tensor:
+            gate, up = x.chunk(2, -1)
+            factor: torch.Tensor = erfc(gate.mul(-SQRT_HALF)).mul_(0.5)  # Phi(g), a new tensor
+            return factor.mul_(gate).mul_(up)
+
+        return gelu_and_mul
+
+    def gelu_tanh_and_mul(x: torch.Tensor) -> torch.Tensor:
+        gate, up = x.chunk(2, -1)
+        twice_inner = torch.mul(gate, gate).mul_(TANH_CUBIC).add_(TANH_LINEAR).mul_(gate)
+        return sigmoid_(twice_inner).mul_(gate).mul_(up)
+
+    return gelu_tanh_and_mul

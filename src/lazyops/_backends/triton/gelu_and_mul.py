@@ -1,4 +1,9 @@
-"""GELU-and-mul, the gate of GeGLU MLPs: ``gelu(x[:, :n]) * x[:, n:]``, exact (erf) or tanh-approximated."""
+"""GELU-and-mul, the gate of GeGLU MLPs: ``gelu(x[:, :n]) * x[:, n:]``, exact (erf) or tanh-approximated.
+
+The gate's factor is computed without cancellation for negative gates (``lazyops.specs.gelu_and_mul``): the erf
+form as ``0.5 * g * erfc(-g / sqrt 2)`` with ``erfc`` from its rational approximation (Triton has no ``erfc``;
+fractional error 1.2e-7), the tanh form as ``g * sigmoid(2u)``.
+"""
 
 from __future__ import annotations
 
@@ -8,11 +13,32 @@ import triton
 import triton.language as tl
 
 from lazyops._backends.triton._common import gated_launch, launch_device
+from lazyops.specs import gelu_and_mul as gelu_spec
 from lazyops.specs.gelu_and_mul import GeluAndMulConfig, spec
 
-#: Triton kernels read module globals only when they are constexpr.
-SQRT_HALF = tl.constexpr(0.7071067811865476)
-SQRT_2_OVER_PI = tl.constexpr(0.7978845608028654)
+# Triton kernels read module globals only when they are constexpr.
+SQRT_HALF = tl.constexpr(gelu_spec.SQRT_HALF)
+TANH_LINEAR = tl.constexpr(gelu_spec.TANH_LINEAR)
+TANH_CUBIC = tl.constexpr(gelu_spec.TANH_CUBIC)
+E0, E1, E2, E3, E4, E5, E6, E7, E8, E9 = (tl.constexpr(c) for c in gelu_spec.ERFC_COEFFICIENTS)
+#: ``exp`` of more than this would overflow float32 (e**88.7); the factor is ~0 there anyway.
+EXP_CAP = tl.constexpr(80.0)
+
+
+@triton.jit
+def _erfc_of_nonnegative(a):
+    # gelu_spec.erfc_of_nonnegative, Horner's scheme written out
+    t = 1.0 / (1.0 + 0.5 * a)
+    p = E9 * t + E8
+    p = p * t + E7
+    p = p * t + E6
+    p = p * t + E5
+    p = p * t + E4
+    p = p * t + E3
+    p = p * t + E2
+    p = p * t + E1
+    p = p * t + E0
+    return t * tl.exp(p - a * a)
 
 
 @triton.jit(do_not_specialize=["M"])
@@ -34,11 +60,14 @@ def _gelu_and_mul_kernel(
     gate = tl.load(x_ptr + rows * x_row_stride + cols, mask=keep, other=0.0).to(tl.float32)
     up = tl.load(x_ptr + rows * x_row_stride + N + cols, mask=keep, other=0.0).to(tl.float32)
     if TANH:
-        inner = SQRT_2_OVER_PI * (gate + 0.044715 * gate * gate * gate)
-        # tanh(u) = 1 - 2 / (exp(2u) + 1), with u capped at 20, past which tanh is 1 in float32: no overflow.
-        gelu = 0.5 * gate * (2.0 - 2.0 / (tl.exp(2.0 * tl.minimum(inner, 20.0)) + 1.0))
+        # 0.5 * g * (1 + tanh(u)) = g * sigmoid(2u) = g / (1 + exp(-2u))
+        twice_inner = gate * (TANH_LINEAR + TANH_CUBIC * gate * gate)
+        gelu = gate / (1.0 + tl.exp(tl.minimum(-twice_inner, EXP_CAP)))
     else:
-        gelu = 0.5 * gate * (1.0 + tl.math.erf(gate * SQRT_HALF))
+        # 0.5 * g * (1 + erf(g / sqrt 2)) = 0.5 * g * erfc(z), z = -g / sqrt 2; erfc(z) = 2 - erfc(-z) for z < 0
+        z = -gate * SQRT_HALF
+        tail = _erfc_of_nonnegative(tl.abs(z))
+        gelu = 0.5 * gate * tl.where(z >= 0.0, tail, 2.0 - tail)
     tl.store(y_ptr + rows * y_row_stride + cols, (gelu * up).to(y_ptr.dtype.element_ty), mask=keep)
 
 
