@@ -16,11 +16,11 @@ import math
 import pytest
 import torch
 
-from lazyops.specs.gelu_and_mul import ERFC_COEFFICIENTS, erfc_of_nonnegative
+from lazyops.specs.gelu_and_mul import ERFC_COEFFICIENTS, erfc_of_nonnegative, spec
 from lazyops.testing import TOLERANCE
 
-#: Gates down to -5 (the float64 reference of the tanh form is itself exact to 1e-9 there) and, for float16,
-#: down to -3.5, past which GELU's value falls below float16's smallest normal number.
+#: Gates down to -5 and, for float16, down to -3.5, past which GELU's value falls below float16's smallest normal
+#: number.
 LOWEST = {torch.float32: -5.0, torch.bfloat16: -5.0, torch.float16: -3.5}
 #: The torch backend keeps torch's native ops in 16-bit (their cancellation stays under the dtype's rounding to
 #: g = -4: see its module), so its 16-bit rows are checked from there.
@@ -46,8 +46,8 @@ def test_every_element_is_within_tolerance_on_negative_gates(kernels, approximat
     x = torch.stack([gates, torch.full_like(gates, 1.5)], dim=-1).to(dtype)  # 400 rows of one feature
     kernel = kernels.factory("gelu_and_mul_tl")(1, dtype, approximate=approximate)
     got = kernel(x.to(kernels.device)).double().cpu()
-    wide = x.double()
-    expected = torch.nn.functional.gelu(wide[:, :1], approximate=approximate) * wide[:, 1:]
+    config = spec.configure(1, dtype, approximate=approximate)
+    (expected,) = spec.reference(config, x.double())  # the definition, in its cancellation-free float64 forms
     relative = ((got - expected).abs() / expected.abs()).flatten()
     worst = int(relative.argmax())
     assert relative[worst] <= TOLERANCE[dtype], (
