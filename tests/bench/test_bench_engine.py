@@ -32,7 +32,9 @@ def rows() -> list[_bench.Row]:
 
 def test_every_kernel_gets_a_row_per_implementation_and_token_count(rows):
     got = {(row.kernel, row.impl, row.tokens) for row in rows if row.impl in ("lazyops torch", _bench.EAGER)}
-    assert got == {(k.removesuffix("_tl"), impl, m) for k in KERNELS for impl in ("lazyops torch", _bench.EAGER) for m in TOKENS}
+    assert got == {
+        (k.removesuffix("_tl"), impl, m) for k in KERNELS for impl in ("lazyops torch", _bench.EAGER) for m in TOKENS
+    }
     for row in rows:
         if row.impl in ("lazyops torch", _bench.EAGER):
             assert row.error is None, row

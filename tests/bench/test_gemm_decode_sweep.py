@@ -5,11 +5,9 @@ The H200 run's Markdown is made from its JSON by the same ``render``; a stale or
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import shutil
-import sys
 from pathlib import Path
 from types import ModuleType
 
@@ -19,20 +17,16 @@ if shutil.which("nvidia-smi") is None and not Path("/dev/nvidia0").exists():
 
 import pytest
 
+import benchmark_script  # tests/benchmark_script.py
+
 pytest.importorskip("triton")
 
 ROOT = Path(__file__).resolve().parents[2]
-SCRIPT = ROOT / "benchmarks" / "gemm_decode_sweep.py"
 RESULT = ROOT / "benchmarks" / "results" / "gemm_decode_sweep.json"
 
 
 def load_script() -> ModuleType:
-    loader = importlib.util.spec_from_file_location("gemm_decode_sweep", SCRIPT)
-    assert loader is not None and loader.loader is not None
-    module = importlib.util.module_from_spec(loader)
-    sys.modules["gemm_decode_sweep"] = module
-    loader.loader.exec_module(module)
-    return module
+    return benchmark_script.load("gemm_decode_sweep")
 
 
 def test_the_committed_markdown_is_rendered_from_the_committed_json() -> None:

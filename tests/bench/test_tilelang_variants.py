@@ -6,23 +6,16 @@ frozen ones and the backend's new ones) lowers for sm_90a from the arguments it 
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from pathlib import Path
 from types import ModuleType
 
 import pytest
 
-SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "tilelang_variants.py"
+import benchmark_script  # tests/benchmark_script.py
 
 
 def load_script() -> ModuleType:
-    loader = importlib.util.spec_from_file_location("tilelang_variants", SCRIPT)
-    assert loader is not None and loader.loader is not None
-    module = importlib.util.module_from_spec(loader)
-    sys.modules["tilelang_variants"] = module
-    loader.loader.exec_module(module)
-    return module
+    return benchmark_script.load("tilelang_variants")
 
 
 def test_arguments_are_checked() -> None:
