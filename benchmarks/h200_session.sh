@@ -45,6 +45,12 @@
 #   call A (carry .whl):  bash benchmarks/h200_session.sh install
 #   call B (carry .whl2): bash benchmarks/h200_session.sh gemm-next
 #
+# The session of 2026-12-01 (TileLang's GELU in the forms that do not cancel; the torch backend's one-token work;
+# then the decode GEMM as above), three calls on one warm machine:
+#   call A (carry .whl):  bash benchmarks/h200_session.sh gelu-triton
+#   call B (carry .whl2): bash benchmarks/h200_session.sh gelu-tilelang
+#   call C (no carry):    bash benchmarks/h200_session.sh gemm-sweep-tilelang
+#
 # .whl and .whl2 hold the wheels benchmarks/README.md lists (TileLang; z3, liger-kernel, and rich with its small
 # dependencies for the `lazyops` command). Unpack a call's tarball into benchmarks/results/ here.
 set -uo pipefail
@@ -195,6 +201,29 @@ variants)
   ;;
 gemm-sweep-triton)
   step 420 python3 benchmarks/gemm_decode_sweep.py --out "$results"
+  ;;
+gelu-triton)
+  triton_checks
+  step 60 python3 -m pytest -q -p no:cacheprovider -p lazyops.pytest_plugin tests/kernels/test_gelu_tail.py \
+    --lazyops-backend triton
+  step 60 python3 -m pytest -q -p no:cacheprovider -p lazyops.pytest_plugin tests/kernels/test_gelu_tail.py \
+    --lazyops-backend torch
+  step 120 python3 benchmarks/torch_backend.py --device cuda --dtypes bfloat16 --tokens 1 1024 32768 --repeats 3 \
+    --out "$results"
+  ;;
+gelu-tilelang)
+  step 150 python3 benchmarks/gpu_conformance.py --backend tilelang --tokens 1,7,128,4096 --max-examples 2 \
+    --merge --out "$results"
+  step 90 python3 -m pytest -q -p no:cacheprovider -p lazyops.pytest_plugin tests/kernels/test_gelu_tail.py \
+    --lazyops-backend tilelang
+  step 120 python3 benchmarks/gpu_bench.py --kernels gelu_and_mul --tokens 1024,8192,32768 --graph \
+    --graph-tokens 1024,8192 --no-fullgraph --out /tmp/gelu
+  cp /tmp/gelu/gpu_bench.md "$results/gpu_bench_gelu.md"
+  cp /tmp/gelu/gpu_bench.json "$results/gpu_bench_gelu.json"
+  step 150 python3 benchmarks/gemm_grid.py --out "$results"
+  ;;
+gemm-sweep-tilelang)
+  step 560 python3 benchmarks/gemm_decode_sweep.py --backend tilelang --budget-s 480 --out "$results"
   ;;
 gemm-next)
   # the grid with Triton's measured tiling (TileLang's unchanged), then TileLang's tilings at decode sizes

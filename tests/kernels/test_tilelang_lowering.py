@@ -23,6 +23,7 @@ from tvm.target import Target  # noqa: E402
 from lazyops._backends.tilelang import (  # noqa: E402
     add_rmsnorm,
     add_rmsnorm_fp8,
+    gelu_and_mul,
     layernorm,
     matmul,
     rmsnorm,
@@ -199,12 +200,25 @@ def test_silu_and_mul_lowers(n: int, dtype: str) -> None:
     assert "expf" in source
 
 
+@pytest.mark.parametrize("tanh", (False, True))
+def test_gelu_and_mul_computes_the_forms_that_do_not_cancel(tanh: bool) -> None:
+    """Neither ``1 + erf`` nor ``1 + tanh`` (they cancel for negative gates; tests/kernels/test_gelu_tail.py):
+    the exact form through the rational erfc (an ``expf``), the tanh form as a sigmoid, both as plain
+    arithmetic, which keeps the loop vectorized."""
+    source = lower(gelu_and_mul.gelu_and_mul_program(1000, "bfloat16", tanh))
+    assert_dynamic_tokens(source)
+    assert "erf" not in source and "tanh" not in source
+    assert "expf" in source
+
+
 @pytest.mark.parametrize(
     ("make", "n"),
     [
         (lambda n, dt: rmsnorm.rmsnorm_program(n, dt, 1e-6), 4096),
         (lambda n, dt: layernorm.layernorm_program(n, dt, 1e-5), 4096),
         (silu_and_mul.silu_and_mul_program, 4096),
+        (lambda n, dt: gelu_and_mul.gelu_and_mul_program(n, dt, tanh=False), 4096),
+        (lambda n, dt: gelu_and_mul.gelu_and_mul_program(n, dt, tanh=True), 4096),
     ],
 )
 @pytest.mark.parametrize("dtype", DTYPES)

@@ -18,8 +18,8 @@ APPROXIMATIONS = ("none", "tanh")
 # How the backends compute the gate's factor without cancellation. ``0.5 * g * (1 + erf(g / sqrt 2))`` and
 # ``0.5 * g * (1 + tanh(u))`` (torch's own, and ``F.gelu``'s in float32) subtract nearly equal numbers for a
 # negative gate: relative error 1.2e-5 at g = -3.3 in float32, past its 1e-5 tolerance, 4 % at g = -5. The
-# torch and Triton backends use ``1 + erf(z) = erfc(-z)`` and ``1 + tanh(u) = 2 * sigmoid(2u)`` instead
-# (``tests/kernels/test_gelu_tail.py``); TileLang's kernel does not yet (its rewrite waits for a GPU to check it on).
+# backends use ``1 + erf(z) = erfc(-z)`` and ``1 + tanh(u) = 2 * sigmoid(2u)`` instead
+# (``tests/kernels/test_gelu_tail.py``).
 
 #: ``1 / sqrt(2)``: the erf form is ``0.5 * g * erfc(-g * SQRT_HALF)``.
 SQRT_HALF = 0.7071067811865476

@@ -10,14 +10,19 @@ import tilelang.language as T
 
 from lazyops._backends.tilelang._rows import next_power_of_two, vector_elements
 from lazyops._backends.tilelang._runtime import F32, compiled, launch_out_of_place, tl_dtype
-from lazyops.specs.gelu_and_mul import GeluAndMulConfig, spec
+from lazyops.specs.gelu_and_mul import (
+    ERFC_COEFFICIENTS,
+    SQRT_HALF,
+    TANH_CUBIC,
+    TANH_LINEAR,
+    GeluAndMulConfig,
+    spec,
+)
 
 #: Outputs one thread block writes: 256 threads at 16 values each, enough bytes in flight per block to stream.
 TILE = 4096
 THREADS = 256
 MAX_BLOCK_COLS = 1024
-SQRT_HALF = 0.7071067811865476
-SQRT_2_OVER_PI = 0.7978845608028654
 
 
 def gelu_and_mul_program(n: int, dtype: str, tanh: bool) -> Any:
@@ -30,11 +35,24 @@ def gelu_and_mul_program(n: int, dtype: str, tanh: bool) -> Any:
     x_stride, y_stride = T.dynamic("x_stride, y_stride")
     vec = vector_elements(n, dtype)
 
+    # The forms that do not cancel for negative gates (lazyops.specs.gelu_and_mul): 1 + tanh(u) = 2 sigmoid(2u),
+    # and for the erf form, with E = erfc(|g| / sqrt 2), gelu(g) = max(g, 0) - |g| E / 2 (= g E / 2 for g < 0 and
+    # g (1 - E / 2) for g > 0). TileLang has no erfc, CUDA's erfcf through call_extern and a select on the sign
+    # both stop the loop's vectorization (2-byte loads instead of 16-byte ones), so E comes from the spec's
+    # rational approximation as one expression, max and abs: nvcc finds the repeated subexpressions.
+    def erfc_of_nonnegative(a: Any) -> Any:
+        t = T.float32(1) / (T.float32(1) + T.float32(0.5) * a)
+        polynomial = T.float32(ERFC_COEFFICIENTS[-1])
+        for coefficient in reversed(ERFC_COEFFICIENTS[:-1]):
+            polynomial = polynomial * t + T.float32(coefficient)
+        return t * T.exp(polynomial - a * a)
+
     def gelu(gate: Any) -> Any:
         if tanh:
-            inner = T.float32(SQRT_2_OVER_PI) * (gate + T.float32(0.044715) * gate * gate * gate)
-            return T.float32(0.5) * gate * (T.float32(1) + T.tanh(inner))
-        return T.float32(0.5) * gate * (T.float32(1) + T.erf(gate * T.float32(SQRT_HALF)))
+            twice_u = gate * (T.float32(TANH_LINEAR) + T.float32(TANH_CUBIC) * gate * gate)
+            return gate / (T.float32(1) + T.exp(-twice_u))
+        size = T.abs(gate)
+        return T.max(gate, T.float32(0)) - T.float32(0.5) * size * erfc_of_nonnegative(size * T.float32(SQRT_HALF))
 
     @T.prim_func
     def main(x: T.StridedTensor((M, 2 * n), (x_stride, 1), dtype), y: T.StridedTensor((M, n), (y_stride, 1), dtype)):
