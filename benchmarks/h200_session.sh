@@ -50,6 +50,10 @@
 #   call A (carry .whl):  bash benchmarks/h200_session.sh gelu-triton
 #   call B (carry .whl2): bash benchmarks/h200_session.sh gelu-tilelang
 #   call C (no carry):    bash benchmarks/h200_session.sh gemm-sweep-tilelang
+# then (the torch backend's float8 norms and float32 GELU off the CPU, TileLang's decode tiling from that sweep),
+# two calls on one fresh machine, merging into the committed conformance results:
+#   call A (carry .whl):  bash benchmarks/h200_session.sh retime-torch
+#   call B (carry .whl2): bash benchmarks/h200_session.sh retime-tilelang
 #
 # .whl and .whl2 hold the wheels benchmarks/README.md lists (TileLang; z3, liger-kernel, and rich with its small
 # dependencies for the `lazyops` command). Unpack a call's tarball into benchmarks/results/ here.
@@ -221,6 +225,23 @@ gelu-tilelang)
   cp /tmp/gelu/gpu_bench.md "$results/gpu_bench_gelu.md"
   cp /tmp/gelu/gpu_bench.json "$results/gpu_bench_gelu.json"
   step 150 python3 benchmarks/gemm_grid.py --out "$results"
+  ;;
+retime-torch)
+  cp benchmarks/results/gpu_conformance.json "$results/"
+  step 150 python3 benchmarks/gpu_conformance.py --backend torch --tokens 1,7,128,4096 --max-examples 2 --merge \
+    --out "$results"
+  step 60 python3 -m pytest -q -p no:cacheprovider -p lazyops.pytest_plugin tests/kernels/test_gelu_tail.py \
+    --lazyops-backend torch
+  step 120 python3 benchmarks/torch_backend.py --device cuda --dtypes bfloat16 --tokens 1 1024 32768 --repeats 3 \
+    --out "$results"
+  step 90 python3 benchmarks/torch_backend.py --device cuda --kernels rmsnorm_fp8 add_rmsnorm_fp8 gelu_and_mul \
+    --dtypes float16 float32 --tokens 1 1024 32768 --repeats 3 --name torch_backend_cuda_more_dtypes --out "$results"
+  ;;
+retime-tilelang)
+  step 150 python3 benchmarks/gpu_conformance.py --backend tilelang --tokens 1,7,128,4096 --max-examples 2 \
+    --merge --out "$results"
+  step 120 python3 benchmarks/gemm_grid.py --out "$results"
+  step 200 python3 benchmarks/layer/decoder_layer.py --out "$results"
   ;;
 gemm-sweep-tilelang)
   step 560 python3 benchmarks/gemm_decode_sweep.py --backend tilelang --budget-s 480 --out "$results"

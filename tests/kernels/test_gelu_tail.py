@@ -16,6 +16,8 @@ import math
 import pytest
 import torch
 
+from off_the_cpu import off_the_cpu, plain  # tests/off_the_cpu.py
+
 from lazyops.specs.gelu_and_mul import ERFC_COEFFICIENTS, erfc_of_nonnegative, spec
 from lazyops.testing import TOLERANCE
 
@@ -51,3 +53,17 @@ def test_every_element_is_within_tolerance_on_negative_gates(kernels, approximat
     assert relative[worst] <= TOLERANCE[dtype], (
         f"gate {float(x[worst, 0]):.4f}: relative error {float(relative[worst]):.2e} > {TOLERANCE[dtype]:.0e}"
     )
+
+
+@pytest.mark.parametrize("approximate", ["none", "tanh"])
+def test_the_torch_float32_route_for_other_devices_computes_the_same(approximate):
+    """A CUDA addcmul refuses the CPU scalars the CPU route adds to; other devices take plain ops."""
+    from lazyops._backends.torch.gelu_and_mul import gelu_and_mul_tl
+
+    gates = torch.linspace(-5.0, 5.0, 401, dtype=torch.float64)
+    x = torch.stack([gates, torch.full_like(gates, 1.5)], dim=-1)
+    (expected,) = spec.reference(spec.configure(1, torch.float32, approximate=approximate), x)
+    kernel = gelu_and_mul_tl(1, torch.float32, approximate=approximate)
+    for got in (kernel(x.float()), plain(kernel(*off_the_cpu(x.float())))):
+        relative = ((got.double() - expected).abs() / expected.abs()).max()
+        assert relative <= TOLERANCE[torch.float32]

@@ -426,14 +426,20 @@ DECODE_GEMMS = [(4096, 4096), (14336, 4096), (4096, 14336), (1000, 1001)]
 
 @pytest.mark.parametrize(("n", "k"), DECODE_GEMMS)
 @pytest.mark.parametrize("dtype", ("bfloat16", "float16"))
-def test_split_k_programs_lower(n: int, k: int, dtype: str) -> None:
+def test_decode_programs_lower(n: int, k: int, dtype: str) -> None:
     """The decode variants: a tensor-core product per k-slice fed by TMA, float32 partials stored with the token
-    count as a bound, then a reduce that adds them in slice order and casts."""
+    count as a bound, then a reduce that adds them in slice order and casts; or, where the tiles alone fill the
+    GPU (one slice), the plain tiled program with the decode tile."""
     config = matmul.spec.configure(n, k, dtype)
     plans = matmul.split_plans(config)
     assert [plan.max_m for plan in plans] == [16, 128]
     for plan in plans:
         assert plan.split * plan.steps * plan.tile.block_k >= k > (plan.split - 1) * plan.steps * plan.tile.block_k
+        if plan.split == 1:
+            source = lower(matmul.matmul_program(n, k, dtype, plan.tile))
+            assert_dynamic_tokens(source)
+            assert ("wgmma" in source) == (plan.tile.block_m >= 64)
+            continue
         source = lower(matmul.split_k_program(n, k, dtype, plan))
         assert_dynamic_tokens(source)
         assert ("wgmma" in source) == (plan.tile.block_m >= 64)
@@ -452,15 +458,17 @@ def test_float32_gets_no_split_k() -> None:
     assert matmul.split_plans(matmul.spec.configure(4096, 4096, "float32")) == ()
 
 
-@pytest.mark.parametrize(("n", "k"), [(4096, 4096), (14336, 4096), (4096, 14336)])
-def test_split_k_beats_the_b_read_floor_model_by_little(n: int, k: int) -> None:
-    """The model the slices are chosen by: never under the time to read b once, and within 1.6x of it at
-    M <= 16."""
-    config = matmul.spec.configure(n, k, "bfloat16")
-    small = matmul.split_plans(config)[0]
-    floor = k * n * 2 / matmul.BANDWIDTH * 1e6
-    for m in (1, 16):
-        assert floor < matmul.predict_us(small, m, n, k) < 1.6 * floor
+def test_decode_tiles_fit_a_99_kib_gpu() -> None:
+    """sm_86 / sm_89 give a block 99 KiB: the decode tiles drop stages until they fit, and still lower."""
+    for plan in matmul.split_plans(matmul.spec.configure(4096, 4096, "bfloat16"), 84, 99 * 1024):
+        assert plan.tile.stages >= 2
+        assert plan.tile.shared_bytes(2) <= 99 * 1024 - matmul.EPILOGUE_RESERVE
+        program = (
+            matmul.matmul_program(4096, 4096, "bfloat16", plan.tile)
+            if plan.split == 1
+            else matmul.split_k_program(4096, 4096, "bfloat16", plan)
+        )
+        assert "mma" in lower(program).replace("mbarrier", "")
 
 
 # --- the factories on a machine without a GPU ------------------------------------------------------------------

@@ -10,21 +10,20 @@ TFLOP/s on an H200 (cuBLAS's float32: 51).
 
 At decode sizes (``M <= 128``) in half precision the product is a stream over the weight ``b`` (``k*n*2``
 bytes), and a tile per output block leaves most SMs idle or waiting on too few loads: [1, 4096] x [4096, 14336]
-makes 224 blocks of 64 columns, each walking all of ``k``. So small ``M`` takes a split-K pair instead
-(:func:`split_k_program`, :func:`reduce_program`): each block multiplies a ``[bm, bn]`` tile over one slice of
-``k`` (TMA loads, ``mma``/``wgmma``) and stores its float32 partial sum into ``partial[split, M, n]``; a second
-kernel adds the ``split`` partials in slice order and casts. Exact to float32 accumulation (the partials are
-float32, no 16-bit intermediate) and deterministic (no atomics: the same inputs give the same bits). The slice
-count is chosen per configuration by :func:`plan_split` from a model of the GPU (bandwidth, SMs, blocks per SM)
-whose predictions :func:`predict_us` gives and benchmarks/NOTES.md records before measuring.
+makes 224 blocks of 64 columns, each walking all of ``k``. So small ``M`` takes decode tiles, and where their
+tiles alone do not fill the GPU a split-K pair (:func:`split_k_program`, :func:`reduce_program`): each block
+multiplies a ``[bm, bn]`` tile over one slice of ``k`` (TMA loads, ``mma``/``wgmma``) and stores its float32
+partial sum into ``partial[split, M, n]``; a second kernel adds the ``split`` partials in slice order and casts.
+Exact to float32 accumulation (the partials are float32, no 16-bit intermediate) and deterministic (no atomics:
+the same inputs give the same bits). The tiles and the slice count (:func:`plan_split`) come from
+``benchmarks/gemm_decode_sweep.py --backend tilelang``, which timed 84 tilings in CUDA graphs on an H200.
 """
 
 # No ``from __future__ import annotations``: TileLang evaluates the T.Tensor annotations of a prim_func,
 # and string annotations could not see the builder's local sizes and dtypes.
 
-import math
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import tilelang.language as T
@@ -61,28 +60,26 @@ LARGE_F32 = Tile(128, 128, 16, 3, 256)
 SMALL_F32 = Tile(64, 64, 16, 3, 128)
 
 
-#: Split-K tiles for decode. M <= 16: a 16-row tile (``mma.sync`` m16n8k16, no 64-row wgmma waste) over 64
-#: columns, 128-deep k steps, 4 stages: 80 KiB of shared memory, two blocks per SM, so 160 KiB of b in flight on
-#: every SM. M <= 128: a 64-row wgmma tile over 128 columns (96 KiB, two per SM); the M-blocks of one column
-#: tile are launched next to each other, so the second reads b from L2.
-SPLIT_16 = Tile(16, 64, 128, 4, 128)
-SPLIT_128 = Tile(64, 128, 64, 4, 128)
+#: Decode tiles, the fastest of ``benchmarks/results/gemm_decode_sweep_tilelang.md`` (H200, in CUDA graphs). M <= 16:
+#: a 16-row tile (``mma.sync`` m16n8k16, no 64-row wgmma waste) over 128 columns, 128-deep k-steps, 4 stages (144
+#: KiB of shared memory: one block an SM). M <= 128: a 64-row wgmma tile over 256 columns, 64-deep k-steps, 4 stages
+#: (160 KiB); the M-blocks of one column tile are launched next to each other, so the second reads b from L2.
+SPLIT_16 = Tile(16, 128, 128, 4, 128)
+SPLIT_128 = Tile(64, 256, 64, 4, 128)
 #: The reduce kernel: one row of 4 * 64 float32 columns a block (a float4 a thread per partial).
 REDUCE_COLUMNS = 256
 REDUCE_THREADS = 64
-#: The model behind :func:`plan_split` (an H200; the figures of /work/shared/GPU.md): DRAM bandwidth the copy
-#: reaches, dense bf16 tensor-core rate, a block's pipeline fill in k steps, and the fixed cost of the second
-#: launch (its gap on the stream plus its own latency).
-BANDWIDTH = 4.2e12
-TENSOR_FLOPS = 660e12
-RAMP_STEPS = 1
-REDUCE_LAUNCH_US = 2.5
 MAX_BLOCKS_PER_SM = 4
+#: A k-slice is at least this many k-steps (a shorter one spends its time filling the pipeline).
+MIN_SLICE_STEPS = 2
+#: Shared memory a block leaves to TileLang's own use (barriers, the epilogue) when stages are fitted.
+EPILOGUE_RESERVE = 8 * 1024
 
 
 @dataclass(frozen=True)
 class SplitK:
-    """A split-K variant: ``tile`` over slices of ``steps`` k-steps each, for up to ``max_m`` tokens."""
+    """A decode variant: ``tile`` over ``split`` slices of ``steps`` k-steps each, for up to ``max_m`` tokens
+    (``split == 1``: the plain tiled program, no partials and no reduce)."""
 
     tile: Tile
     steps: int
@@ -90,45 +87,31 @@ class SplitK:
     max_m: int
 
 
+def fitted(tile: Tile, shared_memory: int) -> Tile:
+    """``tile`` with its stages dropped (to two at least) until its pipeline fits ``shared_memory`` less
+    :data:`EPILOGUE_RESERVE` (a 99 KiB sm_86/sm_89 GPU takes the decode tiles with 2 stages)."""
+    stages = tile.stages
+    while stages > 2 and replace(tile, stages=stages).shared_bytes(2) > shared_memory - EPILOGUE_RESERVE:
+        stages -= 1
+    return replace(tile, stages=stages)
+
+
 def plan_split(tile: Tile, max_m: int, n: int, k: int, sm_count: int = 132, shared_memory: int = 227 * 1024) -> SplitK:
-    """The slice length for ``tile`` that :func:`predict_us` finds fastest at ``max_m`` tokens (fewer slices on a
-    tie: each one adds float32 partials to write and read back)."""
-    k_steps = -(-k // tile.block_k)
-    best: tuple[float, int] | None = None
-    for steps in range(1, k_steps + 1):
-        split = -(-k_steps // steps)
-        if best is not None and split == -(-k_steps // best[1]):
-            continue
-        cost = predict_us(SplitK(tile, steps, split, max_m), max_m, n, k, sm_count, shared_memory)
-        if best is None or cost < best[0] * (1 - 1e-9):
-            best = (cost, steps)
-    assert best is not None
-    steps = best[1]
-    return SplitK(tile, steps, -(-k_steps // steps), max_m)
+    """Split ``k`` so that the tiles times the slices fill every SM's block slots once: ``split = slots //
+    tiles``, tiles counted at ``max_m`` tokens, slots the SMs times the blocks their shared memory holds.
 
-
-def predict_us(plan: SplitK, m: int, n: int, k: int, sm_count: int = 132, shared_memory: int = 227 * 1024) -> float:
-    """Predicted µs of one split-K call at ``m`` tokens.
-
-    Blocks run in waves of ``slots`` (SMs times the blocks that fit in one's shared memory); each streams
-    ``steps + RAMP_STEPS`` k-steps, a step taking its slot's share of the bandwidth or of the tensor cores,
-    whichever is slower. Only b counts: a (at most 128 rows) stays in L2, and so does the tile of b that the
-    M-blocks of one column tile share. A last, partial wave costs half its missing fraction (fewer blocks then
-    share the bandwidth); a problem under one wave costs a whole one (idle slots' bandwidth is not reached by
-    the others). Then the float32 partials are written and read back, and the reduce kernel is launched.
+    Measured on an H200 (``gemm_decode_sweep_tilelang.md``, µs in CUDA graphs, cuBLAS in brackets): [1, 4096] x
+    [4096, 4096] in 32 tiles, split 4: 11.5 (12.5), split 8 (a second wave) 13.7, no split 13.8; [16, 4096] x
+    [4096, 14336] split 4: 30.4 (31.7); [1, 4096] x [4096, 14336] in 112 tiles, no split: 29.1 (30.6), split 2:
+    31.9. At M = 128 the 64 x 256 tile with that rule: 17.4 (13.6), 34.6 (32.5), 38.8 (36.3), each the fastest
+    tiling measured there but one within 1.5 %.
     """
-    tile = plan.tile
-    per_sm = max(1, min(MAX_BLOCKS_PER_SM, shared_memory // tile.shared_bytes(2)))
-    slots = sm_count * per_sm
-    m_blocks = -(-m // tile.block_m)
-    blocks = m_blocks * -(-n // tile.block_n) * plan.split
-    full = blocks / slots
-    waves = max(1.0, full + (math.ceil(full) - full) / 2)
-    step_bytes = tile.block_k * tile.block_n * 2 / m_blocks  # a is small and read from L2
-    step_flops = 2 * tile.block_m * tile.block_n * tile.block_k
-    step_us = max(step_bytes / (BANDWIDTH / slots), step_flops / (TENSOR_FLOPS / slots)) * 1e6
-    partials = 2 * plan.split * m * n * 4 + m * n * 2
-    return waves * (plan.steps + RAMP_STEPS) * step_us + partials / BANDWIDTH * 1e6 + REDUCE_LAUNCH_US
+    tile = fitted(tile, shared_memory)
+    k_steps = -(-k // tile.block_k)
+    slots = sm_count * max(1, min(MAX_BLOCKS_PER_SM, shared_memory // tile.shared_bytes(2)))
+    wanted = max(1, min(slots // tile.tiles(max_m, n), k_steps // MIN_SLICE_STEPS))
+    steps = -(-k_steps // wanted)
+    return SplitK(tile, steps, -(-k_steps // steps), max_m)
 
 
 def tiles_for(dtype: str, shared_memory: int = 227 * 1024) -> tuple[Tile, Tile]:
@@ -236,7 +219,7 @@ def programs(
     config: MatmulConfig, shared_memory: int | None = None, sm_count: int = 132
 ) -> dict[tuple[str, Any], Callable[[], Any]]:
     """The programs the factory compiles for ``config``, by variant: a small and a large tile, and in half
-    precision a split-K pair (product, reduce) for each decode size."""
+    precision one per decode size: its plain tiled program, or a split-K pair (product, reduce)."""
     small, large = (
         tiles_for(tl_dtype(config.dtype), shared_memory) if shared_memory else tiles_for(tl_dtype(config.dtype))
     )
@@ -246,6 +229,9 @@ def programs(
         ("large", large): _builder(n, k, dtype, large),
     }
     for plan in split_plans(config, sm_count, shared_memory or 227 * 1024):
+        if plan.split == 1:
+            built[(f"decode{plan.max_m}", plan.tile)] = _builder(n, k, dtype, plan.tile)
+            continue
         built[(f"split{plan.max_m}", plan)] = _split_builder(n, k, dtype, plan)
         built[(f"reduce{plan.max_m}", plan.split)] = _reduce_builder(n, dtype, plan.split)
     return built
@@ -256,28 +242,35 @@ def matmul_tl(config: MatmulConfig) -> Callable[..., None]:
     # launch(a, b, out): the wrapper hands a contiguous out, and a contiguous copy of a row-strided a (not
     # strided_rows: the programs declare contiguous a for their TMA descriptors). Two tile shapes are compiled,
     # sized for the current GPU; each call takes the large one when it yields enough tiles to keep the GPU busy.
-    # In half precision, up to 128 tokens, a split-K pair instead (the first whose max_m covers the call).
+    # In half precision, up to 128 tokens, the decode variant of the first plan whose max_m covers the call: its
+    # tiled program, or its split-K pair.
     n, dtype = config.n, config.dtype
     require_gpu(config.label)
     properties = torch.cuda.get_device_properties(torch.cuda.current_device())
     shared_memory = getattr(properties, "shared_memory_per_block_optin", 0) or 99 * 1024
     large = tiles_for(tl_dtype(dtype), shared_memory)[1]
     sm_count = properties.multi_processor_count
-    kernels = [direct(kernel) for kernel in compiled(config.label, programs(config, shared_memory, sm_count)).values()]
-    small_kernel, large_kernel = kernels[:2]
-    plans = split_plans(config, sm_count, shared_memory)
-    split_k = [(plan.max_m, plan.split, kernels[2 + 2 * i], kernels[3 + 2 * i]) for i, plan in enumerate(plans)]
+    built = compiled(config.label, programs(config, shared_memory, sm_count))
+    kernels = iter(direct(kernel) for kernel in built.values())
+    small_kernel, large_kernel = next(kernels), next(kernels)
+    decode = [
+        (plan.max_m, plan.split, next(kernels), next(kernels) if plan.split > 1 else None)
+        for plan in split_plans(config, sm_count, shared_memory)
+    ]
 
     def matmul(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor) -> None:
         m = a.shape[0]
         a, b = aligned(a), aligned(b)
         # A caller's out may be a view at a misaligned address: the kernel writes an aligned temporary instead.
         c = out if out.data_ptr() % ALIGNMENT == 0 else torch.empty_like(out, memory_format=torch.contiguous_format)
-        for max_m, split, product, reduce in split_k:
+        for max_m, split, product, reduce in decode:
             if m <= max_m:
-                partial = torch.empty((split, m, n), dtype=torch.float32, device=a.device)
-                product(a, b, partial)
-                reduce(partial, c)
+                if reduce is None:
+                    product(a, b, c)
+                else:
+                    partial = torch.empty((split, m, n), dtype=torch.float32, device=a.device)
+                    product(a, b, partial)
+                    reduce(partial, c)
                 break
         else:
             kernel = large_kernel if use_large(large, m, n, sm_count) else small_kernel

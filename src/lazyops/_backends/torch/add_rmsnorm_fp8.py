@@ -1,7 +1,9 @@
 """Residual add fused with RMSNorm quantized to float8, in plain PyTorch (the spec:
 ``lazyops.specs.add_rmsnorm_fp8``).
 
-The sum is formed in float32 and normed as it is; ``residual`` receives it rounded to its dtype.
+CPU: the sum is formed in float32 and normed as it is; ``residual`` receives it rounded to its dtype. Other
+devices: ``residual += x`` in place, then ``rmsnorm_fp8``'s route on the stored sum (16-bit: the norm of the
+rounded sum, as the users' composition and ``add_rmsnorm`` take it; float32: the same numbers).
 """
 
 from __future__ import annotations
@@ -11,19 +13,24 @@ from collections.abc import Callable
 import torch
 
 from lazyops._backends.torch.rmsnorm import inverse_rms, norm_weight
-from lazyops._backends.torch.rmsnorm_fp8 import quantize, rms_norm_float32
+from lazyops._backends.torch.rmsnorm_fp8 import quantize, quantize_on_device, rms_norm_float32
 from lazyops.specs.add_rmsnorm_fp8 import AddRMSNormFP8Config, spec
 
 
 @spec.implementation(strided_rows=True)
 def add_rmsnorm_fp8_tl(config: AddRMSNormFP8Config) -> Callable[..., torch.Tensor]:
-    offset = config.weight_offset
-    inverse = inverse_rms(config.n, config.eps)
+    offset, n, eps = config.weight_offset, config.n, config.eps
+    inverse = inverse_rms(n, eps)
 
     def add_rmsnorm_fp8(
         x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, scale: torch.Tensor
     ) -> torch.Tensor:
-        total = x.float().add(residual)  # a new float32 tensor, whatever the dtype (x stays as it was)
+        if not x.is_cpu:
+            residual.add_(x)
+            return quantize_on_device(residual, norm_weight(weight, offset), scale, n, eps)
+        upcast = x.float()
+        # one new float32 tensor, whatever the dtype (x stays as it was)
+        total = upcast.add_(residual) if upcast is not x else torch.add(x, residual)
         residual.copy_(total)
         return quantize(rms_norm_float32(total, norm_weight(weight, offset), inverse), scale)
 

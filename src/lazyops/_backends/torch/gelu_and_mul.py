@@ -44,7 +44,8 @@ def gelu_and_mul_tl(config: GeluAndMulConfig) -> Callable[..., torch.Tensor]:
     erfc = torch.special.erfc
     sigmoid_ = torch.sigmoid_
     addcmul = torch.addcmul
-    # CPU scalars (never written) that addcmul adds to its product, on any device: fewer ops at one token
+    # CPU scalars (never written) that addcmul adds to its product: fewer ops at one token on the CPU. A CUDA
+    # addcmul refuses a CPU scalar as the tensor it adds to, so other devices take the same math in plain ops.
     zero = torch.zeros((), dtype=torch.float32, device="cpu")
     linear = torch.full((), TANH_LINEAR, dtype=torch.float32, device="cpu")
     if approximate == "none":
@@ -52,13 +53,18 @@ def gelu_and_mul_tl(config: GeluAndMulConfig) -> Callable[..., torch.Tensor]:
         def gelu_and_mul(x: torch.Tensor) -> torch.Tensor:
             gate, up = x.chunk(2, -1)
             factor: torch.Tensor = erfc(gate.mul(-SQRT_HALF))  # 2 Phi(g), a new tensor
-            return addcmul(zero, gate, up, value=0.5).mul_(factor)
+            if x.is_cpu:
+                return addcmul(zero, gate, up, value=0.5).mul_(factor)
+            return torch.mul(gate, up).mul_(factor.mul_(0.5))
 
         return gelu_and_mul
 
     def gelu_tanh_and_mul(x: torch.Tensor) -> torch.Tensor:
         gate, up = x.chunk(2, -1)
-        twice_inner = addcmul(linear, gate, gate, value=TANH_CUBIC).mul_(gate)
-        return torch.mul(gate, up).mul_(sigmoid_(twice_inner))
+        if x.is_cpu:
+            twice_inner = addcmul(linear, gate, gate, value=TANH_CUBIC)
+        else:
+            twice_inner = torch.mul(gate, gate).mul_(TANH_CUBIC).add_(TANH_LINEAR)
+        return torch.mul(gate, up).mul_(sigmoid_(twice_inner.mul_(gate)))
 
     return gelu_tanh_and_mul

@@ -1,0 +1,79 @@
+"""TileLang's decode GEMM plan: held to the H200 measurements it was set from, and to what any GPU can launch.
+
+``plan_split`` is arithmetic over the shape and the device's SM count and shared memory, so it is tested here
+without a GPU: against ``benchmarks/results/gemm_decode_sweep_tilelang.json`` (84 tilings timed in CUDA graphs on
+an H200, ``benchmarks/gemm_decode_sweep.py --backend tilelang``), and by drawn shapes and devices for the
+invariants the programs rely on.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+pytest.importorskip("tilelang")
+
+from lazyops._backends.tilelang import matmul  # noqa: E402
+
+SWEEP = Path(__file__).resolve().parents[2] / "benchmarks" / "results" / "gemm_decode_sweep_tilelang.json"
+H200_SMS = 132
+H200_SHARED_MEMORY = 227 * 1024
+
+
+def sweep_rows() -> list[dict]:
+    return json.loads(SWEEP.read_text())["rows"]
+
+
+def test_the_plan_picks_a_measured_tiling_near_the_best_in_every_swept_cell() -> None:
+    """In each (M, n, k) cell, the plan for M's bucket was timed there: within 5 % of the cell's fastest
+    candidate and faster than the rule the sweep ran against (its ``rule`` row: a 16 x 64 / 64 x 128 split-K
+    pair whose slices a bandwidth model chose). At M <= 16 the pick is also at least cuBLAS's speed (the issue's
+    goal); at M = 128 it is not (0.78-0.94x), and no tiling of the sweep was."""
+    rows = sweep_rows()
+    cells = {(row["m"], row["n"], row["k"]) for row in rows}
+    assert len(cells) == 9, "the sweep covers M = 1, 16, 128 at three weight shapes"
+    for m, n, k in cells:
+        here = [row for row in rows if (row["m"], row["n"], row["k"]) == (m, n, k) and row.get("graph_us")]
+        by_impl = {row["impl"]: row["graph_us"] for row in here}
+        timed = {
+            (row["block_m"], row["block_n"], row["block_k"], row["num_stages"], row["split"]): row["graph_us"]
+            for row in here
+            if "split" in row
+        }
+        config = matmul.spec.configure(n, k, "bfloat16")
+        small, medium = matmul.split_plans(config, H200_SMS, H200_SHARED_MEMORY)
+        plan = small if m <= small.max_m else medium
+        tile = plan.tile
+        key = (tile.block_m, tile.block_n, tile.block_k, tile.stages, plan.split)
+        assert key in timed, f"M={m} n={n} k={k}: the plan {key} was not in the sweep"
+        best = min(timed.values())
+        assert timed[key] <= best * 1.05, f"M={m} n={n} k={k}: {timed[key]:.2f} µs against the best {best:.2f}"
+        assert timed[key] < by_impl["rule"], f"M={m} n={n} k={k}: no faster than the old rule"
+        if m <= 16:
+            assert timed[key] <= by_impl["cuBLAS"], f"M={m} n={n} k={k}: slower than cuBLAS"
+
+
+@given(
+    n=st.integers(1, 30000),
+    k=st.integers(1, 30000),
+    sm_count=st.sampled_from([28, 46, 84, 108, 132, 170]),
+    shared_memory=st.sampled_from([99 * 1024, 163 * 1024, 227 * 1024]),
+)
+def test_every_plan_fits_and_covers_k_once(n: int, k: int, sm_count: int, shared_memory: int) -> None:
+    for plan in matmul.split_plans(matmul.spec.configure(n, k, "bfloat16"), sm_count, shared_memory):
+        tile = plan.tile
+        # a pipeline that fits the device's shared memory (two stages at least)
+        assert tile.stages >= 2
+        assert tile.shared_bytes(2) <= shared_memory - matmul.EPILOGUE_RESERVE or tile.stages == 2
+        # whole k-steps a slice, every slice non-empty, the slices cover k exactly once
+        steps = -(-k // tile.block_k)
+        assert plan.split >= 1 and plan.steps * plan.split >= steps > plan.steps * (plan.split - 1)
+        if plan.split > 1:
+            assert plan.steps >= matmul.MIN_SLICE_STEPS
+            # no more blocks than one wave of the device's block slots
+            slots = sm_count * max(1, min(matmul.MAX_BLOCKS_PER_SM, shared_memory // tile.shared_bytes(2)))
+            assert tile.tiles(plan.max_m, n) * plan.split <= slots
