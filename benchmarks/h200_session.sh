@@ -54,6 +54,8 @@
 # two calls on one fresh machine, merging into the committed conformance results:
 #   call A (carry .whl):  bash benchmarks/h200_session.sh retime-torch
 #   call B (carry .whl2): bash benchmarks/h200_session.sh retime-tilelang
+# then the torch backend's gated kernels as one jiterator kernel on CUDA, one call, no carry:
+#   bash benchmarks/h200_session.sh jiterated
 #
 # .whl and .whl2 hold the wheels benchmarks/README.md lists (TileLang; z3, liger-kernel, and rich with its small
 # dependencies for the `lazyops` command). Unpack a call's tarball into benchmarks/results/ here.
@@ -242,6 +244,16 @@ retime-tilelang)
     --merge --out "$results"
   step 120 python3 benchmarks/gemm_grid.py --out "$results"
   step 200 python3 benchmarks/layer/decoder_layer.py --out "$results"
+  ;;
+jiterated)
+  cp benchmarks/results/gpu_conformance.json "$results/"
+  step 100 python3 benchmarks/gpu_conformance.py --backend torch --tokens 1,7,128,4096 --max-examples 2 --merge \
+    --out "$results"
+  step 120 python3 -m pytest -q -p no:cacheprovider -p lazyops.pytest_plugin tests/kernels/test_gelu_tail.py \
+    tests/kernels/test_compile.py tests/kernels/test_conventions.py --lazyops-backend torch -k "gelu or silu or block"
+  step 120 python3 benchmarks/torch_backend.py --device cuda --kernels silu_and_mul gelu_and_mul \
+    --dtypes bfloat16 float16 float32 --tokens 1 1024 32768 --repeats 3 --name torch_backend_cuda_gated \
+    --out "$results"
   ;;
 gemm-sweep-tilelang)
   step 560 python3 benchmarks/gemm_decode_sweep.py --backend tilelang --budget-s 480 --out "$results"
