@@ -247,7 +247,7 @@ retime-tilelang)
   ;;
 jiterated)
   cp benchmarks/results/gpu_conformance.json "$results/"
-  step 100 python3 benchmarks/gpu_conformance.py --backend torch --tokens 1,7,128,4096 --max-examples 2 --merge \
+  step 150 python3 benchmarks/gpu_conformance.py --backend torch --tokens 1,7,128,4096 --max-examples 2 --merge \
     --out "$results"
   step 120 python3 -m pytest -q -p no:cacheprovider -p lazyops.pytest_plugin tests/kernels/test_gelu_tail.py \
     tests/kernels/test_compile.py tests/kernels/test_conventions.py --lazyops-backend torch -k "gelu or silu or block"
