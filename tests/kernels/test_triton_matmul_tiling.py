@@ -91,3 +91,26 @@ def test_a_smaller_shared_memory_drops_stages_not_the_tile() -> None:
     ampere_consumer = tiling(1, 4096, 4096, torch.bfloat16, 84, 99 * 1024)
     assert (hopper.block_m, hopper.block_n, hopper.block_k) == (ampere_consumer.block_m, 128, 128)
     assert hopper.num_stages == 4 and ampere_consumer.num_stages == 2
+
+
+def test_a_token_count_is_planned_once_up_to_the_cache_limit(monkeypatch) -> None:
+    """``build_matmul`` remembers the launch plan of each token count up to ``PLAN_CACHE_MAX_M`` (choosing costs
+    about 5 µs of Python a call); past it each call chooses again. The products stay right either way."""
+    from lazyops._backends.triton import matmul as module
+
+    monkeypatch.setattr(module, "PLAN_CACHE_MAX_M", 4)
+    chosen: list[int] = []
+
+    def counting(m: int, *rest) -> Tiling:
+        chosen.append(m)
+        return tiling(m, *rest)
+
+    generator = torch.Generator().manual_seed(3)
+    b = torch.randn(64, 48, generator=generator)
+    launch = module.build_matmul(48, 64, torch.float32, counting)
+    for m in (1, 3, 1, 6, 3, 6):
+        a = torch.randn(m, 64, generator=generator)
+        out = torch.empty(m, 48)
+        launch(a, b, out)
+        torch.testing.assert_close(out, a @ b, rtol=1e-5, atol=1e-5)
+    assert chosen == [1, 3, 6, 6]

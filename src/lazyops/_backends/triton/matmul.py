@@ -140,6 +140,9 @@ HOPPER_SHARED_MEMORY = 227 * 1024
 EPILOGUE_RESERVE = 8 * 1024
 #: The reduce kernel's block: 1024 float32 values, 4 warps, a float4 a thread per slice per pass.
 SUM_BLOCK = 1024
+#: ``build_matmul`` remembers its launch plan for each token count up to this one (an engine's decode batches and
+#: short prefills); a plan is a few small objects.
+PLAN_CACHE_MAX_M = 1024
 
 
 def tiling(
@@ -234,18 +237,30 @@ def build_matmul(
             launch = sums[split] = Launcher(_sum_slices_kernel, constexprs, num_warps=4)
         return launch
 
-    def matmul(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor) -> None:
-        m = a.shape[0]
+    #: what a token count launches: (launch, its grid's first axis, split, the reduce or None), remembered for
+    #: token counts up to PLAN_CACHE_MAX_M: choosing costs about 5 µs of Python a call (``tiling``'s arithmetic
+    #: and its dataclass), a decode step's whole budget on some hosts; larger products dwarf it.
+    plans: dict[int, tuple[Launcher, int, int, Launcher | None]] = {}
+
+    def plan(m: int) -> tuple[Launcher, int, int, Launcher | None]:
         tiles = choose(m, n, k, dtype, sm_count, shared_memory)
         launch = launchers.get(tiles)
         if launch is None:
             launch = launchers[tiles] = launcher(tiles)
         grid = cdiv(m, tiles.block_m) * cdiv(n, tiles.block_n)
-        if tiles.split == 1:
+        chosen = (launch, grid, tiles.split, sum_slices(tiles.split) if tiles.split > 1 else None)
+        if m <= PLAN_CACHE_MAX_M:
+            plans[m] = chosen
+        return chosen
+
+    def matmul(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor) -> None:
+        m = a.shape[0]
+        launch, grid, split, reduce = plans.get(m) or plan(m)
+        if reduce is None:
             launch((grid,), a, b, out, m, a.stride(0), out.stride(0))
             return
-        partial = torch.empty((tiles.split, m, n), dtype=torch.float32, device=a.device)
-        launch((grid, tiles.split), a, b, partial, m, a.stride(0), n)
-        sum_slices(tiles.split)((cdiv(m * n, SUM_BLOCK),), partial, out, m, out.stride(0))
+        partial = torch.empty((split, m, n), dtype=torch.float32, device=a.device)
+        launch((grid, split), a, b, partial, m, a.stride(0), n)
+        reduce((cdiv(m * n, SUM_BLOCK),), partial, out, m, out.stride(0))
 
     return matmul
