@@ -56,6 +56,9 @@
 #   call B (carry .whl2): bash benchmarks/h200_session.sh retime-tilelang
 # then the torch backend's gated kernels as one jiterator kernel on CUDA, one call, no carry:
 #   bash benchmarks/h200_session.sh jiterated
+# and last (Triton's matmul plan remembered per token count; the layer with the jiterated silu), two calls:
+#   call A (carry .whl):  bash benchmarks/h200_session.sh install
+#   call B (carry .whl2): bash benchmarks/h200_session.sh final
 #
 # .whl and .whl2 hold the wheels benchmarks/README.md lists (TileLang; z3, liger-kernel, and rich with its small
 # dependencies for the `lazyops` command). Unpack a call's tarball into benchmarks/results/ here.
@@ -254,6 +257,11 @@ jiterated)
   step 120 python3 benchmarks/torch_backend.py --device cuda --kernels silu_and_mul gelu_and_mul \
     --dtypes bfloat16 float16 float32 --tokens 1 1024 32768 --repeats 3 --name torch_backend_cuda_gated \
     --out "$results"
+  ;;
+final)
+  step 100 python3 benchmarks/gemm_grid.py --out "$results"
+  step 160 python3 benchmarks/layer/decoder_layer.py --out "$results"
+  step 120 python3 benchmarks/wrapper_cost.py --device cuda --backends torch,triton,tilelang --out "$results"
   ;;
 gemm-sweep-tilelang)
   step 560 python3 benchmarks/gemm_decode_sweep.py --backend tilelang --budget-s 480 --out "$results"
