@@ -16,7 +16,8 @@ be set from measurements, not the model:
 tiled program for split 1, the split-K product and its reduce otherwise), on a smaller grid since each TileLang
 program takes seconds to compile (compiled side by side by the backend's own thread pool): 16-row tiles with
 block_n in {64, 128, 256}, 128-deep k-steps, 3-4 stages, split in {1, 2, 4, 8}; 64-row tiles with block_n in
-{128, 256}, 64-deep k-steps, 3-4 stages, split in {1, 2, 4}. ``rule`` is then the backend's ``matmul_tl`` as
+{128, 256}, 64-deep k-steps, 3-4 stages, split in {1, 2, 4, 8} (8 added after the 2026-12-01 run, which had
+{1, 2, 4}). ``rule`` is then the backend's ``matmul_tl`` as
 it stands. Results go to ``gemm_decode_sweep_tilelang.{json,md}``; ``--dry-run`` lists the candidates.
 
 Candidates are compiled first by ``--jobs`` worker processes (Triton's on-disk cache then serves the timing
@@ -28,6 +29,7 @@ then timed per call in a CUDA graph (20 calls captured, rotating input sets past
     python3 benchmarks/gemm_decode_sweep.py --backend tilelang --out /tmp/results   # TileLang's (wheels first)
     python3 benchmarks/gemm_decode_sweep.py --device cpu --small        # this script's logic (interpreter)
     python3 benchmarks/gemm_decode_sweep.py --render benchmarks/results/gemm_decode_sweep.json   # the .md again
+    python3 benchmarks/gemm_decode_sweep.py --backend tilelang --small-tokens 64,128 --out DIR   # M = 64 as well
 """
 
 from __future__ import annotations
@@ -85,7 +87,7 @@ def candidates(n: int, k: int, small: bool, backend: str = "triton") -> list[Can
     if backend == "tilelang":
         grids = {
             "decode": (16, (64, 128, 256), (128,), (4,), (3, 4), (1, 2, 4, 8)),
-            "small": (64, (128, 256), (64,), (4,), (3, 4), (1, 2, 4)),
+            "small": (64, (128, 256), (64,), (4,), (3, 4), (1, 2, 4, 8)),
         }
     if small:
         grids = {
@@ -264,6 +266,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--jobs", type=int, default=max(1, (os.cpu_count() or 2) - 2))
     parser.add_argument("--render", type=Path, help="write the Markdown of this result JSON beside it, time nothing")
     parser.add_argument("--budget-s", type=float, default=480.0, help="stop timing new shapes after this long")
+    parser.add_argument(
+        "--small-tokens",
+        help=f"token counts of the 64-row bucket (default {','.join(map(str, BUCKETS['small']))}; "
+        "64,128 times the M <= 64 decode batches too)",
+    )
     return parser.parse_args(argv)
 
 
@@ -286,7 +293,9 @@ def main(argv: list[str] | None = None) -> int:
     dtype = getattr(torch, args.dtype)
     started = time.perf_counter()
     shapes = SMALL_SHAPES if args.small else SHAPES
-    buckets = SMALL_BUCKETS if args.small else BUCKETS
+    buckets = dict(SMALL_BUCKETS if args.small else BUCKETS)
+    if args.small_tokens:
+        buckets["small"] = tuple(int(m) for m in args.small_tokens.split(","))
     jobs = [(n, k, args.dtype, args.device, c) for n, k in shapes for c in candidates(n, k, args.small, args.backend)]
     if args.dry_run:
         for n, k, _, _, candidate in jobs:

@@ -60,6 +60,11 @@
 #   call A (carry .whl):  bash benchmarks/h200_session.sh install
 #   call B (carry .whl2): bash benchmarks/h200_session.sh final
 #
+# Next (written 2026-12-01 11:30, not yet run): both backends' 64-row tilings at M = 64 as well as 128 (TileLang's
+# decode-64 layer runs its M <= 128 plan with half its row blocks empty: 0.92x torch.compile), two calls:
+#   call A (carry .whl):  bash benchmarks/h200_session.sh install
+#   call B (carry .whl2): bash benchmarks/h200_session.sh gemm-mid
+#
 # .whl and .whl2 hold the wheels benchmarks/README.md lists (TileLang; z3, liger-kernel, and rich with its small
 # dependencies for the `lazyops` command). Unpack a call's tarball into benchmarks/results/ here.
 set -uo pipefail
@@ -262,6 +267,13 @@ final)
   step 100 python3 benchmarks/gemm_grid.py --out "$results"
   step 160 python3 benchmarks/layer/decoder_layer.py --out "$results"
   step 120 python3 benchmarks/wrapper_cost.py --device cuda --backends torch,triton,tilelang --out "$results"
+  ;;
+gemm-mid)
+  mkdir -p /tmp/mid
+  step 280 python3 benchmarks/gemm_decode_sweep.py --backend tilelang --small-tokens 64,128 --budget-s 240 \
+    --out /tmp/mid
+  step 280 python3 benchmarks/gemm_decode_sweep.py --small-tokens 64,128 --budget-s 240 --out /tmp/mid
+  for f in /tmp/mid/gemm_decode_sweep*; do cp "$f" "$results/mid_$(basename "$f")"; done
   ;;
 gemm-sweep-tilelang)
   step 560 python3 benchmarks/gemm_decode_sweep.py --backend tilelang --budget-s 480 --out "$results"

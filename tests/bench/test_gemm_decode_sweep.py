@@ -29,13 +29,23 @@ def load_script() -> ModuleType:
     return benchmark_script.load("gemm_decode_sweep")
 
 
-def test_the_committed_markdown_is_rendered_from_the_committed_json() -> None:
+@pytest.mark.parametrize("result", [RESULT, RESULT.with_name("gemm_decode_sweep_tilelang.json")], ids=lambda p: p.stem)
+def test_the_committed_markdown_is_rendered_from_the_committed_json(result: Path) -> None:
     script = load_script()
-    expected = script.render(json.loads(RESULT.read_text()))
-    assert RESULT.with_suffix(".md").read_text() == expected, (
-        "gemm_decode_sweep.md is stale: python3 benchmarks/gemm_decode_sweep.py --render "
-        "benchmarks/results/gemm_decode_sweep.json"
+    expected = script.render(json.loads(result.read_text()))
+    assert result.with_suffix(".md").read_text() == expected, (
+        f"{result.stem}.md is stale: python3 benchmarks/gemm_decode_sweep.py --render benchmarks/results/{result.name}"
     )
+
+
+def test_the_small_bucket_takes_the_token_counts_asked_for() -> None:
+    """``--small-tokens 64,128`` times the 64-row tilings at M = 64 too (the decode batches a 128-token plan
+    serves with half its row blocks empty)."""
+    script = load_script()
+    assert script.parse_args(["--small-tokens", "64,128"]).small_tokens == "64,128"
+    assert script.parse_args([]).small_tokens is None
+    tilelang = script.candidates(4096, 4096, small=False, backend="tilelang")
+    assert {c.split for c in tilelang if c.bucket == "small"} == {1, 2, 4, 8}
 
 
 def test_every_candidate_fits_a_hopper_and_splits_k_into_whole_slices() -> None:
