@@ -251,10 +251,12 @@ def matmul_tl(config: MatmulConfig) -> Callable[..., None]:
     large = tiles_for(tl_dtype(dtype), shared_memory)[1]
     sm_count = properties.multi_processor_count
     built = compiled(config.label, programs(config, shared_memory, sm_count))
-    kernels = iter(direct(kernel) for kernel in built.values())
-    small_kernel, large_kernel = next(kernels), next(kernels)
+    kernel_of = {name: direct(kernel) for (name, _), kernel in built.items()}  # by variant name, as programs() keys
+    small_kernel, large_kernel = kernel_of["small"], kernel_of["large"]
     decode = [
-        (plan.max_m, plan.split, next(kernels), next(kernels) if plan.split > 1 else None)
+        (plan.max_m, plan.split, kernel_of[f"decode{plan.max_m}"], None)
+        if plan.split == 1
+        else (plan.max_m, plan.split, kernel_of[f"split{plan.max_m}"], kernel_of[f"reduce{plan.max_m}"])
         for plan in split_plans(config, sm_count, shared_memory)
     ]
 
