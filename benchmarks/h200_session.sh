@@ -65,6 +65,11 @@
 #   call A (carry .whl):  bash benchmarks/h200_session.sh install
 #   call B (carry .whl2): bash benchmarks/h200_session.sh gemm-mid
 #
+# The session of 2026-12-01 afternoon (prefill-sized GEMM tilings for both backends, then the decode ones at
+# M = 64), on one warm machine:
+#   call A (carry .whl):  bash benchmarks/h200_session.sh large-triton
+#   call B (carry .whl2): bash benchmarks/h200_session.sh large-tilelang
+#
 # .whl and .whl2 hold the wheels benchmarks/README.md lists (TileLang; z3, liger-kernel, and rich with its small
 # dependencies for the `lazyops` command). Unpack a call's tarball into benchmarks/results/ here.
 set -uo pipefail
@@ -274,6 +279,12 @@ gemm-mid)
     --out /tmp/mid
   step 280 python3 benchmarks/gemm_decode_sweep.py --small-tokens 64,128 --budget-s 240 --out /tmp/mid
   for f in /tmp/mid/gemm_decode_sweep*; do cp "$f" "$results/mid_$(basename "$f")"; done
+  ;;
+large-triton)
+  step 500 python3 benchmarks/gemm_large_sweep.py --backend triton --out "$results"
+  ;;
+large-tilelang)
+  step 520 python3 benchmarks/gemm_large_sweep.py --backend tilelang --out "$results"
   ;;
 gemm-sweep-tilelang)
   step 560 python3 benchmarks/gemm_decode_sweep.py --backend tilelang --budget-s 480 --out "$results"

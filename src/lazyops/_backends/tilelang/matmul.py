@@ -40,12 +40,20 @@ class Tile:
     block_k: int
     stages: int
     threads: int
+    #: How the consumer warpgroups share the tile: "square" (TileLang's default; a 128 x 256 tile gives each of
+    #: two warpgroups 128 x 128, two m64n128 ``wgmma`` a k-step) or "full_row" (each warpgroup 64 rows by the
+    #: whole width, one m64n256 ``wgmma``, as CUTLASS's cooperative Hopper kernels split it).
+    warp_policy: str = "square"
+    #: The result written from the accumulators straight to global memory (False: 4-byte predicated stores) or
+    #: staged in shared memory and written by a TMA store (True: ``block_m * block_n`` more shared memory).
+    shared_epilogue: bool = False
 
     def tiles(self, m: int, n: int) -> int:
         return -(-m // self.block_m) * -(-n // self.block_n)
 
     def shared_bytes(self, itemsize: int) -> int:
-        return (self.block_m + self.block_n) * self.block_k * itemsize * self.stages
+        pipeline = (self.block_m + self.block_n) * self.block_k * itemsize * self.stages
+        return pipeline + (self.block_m * self.block_n * itemsize if self.shared_epilogue else 0)
 
 
 # Measured on an H200 (bf16, [M, 4096] x [4096, 4096]; benchmarks/tilelang_tune.py): 128x256 tiles reach
@@ -132,6 +140,8 @@ def matmul_program(n: int, k: int, dtype: str, tile: Tile) -> Any:
     bm, bn, bk = tile.block_m, tile.block_n, tile.block_k
     M = T.dynamic("M")
     tensor_cores = dtype != F32
+    policy = T.GemmWarpPolicy.FullRow if tile.warp_policy == "full_row" else T.GemmWarpPolicy.Square
+    shared_epilogue = tile.shared_epilogue
 
     @T.prim_func
     def main(a: T.Tensor((M, k), dtype), b: T.Tensor((k, n), dtype), c: T.Tensor((M, n), dtype)):
@@ -146,12 +156,17 @@ def matmul_program(n: int, k: int, dtype: str, tile: Tile) -> Any:
                 T.copy(a[by * bm, ko * bk], a_tile)
                 T.copy(b[ko * bk, bx * bn], b_tile)
                 if tensor_cores:
-                    T.gemm(a_tile, b_tile, acc)
+                    T.gemm(a_tile, b_tile, acc, policy=policy)
                 else:
                     for kk in T.serial(bk):
                         for i, j in T.Parallel(bm, bn):
                             acc[i, j] += a_tile[i, kk] * b_tile[kk, j]
-            T.copy(acc, c[by * bm, bx * bn])
+            if shared_epilogue:
+                c_tile = T.alloc_shared((bm, bn), dtype)
+                T.copy(acc, c_tile)
+                T.copy(c_tile, c[by * bm, bx * bn])
+            else:
+                T.copy(acc, c[by * bm, bx * bn])
 
     return main
 
