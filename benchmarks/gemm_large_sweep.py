@@ -30,7 +30,6 @@ import argparse
 import dataclasses
 import json
 import math
-import os
 import sys
 import tempfile
 import time
@@ -43,7 +42,8 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 sys.path.insert(0, str(ROOT / "src"))
 
 #: (M, n, k): issue 12's grid at M = 1024 and 8192, and 8192^3.
-SHAPES = tuple((m, n, k) for m in (1024, 8192) for n, k in ((4096, 4096), (14336, 4096), (4096, 14336))) + (
+SHAPES = (
+    *((m, n, k) for m in (1024, 8192) for n, k in ((4096, 4096), (14336, 4096), (4096, 14336))),
     (8192, 8192, 8192),
 )
 #: Input sets rotate until one round holds this much (four times an H200's L2).
@@ -131,7 +131,9 @@ def build(backend: str, n: int, k: int, dtype: Any, candidate: Candidate | None,
     else:
         from lazyops._backends.triton.matmul import Tiling, build_matmul
 
-        fixed = Tiling(candidate.block_m, candidate.block_n, candidate.block_k, candidate.num_warps, candidate.num_stages)
+        fixed = Tiling(
+            candidate.block_m, candidate.block_n, candidate.block_k, candidate.num_warps, candidate.num_stages
+        )
         launch = build_matmul(n, k, dtype, lambda *_: fixed)
 
     def call(a: Any, b: Any) -> Any:
@@ -174,6 +176,22 @@ def draw(torch: Any, m: int, n: int, k: int, dtype: Any, generator: Any) -> tupl
     return a, b
 
 
+def cublas(a: Any, b: Any) -> Any:
+    return a @ b
+
+
+def median_us(testing: Any, call: Any, sets: list[tuple[Any, Any]]) -> float:
+    """``do_bench``'s median of ``call`` (L2 flushed before each call), the input sets taken in turn."""
+    calls = 0
+
+    def step() -> None:
+        nonlocal calls
+        call(*sets[calls % len(sets)])
+        calls += 1
+
+    return float(testing.do_bench(step, warmup=25, rep=200, return_mode="median")) * 1e3
+
+
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--backend", choices=("triton", "tilelang"), default="triton")
@@ -196,8 +214,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{len(candidates(args.backend))} candidates x {len(SHAPES)} shapes: {SHAPES}")
         return 0
     import torch
-
     from _environment import describe_environment
+
     from lazyops.specs._checks import canonical_dtype
     from lazyops.testing import TOLERANCE, relative_error
 
@@ -233,19 +251,15 @@ def main(argv: list[str] | None = None) -> int:
             try:
                 if candidate is not None and (n, k, candidate) in errors:
                     raise RuntimeError(errors[(n, k, candidate)])
-                call = (lambda a, b: a @ b) if label == "cuBLAS" else build(args.backend, n, k, dtype, candidate, kernels)
+                if label == "cuBLAS":
+                    call = cublas
+                else:
+                    call = build(args.backend, n, k, dtype, candidate, kernels)
                 with torch.no_grad():
                     row["relative_error"] = relative_error(call(*first), reference)
                     if row["relative_error"] > TOLERANCE[dtype]:
                         raise RuntimeError(f"relative error {row['relative_error']:.2e} > {TOLERANCE[dtype]:.0e}")
-                    calls = 0
-
-                    def step(call: Any = call) -> None:
-                        nonlocal calls
-                        call(*sets[calls % len(sets)])
-                        calls += 1
-
-                    us = float(triton.testing.do_bench(step, warmup=25, rep=200, return_mode="median")) * 1e3
+                    us = median_us(triton.testing, call, sets)
                 row["us"] = us
                 row["tflops"] = 2 * m * n * k / (us * 1e-6) / 1e12
                 if label == "cuBLAS":
@@ -296,7 +310,10 @@ def render(payload: dict[str, Any]) -> str:
         f"{payload['elapsed_s']} s in all.",
         "",
     ]
-    shapes = sorted({(row["m"], row["n"], row["k"]) for row in rows}, key=lambda shape: SHAPES.index(shape) if shape in SHAPES else 99)
+    shapes = sorted(
+        {(row["m"], row["n"], row["k"]) for row in rows},
+        key=lambda shape: SHAPES.index(shape) if shape in SHAPES else 99,
+    )
     labels = list(dict.fromkeys(row["impl"] for row in rows))
     lines.append("| tiling | " + " | ".join(f"[{m}, {k}] × [{k}, {n}]" for m, n, k in shapes) + " | geomean |")
     lines.append("| --- |" + " ---: |" * (len(shapes) + 1))

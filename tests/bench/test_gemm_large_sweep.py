@@ -49,7 +49,14 @@ def test_render_marks_each_shapes_fastest_candidate_and_lists_failures() -> None
         {"m": shape[0], "n": shape[1], "k": shape[2], "impl": "rule", "candidate": None, "us": 9.0},
         {"m": shape[0], "n": shape[1], "k": shape[2], "impl": "a", "candidate": {"block_m": 1}, "us": 12.0},
         {"m": shape[0], "n": shape[1], "k": shape[2], "impl": "b", "candidate": {"block_m": 2}, "us": 11.0},
-        {"m": shape[0], "n": shape[1], "k": shape[2], "impl": "c", "candidate": {"block_m": 3}, "error": "OutOfResources: x"},
+        {
+            "m": shape[0],
+            "n": shape[1],
+            "k": shape[2],
+            "impl": "c",
+            "candidate": {"block_m": 3},
+            "error": "OutOfResources: x",
+        },
     ]
     for row in rows:
         if "us" in row:
