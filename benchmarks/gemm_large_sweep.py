@@ -251,10 +251,7 @@ def main(argv: list[str] | None = None) -> int:
             try:
                 if candidate is not None and (n, k, candidate) in errors:
                     raise RuntimeError(errors[(n, k, candidate)])
-                if label == "cuBLAS":
-                    call = cublas
-                else:
-                    call = build(args.backend, n, k, dtype, candidate, kernels)
+                call = cublas if label == "cuBLAS" else build(args.backend, n, k, dtype, candidate, kernels)
                 with torch.no_grad():
                     row["relative_error"] = relative_error(call(*first), reference)
                     if row["relative_error"] > TOLERANCE[dtype]:
