@@ -30,6 +30,8 @@ then timed per call in a CUDA graph (20 calls captured, rotating input sets past
     python3 benchmarks/gemm_decode_sweep.py --device cpu --small        # this script's logic (interpreter)
     python3 benchmarks/gemm_decode_sweep.py --render benchmarks/results/gemm_decode_sweep.json   # the .md again
     python3 benchmarks/gemm_decode_sweep.py --backend tilelang --small-tokens 64,128 --out DIR   # M = 64 as well
+    python3 benchmarks/gemm_decode_sweep.py --backend tilelang --buckets small --small-tokens 64,128 \
+        --shared-epilogue --out DIR      # the 64-row tilings storing through shared memory (TMA)
 """
 
 from __future__ import annotations
@@ -70,15 +72,19 @@ class Candidate:
     num_warps: int
     num_stages: int
     split: int
+    #: TileLang only: the result (or split-K's float32 partial) staged in shared memory for a TMA store
+    shared_epilogue: bool = False
 
     @property
     def label(self) -> str:
-        return f"{self.block_m}x{self.block_n}x{self.block_k} w{self.num_warps} s{self.num_stages} split {self.split}"
+        label = f"{self.block_m}x{self.block_n}x{self.block_k} w{self.num_warps} s{self.num_stages} split {self.split}"
+        return label + (" tma-store" if self.shared_epilogue else "")
 
 
-def candidates(n: int, k: int, small: bool, backend: str = "triton") -> list[Candidate]:
+def candidates(n: int, k: int, small: bool, backend: str = "triton", shared_epilogue: bool = False) -> list[Candidate]:
     """The grid for one weight shape, without tilings that do not fit or split k into slices too short.
-    (For TileLang ``num_warps`` is the block's threads / 32: one warpgroup of 128 threads.)"""
+    (For TileLang ``num_warps`` is the block's threads / 32: one warpgroup of 128 threads; ``shared_epilogue``
+    stages every TileLang candidate's result in shared memory, counted as float32 against the limit.)"""
     found = []
     grids = {
         "decode": (16, (32, 64, 128), (128, 256), (4,), (3, 4, 5), (1, 2, 3, 4, 6, 8)),
@@ -98,12 +104,13 @@ def candidates(n: int, k: int, small: bool, backend: str = "triton") -> list[Can
         for block_n, block_k, num_warps, num_stages, split in itertools.product(widths, depths, warps, stages, splits):
             if block_n > n or block_k > k:
                 continue
-            if num_stages * (block_m + block_n) * block_k * 2 > SHARED_LIMIT:
+            staged = block_m * block_n * 4 if shared_epilogue else 0
+            if num_stages * (block_m + block_n) * block_k * 2 + staged > SHARED_LIMIT:
                 continue
             steps = -(-k // block_k)
             if split > 1 and (steps // split < 2 or k_slice(k, block_k, split) * (split - 1) >= k):
                 continue
-            found.append(Candidate(bucket, block_m, block_n, block_k, num_warps, num_stages, split))
+            found.append(Candidate(bucket, block_m, block_n, block_k, num_warps, num_stages, split, shared_epilogue))
     return found
 
 
@@ -157,7 +164,12 @@ def tilelang_programs(n: int, k: int, dtype: Any, candidate: Candidate) -> dict[
 
     name = tl_dtype(dtype)
     tile = tilelang_matmul.Tile(
-        candidate.block_m, candidate.block_n, candidate.block_k, candidate.num_stages, 32 * candidate.num_warps
+        candidate.block_m,
+        candidate.block_n,
+        candidate.block_k,
+        candidate.num_stages,
+        32 * candidate.num_warps,
+        shared_epilogue=candidate.shared_epilogue,
     )
     if candidate.split == 1:
         return {("plain", name, n, k, tile): lambda: tilelang_matmul.matmul_program(n, k, name, tile)}
@@ -172,7 +184,12 @@ def tilelang_plan(k: int, candidate: Candidate) -> Any:
     from lazyops._backends.tilelang import matmul as tilelang_matmul
 
     tile = tilelang_matmul.Tile(
-        candidate.block_m, candidate.block_n, candidate.block_k, candidate.num_stages, 32 * candidate.num_warps
+        candidate.block_m,
+        candidate.block_n,
+        candidate.block_k,
+        candidate.num_stages,
+        32 * candidate.num_warps,
+        shared_epilogue=candidate.shared_epilogue,
     )
     k_steps = -(-k // candidate.block_k)
     steps = -(-k_steps // candidate.split)
@@ -265,6 +282,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--dtype", default="bfloat16")
     parser.add_argument("--jobs", type=int, default=max(1, (os.cpu_count() or 2) - 2))
     parser.add_argument("--render", type=Path, help="write the Markdown of this result JSON beside it, time nothing")
+    parser.add_argument(
+        "--shared-epilogue", action="store_true", help="TileLang: every candidate stores through shared memory (TMA)"
+    )
+    parser.add_argument("--buckets", help="only these buckets, comma-separated (decode, small)")
     parser.add_argument("--budget-s", type=float, default=480.0, help="stop timing new shapes after this long")
     parser.add_argument(
         "--small-tokens",
@@ -296,7 +317,14 @@ def main(argv: list[str] | None = None) -> int:
     buckets = dict(SMALL_BUCKETS if args.small else BUCKETS)
     if args.small_tokens:
         buckets["small"] = tuple(int(m) for m in args.small_tokens.split(","))
-    jobs = [(n, k, args.dtype, args.device, c) for n, k in shapes for c in candidates(n, k, args.small, args.backend)]
+    if args.buckets:
+        buckets = {name: tokens for name, tokens in buckets.items() if name in args.buckets.split(",")}
+
+    def grid(n: int, k: int) -> list[Candidate]:
+        found = candidates(n, k, args.small, args.backend, args.shared_epilogue)
+        return [candidate for candidate in found if candidate.bucket in buckets]
+
+    jobs = [(n, k, args.dtype, args.device, c) for n, k in shapes for c in grid(n, k)]
     if args.dry_run:
         for n, k, _, _, candidate in jobs:
             print(f"n={n} k={k} {candidate.bucket}: {candidate.label}")
@@ -327,7 +355,7 @@ def main(argv: list[str] | None = None) -> int:
             break
         for bucket, tokens in buckets.items():
             entries: list[tuple[str, Candidate | None]] = [("cuBLAS", None), ("rule", None)]
-            entries += [(c.label, c) for c in candidates(n, k, args.small, args.backend) if c.bucket == bucket]
+            entries += [(c.label, c) for c in grid(n, k) if c.bucket == bucket]
             for m in tokens:
                 first = draw(torch, m, n, k, dtype, args.device, generator)
                 size = sum(t.numel() * t.element_size() for t in first)

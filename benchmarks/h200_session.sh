@@ -69,6 +69,10 @@
 # M = 64), on one warm machine:
 #   call A (carry .whl):  bash benchmarks/h200_session.sh large-triton
 #   call B (carry .whl2): bash benchmarks/h200_session.sh large-tilelang
+# then, with both backends' large tiles taken from those sweeps, on one warm machine:
+#   call A (carry .whl):  bash benchmarks/h200_session.sh tiles-triton
+#   call B (carry .whl2): bash benchmarks/h200_session.sh tiles-tilelang
+#   call C (no carry):    bash benchmarks/h200_session.sh tiles-bench
 #
 # .whl and .whl2 hold the wheels benchmarks/README.md lists (TileLang; z3, liger-kernel, and rich with its small
 # dependencies for the `lazyops` command). Unpack a call's tarball into benchmarks/results/ here.
@@ -285,6 +289,28 @@ large-triton)
   ;;
 large-tilelang)
   step 520 python3 benchmarks/gemm_large_sweep.py --backend tilelang --out "$results"
+  ;;
+tiles-triton)
+  step 150 python3 -m pytest -q -p no:cacheprovider -p lazyops.pytest_plugin tests/kernels/test_matmul_tiles.py \
+    --lazyops-backend triton
+  mkdir -p /tmp/matmul
+  step 150 python3 benchmarks/gpu_conformance.py --backend torch --backend triton --kernels matmul \
+    --tokens 1,7,128,4096 --max-examples 4 --out /tmp/matmul
+  ;;
+tiles-tilelang)
+  step 150 python3 -m pytest -q -p no:cacheprovider -p lazyops.pytest_plugin tests/kernels/test_matmul_tiles.py \
+    --lazyops-backend tilelang
+  step 150 python3 benchmarks/gpu_conformance.py --backend tilelang --kernels matmul --tokens 1,7,128,4096 \
+    --max-examples 4 --merge --out /tmp/matmul
+  cp /tmp/matmul/gpu_conformance.md "$results/gpu_conformance_matmul.md"
+  mkdir -p /tmp/mid
+  step 260 python3 benchmarks/gemm_decode_sweep.py --backend tilelang --buckets small --small-tokens 64,128 \
+    --shared-epilogue --budget-s 220 --out /tmp/mid
+  for f in /tmp/mid/gemm_decode_sweep_tilelang.*; do cp "$f" "$results/tma_$(basename "$f")"; done
+  ;;
+tiles-bench)
+  step 150 python3 benchmarks/gemm_grid.py --out "$results"
+  step 200 python3 benchmarks/layer/decoder_layer.py --out "$results"
   ;;
 gemm-sweep-tilelang)
   step 560 python3 benchmarks/gemm_decode_sweep.py --backend tilelang --budget-s 480 --out "$results"

@@ -98,3 +98,29 @@ def test_tilelang_candidates_fit_and_the_extreme_ones_lower_for_hopper() -> None
             with hopper:
                 source = tilelang.lower(build(), target=hopper).kernel_source
             assert "__global__" in source and "int M" in source
+
+
+def test_shared_epilogue_candidates_fit_and_store_their_partials_by_tma() -> None:
+    """``--shared-epilogue``: every TileLang candidate stages its result in shared memory (counted as float32
+    against the limit), and a split-K product lowers for sm_90a with a TMA store of its float32 partial."""
+    tilelang = pytest.importorskip("tilelang")
+    import torch
+    from tvm.target import Target as TvmTarget
+
+    script = load_script()
+    assert script.parse_args(["--shared-epilogue", "--buckets", "small"]).buckets == "small"
+    found = script.candidates(4096, 14336, small=False, backend="tilelang", shared_epilogue=True)
+    assert found and all(candidate.shared_epilogue for candidate in found)
+    for candidate in found:
+        stages = candidate.num_stages * (candidate.block_m + candidate.block_n) * candidate.block_k * 2
+        assert stages + candidate.block_m * candidate.block_n * 4 <= script.SHARED_LIMIT
+    split = next(c for c in found if c.bucket == "small" and c.split == 4 and c.block_n == 256)
+    hopper = TvmTarget({"kind": "cuda", "arch": "sm_90a"})
+    product = next(
+        build
+        for key, build in script.tilelang_programs(4096, 14336, torch.bfloat16, split).items()
+        if key[0] == "split"
+    )
+    with hopper:
+        source = tilelang.lower(product(), target=hopper).kernel_source
+    assert "tma_store" in source and "int M" in source

@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 
 pytest.importorskip("tilelang")
 
-from lazyops._backends.tilelang import matmul  # noqa: E402
+from lazyops._backends.tilelang import matmul
 
 SWEEP = Path(__file__).resolve().parents[2] / "benchmarks" / "results" / "gemm_decode_sweep_tilelang.json"
 H200_SMS = 132
@@ -77,3 +77,46 @@ def test_every_plan_fits_and_covers_k_once(n: int, k: int, sm_count: int, shared
             # no more blocks than one wave of the device's block slots
             slots = sm_count * max(1, min(matmul.MAX_BLOCKS_PER_SM, shared_memory // tile.shared_bytes(2)))
             assert tile.tiles(plan.max_m, n) * plan.split <= slots
+
+
+def test_the_large_tile_led_the_prefill_sweep_and_fits_a_hopper() -> None:
+    """``LARGE`` is the tiling of ``gemm_large_sweep_tilelang`` with the best geometric mean over its seven
+    shapes (M = 1024, 8192 and 8192^3), and better than the tile the sweep's rule used at every shape; with its
+    shared-memory epilogue it needs 208 KiB, which a Hopper has and a 99 KiB GPU does not (LARGE_LOW_SMEM)."""
+    import math
+
+    rows = json.loads((SWEEP.with_name("gemm_large_sweep_tilelang.json")).read_text())["rows"]
+    by_tiling: dict[tuple, dict[tuple[int, int, int], float]] = {}
+    for row in rows:
+        if row.get("us") and row["candidate"]:
+            c = row["candidate"]
+            key = (
+                c["block_m"],
+                c["block_n"],
+                c["block_k"],
+                c["num_stages"],
+                32 * c["num_warps"],
+                c["warp_policy"],
+                c["shared_epilogue"],
+            )
+            by_tiling.setdefault(key, {})[(row["m"], row["n"], row["k"])] = row["vs_cublas"]
+    complete = {key: cells for key, cells in by_tiling.items() if len(cells) == 7}
+
+    def geomean(cells: dict) -> float:
+        return math.exp(sum(math.log(v) for v in cells.values()) / len(cells))
+
+    best = max(complete, key=lambda key: geomean(complete[key]))
+    large = matmul.LARGE
+    assert best == (
+        large.block_m,
+        large.block_n,
+        large.block_k,
+        large.stages,
+        large.threads,
+        large.warp_policy,
+        large.shared_epilogue,
+    )
+    rule = {(row["m"], row["n"], row["k"]): row["vs_cublas"] for row in rows if row["impl"] == "rule"}
+    assert all(complete[best][shape] > rule[shape] for shape in rule)
+    assert matmul.tiles_for("bfloat16", 227 * 1024)[1] == large
+    assert matmul.tiles_for("bfloat16", 99 * 1024)[1] == matmul.LARGE_LOW_SMEM

@@ -73,6 +73,8 @@ def test_every_tiling_fits_and_covers_k(m, n, k, dtype, sm_count, shared_memory)
     stage = (tiles.block_m + tiles.block_n) * tiles.block_k * dtype.itemsize
     assert tiles.num_stages >= 2
     assert tiles.num_stages * stage <= shared_memory - EPILOGUE_RESERVE or tiles.num_stages == 2
+    if tiles.block_n == 256:  # the prefill tile: taken only where two of its stages fit
+        assert tiles.num_stages * stage <= shared_memory - EPILOGUE_RESERVE
     if tiles.split == 1:
         assert tiles.k_slice == 0
         return
@@ -114,3 +116,40 @@ def test_a_token_count_is_planned_once_up_to_the_cache_limit(monkeypatch) -> Non
         launch(a, b, out)
         torch.testing.assert_close(out, a @ b, rtol=1e-5, atol=1e-5)
     assert chosen == [1, 3, 6, 6]
+
+
+LARGE_SWEEP = SWEEP.with_name("gemm_large_sweep_triton.json")
+
+
+def test_prefill_products_take_the_tiling_that_led_the_large_sweep() -> None:
+    """At M = 1024 and 8192 (and 8192^3) the rule picks, on an H200, the tiling of ``gemm_large_sweep_triton``
+    whose times were within 2 % of each shape's fastest, and at least 5 % faster than the rule the sweep ran
+    against (128 x 128 tiles)."""
+    from lazyops._backends.triton.matmul import WIDE_LARGE
+
+    rows = json.loads(LARGE_SWEEP.read_text())["rows"]
+    shapes = {(row["m"], row["n"], row["k"]) for row in rows}
+    assert len(shapes) == 7
+    for m, n, k in shapes:
+        chosen = tiling(m, n, k, torch.bfloat16, H200_SMS)
+        assert chosen == WIDE_LARGE
+        timed = {
+            (c["block_m"], c["block_n"], c["block_k"], c["num_warps"], c["num_stages"]): row["us"]
+            for row in rows
+            if (row["m"], row["n"], row["k"]) == (m, n, k) and row.get("us") and (c := row["candidate"])
+        }
+        old_rule = next(row["us"] for row in rows if (row["m"], row["n"], row["k"], row["impl"]) == (m, n, k, "rule"))
+        mine = timed[(chosen.block_m, chosen.block_n, chosen.block_k, chosen.num_warps, chosen.num_stages)]
+        assert mine <= min(timed.values()) * 1.02, f"M={m} n={n} k={k}"
+        assert mine < old_rule * 0.95, f"M={m} n={n} k={k}: not 5 % faster than the 128 x 128 rule"
+
+
+def test_the_wide_tile_needs_half_the_sms_and_two_stages_of_room() -> None:
+    """Below half the SMs' worth of 128 x 256 tiles (or on a 99 KiB GPU, where two of its stages do not fit) the
+    product keeps 128 x 128 tiles; float32 never takes it."""
+    from lazyops._backends.triton.matmul import WIDE_LARGE
+
+    assert tiling(1024, 4096, 4096, torch.bfloat16, H200_SMS) == WIDE_LARGE  # 128 tiles
+    assert tiling(512, 4096, 4096, torch.bfloat16, H200_SMS).block_n == 128  # 64 tiles < 66
+    assert tiling(8192, 4096, 4096, torch.bfloat16, 84, 99 * 1024).block_n == 128
+    assert tiling(8192, 4096, 4096, torch.float32, H200_SMS).block_n == 64

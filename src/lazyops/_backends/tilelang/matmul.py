@@ -51,16 +51,23 @@ class Tile:
     def tiles(self, m: int, n: int) -> int:
         return -(-m // self.block_m) * -(-n // self.block_n)
 
-    def shared_bytes(self, itemsize: int) -> int:
+    def shared_bytes(self, itemsize: int, out_itemsize: int | None = None) -> int:
+        """The block's shared memory: the pipeline's stages of a and b (``itemsize`` bytes an element), and the
+        staged result (``out_itemsize``, by default ``itemsize``; 4 for split-K's float32 partials)."""
         pipeline = (self.block_m + self.block_n) * self.block_k * itemsize * self.stages
-        return pipeline + (self.block_m * self.block_n * itemsize if self.shared_epilogue else 0)
+        staged = self.block_m * self.block_n * (out_itemsize or itemsize) if self.shared_epilogue else 0
+        return pipeline + staged
 
 
 # Measured on an H200 (bf16, [M, 4096] x [4096, 4096]; benchmarks/tilelang_tune.py): 128x256 tiles reach
 # 625-636 TFLOP/s from M = 1024 (128x128: 477-497); for M <= 128 the 64x64x128 tile is fastest (180 TFLOP/s at
-# M = 128, 24 us at M = 1), since it spreads a decode-sized problem over more SMs.
-LARGE = Tile(128, 256, 64, 3, 256)
-#: For GPUs with less than LARGE's 144 KiB of shared memory per block (sm_86, sm_89).
+# M = 128, 24 us at M = 1), since it spreads a decode-sized problem over more SMs. Then
+# benchmarks/gemm_large_sweep.py (gemm_large_sweep_tilelang.md, H200, M = 1024 and 8192 and 8192^3): the 128x256
+# tile with each warpgroup on 64 full rows (one m64n256 wgmma) and its result staged in shared memory for a TMA
+# store ran at 0.95-1.01x cuBLAS (geometric mean 0.976) where the square split with direct stores ran at
+# 0.86-0.96x (0.906): the stores from the accumulators, four bytes a thread at a time, were most of the gap.
+LARGE = Tile(128, 256, 64, 3, 256, warp_policy="full_row", shared_epilogue=True)
+#: For GPUs with less than LARGE's 208 KiB of shared memory per block (sm_86, sm_89: 99 KiB).
 LARGE_LOW_SMEM = Tile(128, 128, 64, 3, 256)
 SMALL = Tile(64, 64, 128, 3, 128)
 #: Float32 on CUDA cores: a 128x128 tile gives each of 256 threads a 16x4 block of accumulators.
@@ -99,7 +106,7 @@ def fitted(tile: Tile, shared_memory: int) -> Tile:
     """``tile`` with its stages dropped (to two at least) until its pipeline fits ``shared_memory`` less
     :data:`EPILOGUE_RESERVE` (a 99 KiB sm_86/sm_89 GPU takes the decode tiles with 2 stages)."""
     stages = tile.stages
-    while stages > 2 and replace(tile, stages=stages).shared_bytes(2) > shared_memory - EPILOGUE_RESERVE:
+    while stages > 2 and replace(tile, stages=stages).shared_bytes(2, 4) > shared_memory - EPILOGUE_RESERVE:
         stages -= 1
     return replace(tile, stages=stages)
 
@@ -116,7 +123,7 @@ def plan_split(tile: Tile, max_m: int, n: int, k: int, sm_count: int = 132, shar
     """
     tile = fitted(tile, shared_memory)
     k_steps = -(-k // tile.block_k)
-    slots = sm_count * max(1, min(MAX_BLOCKS_PER_SM, shared_memory // tile.shared_bytes(2)))
+    slots = sm_count * max(1, min(MAX_BLOCKS_PER_SM, shared_memory // tile.shared_bytes(2, 4)))
     wanted = max(1, min(slots // tile.tiles(max_m, n), k_steps // MIN_SLICE_STEPS))
     steps = -(-k_steps // wanted)
     return SplitK(tile, steps, -(-k_steps // steps), max_m)
@@ -180,6 +187,7 @@ def split_k_program(n: int, k: int, dtype: str, plan: SplitK) -> Any:
     tile, steps = plan.tile, plan.steps
     bm, bn, bk = tile.block_m, tile.block_n, tile.block_k
     M = T.dynamic("M")
+    shared_epilogue = tile.shared_epilogue
 
     @T.prim_func
     def main(a: T.Tensor((M, k), dtype), b: T.Tensor((k, n), dtype), partial: T.Tensor((plan.split, M, n), F32)):
@@ -194,7 +202,12 @@ def split_k_program(n: int, k: int, dtype: str, plan: SplitK) -> Any:
                 T.copy(a[bx * bm, (bs * steps + ko) * bk], a_tile)
                 T.copy(b[(bs * steps + ko) * bk, by * bn], b_tile)
                 T.gemm(a_tile, b_tile, acc)
-            T.copy(acc, partial[bs, bx * bm, by * bn])
+            if shared_epilogue:
+                partial_tile = T.alloc_shared((bm, bn), F32)
+                T.copy(acc, partial_tile)
+                T.copy(partial_tile, partial[bs, bx * bm, by * bn])
+            else:
+                T.copy(acc, partial[bs, bx * bm, by * bn])
 
     return main
 

@@ -145,22 +145,42 @@ SUM_BLOCK = 1024
 PLAN_CACHE_MAX_M = 1024
 
 
+#: The 16-bit tile for prefill-sized products: the fastest of ``gemm_large_sweep_triton.md`` (H200) at every
+#: shape but two, where its 3-stage twin was 0.5 % and 1.4 % faster.
+WIDE_LARGE = Tiling(128, 256, 64, 8, 4)
+
+
+def fits(tiles: Tiling, stages: int, dtype: torch.dtype, shared_memory: int) -> bool:
+    """Whether ``stages`` stages of ``tiles``' a and b blocks fit ``shared_memory`` less ``EPILOGUE_RESERVE``."""
+    return stages * (tiles.block_m + tiles.block_n) * tiles.block_k * dtype.itemsize <= shared_memory - EPILOGUE_RESERVE
+
+
+def large_tiles(tiles: Tiling, m: int, n: int) -> int:
+    """How many output tiles of ``tiles``' shape an ``[m, n]`` result has."""
+    return cdiv(m, tiles.block_m) * cdiv(n, tiles.block_n)
+
+
 def tiling(
     m: int, n: int, k: int, dtype: torch.dtype, sm_count: int = 132, shared_memory: int = HOPPER_SHARED_MEMORY
 ) -> Tiling:
     """The tiles for a product of ``[m, k] @ [k, n]``.
 
-    ``m`` is bucketed (at most 16, at most 128, at most 256, more), so a kernel compiles at most four variants
-    however its token count varies. In 16-bit types up to 128 tokens the product is a stream over the weight, and
-    the tiles are the fastest of ``benchmarks/gemm_decode_sweep.py``'s grid on an H200 (``gemm_decode_sweep.md``,
-    in CUDA graphs): 16 x 128 x 128 with 4 stages up to 16 tokens (``mma``; one block an SM), 64 x 128 x 64 with
-    4 stages up to 128 (two blocks an SM). Then ``k`` is split (see the module's docstring) so that the tiles
-    times the slices fill every SM's block slots once: ``split = slots // tiles``; a second wave, or a split
-    past one wave, measured slower there (``[1, 14336] x [14336, 4096]``: split 4 31.6 µs, 6 34.2, 8 32.9;
-    ``[1, 4096] x [4096, 14336]``: no split 31.8 µs, 2 33.8). Beyond 128 tokens: 64 x 64 tiles up to 256,
-    then 128 x 128 (``wgmma`` for 16-bit types). float32 runs on the FMA units (IEEE precision), where smaller
-    tiles keep the registers in bounds. Stages are dropped (to two at least) until a tile's pipeline fits the
-    device's ``shared_memory`` per block less ``EPILOGUE_RESERVE``.
+    ``m`` is bucketed (at most 16, at most 128, at most 256, more; the last split by how many large tiles it
+    makes), so a kernel compiles at most five variants however its token count varies. In 16-bit types up to
+    128 tokens the product is a stream over the weight, and the tiles are the fastest of
+    ``benchmarks/gemm_decode_sweep.py``'s grid on an H200 (``gemm_decode_sweep.md``, in CUDA graphs): 16 x 128 x
+    128 with 4 stages up to 16 tokens (``mma``; one block an SM), 64 x 128 x 64 with 4 stages up to 128 (two
+    blocks an SM). Then ``k`` is split (see the module's docstring) so that the tiles times the slices fill every
+    SM's block slots once: ``split = slots // tiles``; a second wave, or a split past one wave, measured slower
+    there (``[1, 14336] x [14336, 4096]``: split 4 31.6 µs, 6 34.2, 8 32.9; ``[1, 4096] x [4096, 14336]``: no
+    split 31.8 µs, 2 33.8). Beyond 128 tokens: 64 x 64 tiles up to 256, then in 16-bit types 128 x 256 x 64
+    tiles with 4 stages (:data:`WIDE_LARGE`) once they number at least half the SMs and two of their stages fit
+    the device, else 128 x 128 (``wgmma``). ``benchmarks/gemm_large_sweep.py`` timed seven large tilings on an
+    H200 (``gemm_large_sweep_triton.md``): 128 x 256 x 64 ran at 0.89-0.94x cuBLAS at M = 1024 and 8192
+    (geometric mean 0.916) where the 128 x 128 tile ran at 0.76-0.85x (0.794).
+    float32 runs on the FMA units (IEEE precision), where smaller tiles keep the registers in bounds. Stages are
+    dropped (to two at least) until a tile's pipeline fits the device's ``shared_memory`` per block less
+    ``EPILOGUE_RESERVE``.
     """
     wide = dtype != torch.float32
     if m <= 16:
@@ -169,6 +189,8 @@ def tiling(
         config = Tiling(64, 128, 64, 4, 4)
     elif m <= 256:
         config = Tiling(64, 64, 64 if wide else 32, 4, 4)
+    elif wide and fits(WIDE_LARGE, 2, dtype, shared_memory) and large_tiles(WIDE_LARGE, m, n) >= sm_count // 2:
+        config = WIDE_LARGE
     elif wide:
         config = Tiling(128, 128, 64, 8, 4)
     else:
@@ -209,7 +231,7 @@ def build_matmul(
         properties = torch.cuda.get_device_properties()
         sm_count = properties.multi_processor_count
         shared_memory = getattr(properties, "shared_memory_per_block_optin", HOPPER_SHARED_MEMORY)
-    #: one launcher per tiling (at most three: the token count is bucketed)
+    #: one launcher per tiling (a few: the token count is bucketed)
     launchers: dict[Tiling, Launcher] = {}
 
     def launcher(tiles: Tiling) -> Launcher:
