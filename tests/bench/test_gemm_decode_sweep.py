@@ -29,7 +29,15 @@ def load_script() -> ModuleType:
     return benchmark_script.load("gemm_decode_sweep")
 
 
-@pytest.mark.parametrize("result", [RESULT, RESULT.with_name("gemm_decode_sweep_tilelang.json")], ids=lambda p: p.stem)
+@pytest.mark.parametrize(
+    "result",
+    [
+        RESULT,
+        RESULT.with_name("gemm_decode_sweep_tilelang.json"),
+        RESULT.with_name("gemm_decode_sweep_tilelang_tma.json"),
+    ],
+    ids=lambda p: p.stem,
+)
 def test_the_committed_markdown_is_rendered_from_the_committed_json(result: Path) -> None:
     script = load_script()
     expected = script.render(json.loads(result.read_text()))

@@ -80,6 +80,13 @@ SMALL_F32 = Tile(64, 64, 16, 3, 128)
 #: KiB of shared memory: one block an SM). M <= 128: a 64-row wgmma tile over 256 columns, 64-deep k-steps, 4 stages
 #: (160 KiB); the M-blocks of one column tile are launched next to each other, so the second reads b from L2.
 SPLIT_16 = Tile(16, 128, 128, 4, 128)
+#: M <= 64 (``gemm_decode_sweep_tilelang_tma.md``, the 64-row tilings with their results staged in shared memory
+#: for a TMA store): 64 x 128 x 64, 4 stages, the float32 partials stored through shared memory (128 KiB: one block
+#: an SM). At M = 64 it took 13.4 / 33.6 / 30.4 µs against the M <= 128 plan's 16.5 / 36.6 / 33.5 and cuBLAS's
+#: 11.2 / 35.1 / 31.1 for (n, k) = (4096, 4096) / (4096, 14336) / (14336, 4096). At M = 128 the same tile was
+#: slower than SPLIT_128 at two of the three shapes (41.3 against 39.1 µs, 44.2 against 34.9), so that bucket
+#: keeps its tile and direct stores.
+SPLIT_64 = Tile(64, 128, 64, 4, 128, shared_epilogue=True)
 SPLIT_128 = Tile(64, 256, 64, 4, 128)
 #: The reduce kernel: one row of 4 * 64 float32 columns a block (a float4 a thread per partial).
 REDUCE_COLUMNS = 256
@@ -135,6 +142,17 @@ def tiles_for(dtype: str, shared_memory: int = 227 * 1024) -> tuple[Tile, Tile]:
         return SMALL_F32, LARGE_F32
     large = LARGE if LARGE.shared_bytes(2) <= shared_memory else LARGE_LOW_SMEM
     return SMALL, large
+
+
+def large_for(large: Tile, n: int, k: int, itemsize: int) -> Tile:
+    """``large`` as a ``[k, n]`` weight can take it: its full-row warpgroups and TMA-store epilogue only where a's
+    and b's rows are 16-byte multiples. Elsewhere TMA cannot load them, TileLang drops its producer warpgroup and
+    launches 512 threads (128 registers each), and one m64n256 ``wgmma`` needs more than that (ptxas refused
+    ``matmul_tl(n=1, k=16, dtype=torch.float16)`` on an H200): such weights keep the square split and direct stores.
+    """
+    if (n * itemsize) % 16 == 0 and (k * itemsize) % 16 == 0:
+        return large
+    return replace(large, warp_policy="square", shared_epilogue=False)
 
 
 def use_large(large: Tile, m: int, n: int, sm_count: int) -> bool:
@@ -239,6 +257,7 @@ def split_plans(config: MatmulConfig, sm_count: int = 132, shared_memory: int = 
     n, k = config.n, config.k
     return (
         plan_split(SPLIT_16, 16, n, k, sm_count, shared_memory),
+        plan_split(SPLIT_64, 64, n, k, sm_count, shared_memory),
         plan_split(SPLIT_128, 128, n, k, sm_count, shared_memory),
     )
 
@@ -252,6 +271,7 @@ def programs(
         tiles_for(tl_dtype(config.dtype), shared_memory) if shared_memory else tiles_for(tl_dtype(config.dtype))
     )
     n, k, dtype = config.n, config.k, config.dtype
+    large = large_for(large, n, k, dtype.itemsize)
     built: dict[tuple[str, Any], Callable[[], Any]] = {
         ("small", small): _builder(n, k, dtype, small),
         ("large", large): _builder(n, k, dtype, large),
@@ -270,8 +290,8 @@ def matmul_tl(config: MatmulConfig) -> Callable[..., None]:
     # launch(a, b, out): the wrapper hands a contiguous out, and a contiguous copy of a row-strided a (not
     # strided_rows: the programs declare contiguous a for their TMA descriptors). Two tile shapes are compiled,
     # sized for the current GPU; each call takes the large one when it yields enough tiles to keep the GPU busy.
-    # In half precision, up to 128 tokens, the decode variant of the first plan whose max_m covers the call: its
-    # tiled program, or its split-K pair.
+    # In half precision, up to 128 tokens, the decode variant of the first plan (16, 64, 128 tokens) whose max_m
+    # covers the call: its tiled program, or its split-K pair.
     n, dtype = config.n, config.dtype
     require_gpu(config.label)
     properties = torch.cuda.get_device_properties(torch.cuda.current_device())
