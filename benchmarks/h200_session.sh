@@ -73,6 +73,11 @@
 #   call A (carry .whl):  bash benchmarks/h200_session.sh tiles-triton
 #   call B (carry .whl2): bash benchmarks/h200_session.sh tiles-tilelang
 #   call C (no carry):    bash benchmarks/h200_session.sh tiles-bench
+# (run so far: tiles-triton, tiles-tilelang; tiles-tilelang's sweep set TileLang's 64-token bucket and its
+# conformance found the full-row tile failing to compile for n=1, k=16 in fp16), then on a fresh machine:
+#   call A (carry .whl):  bash benchmarks/h200_session.sh tiles-triton
+#   call B (carry .whl2): bash benchmarks/h200_session.sh verify-tilelang
+#   call C (no carry):    bash benchmarks/h200_session.sh layer
 #
 # .whl and .whl2 hold the wheels benchmarks/README.md lists (TileLang; z3, liger-kernel, and rich with its small
 # dependencies for the `lazyops` command). Unpack a call's tarball into benchmarks/results/ here.
@@ -291,11 +296,11 @@ large-tilelang)
   step 520 python3 benchmarks/gemm_large_sweep.py --backend tilelang --out "$results"
   ;;
 tiles-triton)
-  step 150 python3 -m pytest -q -p no:cacheprovider -p lazyops.pytest_plugin tests/kernels/test_matmul_tiles.py \
-    --lazyops-backend triton
+  step 200 python3 -m pytest -q -p no:cacheprovider -p lazyops.pytest_plugin tests/kernels/test_matmul_tiles.py \
+    tests/kernels/test_conventions.py -k "matmul" --lazyops-backend triton
   mkdir -p /tmp/matmul
   step 150 python3 benchmarks/gpu_conformance.py --backend torch --backend triton --kernels matmul \
-    --tokens 1,7,128,4096 --max-examples 4 --out /tmp/matmul
+    --tokens 1,7,128,4096 --max-examples 8 --out /tmp/matmul
   ;;
 tiles-tilelang)
   step 150 python3 -m pytest -q -p no:cacheprovider -p lazyops.pytest_plugin tests/kernels/test_matmul_tiles.py \
@@ -307,6 +312,18 @@ tiles-tilelang)
   step 260 python3 benchmarks/gemm_decode_sweep.py --backend tilelang --buckets small --small-tokens 64,128 \
     --shared-epilogue --budget-s 220 --out /tmp/mid
   for f in /tmp/mid/gemm_decode_sweep_tilelang.*; do cp "$f" "$results/tma_$(basename "$f")"; done
+  ;;
+verify-tilelang)
+  step 200 python3 -m pytest -q -p no:cacheprovider -p lazyops.pytest_plugin tests/kernels/test_matmul_tiles.py \
+    tests/kernels/test_conventions.py -k "matmul" --lazyops-backend tilelang
+  step 200 python3 benchmarks/gpu_conformance.py --backend tilelang --kernels matmul --tokens 1,7,128,4096 \
+    --max-examples 8 --merge --out /tmp/matmul
+  cp /tmp/matmul/gpu_conformance.md "$results/gpu_conformance_matmul.md"
+  cp /tmp/matmul/gpu_conformance.json "$results/gpu_conformance_matmul.json"
+  step 150 python3 benchmarks/gemm_grid.py --out "$results"
+  ;;
+layer)
+  step 250 python3 benchmarks/layer/decoder_layer.py --out "$results"
   ;;
 tiles-bench)
   step 150 python3 benchmarks/gemm_grid.py --out "$results"
