@@ -78,6 +78,9 @@
 #   call A (carry .whl):  bash benchmarks/h200_session.sh tiles-triton
 #   call B (carry .whl2): bash benchmarks/h200_session.sh verify-tilelang
 #   call C (no carry):    bash benchmarks/h200_session.sh layer
+# and the stream table again with the day's kernels (the last full one was 2026-11-30 21:14), on a fresh machine:
+#   call A (carry .whl):  bash benchmarks/h200_session.sh install
+#   call B (carry .whl2): bash benchmarks/h200_session.sh stream
 #
 # .whl and .whl2 hold the wheels benchmarks/README.md lists (TileLang; z3, liger-kernel, and rich with its small
 # dependencies for the `lazyops` command). Unpack a call's tarball into benchmarks/results/ here.
@@ -321,6 +324,13 @@ verify-tilelang)
   cp /tmp/matmul/gpu_conformance.md "$results/gpu_conformance_matmul.md"
   cp /tmp/matmul/gpu_conformance.json "$results/gpu_conformance_matmul.json"
   step 150 python3 benchmarks/gemm_grid.py --out "$results"
+  ;;
+stream)
+  mkdir -p /tmp/stream
+  step 520 python3 benchmarks/gpu_bench.py --tokens 1024,8192,32768 --out /tmp/stream
+  cp /tmp/stream/gpu_bench.md "$results/gpu_bench_stream.md"
+  cp /tmp/stream/gpu_bench.json "$results/gpu_bench_stream.json"
+  cp /tmp/stream/*.png "$results/" 2>/dev/null
   ;;
 layer)
   step 250 python3 benchmarks/layer/decoder_layer.py --out "$results"
