@@ -47,21 +47,3 @@ def to_output(value, out_ptr, inverse_scale, QUANTIZE: tl.constexpr, EXACT_ROUND
     if QUANTIZE:
         return to_fp8(value, inverse_scale, EXACT_ROUNDING)
     return value.to(out_ptr.dtype.element_ty)
-
-
-@triton.jit
-def store_columns(cols, QUANTIZE: tl.constexpr):
-    """``cols`` as the float8 store's offsets: the same values, seen by Triton as runs of 8 when quantizing.
-
-    Triton gives each memory access a layout of up to 16 bytes a thread, and a load feeding a store takes the
-    store's: a float8 row stored 16 elements (16 bytes) a thread made each thread load 32 adjacent bytes of the
-    16-bit input in two 16-byte loads, so each warp-wide load used half of every 32-byte sector it touched (the
-    PTX of ``_rmsnorm_kernel`` for sm_90: its two ``ld.global.v4`` 16 bytes apart, where a 16-bit output's are
-    4096 apart; Triton rmsnorm_fp8 ran at 90.9 % of the copy ceiling against rmsnorm's 97.1 %). Written as
-    ``(cols // 8) * 8 + cols % 8`` the offsets are contiguous over 8 elements only, so the store is 8 bytes a
-    thread and the loads keep 8 elements (16 bytes) a thread, a warp's load 512 contiguous bytes.
-    (``tl.max_contiguous`` only raises what the analysis knows, it did not lower it.)
-    """
-    if QUANTIZE:
-        return (cols // 8) * 8 + cols % 8
-    return cols

@@ -16,7 +16,7 @@ import triton
 import triton.language as tl
 
 from lazyops._backends.triton._common import cdiv, interpreting, launch_device, row_layout
-from lazyops._backends.triton._fp8 import store_columns, to_output
+from lazyops._backends.triton._fp8 import to_output
 from lazyops._backends.triton._launch import Launcher
 from lazyops.specs.rmsnorm import RMSNormConfig, spec
 
@@ -55,7 +55,7 @@ def _rmsnorm_kernel(
         w = tl.load(w_ptr + cols, mask=cols < N, other=0.0).to(tl.float32) + offset
         rstd = tl.rsqrt(tl.sum(x * x, axis=1) / N + eps)[:, None]
         y = to_output(x * rstd * w, y_ptr, inverse_scale, QUANTIZE, EXACT_ROUNDING)
-        tl.store(y_ptr + y_base + store_columns(cols, QUANTIZE), y, mask=row_ok[:, None] & (cols < N))
+        tl.store(y_ptr + y_base + cols, y, mask=row_ok[:, None] & (cols < N))
     else:
         # y may be x itself (out=x): the first pass only reads, the second reads each block before writing it.
         squares = tl.zeros([ROWS, BLOCK_N], tl.float32)
@@ -69,7 +69,7 @@ def _rmsnorm_kernel(
             x = tl.load(x_ptr + x_base + cols, mask=cols < N, other=0.0).to(tl.float32)
             w = tl.load(w_ptr + cols, mask=cols < N, other=0.0).to(tl.float32) + offset
             y = to_output(x * rstd * w, y_ptr, inverse_scale, QUANTIZE, EXACT_ROUNDING)
-            tl.store(y_ptr + y_base + store_columns(cols, QUANTIZE), y, mask=row_ok[:, None] & (cols < N))
+            tl.store(y_ptr + y_base + cols, y, mask=row_ok[:, None] & (cols < N))
 
 
 def norm_launch(config: Any, *, quantize: bool) -> Callable[..., None]:
