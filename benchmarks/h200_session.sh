@@ -81,6 +81,8 @@
 # and the stream table again with the day's kernels (the last full one was 2026-11-30 21:14), on a fresh machine:
 #   call A (carry .whl):  bash benchmarks/h200_session.sh install
 #   call B (carry .whl2): bash benchmarks/h200_session.sh stream
+# then Triton's fp8 norm with its stores 8 bytes a thread (one call, no carry; Triton ships on the machine):
+#   bash benchmarks/h200_session.sh fp8-triton
 #
 # .whl and .whl2 hold the wheels benchmarks/README.md lists (TileLang; z3, liger-kernel, and rich with its small
 # dependencies for the `lazyops` command). Unpack a call's tarball into benchmarks/results/ here.
@@ -324,6 +326,16 @@ verify-tilelang)
   cp /tmp/matmul/gpu_conformance.md "$results/gpu_conformance_matmul.md"
   cp /tmp/matmul/gpu_conformance.json "$results/gpu_conformance_matmul.json"
   step 150 python3 benchmarks/gemm_grid.py --out "$results"
+  ;;
+fp8-triton)
+  mkdir -p /tmp/fp8
+  step 150 python3 benchmarks/gpu_conformance.py --backend triton --kernels rmsnorm_fp8,add_rmsnorm_fp8 \
+    --tokens 1,7,128,4096 --max-examples 8 --out /tmp/fp8
+  cp /tmp/fp8/gpu_conformance.md "$results/gpu_conformance_fp8_triton.md"
+  step 200 python3 benchmarks/gpu_bench.py --backend triton --kernels rmsnorm_fp8,rmsnorm --tokens 1024,8192,32768 \
+    --out /tmp/fp8
+  cp /tmp/fp8/gpu_bench.md "$results/gpu_bench_fp8_triton.md"
+  cp /tmp/fp8/gpu_bench.json "$results/gpu_bench_fp8_triton.json"
   ;;
 stream)
   mkdir -p /tmp/stream
