@@ -83,6 +83,8 @@
 #   call B (carry .whl2): bash benchmarks/h200_session.sh stream
 # then Triton's fp8 norm with its stores 8 bytes a thread (one call, no carry; Triton ships on the machine):
 #   bash benchmarks/h200_session.sh fp8-triton
+# (reverted: within the runs' spread) and Triton's row kernels under other row layouts (one call, no carry):
+#   bash benchmarks/h200_session.sh row-layouts
 #
 # .whl and .whl2 hold the wheels benchmarks/README.md lists (TileLang; z3, liger-kernel, and rich with its small
 # dependencies for the `lazyops` command). Unpack a call's tarball into benchmarks/results/ here.
@@ -336,6 +338,9 @@ fp8-triton)
     --out /tmp/fp8
   cp /tmp/fp8/gpu_bench.md "$results/gpu_bench_fp8_triton.md"
   cp /tmp/fp8/gpu_bench.json "$results/gpu_bench_fp8_triton.json"
+  ;;
+row-layouts)
+  step 400 python3 benchmarks/triton_row_variants.py --out "$results"
   ;;
 stream)
   mkdir -p /tmp/stream
