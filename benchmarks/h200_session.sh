@@ -85,6 +85,8 @@
 #   bash benchmarks/h200_session.sh fp8-triton
 # (reverted: within the runs' spread) and Triton's row kernels under other row layouts (one call, no carry):
 #   bash benchmarks/h200_session.sh row-layouts
+# then the fp8 norm with the 4 warps that sweep found (one call, no carry):
+#   bash benchmarks/h200_session.sh fp8-warps
 #
 # .whl and .whl2 hold the wheels benchmarks/README.md lists (TileLang; z3, liger-kernel, and rich with its small
 # dependencies for the `lazyops` command). Unpack a call's tarball into benchmarks/results/ here.
@@ -338,6 +340,16 @@ fp8-triton)
     --out /tmp/fp8
   cp /tmp/fp8/gpu_bench.md "$results/gpu_bench_fp8_triton.md"
   cp /tmp/fp8/gpu_bench.json "$results/gpu_bench_fp8_triton.json"
+  ;;
+fp8-warps)
+  mkdir -p /tmp/fp8
+  step 100 python3 benchmarks/gpu_conformance.py --backend triton --kernels rmsnorm_fp8 --tokens 1,7,128,4096 \
+    --max-examples 8 --out /tmp/fp8
+  cp /tmp/fp8/gpu_conformance.md "$results/gpu_conformance_fp8_warps.md"
+  step 100 python3 benchmarks/gpu_bench.py --backend triton --kernels rmsnorm_fp8 --tokens 1024,8192,32768 \
+    --out /tmp/fp8
+  cp /tmp/fp8/gpu_bench.md "$results/gpu_bench_fp8_warps.md"
+  cp /tmp/fp8/gpu_bench.json "$results/gpu_bench_fp8_warps.json"
   ;;
 row-layouts)
   step 400 python3 benchmarks/triton_row_variants.py --out "$results"
