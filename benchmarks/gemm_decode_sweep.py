@@ -163,14 +163,7 @@ def tilelang_programs(n: int, k: int, dtype: Any, candidate: Candidate) -> dict[
     from lazyops._backends.tilelang._runtime import tl_dtype
 
     name = tl_dtype(dtype)
-    tile = tilelang_matmul.Tile(
-        candidate.block_m,
-        candidate.block_n,
-        candidate.block_k,
-        candidate.num_stages,
-        32 * candidate.num_warps,
-        shared_epilogue=candidate.shared_epilogue,
-    )
+    tile = tilelang_tile(candidate)
     if candidate.split == 1:
         return {("plain", name, n, k, tile): lambda: tilelang_matmul.matmul_program(n, k, name, tile)}
     plan = tilelang_plan(k, candidate)
@@ -180,10 +173,11 @@ def tilelang_programs(n: int, k: int, dtype: Any, candidate: Candidate) -> dict[
     }
 
 
-def tilelang_plan(k: int, candidate: Candidate) -> Any:
+def tilelang_tile(candidate: Candidate) -> Any:
+    """TileLang's ``Tile`` for ``candidate``: one warpgroup of 128 threads is ``num_warps`` 4."""
     from lazyops._backends.tilelang import matmul as tilelang_matmul
 
-    tile = tilelang_matmul.Tile(
+    return tilelang_matmul.Tile(
         candidate.block_m,
         candidate.block_n,
         candidate.block_k,
@@ -191,6 +185,12 @@ def tilelang_plan(k: int, candidate: Candidate) -> Any:
         32 * candidate.num_warps,
         shared_epilogue=candidate.shared_epilogue,
     )
+
+
+def tilelang_plan(k: int, candidate: Candidate) -> Any:
+    from lazyops._backends.tilelang import matmul as tilelang_matmul
+
+    tile = tilelang_tile(candidate)
     k_steps = -(-k // candidate.block_k)
     steps = -(-k_steps // candidate.split)
     return tilelang_matmul.SplitK(tile, steps, -(-k_steps // steps), 16 if candidate.bucket == "decode" else 128)
