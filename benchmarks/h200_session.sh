@@ -88,6 +88,11 @@
 # then the fp8 norm with the 4 warps that sweep found (one call, no carry):
 #   bash benchmarks/h200_session.sh fp8-warps
 #
+# Next (written 2026-12-01 13:05, not yet run): the matmul decode buckets across their token bounds at aligned and
+# unaligned widths (tests/kernels/test_matmul_tiles.py's decode test, added after the session's GPU time was spent):
+#   call A (carry .whl):  bash benchmarks/h200_session.sh tiles-triton
+#   call B (carry .whl2): bash benchmarks/h200_session.sh verify-tilelang
+#
 # .whl and .whl2 hold the wheels benchmarks/README.md lists (TileLang; z3, liger-kernel, and rich with its small
 # dependencies for the `lazyops` command). Unpack a call's tarball into benchmarks/results/ here.
 set -uo pipefail

@@ -25,10 +25,28 @@ SHAPES = (
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=str)
-@pytest.mark.parametrize(("m", "n", "k"), SHAPES, ids=lambda value: str(value))
+@pytest.mark.parametrize(("m", "n", "k"), SHAPES, ids=str)
 def test_large_tiles_cover_every_element_within_tolerance(kernels, m, n, k, dtype) -> None:
     if kernels.on_host:
         pytest.skip("prefill-sized products need a GPU (Triton's interpreter would take minutes)")
     factory = kernels.factory("matmul_tl")
     case = Case("matmul_tl", (n, k, dtype), {}, (m, 7), seed=m + n + k)
+    check_case(factory, case, device=kernels.device, max_elements=2**40)
+
+
+#: Widths and depths for the decode plans (TileLang: 16, 64 and 128 tokens; Triton: 16 and 128): a weight whose
+#: rows are 16-byte multiples (TMA loads and stores) and two that are not (TileLang's predicated fallbacks).
+DECODE_WEIGHTS = ((4096, 4096), (1000, 1001), (4100, 520))
+
+
+@pytest.mark.parametrize(("n", "k"), DECODE_WEIGHTS, ids=str)
+def test_decode_plans_cover_every_element_across_their_token_buckets(kernels, n, k) -> None:
+    """One kernel called at token counts on both sides of each decode bucket's bound, in one case (an engine's
+    batch changes between steps): 1, 16, 17, 40, 64, 65, 128 and 129 tokens."""
+    if kernels.on_host:
+        pytest.skip(
+            "the decode plans are GPU programs (Triton's interpreter covers the logic in the conformance tests)"
+        )
+    factory = kernels.factory("matmul_tl")
+    case = Case("matmul_tl", (n, k, torch.bfloat16), {}, (1, 16, 17, 40, 64, 65, 128, 129), seed=n + k)
     check_case(factory, case, device=kernels.device, max_elements=2**40)
