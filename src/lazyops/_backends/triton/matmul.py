@@ -150,14 +150,14 @@ PLAN_CACHE_MAX_M = 1024
 WIDE_LARGE = Tiling(128, 256, 64, 8, 4)
 
 
-def fits(tiles: Tiling, stages: int, dtype: torch.dtype, shared_memory: int) -> bool:
-    """Whether ``stages`` stages of ``tiles``' a and b blocks fit ``shared_memory`` less ``EPILOGUE_RESERVE``."""
-    return stages * (tiles.block_m + tiles.block_n) * tiles.block_k * dtype.itemsize <= shared_memory - EPILOGUE_RESERVE
+def stage_bytes(block_m: int, block_n: int, block_k: int, dtype: torch.dtype) -> int:
+    """The shared memory one pipeline stage takes: an a block and a b block."""
+    return (block_m + block_n) * block_k * dtype.itemsize
 
 
-def large_tiles(tiles: Tiling, m: int, n: int) -> int:
-    """How many output tiles of ``tiles``' shape an ``[m, n]`` result has."""
-    return cdiv(m, tiles.block_m) * cdiv(n, tiles.block_n)
+def output_tiles(block_m: int, block_n: int, m: int, n: int) -> int:
+    """How many ``block_m x block_n`` tiles an ``[m, n]`` result has."""
+    return cdiv(m, block_m) * cdiv(n, block_n)
 
 
 def tiling(
@@ -183,28 +183,34 @@ def tiling(
     ``EPILOGUE_RESERVE``.
     """
     wide = dtype != torch.float32
+    pipeline_memory = shared_memory - EPILOGUE_RESERVE
+    large = WIDE_LARGE  # the prefill tile, when the GPU holds it and the product fills half the SMs with it
     if m <= 16:
         config = Tiling(16, 128, 128, 4, 4) if wide else Tiling(16, 32, 64, 4, 4)
     elif m <= SPLIT_MAX_M and wide:
         config = Tiling(64, 128, 64, 4, 4)
     elif m <= 256:
         config = Tiling(64, 64, 64 if wide else 32, 4, 4)
-    elif wide and fits(WIDE_LARGE, 2, dtype, shared_memory) and large_tiles(WIDE_LARGE, m, n) >= sm_count // 2:
-        config = WIDE_LARGE
+    elif (
+        wide
+        and 2 * stage_bytes(large.block_m, large.block_n, large.block_k, dtype) <= pipeline_memory
+        and output_tiles(large.block_m, large.block_n, m, n) >= sm_count // 2
+    ):
+        config = large
     elif wide:
         config = Tiling(128, 128, 64, 8, 4)
     else:
         config = Tiling(128, 64, 32, 8, 3)
     block_n = min(config.block_n, max(MIN_TILE, next_power_of_2(n)))
     block_k = min(config.block_k, max(MIN_TILE, next_power_of_2(k)))
-    stage_bytes = (config.block_m + block_n) * block_k * dtype.itemsize
+    stage = stage_bytes(config.block_m, block_n, block_k, dtype)
     stages = config.num_stages
-    while stages > 2 and stages * stage_bytes > shared_memory - EPILOGUE_RESERVE:
+    while stages > 2 and stages * stage > pipeline_memory:
         stages -= 1
     split, k_slice = 1, 0
     if m <= SPLIT_MAX_M:
-        tiles = cdiv(m, config.block_m) * cdiv(n, block_n)
-        slots = sm_count * max(1, shared_memory // (stages * stage_bytes))
+        tiles = output_tiles(config.block_m, block_n, m, n)
+        slots = sm_count * max(1, shared_memory // (stages * stage))
         wanted = min(slots // tiles, cdiv(k, block_k) // MIN_SLICE_STEPS)
         if wanted > 1:
             k_slice = cdiv(cdiv(k, block_k), wanted) * block_k
@@ -269,7 +275,7 @@ def build_matmul(
         launch = launchers.get(tiles)
         if launch is None:
             launch = launchers[tiles] = launcher(tiles)
-        grid = cdiv(m, tiles.block_m) * cdiv(n, tiles.block_n)
+        grid = output_tiles(tiles.block_m, tiles.block_n, m, n)
         chosen = (launch, grid, tiles.split, sum_slices(tiles.split) if tiles.split > 1 else None)
         if m <= PLAN_CACHE_MAX_M:
             plans[m] = chosen
