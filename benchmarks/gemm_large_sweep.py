@@ -8,7 +8,8 @@ last wave, and the epilogue's stores. This script times a small grid of large ti
 that the backends' rules are set from measurements:
 
 - Triton (``lazyops._backends.triton.matmul``): block shapes 128 x 128, 128 x 256 and 256 x 128 with 64-deep
-  k-steps, 4 or 8 warps, 3 or 4 stages; ``rule`` is the backend's ``tiling`` as it stands.
+  k-steps, 4 or 8 warps, 3 or 4 stages, the pointer kernel or the TMA one, persistent (one or two programs an
+  SM walking the tiles) or not; ``rule`` is the backend's ``tiling`` as it stands.
 - TileLang (``lazyops._backends.tilelang.matmul``): the 128 x 256 x 64 tile with its warpgroups split square
   (two m64n128 ``wgmma`` each, TileLang's default) or by full rows (one m64n256), the result stored straight
   from the accumulators or staged in shared memory for a TMA store, 3 or 4 stages; 256 x 128 and 128 x 128
@@ -63,6 +64,9 @@ class Candidate:
     num_stages: int
     warp_policy: str = "square"
     shared_epilogue: bool = False
+    #: Triton only: the TMA kernel, and its programs an SM when persistent (0: a program a tile)
+    tma: bool = False
+    persistent: int = 0
 
     @property
     def label(self) -> str:
@@ -71,17 +75,22 @@ class Candidate:
             extra += f" {self.warp_policy}"
         if self.shared_epilogue:
             extra += " tma-store"
+        if self.tma:
+            extra += f" tma persistent x{self.persistent}" if self.persistent else " tma"
         return f"{self.block_m}x{self.block_n}x{self.block_k} w{self.num_warps} s{self.num_stages}{extra}"
 
 
 TRITON_CANDIDATES = (
-    Candidate(128, 128, 64, 8, 4),
-    Candidate(128, 128, 64, 4, 4),
-    Candidate(128, 128, 64, 8, 3),
-    Candidate(128, 256, 64, 8, 3),
     Candidate(128, 256, 64, 8, 4),
-    Candidate(256, 128, 64, 8, 3),
-    Candidate(128, 128, 128, 8, 3),
+    Candidate(128, 256, 64, 8, 3),
+    Candidate(128, 256, 64, 8, 3, tma=True),
+    Candidate(128, 256, 64, 8, 3, tma=True, persistent=1),
+    Candidate(128, 256, 64, 8, 4, tma=True, persistent=1),
+    Candidate(256, 128, 64, 8, 3, tma=True, persistent=1),
+    Candidate(128, 128, 64, 8, 4, tma=True),
+    Candidate(128, 128, 64, 8, 4, tma=True, persistent=1),
+    Candidate(128, 128, 64, 4, 4, tma=True, persistent=2),
+    Candidate(128, 128, 128, 8, 3, tma=True, persistent=1),
 )
 TILELANG_CANDIDATES = (
     Candidate(128, 256, 64, 8, 3),
@@ -132,7 +141,13 @@ def build(backend: str, n: int, k: int, dtype: Any, candidate: Candidate | None,
         from lazyops._backends.triton.matmul import Tiling, build_matmul
 
         fixed = Tiling(
-            candidate.block_m, candidate.block_n, candidate.block_k, candidate.num_warps, candidate.num_stages
+            candidate.block_m,
+            candidate.block_n,
+            candidate.block_k,
+            candidate.num_warps,
+            candidate.num_stages,
+            tma=candidate.tma,
+            persistent=candidate.persistent,
         )
         launch = build_matmul(n, k, dtype, lambda *_: fixed)
 

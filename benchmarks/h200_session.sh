@@ -93,6 +93,11 @@
 #   call A (carry .whl):  bash benchmarks/h200_session.sh tiles-triton
 #   call B (carry .whl2): bash benchmarks/h200_session.sh verify-tilelang
 #
+# The session of 2026-12-01 afternoon, second (Triton's TMA GEMM kernel; the decode-bucket test above), one warm
+# machine:
+#   call A (carry .whl):  bash benchmarks/h200_session.sh triton-tma
+#   call B (carry .whl2): bash benchmarks/h200_session.sh tiles-tilelang-decode
+#
 # .whl and .whl2 hold the wheels benchmarks/README.md lists (TileLang; z3, liger-kernel, and rich with its small
 # dependencies for the `lazyops` command). Unpack a call's tarball into benchmarks/results/ here.
 set -uo pipefail
@@ -335,6 +340,17 @@ verify-tilelang)
   cp /tmp/matmul/gpu_conformance.md "$results/gpu_conformance_matmul.md"
   cp /tmp/matmul/gpu_conformance.json "$results/gpu_conformance_matmul.json"
   step 150 python3 benchmarks/gemm_grid.py --out "$results"
+  ;;
+triton-tma)
+  # Triton's TMA GEMM kernel (one tile a program, persistent) checked, the matmul tiles' tests (the decode buckets
+  # across their bounds among them), then the prefill sweep with the TMA candidates beside the pointer ones
+  step 200 python3 -m pytest -q -p no:cacheprovider -p lazyops.pytest_plugin tests/kernels/test_triton_matmul_tma.py \
+    tests/kernels/test_matmul_tiles.py tests/kernels/test_triton_launch.py --lazyops-backend triton
+  step 330 python3 benchmarks/gemm_large_sweep.py --backend triton --out "$results"
+  ;;
+tiles-tilelang-decode)
+  step 500 python3 -m pytest -q -p no:cacheprovider -p lazyops.pytest_plugin tests/kernels/test_matmul_tiles.py \
+    --lazyops-backend tilelang
   ;;
 fp8-triton)
   mkdir -p /tmp/fp8

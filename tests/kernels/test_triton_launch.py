@@ -211,3 +211,31 @@ def test_the_key_tells_apart_what_tritons_specialization_tells_apart(first, seco
             and (_triton_integer_key(stride, True) == _triton_integer_key(m, True))
         )
         assert (one == other) is same
+
+
+#: the TMA GEMM's signature: three descriptors, the token count and the program count (neither specialized)
+DescriptorJITFunction = type(
+    "JITFunction",
+    (JITFunction,),
+    {"arg_names": ["a_desc", "b_desc", "c_desc", "M", "programs", "N"], "do_not_specialize": ["M", "programs"]},
+)
+
+
+def test_a_descriptor_of_another_block_shape_or_dtype_is_another_specialization(fake_driver):
+    """Triton compiles a TMA descriptor's block shape and element type into the binary: calls differing in either
+    never share one; calls differing only in the described tensor (its address, its rows) do."""
+    descriptor = pytest.importorskip("triton.tools.tensor_descriptor").TensorDescriptor
+    kernel = DescriptorJITFunction()
+    launcher = _launch.Launcher(kernel, {"N": 64})
+    launcher._driver = SimpleNamespace(active=fake_driver)
+
+    def described(rows, block, dtype=torch.float16):
+        tensor = torch.zeros(rows, 64, dtype=dtype)
+        return descriptor.from_tensor(tensor, block)
+
+    for rows, block, dtype in ((8, [8, 16], torch.float16), (24, [8, 16], torch.float16)):
+        launcher((1,), described(rows, block, dtype), described(64, [16, 16]), described(rows, [8, 16]), rows, 1)
+    assert len(kernel.ordinary) == 1
+    launcher((1,), described(8, [16, 16]), described(64, [16, 16]), described(8, [8, 16]), 8, 1)
+    launcher((1,), described(8, [8, 16], torch.bfloat16), described(64, [16, 16]), described(8, [8, 16]), 8, 1)
+    assert len(kernel.ordinary) == 3

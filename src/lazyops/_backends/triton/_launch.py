@@ -11,9 +11,9 @@ does at its end (Triton >= 3.3).
 The key this module computes must be as fine as Triton's, or a binary specialized for aligned pointers would be
 handed a misaligned one: pointers by element type and 16-byte alignment; every integer by its width (``i32``, or
 ``i64`` past 32 bits, specialized or not); integers not in ``do_not_specialize`` also by ``== 1`` and
-``% 16 == 0``; plus the device. Row strides are such integers: contiguous rows of 4096 and a packed view's odd
-stride are two binaries, one that may assume 16-element-aligned rows and one that may not. Anything this module
-does not recognise (the interpreter, an older Triton without ``knobs``) takes the ordinary path. Launch hooks (a
+``% 16 == 0``; TMA descriptors by element type and block shape; plus the device. Row strides are such
+integers: contiguous rows of 4096 and a packed view's odd stride are two binaries, one that may assume
+16-element-aligned rows and one that may not. Anything this module does not recognise (the interpreter, an older Triton without ``knobs``) takes the ordinary path. Launch hooks (a
 profiler's) are passed on as Triton passes them.
 """
 
@@ -27,6 +27,11 @@ try:  # Triton >= 3.4 keeps its runtime switches in knobs; older ones take the o
     from triton import knobs as _knobs
 except ImportError:  # pragma: no cover - depends on the installed Triton
     _knobs = None
+
+try:  # Triton >= 3.4 describes TMA copies on the host (the TMA GEMM's arguments)
+    from triton.tools.tensor_descriptor import TensorDescriptor
+except ImportError:  # pragma: no cover - depends on the installed Triton
+    TensorDescriptor = None
 
 
 class Launcher:
@@ -101,11 +106,15 @@ class Launcher:
         key: list[Any] = [device]
         append = key.append
         tensor = torch.Tensor
+        descriptor = TensorDescriptor
         for value, specialized in zip(args, self._specialized, strict=False):
             kind = type(value)
             if kind is tensor or (kind is not int and kind is not float and isinstance(value, tensor)):
                 append(value.dtype)
                 append(not value.data_ptr() & 15)
+            elif kind is descriptor:  # Triton specializes a TMA descriptor by its element type and block
+                append(value.base.dtype)
+                append(tuple(value.block_shape))
             elif kind is int:
                 if specialized:
                     append(value == 1)

@@ -9,10 +9,17 @@ float32 accumulation (no 16-bit partial sums) and deterministic (no atomics, a f
 
 The first tiling rule came from a model of the GPU (``benchmarks/NOTES.md``, "GEMM at decode sizes"); the
 present one from timing a grid of tilings on an H200 (``benchmarks/gemm_decode_sweep.py``, see :func:`tiling`).
+
+A second kernel loads its tiles by the Tensor Memory Accelerator (Hopper's TMA: one instruction a tile, the
+addresses and the edges done by the copy engine, no registers spent on pointers or masks) and stores by it too;
+it is persistent when launched with fewer programs than tiles (each program walks the tiles ``programs`` apart,
+its next tile's loads overlapping this one's epilogue). It takes what TMA can address: 16-bit types, rows of
+16-byte multiples starting at 16-byte-aligned addresses; any other call runs the pointer kernel of the same tile.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -23,6 +30,11 @@ import triton.language as tl
 from lazyops._backends.triton._common import cdiv, interpreting, launch_device, next_power_of_2
 from lazyops._backends.triton._launch import Launcher
 from lazyops.specs.matmul import MatmulConfig, spec
+
+try:  # Triton >= 3.4 describes TMA copies on the host; without it every tiling runs the pointer kernel
+    from triton.tools.tensor_descriptor import TensorDescriptor
+except ImportError:  # pragma: no cover - depends on the installed Triton
+    TensorDescriptor = None
 
 
 @triton.jit(do_not_specialize=["M"])
@@ -101,6 +113,43 @@ def _matmul_kernel(
     tl.store(c_ptrs, acc.to(c_ptr.dtype.element_ty), mask=(rows < M)[:, None] & (cols < N)[None, :])
 
 
+@triton.jit(do_not_specialize=["M", "programs"])
+def _matmul_tma_kernel(
+    a_desc,
+    b_desc,
+    c_desc,
+    M,
+    programs,
+    N: tl.constexpr,
+    K: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    BLOCK_K: tl.constexpr,
+    GROUP_M: tl.constexpr,
+    UPCAST: tl.constexpr,
+):
+    # Tile t of the grouped order (as in _matmul_kernel) for t = program_id, program_id + programs, ...: one
+    # iteration when launched with a program per tile, several when persistent. TMA fills what lies past M, N or K
+    # with zeros and clips the store at the edges, so no tile needs a mask.
+    blocks_m = tl.cdiv(M, BLOCK_M)
+    blocks_n = tl.cdiv(N, BLOCK_N)
+    in_group = GROUP_M * blocks_n
+    for tile in tl.range(tl.program_id(0), blocks_m * blocks_n, programs, flatten=True):
+        first_m = (tile // in_group) * GROUP_M
+        group_m = tl.minimum(blocks_m - first_m, GROUP_M)
+        row = (first_m + (tile % in_group) % group_m) * BLOCK_M
+        col = ((tile % in_group) // group_m) * BLOCK_N
+        acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
+        for step in range(0, tl.cdiv(K, BLOCK_K)):
+            a = a_desc.load([row, step * BLOCK_K])
+            b = b_desc.load([step * BLOCK_K, col])
+            if UPCAST:  # the interpreter's bfloat16 tl.dot (see _matmul_kernel)
+                acc = tl.dot(a.to(tl.float32), b.to(tl.float32), acc, input_precision="ieee")
+            else:
+                acc = tl.dot(a, b, acc)
+        c_desc.store([row, col], acc.to(c_desc.dtype))
+
+
 @triton.jit(do_not_specialize=["M"])
 def _sum_slices_kernel(partial_ptr, c_ptr, M, c_row_stride, N: tl.constexpr, SPLIT: tl.constexpr, BLOCK: tl.constexpr):
     # The float32 partials of split-K, added in slice order (the same bits every run), cast once. The workspace
@@ -124,6 +173,10 @@ class Tiling:
     #: k-slices (split-K) and the length of each, a multiple of block_k; 1 and 0 without split-K
     split: int = 1
     k_slice: int = 0
+    #: the TMA kernel (16-bit types on sm_90 and later; not with split-K), and at most this many programs an SM
+    #: (0: one program a tile, none persistent)
+    tma: bool = False
+    persistent: int = 0
 
 
 #: tl.dot needs every tile side to be at least 16.
@@ -217,7 +270,11 @@ def tiling(
             split = cdiv(k, k_slice)
         if split == 1:
             k_slice = 0
-    return Tiling(config.block_m, block_n, block_k, config.num_warps, stages, split, k_slice)
+    if split > 1:
+        return Tiling(config.block_m, block_n, block_k, config.num_warps, stages, split, k_slice)
+    return Tiling(
+        config.block_m, block_n, block_k, config.num_warps, stages, tma=config.tma, persistent=config.persistent
+    )
 
 
 @spec.implementation(device_type=launch_device(_matmul_kernel), strided_rows=True, writes_out=True)
@@ -237,8 +294,12 @@ def build_matmul(
         properties = torch.cuda.get_device_properties()
         sm_count = properties.multi_processor_count
         shared_memory = getattr(properties, "shared_memory_per_block_optin", HOPPER_SHARED_MEMORY)
+    # TMA needs Hopper or later (the interpreter emulates it) and a Triton that describes it on the host.
+    tma_capable = TensorDescriptor is not None and (
+        interpreting(_matmul_kernel) or torch.cuda.get_device_capability() >= (9, 0)
+    )
     #: one launcher per tiling (a few: the token count is bucketed)
-    launchers: dict[Tiling, Launcher] = {}
+    launchers: dict[Tiling, Callable[..., None]] = {}
 
     def launcher(tiles: Tiling) -> Launcher:
         constexprs = {
@@ -255,6 +316,57 @@ def build_matmul(
         }
         return Launcher(_matmul_kernel, constexprs, num_warps=tiles.num_warps, num_stages=tiles.num_stages)
 
+    def tma_launcher(tiles: Tiling) -> Callable[..., None]:
+        """``launch(grid, a, b, out, m, a_row_stride, out_row_stride)`` as the pointer kernel's launcher takes
+        it, by TMA where the call's tensors allow it (16-byte-aligned starts and row strides; the weight's rows
+        were checked when the tiling was chosen), else by the pointer kernel with the same tile."""
+        constexprs = {
+            "N": n,
+            "K": k,
+            "BLOCK_M": tiles.block_m,
+            "BLOCK_N": tiles.block_n,
+            "BLOCK_K": tiles.block_k,
+            "GROUP_M": 8,
+            "UPCAST": upcast,
+        }
+        tma = Launcher(_matmul_tma_kernel, constexprs, num_warps=tiles.num_warps, num_stages=tiles.num_stages)
+        pointers = launchers.get(plain := dataclasses.replace(tiles, tma=False, persistent=0))
+        if pointers is None:
+            pointers = launchers[plain] = launcher(plain)
+        most_programs = sm_count * tiles.persistent
+        block_a, block_b, block_c = (
+            [tiles.block_m, tiles.block_k],
+            [tiles.block_k, tiles.block_n],
+            [tiles.block_m, tiles.block_n],
+        )
+        itemsize = dtype.itemsize
+
+        def launch(
+            grid: tuple[int],
+            a: torch.Tensor,
+            b: torch.Tensor,
+            out: torch.Tensor,
+            m: int,
+            a_row_stride: int,
+            out_row_stride: int,
+        ) -> None:
+            if (
+                a.data_ptr() | b.data_ptr() | out.data_ptr() | a_row_stride * itemsize | out_row_stride * itemsize
+            ) & 15:
+                pointers(grid, a, b, out, m, a_row_stride, out_row_stride)
+                return
+            programs = min(grid[0], most_programs) if most_programs else grid[0]
+            tma(
+                (programs,),
+                TensorDescriptor(a, [m, k], [a_row_stride, 1], block_a),
+                TensorDescriptor(b, [k, n], [n, 1], block_b),
+                TensorDescriptor(out, [m, n], [out_row_stride, 1], block_c),
+                m,
+                programs,
+            )
+
+        return launch
+
     #: the reduce of each split count
     sums: dict[int, Launcher] = {}
 
@@ -268,13 +380,15 @@ def build_matmul(
     #: what a token count launches: (launch, its grid's first axis, split, the reduce or None), remembered for
     #: token counts up to PLAN_CACHE_MAX_M: choosing costs about 5 µs of Python a call (``tiling``'s arithmetic
     #: and its dataclass), a decode step's whole budget on some hosts; larger products dwarf it.
-    plans: dict[int, tuple[Launcher, int, int, Launcher | None]] = {}
+    plans: dict[int, tuple[Callable[..., None], int, int, Launcher | None]] = {}
 
-    def plan(m: int) -> tuple[Launcher, int, int, Launcher | None]:
+    def plan(m: int) -> tuple[Callable[..., None], int, int, Launcher | None]:
         tiles = choose(m, n, k, dtype, sm_count, shared_memory)
+        if tiles.tma and not (tma_capable and dtype.itemsize == 2 and (n * dtype.itemsize) % 16 == 0):
+            tiles = dataclasses.replace(tiles, tma=False, persistent=0)
         launch = launchers.get(tiles)
         if launch is None:
-            launch = launchers[tiles] = launcher(tiles)
+            launch = launchers[tiles] = tma_launcher(tiles) if tiles.tma else launcher(tiles)
         grid = output_tiles(tiles.block_m, tiles.block_n, m, n)
         chosen = (launch, grid, tiles.split, sum_slices(tiles.split) if tiles.split > 1 else None)
         if m <= PLAN_CACHE_MAX_M:

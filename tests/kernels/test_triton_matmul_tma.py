@@ -1,0 +1,79 @@
+"""Triton's TMA GEMM kernel (``_matmul_tma_kernel``), one tile a program and persistent, against the float64
+product; under Triton's interpreter here, with small tiles, and on a GPU with the prefill tiles.
+
+The kernel leaves the edges to the copy engine (zeros loaded past M, n and k; stores clipped), so the shapes put
+a ragged block on every side. A persistent launch walks more tiles than it has programs. Calls whose tensors TMA
+cannot address (a row stride that is not a 16-byte multiple, a start that is not 16-byte aligned) go to the
+pointer kernel of the same tile: those are here too, as input and as output. Outputs are poisoned with NaN first.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+pytest.importorskip("triton")
+pytest.importorskip("triton.tools.tensor_descriptor")
+
+from lazyops._backends.triton import matmul  # noqa: E402
+
+
+def tilings(on_host: bool) -> list[matmul.Tiling]:
+    if on_host:  # tiles small enough that the interpreter walks 100+ of them in seconds
+        return [matmul.Tiling(16, 16, 32, 4, 2, tma=True), matmul.Tiling(16, 32, 16, 4, 2, tma=True, persistent=1)]
+    return [
+        matmul.Tiling(128, 256, 64, 8, 3, tma=True),
+        matmul.Tiling(128, 256, 64, 8, 3, tma=True, persistent=1),
+        matmul.Tiling(128, 128, 64, 4, 4, tma=True, persistent=2),
+    ]
+
+
+def shapes(on_host: bool) -> list[tuple[int, int, int]]:
+    if on_host:  # (300, 144): 171 tiles of 16 x 16 against 132 persistent programs
+        return [(37, 40, 72), (300, 144, 40), (5, 24, 8)]
+    return [(1000, 4096, 4096), (4097, 14336, 520), (1536, 1928, 4104), (70, 264, 64)]
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=str)
+def test_tma_tiles_match_the_float64_product_at_ragged_edges_and_unaddressable_views(kernels, dtype) -> None:
+    if kernels.backend != "triton":
+        pytest.skip("Triton's kernel")
+    device = kernels.device
+    generator = torch.Generator().manual_seed(12)
+    tolerance = 8e-3 if dtype == torch.bfloat16 else 1e-3
+    for m, n, k in shapes(kernels.on_host):
+        a = torch.randn(m, k + 3, generator=generator).to(device=device, dtype=dtype)
+        b = (torch.randn(k, n, generator=generator) / k**0.5).to(device=device, dtype=dtype)
+        dense = a[:, :k].contiguous()
+        for tiles in tilings(kernels.on_host):
+            launch = matmul.build_matmul(n, k, dtype, lambda *_, tiles=tiles: tiles)
+            # dense (TMA), a row stride of k + 3 elements (not 16-byte: the pointer kernel), an output view whose
+            # rows are n + 1 apart (likewise), a start one element past an aligned one
+            shifted = torch.empty(m * k + 1, device=device, dtype=dtype)[1:].view(m, k)
+            shifted.copy_(dense)
+            for x, out in (
+                (dense, torch.empty(m, n, device=device, dtype=dtype)),
+                (a[:, :k], torch.empty(m, n, device=device, dtype=dtype)),
+                (dense, torch.empty(m, n + 1, device=device, dtype=dtype)[:, :n]),
+                (shifted, torch.empty(m, n, device=device, dtype=dtype)),
+            ):
+                out.fill_(float("nan"))
+                launch(x, b, out)
+                expected = x.double() @ b.double()
+                error = ((out.double() - expected).norm() / expected.norm()).item()
+                assert error <= tolerance, f"{tiles} at {(m, n, k)}, {dtype}, x strides {x.stride()}: {error:.2e}"
+
+
+def test_a_tma_tiling_runs_the_pointer_kernel_where_tma_cannot_describe_the_weight(kernels) -> None:
+    """A weight whose rows are not 16-byte multiples (n = 20 float16) cannot be a TMA descriptor's: the plan
+    drops the TMA flag and the call still computes the product."""
+    if kernels.backend != "triton":
+        pytest.skip("Triton's kernel")
+    tiles = matmul.Tiling(16, 16, 32, 4, 2, tma=True, persistent=1)
+    launch = matmul.build_matmul(20, 32, torch.float16, lambda *_: tiles)
+    generator = torch.Generator().manual_seed(3)
+    a = torch.randn(9, 32, generator=generator).half().to(kernels.device)
+    b = torch.randn(32, 20, generator=generator).half().to(kernels.device)
+    out = torch.full((9, 20), float("nan"), dtype=torch.float16, device=kernels.device)
+    launch(a, b, out)
+    torch.testing.assert_close(out.float(), a.float() @ b.float(), rtol=1e-2, atol=1e-2)
