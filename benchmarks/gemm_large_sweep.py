@@ -85,7 +85,6 @@ TRITON_CANDIDATES = (
     Candidate(128, 256, 64, 8, 3),
     Candidate(128, 256, 64, 8, 3, tma=True),
     Candidate(128, 256, 64, 8, 3, tma=True, persistent=1),
-    Candidate(128, 256, 64, 8, 4, tma=True, persistent=1),
     Candidate(256, 128, 64, 8, 3, tma=True, persistent=1),
     Candidate(128, 128, 64, 8, 4, tma=True),
     Candidate(128, 128, 64, 8, 4, tma=True, persistent=1),
