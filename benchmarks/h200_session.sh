@@ -97,6 +97,9 @@
 # machine:
 #   call A (carry .whl):  bash benchmarks/h200_session.sh triton-tma
 #   call B (carry .whl2): bash benchmarks/h200_session.sh tiles-tilelang-decode
+# then, with Triton's prefill tile by TMA (persistent) from that sweep, on one warm machine:
+#   call A (carry .whl):  bash benchmarks/h200_session.sh tma-verify-triton
+#   call B (carry .whl2): bash benchmarks/h200_session.sh tma-verify-tilelang
 #
 # .whl and .whl2 hold the wheels benchmarks/README.md lists (TileLang; z3, liger-kernel, and rich with its small
 # dependencies for the `lazyops` command). Unpack a call's tarball into benchmarks/results/ here.
@@ -347,6 +350,22 @@ triton-tma)
   step 200 python3 -m pytest -q -p no:cacheprovider -p lazyops.pytest_plugin tests/kernels/test_triton_matmul_tma.py \
     tests/kernels/test_matmul_tiles.py tests/kernels/test_triton_launch.py --lazyops-backend triton
   step 330 python3 benchmarks/gemm_large_sweep.py --backend triton --out "$results"
+  ;;
+tma-verify-triton)
+  # Triton's prefill tile now by TMA, persistent: its kernel tests, the tiles' tests and conformance at 8 examples
+  step 250 python3 -m pytest -q -p no:cacheprovider -p lazyops.pytest_plugin tests/kernels/test_triton_matmul_tma.py \
+    tests/kernels/test_matmul_tiles.py tests/kernels/test_conventions.py -k "matmul or tma" --lazyops-backend triton
+  mkdir -p /tmp/matmul
+  step 200 python3 benchmarks/gpu_conformance.py --backend torch --backend triton --kernels matmul \
+    --tokens 1,7,128,4096 --max-examples 8 --out /tmp/matmul
+  ;;
+tma-verify-tilelang)
+  step 150 python3 benchmarks/gpu_conformance.py --backend tilelang --kernels matmul --tokens 1,7,128,4096 \
+    --max-examples 8 --merge --out /tmp/matmul
+  cp /tmp/matmul/gpu_conformance.md "$results/gpu_conformance_matmul.md"
+  cp /tmp/matmul/gpu_conformance.json "$results/gpu_conformance_matmul.json"
+  step 150 python3 benchmarks/gemm_grid.py --out "$results"
+  step 200 python3 benchmarks/layer/decoder_layer.py --out "$results"
   ;;
 tiles-tilelang-decode)
   step 500 python3 -m pytest -q -p no:cacheprovider -p lazyops.pytest_plugin tests/kernels/test_matmul_tiles.py \

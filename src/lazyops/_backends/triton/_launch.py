@@ -13,8 +13,9 @@ handed a misaligned one: pointers by element type and 16-byte alignment; every i
 ``i64`` past 32 bits, specialized or not); integers not in ``do_not_specialize`` also by ``== 1`` and
 ``% 16 == 0``; TMA descriptors by element type and block shape; plus the device. Row strides are such
 integers: contiguous rows of 4096 and a packed view's odd stride are two binaries, one that may assume
-16-element-aligned rows and one that may not. Anything this module does not recognise (the interpreter, an older Triton without ``knobs``) takes the ordinary path. Launch hooks (a
-profiler's) are passed on as Triton passes them.
+16-element-aligned rows and one that may not. Anything this module does not recognise (the interpreter, an older
+Triton without ``knobs``) takes the ordinary path. Launch hooks (a profiler's) are passed on as Triton passes
+them.
 """
 
 from __future__ import annotations

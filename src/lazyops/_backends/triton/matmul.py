@@ -198,14 +198,22 @@ SUM_BLOCK = 1024
 PLAN_CACHE_MAX_M = 1024
 
 
-#: The 16-bit tile for prefill-sized products: the fastest of ``gemm_large_sweep_triton.md`` (H200) at every
-#: shape but two, where its 3-stage twin was 0.5 % and 1.4 % faster.
-WIDE_LARGE = Tiling(128, 256, 64, 8, 4)
+#: The 16-bit tile for prefill-sized products, loaded and stored by TMA, one persistent program an SM: in
+#: ``gemm_large_sweep_triton.md`` (H200) 0.98-1.04x cuBLAS (geometric mean 0.994) where the same tile through
+#: pointers ran at 0.88-0.94x (0.906-0.910); within 2 % of the fastest candidate at every shape. Three stages: a
+#: fourth and the staged result do not fit 227 KiB.
+WIDE_LARGE = Tiling(128, 256, 64, 8, 3, tma=True, persistent=1)
 
 
 def stage_bytes(block_m: int, block_n: int, block_k: int, dtype: torch.dtype) -> int:
     """The shared memory one pipeline stage takes: an a block and a b block."""
     return (block_m + block_n) * block_k * dtype.itemsize
+
+
+def epilogue_bytes(tiles: Tiling, dtype: torch.dtype) -> int:
+    """The shared memory a tiling's result takes on its way out: the whole tile for a TMA store, none otherwise
+    (the pointer kernel stores from registers; what its layout conversion takes is in ``EPILOGUE_RESERVE``)."""
+    return tiles.block_m * tiles.block_n * dtype.itemsize if tiles.tma else 0
 
 
 def output_tiles(block_m: int, block_n: int, m: int, n: int) -> int:
@@ -227,13 +235,14 @@ def tiling(
     SM's block slots once: ``split = slots // tiles``; a second wave, or a split past one wave, measured slower
     there (``[1, 14336] x [14336, 4096]``: split 4 31.6 µs, 6 34.2, 8 32.9; ``[1, 4096] x [4096, 14336]``: no
     split 31.8 µs, 2 33.8). Beyond 128 tokens: 64 x 64 tiles up to 256, then in 16-bit types 128 x 256 x 64
-    tiles with 4 stages (:data:`WIDE_LARGE`) once they number at least half the SMs and two of their stages fit
-    the device, else 128 x 128 (``wgmma``). ``benchmarks/gemm_large_sweep.py`` timed seven large tilings on an
-    H200 (``gemm_large_sweep_triton.md``): 128 x 256 x 64 ran at 0.89-0.94x cuBLAS at M = 1024 and 8192
-    (geometric mean 0.916) where the 128 x 128 tile ran at 0.76-0.85x (0.794).
+    tiles (:data:`WIDE_LARGE`: TMA, persistent) once they number at least half the SMs and two of their stages
+    and their staged result fit the device, else 128 x 128 (``wgmma``). ``benchmarks/gemm_large_sweep.py``
+    timed large tilings on an H200 (``gemm_large_sweep_triton.md``; the first sweep, in git history: the
+    128 x 256 x 64 pointer tile at 0.89-0.94x cuBLAS at M = 1024 and 8192 where 128 x 128 ran at 0.76-0.85x).
+    A TMA tiling runs the pointer kernel where the GPU or the call rules TMA out (``build_matmul``).
     float32 runs on the FMA units (IEEE precision), where smaller tiles keep the registers in bounds. Stages are
-    dropped (to two at least) until a tile's pipeline fits the device's ``shared_memory`` per block less
-    ``EPILOGUE_RESERVE``.
+    dropped (to two at least) until a tile's pipeline and staged result fit the device's ``shared_memory`` per
+    block less ``EPILOGUE_RESERVE``.
     """
     wide = dtype != torch.float32
     pipeline_memory = shared_memory - EPILOGUE_RESERVE
@@ -246,7 +255,8 @@ def tiling(
         config = Tiling(64, 64, 64 if wide else 32, 4, 4)
     elif (
         wide
-        and 2 * stage_bytes(large.block_m, large.block_n, large.block_k, dtype) <= pipeline_memory
+        and 2 * stage_bytes(large.block_m, large.block_n, large.block_k, dtype) + epilogue_bytes(large, dtype)
+        <= pipeline_memory
         and output_tiles(large.block_m, large.block_n, m, n) >= sm_count // 2
     ):
         config = large
@@ -258,7 +268,7 @@ def tiling(
     block_k = min(config.block_k, max(MIN_TILE, next_power_of_2(k)))
     stage = stage_bytes(config.block_m, block_n, block_k, dtype)
     stages = config.num_stages
-    while stages > 2 and stages * stage > pipeline_memory:
+    while stages > 2 and stages * stage + epilogue_bytes(config, dtype) > pipeline_memory:
         stages -= 1
     split, k_slice = 1, 0
     if m <= SPLIT_MAX_M:
