@@ -32,6 +32,8 @@ then timed per call in a CUDA graph (20 calls captured, rotating input sets past
     python3 benchmarks/gemm_decode_sweep.py --backend tilelang --small-tokens 64,128 --out DIR   # M = 64 as well
     python3 benchmarks/gemm_decode_sweep.py --backend tilelang --buckets small --small-tokens 64,128 \
         --shared-epilogue --out DIR      # the 64-row tilings storing through shared memory (TMA)
+    python3 benchmarks/gemm_decode_sweep.py --buckets small --small-rows 64,128 --tag rows128 --out DIR
+        # 128-row tiles beside the 64-row ones at M = 128 (either backend)
 """
 
 from __future__ import annotations
@@ -81,26 +83,41 @@ class Candidate:
         return label + (" tma-store" if self.shared_epilogue else "")
 
 
-def candidates(n: int, k: int, small: bool, backend: str = "triton", shared_epilogue: bool = False) -> list[Candidate]:
+def candidates(
+    n: int,
+    k: int,
+    small: bool,
+    backend: str = "triton",
+    shared_epilogue: bool = False,
+    small_rows: tuple[int, ...] = (64,),
+) -> list[Candidate]:
     """The grid for one weight shape, without tilings that do not fit or split k into slices too short.
     (For TileLang ``num_warps`` is the block's threads / 32: one warpgroup of 128 threads; ``shared_epilogue``
-    stages every TileLang candidate's result in shared memory, counted as float32 against the limit.)"""
+    stages every TileLang candidate's result in shared memory, counted as float32 against the limit.)
+    ``small_rows``: the row blocks of the "small" bucket; 128-row tiles (the whole of M = 128 in one block, so each
+    slice of the weight is read once) take 8 warps, two warpgroups, and block_n in {64, 128}."""
     found = []
-    grids = {
-        "decode": (16, (32, 64, 128), (128, 256), (4,), (3, 4, 5), (1, 2, 3, 4, 6, 8)),
-        "small": (64, (64, 128), (64, 128), (4,), (3, 4), (1, 2, 3, 4)),
-    }
+    grids: list[tuple[str, tuple[Any, ...]]] = [
+        ("decode", (16, (32, 64, 128), (128, 256), (4,), (3, 4, 5), (1, 2, 3, 4, 6, 8))),
+        ("small", (64, (64, 128), (64, 128), (4,), (3, 4), (1, 2, 3, 4))),
+    ]
+    wide_rows = ("small", (128, (64, 128), (64,), (8,), (3, 4), (1, 2, 4)))
     if backend == "tilelang":
-        grids = {
-            "decode": (16, (64, 128, 256), (128,), (4,), (3, 4), (1, 2, 4, 8)),
-            "small": (64, (128, 256), (64,), (4,), (3, 4), (1, 2, 4, 8)),
-        }
+        grids = [
+            ("decode", (16, (64, 128, 256), (128,), (4,), (3, 4), (1, 2, 4, 8))),
+            ("small", (64, (128, 256), (64,), (4,), (3, 4), (1, 2, 4, 8))),
+        ]
     if small:
-        grids = {
-            "decode": (16, (32, 64), (32, 64), (4,), (2, 3), (1, 2, 3)),
-            "small": (16, (32,), (32,), (4,), (2,), (1, 2)),
-        }
-    for bucket, (block_m, widths, depths, warps, stages, splits) in grids.items():
+        grids = [
+            ("decode", (16, (32, 64), (32, 64), (4,), (2, 3), (1, 2, 3))),
+            ("small", (16, (32,), (32,), (4,), (2,), (1, 2))),
+        ]
+        wide_rows = ("small", (32, (32,), (32,), (4,), (2,), (1, 2)))
+    if 128 in small_rows:
+        grids.append(wide_rows)
+    if 64 not in small_rows:
+        grids = [(bucket, grid) for bucket, grid in grids if bucket != "small" or grid is wide_rows[1]]
+    for bucket, (block_m, widths, depths, warps, stages, splits) in grids:
         for block_n, block_k, num_warps, num_stages, split in itertools.product(widths, depths, warps, stages, splits):
             if block_n > n or block_k > k:
                 continue
@@ -286,6 +303,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--shared-epilogue", action="store_true", help="TileLang: every candidate stores through shared memory (TMA)"
     )
     parser.add_argument("--buckets", help="only these buckets, comma-separated (decode, small)")
+    parser.add_argument(
+        "--small-rows",
+        default="64",
+        help="row blocks of the small bucket's tiles, comma-separated (64, 128; --small: 128 means 32)",
+    )
+    parser.add_argument("--tag", help="suffix of the result files' names (gemm_decode_sweep[_backend]_TAG)")
     parser.add_argument("--budget-s", type=float, default=480.0, help="stop timing new shapes after this long")
     parser.add_argument(
         "--small-tokens",
@@ -321,7 +344,8 @@ def main(argv: list[str] | None = None) -> int:
         buckets = {name: tokens for name, tokens in buckets.items() if name in args.buckets.split(",")}
 
     def grid(n: int, k: int) -> list[Candidate]:
-        found = candidates(n, k, args.small, args.backend, args.shared_epilogue)
+        rows = tuple(int(r) for r in args.small_rows.split(","))
+        found = candidates(n, k, args.small, args.backend, args.shared_epilogue, rows)
         return [candidate for candidate in found if candidate.bucket in buckets]
 
     jobs = [(n, k, args.dtype, args.device, c) for n, k in shapes for c in grid(n, k)]
@@ -396,6 +420,8 @@ def main(argv: list[str] | None = None) -> int:
         "backend": args.backend,
     }
     stem = "gemm_decode_sweep" if args.backend == "triton" else f"gemm_decode_sweep_{args.backend}"
+    if args.tag:
+        stem += f"_{args.tag}"
     (out / f"{stem}.json").write_text(json.dumps(payload, indent=1) + "\n")
     markdown = render(payload)
     (out / f"{stem}.md").write_text(markdown)

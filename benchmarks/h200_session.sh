@@ -100,6 +100,9 @@
 # then, with Triton's prefill tile by TMA (persistent) from that sweep, on one warm machine:
 #   call A (carry .whl):  bash benchmarks/h200_session.sh tma-verify-triton
 #   call B (carry .whl2): bash benchmarks/h200_session.sh tma-verify-tilelang
+# then 128-row decode tiles at M = 128 for both backends and TileLang's persistent prefill tile, one warm machine:
+#   call A (carry .whl):  bash benchmarks/h200_session.sh rows128-triton
+#   call B (carry .whl2): bash benchmarks/h200_session.sh persistent-tilelang
 #
 # .whl and .whl2 hold the wheels benchmarks/README.md lists (TileLang; z3, liger-kernel, and rich with its small
 # dependencies for the `lazyops` command). Unpack a call's tarball into benchmarks/results/ here.
@@ -366,6 +369,24 @@ tma-verify-tilelang)
   cp /tmp/matmul/gpu_conformance.json "$results/gpu_conformance_matmul.json"
   step 150 python3 benchmarks/gemm_grid.py --out "$results"
   step 200 python3 benchmarks/layer/decoder_layer.py --out "$results"
+  ;;
+rows128-triton)
+  # Triton's 128-row tiles at M = 128 (the whole batch in one row block: the weight read once), the rule and
+  # cuBLAS beside them; then the grid's Triton cells again (their stream times at 4096 x 4096 read 30-42 us at
+  # 14:01, host-bound, against 19-22 us at 12:18; graph times unchanged)
+  step 300 python3 benchmarks/gemm_decode_sweep.py --buckets small --small-rows 128 --tag rows128 --out "$results"
+  mkdir -p /tmp/gridcheck
+  step 120 python3 benchmarks/gemm_grid.py --impls cuBLAS,triton --out /tmp/gridcheck
+  cp /tmp/gridcheck/gemm_grid.md "$results/gemm_grid_triton_recheck.md"
+  cp /tmp/gridcheck/gemm_grid.json "$results/gemm_grid_triton_recheck.json"
+  ;;
+persistent-tilelang)
+  # TileLang's persistent large tile (T.Persistent) checked and swept at prefill sizes, then its 128-row decode
+  # tiles at M = 128
+  step 150 python3 -m pytest -q -p no:cacheprovider tests/kernels/test_tilelang_matmul_persistent.py
+  step 250 python3 benchmarks/gemm_large_sweep.py --backend tilelang --out "$results"
+  step 250 python3 benchmarks/gemm_decode_sweep.py --backend tilelang --buckets small --small-rows 128 \
+    --shared-epilogue --tag rows128 --budget-s 200 --out "$results"
   ;;
 tiles-tilelang-decode)
   step 500 python3 -m pytest -q -p no:cacheprovider -p lazyops.pytest_plugin tests/kernels/test_matmul_tiles.py \

@@ -47,6 +47,8 @@ class Tile:
     #: The result written from the accumulators straight to global memory (False: 4-byte predicated stores) or
     #: staged in shared memory and written by a TMA store (True: ``block_m * block_n`` more shared memory).
     shared_epilogue: bool = False
+    #: Blocks an SM when persistent (each walks the tiles ``sm_count * persistent`` apart); 0: a block a tile.
+    persistent: int = 0
 
     def tiles(self, m: int, n: int) -> int:
         return -(-m // self.block_m) * -(-n // self.block_n)
@@ -160,13 +162,52 @@ def use_large(large: Tile, m: int, n: int, sm_count: int) -> bool:
     return large.tiles(m, n) >= sm_count // 2
 
 
-def matmul_program(n: int, k: int, dtype: str, tile: Tile) -> Any:
-    """The TileLang program ``main(a[M, k], b[k, n], c[M, n])`` for a dynamic ``M``, one ``tile`` shape."""
+def matmul_program(n: int, k: int, dtype: str, tile: Tile, sm_count: int = 132) -> Any:
+    """The TileLang program ``main(a[M, k], b[k, n], c[M, n])`` for a dynamic ``M``, one ``tile`` shape: a block
+    a tile, or with ``tile.persistent`` ``sm_count * tile.persistent`` blocks walking the tiles (``T.Persistent``:
+    groups of 8 column blocks, TileLang's own rasterisation), the producer loading the next tile's first k-steps
+    while the consumers store this one's result."""
     bm, bn, bk = tile.block_m, tile.block_n, tile.block_k
     M = T.dynamic("M")
     tensor_cores = dtype != F32
     policy = T.GemmWarpPolicy.FullRow if tile.warp_policy == "full_row" else T.GemmWarpPolicy.Square
     shared_epilogue = tile.shared_epilogue
+
+    @T.macro
+    def product(a, b, c, a_tile, b_tile, acc, c_tile, by, bx):
+        # One output tile: its row block by, its column block bx.
+        T.clear(acc)
+        for ko in T.Pipelined(T.ceildiv(k, bk), num_stages=tile.stages):
+            T.copy(a[by * bm, ko * bk], a_tile)
+            T.copy(b[ko * bk, bx * bn], b_tile)
+            if tensor_cores:
+                T.gemm(a_tile, b_tile, acc, policy=policy)
+            else:
+                for kk in T.serial(bk):
+                    for i, j in T.Parallel(bm, bn):
+                        acc[i, j] += a_tile[i, kk] * b_tile[kk, j]
+        if shared_epilogue:
+            T.copy(acc, c_tile)
+            T.copy(c_tile, c[by * bm, bx * bn])
+        else:
+            T.copy(acc, c[by * bm, bx * bn])
+
+    # Without a shared epilogue the staged tile is never touched and TileLang allocates nothing for it.
+    staged = (bm, bn) if shared_epilogue else (1, 1)
+    if tile.persistent:
+        programs = sm_count * tile.persistent
+
+        @T.prim_func
+        def persistent(a: T.Tensor((M, k), dtype), b: T.Tensor((k, n), dtype), c: T.Tensor((M, n), dtype)):
+            with T.Kernel(programs, threads=tile.threads) as block:
+                a_tile = T.alloc_shared((bm, bk), dtype)
+                b_tile = T.alloc_shared((bk, bn), dtype)
+                acc = T.alloc_fragment((bm, bn), F32)
+                c_tile = T.alloc_shared(staged, dtype)
+                for by, bx in T.Persistent([T.ceildiv(M, bm), T.ceildiv(n, bn)], programs, block):
+                    product(a, b, c, a_tile, b_tile, acc, c_tile, by, bx)
+
+        return persistent
 
     @T.prim_func
     def main(a: T.Tensor((M, k), dtype), b: T.Tensor((k, n), dtype), c: T.Tensor((M, n), dtype)):
@@ -174,24 +215,10 @@ def matmul_program(n: int, k: int, dtype: str, tile: Tile) -> Any:
             a_tile = T.alloc_shared((bm, bk), dtype)
             b_tile = T.alloc_shared((bk, bn), dtype)
             acc = T.alloc_fragment((bm, bn), F32)
+            c_tile = T.alloc_shared(staged, dtype)
             # Neighbouring blocks share panels of a and b, so more of them hit in L2.
             T.use_swizzle(panel_size=8)
-            T.clear(acc)
-            for ko in T.Pipelined(T.ceildiv(k, bk), num_stages=tile.stages):
-                T.copy(a[by * bm, ko * bk], a_tile)
-                T.copy(b[ko * bk, bx * bn], b_tile)
-                if tensor_cores:
-                    T.gemm(a_tile, b_tile, acc, policy=policy)
-                else:
-                    for kk in T.serial(bk):
-                        for i, j in T.Parallel(bm, bn):
-                            acc[i, j] += a_tile[i, kk] * b_tile[kk, j]
-            if shared_epilogue:
-                c_tile = T.alloc_shared((bm, bn), dtype)
-                T.copy(acc, c_tile)
-                T.copy(c_tile, c[by * bm, bx * bn])
-            else:
-                T.copy(acc, c[by * bm, bx * bn])
+            product(a, b, c, a_tile, b_tile, acc, c_tile, by, bx)
 
     return main
 
@@ -273,12 +300,12 @@ def programs(
     n, k, dtype = config.n, config.k, config.dtype
     large = large_for(large, n, k, dtype.itemsize)
     built: dict[tuple[str, Any], Callable[[], Any]] = {
-        ("small", small): _builder(n, k, dtype, small),
-        ("large", large): _builder(n, k, dtype, large),
+        ("small", small): _builder(n, k, dtype, small, sm_count),
+        ("large", large): _builder(n, k, dtype, large, sm_count),
     }
     for plan in split_plans(config, sm_count, shared_memory or 227 * 1024):
         if plan.split == 1:
-            built[(f"decode{plan.max_m}", plan.tile)] = _builder(n, k, dtype, plan.tile)
+            built[(f"decode{plan.max_m}", plan.tile)] = _builder(n, k, dtype, plan.tile, sm_count)
             continue
         built[(f"split{plan.max_m}", plan)] = _split_builder(n, k, dtype, plan)
         built[(f"reduce{plan.max_m}", plan.split)] = _reduce_builder(n, dtype, plan.split)
@@ -331,8 +358,8 @@ def matmul_tl(config: MatmulConfig) -> Callable[..., None]:
     return matmul
 
 
-def _builder(n: int, k: int, dtype: torch.dtype, tile: Tile) -> Callable[[], Any]:
-    return lambda: matmul_program(n, k, tl_dtype(dtype), tile)
+def _builder(n: int, k: int, dtype: torch.dtype, tile: Tile, sm_count: int) -> Callable[[], Any]:
+    return lambda: matmul_program(n, k, tl_dtype(dtype), tile, sm_count)
 
 
 def _split_builder(n: int, k: int, dtype: torch.dtype, plan: SplitK) -> Callable[[], Any]:
