@@ -217,6 +217,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--dtype", default="bfloat16")
     parser.add_argument("--dry-run", action="store_true", help="list the candidates and shapes, then stop")
     parser.add_argument("--render", type=Path, help="write the Markdown of a results JSON again")
+    parser.add_argument("--tag", help="suffix of the result files' names (gemm_large_sweep_<backend>_TAG)")
     return parser.parse_args(argv)
 
 
@@ -288,7 +289,9 @@ def main(argv: list[str] | None = None) -> int:
         del sets, first, reference
         torch.cuda.empty_cache()
     environment = describe_environment(torch, "cuda", "")
-    command = " ".join(["python3", SCRIPT, "--backend", args.backend, "--out", str(out)])
+    command = " ".join(
+        ["python3", SCRIPT, "--backend", args.backend, *(["--tag", args.tag] if args.tag else []), "--out", str(out)]
+    )
     payload = {
         **environment,
         "backend": args.backend,
@@ -297,7 +300,7 @@ def main(argv: list[str] | None = None) -> int:
         "elapsed_s": round(time.perf_counter() - started, 1),
         "rows": rows,
     }
-    stem = f"gemm_large_sweep_{args.backend}"
+    stem = f"gemm_large_sweep_{args.backend}" + (f"_{args.tag}" if args.tag else "")
     (out / f"{stem}.json").write_text(json.dumps(payload, indent=1) + "\n")
     markdown = render(payload)
     (out / f"{stem}.md").write_text(markdown)
@@ -324,6 +327,7 @@ def render(payload: dict[str, Any]) -> str:
         "against `a.float() @ b.float()` first; `rule` is the backend's tiling rule at that commit. "
         f"{payload['elapsed_s']} s in all.",
         "",
+        *([payload["note"], ""] if payload.get("note") else []),
     ]
     shapes = sorted(
         {(row["m"], row["n"], row["k"]) for row in rows},

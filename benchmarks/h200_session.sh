@@ -103,6 +103,9 @@
 # then 128-row decode tiles at M = 128 for both backends and TileLang's persistent prefill tile, one warm machine:
 #   call A (carry .whl):  bash benchmarks/h200_session.sh rows128-triton
 #   call B (carry .whl2): bash benchmarks/h200_session.sh persistent-tilelang
+# then TileLang's 128-row decode plan from that sweep, verified and timed in the grid and the layer:
+#   call A (carry .whl):  bash benchmarks/h200_session.sh install
+#   call B (carry .whl2): bash benchmarks/h200_session.sh split128-tilelang
 #
 # .whl and .whl2 hold the wheels benchmarks/README.md lists (TileLang; z3, liger-kernel, and rich with its small
 # dependencies for the `lazyops` command). Unpack a call's tarball into benchmarks/results/ here.
@@ -384,9 +387,23 @@ persistent-tilelang)
   # TileLang's persistent large tile (T.Persistent) checked and swept at prefill sizes, then its 128-row decode
   # tiles at M = 128
   step 150 python3 -m pytest -q -p no:cacheprovider tests/kernels/test_tilelang_matmul_persistent.py
-  step 250 python3 benchmarks/gemm_large_sweep.py --backend tilelang --out "$results"
+  # (run 2026-12-01 14:15 without --tag; its files were renamed to gemm_large_sweep_tilelang_persistent.*)
+  step 250 python3 benchmarks/gemm_large_sweep.py --backend tilelang --tag persistent --out "$results"
   step 250 python3 benchmarks/gemm_decode_sweep.py --backend tilelang --buckets small --small-rows 128 \
     --shared-epilogue --tag rows128 --budget-s 200 --out "$results"
+  ;;
+split128-tilelang)
+  # TileLang's 128-row decode plan (M <= 128) across its bucket's bounds at aligned and unaligned widths, the
+  # persistent program's check, matmul conformance (merged into the committed file), then the grid and the layer
+  step 250 python3 -m pytest -q -p no:cacheprovider -p lazyops.pytest_plugin tests/kernels/test_matmul_tiles.py \
+    tests/kernels/test_tilelang_matmul_persistent.py --lazyops-backend tilelang
+  mkdir -p /tmp/matmul && cp benchmarks/results/gpu_conformance_matmul.json /tmp/matmul/gpu_conformance.json
+  step 150 python3 benchmarks/gpu_conformance.py --backend tilelang --kernels matmul --tokens 1,7,128,4096 \
+    --max-examples 8 --merge --out /tmp/matmul
+  cp /tmp/matmul/gpu_conformance.md "$results/gpu_conformance_matmul.md"
+  cp /tmp/matmul/gpu_conformance.json "$results/gpu_conformance_matmul.json"
+  step 150 python3 benchmarks/gemm_grid.py --out "$results"
+  step 200 python3 benchmarks/layer/decoder_layer.py --out "$results"
   ;;
 tiles-tilelang-decode)
   step 500 python3 -m pytest -q -p no:cacheprovider -p lazyops.pytest_plugin tests/kernels/test_matmul_tiles.py \

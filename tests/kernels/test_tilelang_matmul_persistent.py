@@ -37,6 +37,23 @@ def test_the_persistent_program_walks_the_tiles_with_one_block_an_sm(n) -> None:
     assert "tma_load" in source and "tma_store" in source and "wgmma" in source
 
 
+def test_the_factory_keeps_a_block_a_tile_because_persistence_measured_slower() -> None:
+    """``gemm_large_sweep_tilelang_persistent`` (H200): every persistent tiling was slower than ``LARGE`` a block a
+    tile at every shape (geometric means 0.866-0.909 against 0.977), so no tile the factory builds is persistent."""
+    import json
+    from pathlib import Path
+
+    sweep = Path(__file__).resolve().parents[2] / "benchmarks" / "results" / "gemm_large_sweep_tilelang_persistent.json"
+    rows = [row for row in json.loads(sweep.read_text())["rows"] if row.get("us") and row["candidate"]]
+    plain = {(r["m"], r["n"], r["k"]): r["us"] for r in rows if not r["candidate"]["persistent"]}
+    persistent = [r for r in rows if r["candidate"]["persistent"]]
+    assert len(plain) == 7 and len(persistent) == 4 * 7
+    assert all(r["us"] > plain[(r["m"], r["n"], r["k"])] for r in persistent)
+    assert matmul.LARGE.persistent == 0 and matmul.SMALL.persistent == 0
+    for plan in matmul.split_plans(matmul.spec.configure(4096, 4096, "bfloat16")):
+        assert plan.tile.persistent == 0
+
+
 @pytest.mark.parametrize(("m", "n", "k"), [(1000, 4096, 4096), (4097, 14336, 520), (1536, 1920, 4160), (70, 264, 64)])
 def test_the_persistent_program_matches_the_float64_product(m, n, k) -> None:
     if not torch.cuda.is_available():
@@ -44,8 +61,9 @@ def test_the_persistent_program_matches_the_float64_product(m, n, k) -> None:
     from lazyops._backends.tilelang._runtime import compiled, direct
 
     sm_count = torch.cuda.get_device_properties().multi_processor_count
+    # (``compiled`` caches by label and key: the key names the shape, or every shape would get the first's kernel)
     (kernel,) = compiled(
-        "test_persistent", {"p": lambda: matmul.matmul_program(n, k, "bfloat16", PERSISTENT, sm_count)}
+        "test_persistent", {(n, k, sm_count): lambda: matmul.matmul_program(n, k, "bfloat16", PERSISTENT, sm_count)}
     ).values()
     generator = torch.Generator().manual_seed(m + n + k)
     a = torch.randn(m, k, generator=generator).to(device="cuda", dtype=torch.bfloat16)

@@ -55,15 +55,39 @@ def test_up_to_64_tokens_the_plan_is_the_fastest_shared_memory_store_tiling_of_i
         assert mine * 1.09 < by_impl["rule"], f"n={n} k={k}"
 
 
+def test_up_to_128_tokens_the_plan_is_the_fastest_128_row_tiling_of_its_sweep() -> None:
+    """``gemm_decode_sweep_tilelang_rows128`` timed 128-row tilings (the whole batch in one row block) at M = 128:
+    the plan (128 x 128 x 64, 4 stages, partials through shared memory, split by the slot rule) was the fastest
+    candidate of every cell and faster than the 64 x 256 plan the sweep ran against (its ``rule`` row); still
+    below cuBLAS (0.83-0.97x)."""
+    rows = json.loads(SWEEP.with_name("gemm_decode_sweep_tilelang_rows128.json").read_text())["rows"]
+    for n, k in ((4096, 4096), (4096, 14336), (14336, 4096)):
+        here = [row for row in rows if (row["m"], row["n"], row["k"]) == (128, n, k) and row.get("graph_us")]
+        by_impl = {row["impl"]: row["graph_us"] for row in here}
+        timed = {
+            (row["block_m"], row["block_n"], row["block_k"], row["num_stages"], row["split"]): row["graph_us"]
+            for row in here
+            if row.get("shared_epilogue")
+        }
+        plan = plan_for(128, matmul.split_plans(matmul.spec.configure(n, k, "bfloat16"), H200_SMS))
+        assert plan.max_m == 128 and plan.tile == matmul.SPLIT_128
+        tile = plan.tile
+        mine = timed[(tile.block_m, tile.block_n, tile.block_k, tile.stages, plan.split)]
+        assert mine == min(timed.values()), f"n={n} k={k}"
+        assert mine < by_impl["rule"], f"n={n} k={k}"
+
+
 def test_the_plan_picks_a_measured_tiling_near_the_best_in_every_swept_cell() -> None:
-    """In each (M, n, k) cell, the plan for M's bucket was timed there: within 5 % of the cell's fastest
-    candidate and faster than the rule the sweep ran against (its ``rule`` row: a 16 x 64 / 64 x 128 split-K
-    pair whose slices a bandwidth model chose). At M <= 16 the pick is also at least cuBLAS's speed (the issue's
-    goal); at M = 128 it is not (0.78-0.94x), and no tiling of the sweep was."""
+    """In each (M, n, k) cell up to 16 tokens, the plan for M's bucket was timed there: within 5 % of the cell's
+    fastest candidate, faster than the rule the sweep ran against (its ``rule`` row: a 16 x 64 / 64 x 128 split-K
+    pair whose slices a bandwidth model chose) and at least cuBLAS's speed (the issue's goal). (Its M = 128 cells
+    set the 64 x 256 plan of then, SPLIT_128_LOW_SMEM now: the test above judges today's.)"""
     rows = sweep_rows()
     cells = {(row["m"], row["n"], row["k"]) for row in rows}
     assert len(cells) == 9, "the sweep covers M = 1, 16, 128 at three weight shapes"
     for m, n, k in cells:
+        if m > 16:
+            continue
         here = [row for row in rows if (row["m"], row["n"], row["k"]) == (m, n, k) and row.get("graph_us")]
         by_impl = {row["impl"]: row["graph_us"] for row in here}
         timed = {

@@ -79,17 +79,24 @@ SMALL_F32 = Tile(64, 64, 16, 3, 128)
 
 #: Decode tiles, the fastest of ``benchmarks/results/gemm_decode_sweep_tilelang.md`` (H200, in CUDA graphs). M <= 16:
 #: a 16-row tile (``mma.sync`` m16n8k16, no 64-row wgmma waste) over 128 columns, 128-deep k-steps, 4 stages (144
-#: KiB of shared memory: one block an SM). M <= 128: a 64-row wgmma tile over 256 columns, 64-deep k-steps, 4 stages
-#: (160 KiB); the M-blocks of one column tile are launched next to each other, so the second reads b from L2.
+#: KiB of shared memory: one block an SM). (M <= 128 was a 64-row wgmma tile over 256 columns, 64-deep k-steps, 4
+#: stages: now SPLIT_128_LOW_SMEM, below.)
 SPLIT_16 = Tile(16, 128, 128, 4, 128)
 #: M <= 64 (``gemm_decode_sweep_tilelang_tma.md``, the 64-row tilings with their results staged in shared memory
 #: for a TMA store): 64 x 128 x 64, 4 stages, the float32 partials stored through shared memory (128 KiB: one block
 #: an SM). At M = 64 it took 13.4 / 33.6 / 30.4 µs against the M <= 128 plan's 16.5 / 36.6 / 33.5 and cuBLAS's
 #: 11.2 / 35.1 / 31.1 for (n, k) = (4096, 4096) / (4096, 14336) / (14336, 4096). At M = 128 the same tile was
-#: slower than SPLIT_128 at two of the three shapes (41.3 against 39.1 µs, 44.2 against 34.9), so that bucket
-#: keeps its tile and direct stores.
+#: slower than the 64 x 256 plan of then at two of the three shapes (41.3 against 39.1 µs, 44.2 against 34.9).
 SPLIT_64 = Tile(64, 128, 64, 4, 128, shared_epilogue=True)
-SPLIT_128 = Tile(64, 256, 64, 4, 128)
+#: M <= 128 (``gemm_decode_sweep_tilelang_rows128.md``, 128-row tilings at M = 128): one 128-row block holds the
+#: whole batch, so each slice of the weight is read once (two 64-row blocks read it twice, the second time from
+#: L2); 128 x 128 x 64, 4 stages, two consumer warpgroups, the float32 partials stored through shared memory, split
+#: by the slot rule (4 / 4 / 1). 16.1 / 37.6 / 34.5 µs against the 64 x 256 plan's 17.6 / 39.1 / 34.8 and cuBLAS's
+#: 13.4 / 36.3 / 33.4 ((n, k) = (4096, 4096) / (4096, 14336) / (14336, 4096)); the fastest candidate of each cell.
+SPLIT_128 = Tile(128, 128, 64, 4, 256, shared_epilogue=True)
+#: ... where it does not fit (two stages and its staged partial take 128 KiB: a 99 KiB sm_86 / sm_89 block): the
+#: 64 x 256 tile storing from its accumulators, the M <= 128 plan before it.
+SPLIT_128_LOW_SMEM = Tile(64, 256, 64, 4, 128)
 #: The reduce kernel: one row of 4 * 64 float32 columns a block (a float4 a thread per partial).
 REDUCE_COLUMNS = 256
 REDUCE_THREADS = 64
@@ -282,10 +289,11 @@ def split_plans(config: MatmulConfig, sm_count: int = 132, shared_memory: int = 
     if config.dtype == torch.float32:
         return ()
     n, k = config.n, config.k
+    fits = fitted(SPLIT_128, shared_memory).shared_bytes(2, 4) <= shared_memory - EPILOGUE_RESERVE
     return (
         plan_split(SPLIT_16, 16, n, k, sm_count, shared_memory),
         plan_split(SPLIT_64, 64, n, k, sm_count, shared_memory),
-        plan_split(SPLIT_128, 128, n, k, sm_count, shared_memory),
+        plan_split(SPLIT_128 if fits else SPLIT_128_LOW_SMEM, 128, n, k, sm_count, shared_memory),
     )
 
 
