@@ -106,6 +106,10 @@
 # then TileLang's 128-row decode plan from that sweep, verified and timed in the grid and the layer:
 #   call A (carry .whl):  bash benchmarks/h200_session.sh install
 #   call B (carry .whl2): bash benchmarks/h200_session.sh split128-tilelang
+# and Triton's decode GEMM against its launch path before the session (one call, no carry; ./ab_old filled first by
+# `mkdir -p ab_old && git show 3354ebb:src/lazyops/_backends/triton/matmul.py > ab_old/matmul.py && git show
+# 3354ebb:src/lazyops/_backends/triton/_launch.py > ab_old/_launch.py`, removed after):
+#   bash benchmarks/h200_session.sh host-ab
 #
 # .whl and .whl2 hold the wheels benchmarks/README.md lists (TileLang; z3, liger-kernel, and rich with its small
 # dependencies for the `lazyops` command). Unpack a call's tarball into benchmarks/results/ here.
@@ -404,6 +408,10 @@ split128-tilelang)
   cp /tmp/matmul/gpu_conformance.json "$results/gpu_conformance_matmul.json"
   step 150 python3 benchmarks/gemm_grid.py --out "$results"
   step 200 python3 benchmarks/layer/decoder_layer.py --out "$results"
+  ;;
+host-ab)
+  # Triton's decode GEMM against its launch path of 3354ebb (extracted into ./ab_old by the caller), one process
+  step 300 python3 benchmarks/matmul_host_ab.py --old ab_old --out "$results"
   ;;
 tiles-tilelang-decode)
   step 500 python3 -m pytest -q -p no:cacheprovider -p lazyops.pytest_plugin tests/kernels/test_matmul_tiles.py \
