@@ -110,6 +110,8 @@
 # `mkdir -p ab_old && git show 3354ebb:src/lazyops/_backends/triton/matmul.py > ab_old/matmul.py && git show
 # 3354ebb:src/lazyops/_backends/triton/_launch.py > ab_old/_launch.py`, removed after):
 #   bash benchmarks/h200_session.sh host-ab
+# and every Triton kernel's conformance through the launcher as it now stands (one call, no carry):
+#   bash benchmarks/h200_session.sh triton-recheck-all
 #
 # .whl and .whl2 hold the wheels benchmarks/README.md lists (TileLang; z3, liger-kernel, and rich with its small
 # dependencies for the `lazyops` command). Unpack a call's tarball into benchmarks/results/ here.
@@ -408,6 +410,12 @@ split128-tilelang)
   cp /tmp/matmul/gpu_conformance.json "$results/gpu_conformance_matmul.json"
   step 150 python3 benchmarks/gemm_grid.py --out "$results"
   step 200 python3 benchmarks/layer/decoder_layer.py --out "$results"
+  ;;
+triton-recheck-all)
+  # every Triton kernel through the launcher as it now keys TMA descriptors: conformance (2 drawn examples each)
+  mkdir -p /tmp/all
+  step 300 python3 benchmarks/gpu_conformance.py --backend triton --tokens 1,7,128,4096 --max-examples 2 --out /tmp/all
+  cp /tmp/all/gpu_conformance.md "$results/gpu_conformance_triton_launcher.md"
   ;;
 host-ab)
   # Triton's decode GEMM against its launch path of 3354ebb (extracted into ./ab_old by the caller), one process
