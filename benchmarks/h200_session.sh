@@ -150,6 +150,17 @@ tilelang_host_costs() {
   step 200 python3 benchmarks/gpu_bench.py --tokens 1024 --host --graph --out "$results"
 }
 
+# TileLang's matmul conformance merged into /tmp/matmul's (the torch and Triton rows of an earlier call or of the
+# committed file), then the GEMM grid and the decoder layer: the check and the figures after a GEMM change.
+tilelang_matmul_then_grid_and_layer() {
+  step 150 python3 benchmarks/gpu_conformance.py --backend tilelang --kernels matmul --tokens 1,7,128,4096 \
+    --max-examples 8 --merge --out /tmp/matmul
+  cp /tmp/matmul/gpu_conformance.md "$results/gpu_conformance_matmul.md"
+  cp /tmp/matmul/gpu_conformance.json "$results/gpu_conformance_matmul.json"
+  step 150 python3 benchmarks/gemm_grid.py --out "$results"
+  step 200 python3 benchmarks/layer/decoder_layer.py --out "$results"
+}
+
 case $part in
 triton)
   step 200 python3 benchmarks/gpu_conformance.py --backend torch --backend triton --tokens 1,7,128,4096 \
@@ -372,12 +383,7 @@ tma-verify-triton)
     --tokens 1,7,128,4096 --max-examples 8 --out /tmp/matmul
   ;;
 tma-verify-tilelang)
-  step 150 python3 benchmarks/gpu_conformance.py --backend tilelang --kernels matmul --tokens 1,7,128,4096 \
-    --max-examples 8 --merge --out /tmp/matmul
-  cp /tmp/matmul/gpu_conformance.md "$results/gpu_conformance_matmul.md"
-  cp /tmp/matmul/gpu_conformance.json "$results/gpu_conformance_matmul.json"
-  step 150 python3 benchmarks/gemm_grid.py --out "$results"
-  step 200 python3 benchmarks/layer/decoder_layer.py --out "$results"
+  tilelang_matmul_then_grid_and_layer
   ;;
 rows128-triton)
   # Triton's 128-row tiles at M = 128 (the whole batch in one row block: the weight read once), the rule and
@@ -404,12 +410,7 @@ split128-tilelang)
   step 250 python3 -m pytest -q -p no:cacheprovider -p lazyops.pytest_plugin tests/kernels/test_matmul_tiles.py \
     tests/kernels/test_tilelang_matmul_persistent.py --lazyops-backend tilelang
   mkdir -p /tmp/matmul && cp benchmarks/results/gpu_conformance_matmul.json /tmp/matmul/gpu_conformance.json
-  step 150 python3 benchmarks/gpu_conformance.py --backend tilelang --kernels matmul --tokens 1,7,128,4096 \
-    --max-examples 8 --merge --out /tmp/matmul
-  cp /tmp/matmul/gpu_conformance.md "$results/gpu_conformance_matmul.md"
-  cp /tmp/matmul/gpu_conformance.json "$results/gpu_conformance_matmul.json"
-  step 150 python3 benchmarks/gemm_grid.py --out "$results"
-  step 200 python3 benchmarks/layer/decoder_layer.py --out "$results"
+  tilelang_matmul_then_grid_and_layer
   ;;
 triton-recheck-all)
   # every Triton kernel through the launcher as it now keys TMA descriptors: conformance (2 drawn examples each)

@@ -37,6 +37,16 @@ except ImportError:  # pragma: no cover - depends on the installed Triton
     TensorDescriptor = None
 
 
+@triton.jit
+def _grouped(tile, blocks_m, blocks_n, GROUP_M: tl.constexpr):
+    """The row and column block of output tile ``tile`` in grouped order: GROUP_M row blocks walked column by
+    column, so the programs running together share both their a rows and their b columns in L2."""
+    in_group = GROUP_M * blocks_n
+    first_m = (tile // in_group) * GROUP_M
+    group_m = tl.minimum(blocks_m - first_m, GROUP_M)
+    return first_m + (tile % in_group) % group_m, (tile % in_group) // group_m
+
+
 @triton.jit(do_not_specialize=["M"])
 def _matmul_kernel(
     a_ptr,
@@ -56,16 +66,7 @@ def _matmul_kernel(
     IEEE: tl.constexpr,
     K_SLICE: tl.constexpr = 0,
 ):
-    # Grouped ordering: GROUP_M row-blocks of c are walked column by column, so the programs running together
-    # share both their a rows and their b columns in L2.
-    pid = tl.program_id(0)
-    blocks_m = tl.cdiv(M, BLOCK_M)
-    blocks_n = tl.cdiv(N, BLOCK_N)
-    in_group = GROUP_M * blocks_n
-    first_m = (pid // in_group) * GROUP_M
-    group_m = tl.minimum(blocks_m - first_m, GROUP_M)
-    pid_m = first_m + (pid % in_group) % group_m
-    pid_n = (pid % in_group) // group_m
+    pid_m, pid_n = _grouped(tl.program_id(0), tl.cdiv(M, BLOCK_M), tl.cdiv(N, BLOCK_N), GROUP_M)
 
     rows = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
     cols = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
@@ -128,17 +129,15 @@ def _matmul_tma_kernel(
     GROUP_M: tl.constexpr,
     UPCAST: tl.constexpr,
 ):
-    # Tile t of the grouped order (as in _matmul_kernel) for t = program_id, program_id + programs, ...: one
-    # iteration when launched with a program per tile, several when persistent. TMA fills what lies past M, N or K
-    # with zeros and clips the store at the edges, so no tile needs a mask.
+    # Tile t of the grouped order for t = program_id, program_id + programs, ...: one iteration when launched with
+    # a program per tile, several when persistent. TMA fills what lies past M, N or K with zeros and clips the
+    # store at the edges, so no tile needs a mask.
     blocks_m = tl.cdiv(M, BLOCK_M)
     blocks_n = tl.cdiv(N, BLOCK_N)
-    in_group = GROUP_M * blocks_n
     for tile in tl.range(tl.program_id(0), blocks_m * blocks_n, programs, flatten=True):
-        first_m = (tile // in_group) * GROUP_M
-        group_m = tl.minimum(blocks_m - first_m, GROUP_M)
-        row = (first_m + (tile % in_group) % group_m) * BLOCK_M
-        col = ((tile % in_group) // group_m) * BLOCK_N
+        pid_m, pid_n = _grouped(tile, blocks_m, blocks_n, GROUP_M)
+        row = pid_m * BLOCK_M
+        col = pid_n * BLOCK_N
         acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
         for step in range(0, tl.cdiv(K, BLOCK_K)):
             a = a_desc.load([row, step * BLOCK_K])
@@ -311,16 +310,22 @@ def build_matmul(
     #: one launcher per tiling (a few: the token count is bucketed)
     launchers: dict[Tiling, Callable[..., None]] = {}
 
-    def launcher(tiles: Tiling) -> Launcher:
-        constexprs = {
+    def tile_constexprs(tiles: Tiling) -> dict[str, object]:
+        """The compile-time values both kernels take: the weight's shape, the tile's, the interpreter's upcast."""
+        return {
             "N": n,
             "K": k,
             "BLOCK_M": tiles.block_m,
             "BLOCK_N": tiles.block_n,
             "BLOCK_K": tiles.block_k,
             "GROUP_M": 8,
-            "EVEN_K": k % tiles.block_k == 0 and k % max(tiles.k_slice, 1) == 0,
             "UPCAST": upcast,
+        }
+
+    def launcher(tiles: Tiling) -> Launcher:
+        constexprs = {
+            **tile_constexprs(tiles),
+            "EVEN_K": k % tiles.block_k == 0 and k % max(tiles.k_slice, 1) == 0,
             "IEEE": dtype == torch.float32 or upcast,
             "K_SLICE": tiles.k_slice,
         }
@@ -330,16 +335,9 @@ def build_matmul(
         """``launch(grid, a, b, out, m, a_row_stride, out_row_stride)`` as the pointer kernel's launcher takes
         it, by TMA where the call's tensors allow it (16-byte-aligned starts and row strides; the weight's rows
         were checked when the tiling was chosen), else by the pointer kernel with the same tile."""
-        constexprs = {
-            "N": n,
-            "K": k,
-            "BLOCK_M": tiles.block_m,
-            "BLOCK_N": tiles.block_n,
-            "BLOCK_K": tiles.block_k,
-            "GROUP_M": 8,
-            "UPCAST": upcast,
-        }
-        tma = Launcher(_matmul_tma_kernel, constexprs, num_warps=tiles.num_warps, num_stages=tiles.num_stages)
+        tma = Launcher(
+            _matmul_tma_kernel, tile_constexprs(tiles), num_warps=tiles.num_warps, num_stages=tiles.num_stages
+        )
         pointers = launchers.get(plain := dataclasses.replace(tiles, tma=False, persistent=0))
         if pointers is None:
             pointers = launchers[plain] = launcher(plain)
