@@ -9,6 +9,11 @@ against the device-to-device copy ceiling (``_bench.copy_ceiling``).
 
     python3 benchmarks/gemm_grid.py --out /tmp/results           # on the GPU: gemm_grid.{json,md}
     python3 benchmarks/gemm_grid.py --device cpu --small         # checks this script's logic (interpreter)
+    python3 benchmarks/gemm_grid.py --plot benchmarks/results/gemm_grid.json   # gemm_grid.png beside it
+
+``--plot`` draws what a run measured (matplotlib, which the GPU machine lacks): for each weight shape, TFLOP/s
+against M, one line per implementation; solid from stream time, dotted from the time per call in a CUDA graph
+(M <= 128, where the stream time is the host's launch as much as the GPU's).
 """
 
 from __future__ import annotations
@@ -66,7 +71,84 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--small", action="store_true", help="small sizes (for a CPU and Triton's interpreter)")
     parser.add_argument("--dtype", default="bfloat16")
     parser.add_argument("--impls", default=",".join(IMPLS), help=f"comma list of {', '.join(IMPLS)}")
+    parser.add_argument("--plot", type=Path, help="measure nothing: draw this results JSON as a PNG beside it")
     return parser.parse_args(argv)
+
+
+def plot(results: Path) -> Path:
+    """``gemm_grid.png`` beside ``results``: one column per weight shape; TFLOP/s against M per implementation
+    above, the same as a ratio to cuBLAS's below (stream time solid, time in a CUDA graph dotted)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from matplotlib import pyplot
+
+    payload = json.loads(results.read_text())
+    cells = [cell for cell in payload["cells"] if cell.get("us")]
+    weights = list(dict.fromkeys((c["n"], c["k"]) for c in cells if (c["m"], c["n"], c["k"]) not in EXTRA))
+    figure, panels = pyplot.subplots(2, len(weights), figsize=(5 * len(weights), 7.5), squeeze=False)
+    colours = {"cuBLAS": "black", "tilelang": "tab:blue", "triton": "tab:orange"}
+
+    def series(n: int, k: int, impl: str, graph: bool) -> dict[int, float]:
+        """M -> TFLOP/s of one implementation, from stream time or (graph) the time in a CUDA graph."""
+        key = "graph_us" if graph else "us"
+        return {
+            c["m"]: 2 * c["m"] * n * k / (c[key] * 1e-6) / 1e12
+            for c in cells
+            if (c["n"], c["k"], c["impl"]) == (n, k, impl) and c.get(key)
+        }
+
+    for column, (n, k) in enumerate(weights):
+        rates, ratios = panels[0][column], panels[1][column]
+        for impl in dict.fromkeys(c["impl"] for c in cells):
+            label = impl if impl == "cuBLAS" else f"lazyops {impl}"
+            for graph, style, marker in ((False, "-", "o"), (True, ":", "x")):
+                mine, theirs = series(n, k, impl, graph), series(n, k, "cuBLAS", graph)
+                if not mine:
+                    continue
+                suffix = ", in a CUDA graph" if graph else ""
+                tokens = sorted(mine)
+                rates.plot(
+                    tokens,
+                    [mine[m] for m in tokens],
+                    style,
+                    marker=marker,
+                    color=colours.get(impl),
+                    label=label + suffix,
+                )
+                if impl != "cuBLAS":
+                    shared = [m for m in tokens if m in theirs]
+                    ratios.plot(
+                        shared,
+                        [mine[m] / theirs[m] for m in shared],
+                        style,
+                        marker=marker,
+                        color=colours.get(impl),
+                        label=label + suffix,
+                    )
+        ticks = sorted({c["m"] for c in cells if (c["n"], c["k"]) == (n, k)})
+        for axes in (rates, ratios):
+            axes.set_xscale("log", base=2)
+            axes.set_xticks(ticks, [str(m) for m in ticks])
+            axes.minorticks_off()
+            axes.set_xlabel("tokens M")
+            axes.grid(alpha=0.3)
+        rates.set_yscale("log")
+        rates.set_ylabel("TFLOP/s")
+        rates.set_title(f"[M, {k}] x [{k}, {n}]", fontsize=9)
+        ratios.axhline(1.0, color="black", linewidth=0.8)
+        ratios.set_ylabel("x cuBLAS")
+    panels[0][0].legend(fontsize=7)
+    panels[1][0].legend(fontsize=7)
+    versions = ", ".join(f"{name} {version}" for name, version in payload["versions"].items())
+    figure.suptitle(
+        f"matmul_tl, {payload['dtype']}: {payload['device']}, {payload['date'][:16]}; {versions}", fontsize=8
+    )
+    figure.tight_layout()
+    target = results.with_suffix(".png")
+    figure.savefig(target, dpi=110)
+    pyplot.close(figure)
+    return target
 
 
 def grid(small: bool) -> list[tuple[int, int, int]]:
@@ -78,6 +160,9 @@ def grid(small: bool) -> list[tuple[int, int, int]]:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    if args.plot:
+        print(f"wrote {plot(args.plot)}")
+        return 0
     if args.device == "cpu":
         os.environ.setdefault("TRITON_INTERPRET", "1")  # before any Triton kernel is decorated
     sys.path.insert(0, str(ROOT / "src"))
