@@ -34,6 +34,7 @@ then timed per call in a CUDA graph (20 calls captured, rotating input sets past
         --shared-epilogue --out DIR      # the 64-row tilings storing through shared memory (TMA)
     python3 benchmarks/gemm_decode_sweep.py --buckets small --small-rows 64,128 --tag rows128 --out DIR
         # 128-row tiles beside the 64-row ones at M = 128 (either backend)
+    python3 benchmarks/gemm_decode_sweep.py --tma --tag tma --out DIR   # Triton's TMA kernel on the same grid
 """
 
 from __future__ import annotations
@@ -76,11 +77,13 @@ class Candidate:
     split: int
     #: TileLang only: the result (or split-K's float32 partial) staged in shared memory for a TMA store
     shared_epilogue: bool = False
+    #: Triton only: the TMA kernel (loads, and the partials' or result's store, by tensor descriptors)
+    tma: bool = False
 
     @property
     def label(self) -> str:
         label = f"{self.block_m}x{self.block_n}x{self.block_k} w{self.num_warps} s{self.num_stages} split {self.split}"
-        return label + (" tma-store" if self.shared_epilogue else "")
+        return label + (" tma-store" if self.shared_epilogue else "") + (" tma" if self.tma else "")
 
 
 def candidates(
@@ -90,6 +93,7 @@ def candidates(
     backend: str = "triton",
     shared_epilogue: bool = False,
     small_rows: tuple[int, ...] = (64,),
+    tma: bool = False,
 ) -> list[Candidate]:
     """The grid for one weight shape, without tilings that do not fit or split k into slices too short.
     (For TileLang ``num_warps`` is the block's threads / 32: one warpgroup of 128 threads; ``shared_epilogue``
@@ -121,13 +125,15 @@ def candidates(
         for block_n, block_k, num_warps, num_stages, split in itertools.product(widths, depths, warps, stages, splits):
             if block_n > n or block_k > k:
                 continue
-            staged = block_m * block_n * 4 if shared_epilogue else 0
+            staged = block_m * block_n * 4 if shared_epilogue or tma else 0
             if num_stages * (block_m + block_n) * block_k * 2 + staged > SHARED_LIMIT:
                 continue
             steps = -(-k // block_k)
             if split > 1 and (steps // split < 2 or k_slice(k, block_k, split) * (split - 1) >= k):
                 continue
-            found.append(Candidate(bucket, block_m, block_n, block_k, num_warps, num_stages, split, shared_epilogue))
+            found.append(
+                Candidate(bucket, block_m, block_n, block_k, num_warps, num_stages, split, shared_epilogue, tma)
+            )
     return found
 
 
@@ -150,6 +156,7 @@ def tiling_of(candidate: Candidate, k: int) -> Any:
         candidate.num_stages,
         split,
         slice_length,
+        tma=candidate.tma,
     )
 
 
@@ -309,6 +316,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="row blocks of the small bucket's tiles, comma-separated (64, 128; --small: 128 means 32)",
     )
     parser.add_argument("--tag", help="suffix of the result files' names (gemm_decode_sweep[_backend]_TAG)")
+    parser.add_argument("--tma", action="store_true", help="Triton: every candidate on the TMA kernel")
+    parser.add_argument(
+        "--only", help="only candidates whose label starts with one of these, comma-separated (e.g. '16x128x128 w4 s4')"
+    )
     parser.add_argument("--budget-s", type=float, default=480.0, help="stop timing new shapes after this long")
     parser.add_argument(
         "--small-tokens",
@@ -345,8 +356,9 @@ def main(argv: list[str] | None = None) -> int:
 
     def grid(n: int, k: int) -> list[Candidate]:
         rows = tuple(int(r) for r in args.small_rows.split(","))
-        found = candidates(n, k, args.small, args.backend, args.shared_epilogue, rows)
-        return [candidate for candidate in found if candidate.bucket in buckets]
+        found = candidates(n, k, args.small, args.backend, args.shared_epilogue, rows, args.tma)
+        prefixes = tuple(args.only.split(",")) if args.only else ("",)
+        return [c for c in found if c.bucket in buckets and c.label.startswith(prefixes)]
 
     jobs = [(n, k, args.dtype, args.device, c) for n, k in shapes for c in grid(n, k)]
     if args.dry_run:

@@ -112,6 +112,8 @@
 #   bash benchmarks/h200_session.sh host-ab
 # and every Triton kernel's conformance through the launcher as it now stands (one call, no carry):
 #   bash benchmarks/h200_session.sh triton-recheck-all
+# and Triton's TMA kernel at decode sizes (split-K through a 3-D descriptor), one call, no carry:
+#   bash benchmarks/h200_session.sh decode-tma-triton
 #
 # .whl and .whl2 hold the wheels benchmarks/README.md lists (TileLang; z3, liger-kernel, and rich with its small
 # dependencies for the `lazyops` command). Unpack a call's tarball into benchmarks/results/ here.
@@ -417,6 +419,14 @@ triton-recheck-all)
   mkdir -p /tmp/all
   step 300 python3 benchmarks/gpu_conformance.py --backend triton --tokens 1,7,128,4096 --max-examples 2 --out /tmp/all
   cp /tmp/all/gpu_conformance.md "$results/gpu_conformance_triton_launcher.md"
+  ;;
+decode-tma-triton)
+  # Triton's TMA kernel with split-K (float32 partials through a [split, M, n] descriptor) checked, then timed on
+  # the decode tilings the rule uses (16 x 128 x 128 and 64 x 128 x 64, 4 stages) at every split
+  step 120 python3 -m pytest -q -p no:cacheprovider -p lazyops.pytest_plugin tests/kernels/test_triton_matmul_tma.py \
+    --lazyops-backend triton
+  step 200 python3 benchmarks/gemm_decode_sweep.py --tma --only "16x128x128 w4 s4,64x128x64 w4 s4" --tag tma \
+    --out "$results"
   ;;
 host-ab)
   # Triton's decode GEMM against its launch path of 3354ebb (extracted into ./ab_old by the caller), one process

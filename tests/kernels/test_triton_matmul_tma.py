@@ -1,5 +1,6 @@
-"""Triton's TMA GEMM kernel (``_matmul_tma_kernel``), one tile a program and persistent, against the float64
-product; under Triton's interpreter here, with small tiles, and on a GPU with the prefill tiles.
+"""Triton's TMA GEMM kernel (``_matmul_tma_kernel``), one tile a program, persistent, and split-K (float32
+partials into a ``[split, M, n]`` workspace), against the float64 product; under Triton's interpreter here, with
+small tiles, and on a GPU with the prefill and decode tiles.
 
 The kernel leaves the edges to the copy engine (zeros loaded past M, n and k; stores clipped), so the shapes put
 a ragged block on every side. A persistent launch walks more tiles than it has programs. Calls whose tensors TMA
@@ -18,13 +19,30 @@ pytest.importorskip("triton.tools.tensor_descriptor")
 from lazyops._backends.triton import matmul  # noqa: E402
 
 
-def tilings(on_host: bool) -> list[matmul.Tiling]:
+def split_k(tiles: matmul.Tiling, k: int, slices: int) -> matmul.Tiling:
+    """``tiles`` splitting ``k`` into ``slices`` slices of whole k-steps as ``tiling`` does (the last the shortest,
+    its steps past k loading zeros)."""
+    k_slice = -(-(-(-k // tiles.block_k)) // slices) * tiles.block_k
+    split = -(-k // k_slice)
+    return matmul.Tiling(
+        tiles.block_m, tiles.block_n, tiles.block_k, tiles.num_warps, tiles.num_stages, split,
+        k_slice if split > 1 else 0, tma=True
+    )
+
+
+def tilings(on_host: bool, k: int) -> list[matmul.Tiling]:
     if on_host:  # tiles small enough that the interpreter walks 100+ of them in seconds
-        return [matmul.Tiling(16, 16, 32, 4, 2, tma=True), matmul.Tiling(16, 32, 16, 4, 2, tma=True, persistent=1)]
+        return [
+            matmul.Tiling(16, 16, 32, 4, 2, tma=True),
+            matmul.Tiling(16, 32, 16, 4, 2, tma=True, persistent=1),
+            split_k(matmul.Tiling(16, 16, 16, 4, 2), k, 3),
+        ]
     return [
         matmul.Tiling(128, 256, 64, 8, 3, tma=True),
         matmul.Tiling(128, 256, 64, 8, 3, tma=True, persistent=1),
         matmul.Tiling(128, 128, 64, 4, 4, tma=True, persistent=2),
+        split_k(matmul.Tiling(64, 128, 64, 4, 4), k, 4),
+        split_k(matmul.Tiling(16, 128, 128, 4, 4), k, 3),
     ]
 
 
@@ -45,7 +63,7 @@ def test_tma_tiles_match_the_float64_product_at_ragged_edges_and_unaddressable_v
         a = torch.randn(m, k + 3, generator=generator).to(device=device, dtype=dtype)
         b = (torch.randn(k, n, generator=generator) / k**0.5).to(device=device, dtype=dtype)
         dense = a[:, :k].contiguous()
-        for tiles in tilings(kernels.on_host):
+        for tiles in tilings(kernels.on_host, k):
             launch = matmul.build_matmul(n, k, dtype, lambda *_, tiles=tiles: tiles)
             # dense (TMA), a row stride of k + 3 elements (not 16-byte: the pointer kernel), an output view whose
             # rows are n + 1 apart (likewise), a start one element past an aligned one

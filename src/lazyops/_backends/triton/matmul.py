@@ -128,25 +128,34 @@ def _matmul_tma_kernel(
     BLOCK_K: tl.constexpr,
     GROUP_M: tl.constexpr,
     UPCAST: tl.constexpr,
+    K_SLICE: tl.constexpr = 0,
 ):
     # Tile t of the grouped order for t = program_id, program_id + programs, ...: one iteration when launched with
     # a program per tile, several when persistent. TMA fills what lies past M, N or K with zeros and clips the
     # store at the edges, so no tile needs a mask.
+    # Split-K (K_SLICE > 0, one program a tile): this program takes k-slice program_id(1), K_SLICE long (the last
+    # slice's steps past K load zeros), and stores its float32 partial sum as slice program_id(1) of c_desc, a
+    # [split, M, N] descriptor (so a ragged row block is clipped at M, never written into the next slice).
     blocks_m = tl.cdiv(M, BLOCK_M)
     blocks_n = tl.cdiv(N, BLOCK_N)
+    k_start = tl.program_id(1) * K_SLICE
+    steps = K_SLICE // BLOCK_K if K_SLICE else tl.cdiv(K, BLOCK_K)
     for tile in tl.range(tl.program_id(0), blocks_m * blocks_n, programs, flatten=True):
         pid_m, pid_n = _grouped(tile, blocks_m, blocks_n, GROUP_M)
         row = pid_m * BLOCK_M
         col = pid_n * BLOCK_N
         acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
-        for step in range(0, tl.cdiv(K, BLOCK_K)):
-            a = a_desc.load([row, step * BLOCK_K])
-            b = b_desc.load([step * BLOCK_K, col])
+        for step in range(0, steps):
+            a = a_desc.load([row, k_start + step * BLOCK_K])
+            b = b_desc.load([k_start + step * BLOCK_K, col])
             if UPCAST:  # the interpreter's bfloat16 tl.dot (see _matmul_kernel)
                 acc = tl.dot(a.to(tl.float32), b.to(tl.float32), acc, input_precision="ieee")
             else:
                 acc = tl.dot(a, b, acc)
-        c_desc.store([row, col], acc.to(c_desc.dtype))
+        if K_SLICE:
+            c_desc.store([tl.program_id(1), row, col], acc.reshape([1, BLOCK_M, BLOCK_N]))
+        else:
+            c_desc.store([row, col], acc.to(c_desc.dtype))
 
 
 @triton.jit(do_not_specialize=["M"])
@@ -336,7 +345,10 @@ def build_matmul(
         it, by TMA where the call's tensors allow it (16-byte-aligned starts and row strides; the weight's rows
         were checked when the tiling was chosen), else by the pointer kernel with the same tile."""
         tma = Launcher(
-            _matmul_tma_kernel, tile_constexprs(tiles), num_warps=tiles.num_warps, num_stages=tiles.num_stages
+            _matmul_tma_kernel,
+            {**tile_constexprs(tiles), "K_SLICE": tiles.k_slice if tiles.split > 1 else 0},
+            num_warps=tiles.num_warps,
+            num_stages=tiles.num_stages,
         )
         pointers = launchers.get(plain := dataclasses.replace(tiles, tma=False, persistent=0))
         if pointers is None:
@@ -348,9 +360,10 @@ def build_matmul(
             [tiles.block_m, tiles.block_n],
         )
         itemsize = dtype.itemsize
+        split = tiles.split
 
         def launch(
-            grid: tuple[int],
+            grid: tuple[int, ...],
             a: torch.Tensor,
             b: torch.Tensor,
             out: torch.Tensor,
@@ -363,15 +376,15 @@ def build_matmul(
             ) & 15:
                 pointers(grid, a, b, out, m, a_row_stride, out_row_stride)
                 return
+            a_desc = TensorDescriptor(a, [m, k], [a_row_stride, 1], block_a)
+            b_desc = TensorDescriptor(b, [k, n], [n, 1], block_b)
+            if split > 1:  # out is the float32 workspace [split, m, n]: a program a tile and slice
+                partials = TensorDescriptor(out, [split, m, n], [m * n, n, 1], [1, *block_c])
+                tma((grid[0], split), a_desc, b_desc, partials, m, grid[0])
+                return
             programs = min(grid[0], most_programs) if most_programs else grid[0]
-            tma(
-                (programs,),
-                TensorDescriptor(a, [m, k], [a_row_stride, 1], block_a),
-                TensorDescriptor(b, [k, n], [n, 1], block_b),
-                TensorDescriptor(out, [m, n], [out_row_stride, 1], block_c),
-                m,
-                programs,
-            )
+            c_desc = TensorDescriptor(out, [m, n], [out_row_stride, 1], block_c)
+            tma((programs,), a_desc, b_desc, c_desc, m, programs)
 
         return launch
 
