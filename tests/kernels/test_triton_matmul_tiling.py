@@ -154,3 +154,25 @@ def test_the_wide_tile_needs_half_the_sms_and_two_stages_of_room() -> None:
     assert tiling(512, 4096, 4096, torch.bfloat16, H200_SMS).block_n == 128  # 64 tiles < 66
     assert tiling(8192, 4096, 4096, torch.bfloat16, 84, 99 * 1024).block_n == 128
     assert tiling(8192, 4096, 4096, torch.float32, H200_SMS).block_n == 64
+
+
+def test_up_to_16_tokens_the_rule_loads_by_tma_as_its_sweep_measured_faster() -> None:
+    """``gemm_decode_sweep_tma`` timed the decode tiles on the TMA kernel at every split, beside the rule of then
+    (the same tiles through pointers): at M = 1 and 16 the TMA tile with the split the rule picks was at least as
+    fast in every cell and the fastest TMA split but one within 1 %; at M = 128 it lost at two shapes of three, so
+    that bucket keeps the pointer kernel."""
+    from lazyops._backends.triton.matmul import DECODE_16
+
+    rows = json.loads(SWEEP.with_name("gemm_decode_sweep_tma.json").read_text())["rows"]
+    for m, n, k in {(row["m"], row["n"], row["k"]) for row in rows}:
+        here = [row for row in rows if (row["m"], row["n"], row["k"]) == (m, n, k) and row.get("graph_us")]
+        rule = next(row["graph_us"] for row in here if row["impl"] == "rule")
+        by_split = {row["split"]: row["graph_us"] for row in here if row.get("tma")}
+        chosen = tiling(m, n, k, torch.bfloat16, H200_SMS)
+        if m <= 16:
+            assert (chosen.block_m, chosen.block_n, chosen.block_k, chosen.num_stages) == (16, 128, 128, 4)
+            assert chosen.tma and DECODE_16.tma
+            assert by_split[chosen.split] <= rule, f"M={m} n={n} k={k}"
+            assert by_split[chosen.split] <= min(by_split.values()) * 1.01, f"M={m} n={n} k={k}"
+        else:
+            assert not chosen.tma, f"M={m}: the 128-token bucket stays on pointers"

@@ -181,8 +181,8 @@ class Tiling:
     #: k-slices (split-K) and the length of each, a multiple of block_k; 1 and 0 without split-K
     split: int = 1
     k_slice: int = 0
-    #: the TMA kernel (16-bit types on sm_90 and later; not with split-K), and at most this many programs an SM
-    #: (0: one program a tile, none persistent)
+    #: the TMA kernel (16-bit types on sm_90 and later; with split-K, one program a tile and slice), and at most
+    #: this many programs an SM (0: one program a tile, none persistent)
     tma: bool = False
     persistent: int = 0
 
@@ -211,6 +211,12 @@ PLAN_CACHE_MAX_M = 1024
 #: pointers ran at 0.88-0.94x (0.906-0.910); within 2 % of the fastest candidate at every shape. Three stages: a
 #: fourth and the staged result do not fit 227 KiB.
 WIDE_LARGE = Tiling(128, 256, 64, 8, 3, tma=True, persistent=1)
+#: The 16-bit tile up to 16 tokens: 16 x 128 x 128, 4 stages (``gemm_decode_sweep.md``), by TMA
+#: (``gemm_decode_sweep_tma.md``, H200, in CUDA graphs, the rule's own splits): 11.92 / 11.98 / 30.52 / 31.34 /
+#: 29.07 / 29.03 µs at M = 1 / 16 over (n, k) = (4096, 4096), (4096, 14336), (14336, 4096) against 12.36 / 12.04 /
+#: 31.30 / 31.37 / 31.42 / 29.23 through pointers, 1.01-1.09x cuBLAS. At M = 128 the TMA 64 x 128 tile lost at two
+#: shapes of three (16.97 against 15.89 µs, 44.15 against 37.35): that bucket stays on pointers.
+DECODE_16 = Tiling(16, 128, 128, 4, 4, tma=True)
 
 
 def stage_bytes(block_m: int, block_n: int, block_k: int, dtype: torch.dtype) -> int:
@@ -218,10 +224,11 @@ def stage_bytes(block_m: int, block_n: int, block_k: int, dtype: torch.dtype) ->
     return (block_m + block_n) * block_k * dtype.itemsize
 
 
-def epilogue_bytes(tiles: Tiling, dtype: torch.dtype) -> int:
-    """The shared memory a tiling's result takes on its way out: the whole tile for a TMA store, none otherwise
-    (the pointer kernel stores from registers; what its layout conversion takes is in ``EPILOGUE_RESERVE``)."""
-    return tiles.block_m * tiles.block_n * dtype.itemsize if tiles.tma else 0
+def epilogue_bytes(tiles: Tiling, itemsize: int) -> int:
+    """The shared memory a tiling's result takes on its way out: the whole tile of ``itemsize``-byte elements for
+    a TMA store (4 for split-K's float32 partials), none otherwise (the pointer kernel stores from registers; what
+    its layout conversion takes is in ``EPILOGUE_RESERVE``)."""
+    return tiles.block_m * tiles.block_n * itemsize if tiles.tma else 0
 
 
 def output_tiles(block_m: int, block_n: int, m: int, n: int) -> int:
@@ -238,9 +245,10 @@ def tiling(
     makes), so a kernel compiles at most five variants however its token count varies. In 16-bit types up to
     128 tokens the product is a stream over the weight, and the tiles are the fastest of
     ``benchmarks/gemm_decode_sweep.py``'s grid on an H200 (``gemm_decode_sweep.md``, in CUDA graphs): 16 x 128 x
-    128 with 4 stages up to 16 tokens (``mma``; one block an SM), 64 x 128 x 64 with 4 stages up to 128 (two
-    blocks an SM). Then ``k`` is split (see the module's docstring) so that the tiles times the slices fill every
-    SM's block slots once: ``split = slots // tiles``; a second wave, or a split past one wave, measured slower
+    128 with 4 stages up to 16 tokens (``mma``; one block an SM; by TMA, :data:`DECODE_16`), 64 x 128 x 64 with 4
+    stages up to 128 (two blocks an SM). Then ``k`` is split (see the module's docstring) so that the tiles times
+    the slices fill every SM's block slots once: ``split = slots // tiles``; a second wave, or a split past one
+    wave, measured slower
     there (``[1, 14336] x [14336, 4096]``: split 4 31.6 µs, 6 34.2, 8 32.9; ``[1, 4096] x [4096, 14336]``: no
     split 31.8 µs, 2 33.8). Beyond 128 tokens: 64 x 64 tiles up to 256, then in 16-bit types 128 x 256 x 64
     tiles (:data:`WIDE_LARGE`: TMA, persistent) once they number at least half the SMs and two of their stages
@@ -256,14 +264,14 @@ def tiling(
     pipeline_memory = shared_memory - EPILOGUE_RESERVE
     large = WIDE_LARGE  # the prefill tile, when the GPU holds it and the product fills half the SMs with it
     if m <= 16:
-        config = Tiling(16, 128, 128, 4, 4) if wide else Tiling(16, 32, 64, 4, 4)
+        config = DECODE_16 if wide else Tiling(16, 32, 64, 4, 4)
     elif m <= SPLIT_MAX_M and wide:
         config = Tiling(64, 128, 64, 4, 4)
     elif m <= 256:
         config = Tiling(64, 64, 64 if wide else 32, 4, 4)
     elif (
         wide
-        and 2 * stage_bytes(large.block_m, large.block_n, large.block_k, dtype) + epilogue_bytes(large, dtype)
+        and 2 * stage_bytes(large.block_m, large.block_n, large.block_k, dtype) + epilogue_bytes(large, dtype.itemsize)
         <= pipeline_memory
         and output_tiles(large.block_m, large.block_n, m, n) >= sm_count // 2
     ):
@@ -276,20 +284,22 @@ def tiling(
     block_k = min(config.block_k, max(MIN_TILE, next_power_of_2(k)))
     stage = stage_bytes(config.block_m, block_n, block_k, dtype)
     stages = config.num_stages
-    while stages > 2 and stages * stage + epilogue_bytes(config, dtype) > pipeline_memory:
+    # up to SPLIT_MAX_M tokens the result may be split-K's float32 partials
+    epilogue = epilogue_bytes(config, 4 if m <= SPLIT_MAX_M else dtype.itemsize)
+    while stages > 2 and stages * stage + epilogue > pipeline_memory:
         stages -= 1
     split, k_slice = 1, 0
     if m <= SPLIT_MAX_M:
         tiles = output_tiles(config.block_m, block_n, m, n)
-        slots = sm_count * max(1, shared_memory // (stages * stage))
+        slots = sm_count * max(1, shared_memory // (stages * stage + epilogue))
         wanted = min(slots // tiles, cdiv(k, block_k) // MIN_SLICE_STEPS)
         if wanted > 1:
             k_slice = cdiv(cdiv(k, block_k), wanted) * block_k
             split = cdiv(k, k_slice)
         if split == 1:
             k_slice = 0
-    if split > 1:
-        return Tiling(config.block_m, block_n, block_k, config.num_warps, stages, split, k_slice)
+    if split > 1:  # a program a tile and slice: never persistent
+        return Tiling(config.block_m, block_n, block_k, config.num_warps, stages, split, k_slice, tma=config.tma)
     return Tiling(
         config.block_m, block_n, block_k, config.num_warps, stages, tma=config.tma, persistent=config.persistent
     )
