@@ -57,6 +57,8 @@ SCRIPT = "benchmarks/gemm_decode_sweep.py"
 sys.path.insert(0, str(ROOT / "benchmarks"))
 sys.path.insert(0, str(ROOT / "src"))
 
+from _tilelang_tile import tilelang_tile  # noqa: E402 - benchmarks/ is on sys.path now
+
 SHAPES = ((4096, 4096), (14336, 4096), (4096, 14336))
 SMALL_SHAPES = ((128, 256), (64, 512))
 BUCKETS = {"decode": (1, 16), "small": (128,)}
@@ -195,20 +197,6 @@ def tilelang_programs(n: int, k: int, dtype: Any, candidate: Candidate) -> dict[
         ("split", name, n, k, plan): lambda: tilelang_matmul.split_k_program(n, k, name, plan),
         ("reduce", name, n, plan.split): lambda: tilelang_matmul.reduce_program(n, name, plan.split),
     }
-
-
-def tilelang_tile(candidate: Candidate) -> Any:
-    """TileLang's ``Tile`` for ``candidate``: one warpgroup of 128 threads is ``num_warps`` 4."""
-    from lazyops._backends.tilelang import matmul as tilelang_matmul
-
-    return tilelang_matmul.Tile(
-        candidate.block_m,
-        candidate.block_n,
-        candidate.block_k,
-        candidate.num_stages,
-        32 * candidate.num_warps,
-        shared_epilogue=candidate.shared_epilogue,
-    )
 
 
 def tilelang_plan(k: int, candidate: Candidate) -> Any:

@@ -43,6 +43,8 @@ SCRIPT = "benchmarks/gemm_large_sweep.py"
 sys.path.insert(0, str(ROOT / "benchmarks"))
 sys.path.insert(0, str(ROOT / "src"))
 
+from _tilelang_tile import tilelang_tile  # noqa: E402 - benchmarks/ is on sys.path now
+
 #: (M, n, k): issue 12's grid at M = 1024 and 8192, and 8192^3.
 SHAPES = (
     *((m, n, k) for m in (1024, 8192) for n, k in ((4096, 4096), (14336, 4096), (4096, 14336))),
@@ -108,22 +110,6 @@ def candidates(backend: str) -> tuple[Candidate, ...]:
     return TILELANG_CANDIDATES if backend == "tilelang" else TRITON_CANDIDATES
 
 
-def tile_of(candidate: Candidate) -> Any:
-    """The TileLang ``Tile`` of ``candidate``."""
-    from lazyops._backends.tilelang import matmul as tilelang_matmul
-
-    return tilelang_matmul.Tile(
-        candidate.block_m,
-        candidate.block_n,
-        candidate.block_k,
-        candidate.num_stages,
-        32 * candidate.num_warps,
-        candidate.warp_policy,
-        candidate.shared_epilogue,
-        candidate.persistent,
-    )
-
-
 def build(backend: str, n: int, k: int, dtype: Any, candidate: Candidate | None, kernels: dict[Any, Any]) -> Any:
     """``call(a, b) -> c`` for ``candidate`` (None: the backend's rule as it stands). TileLang's binaries come
     from ``kernels`` (compiled together beforehand by :func:`compile_tilelang`)."""
@@ -171,7 +157,7 @@ def compile_tilelang(weights: list[tuple[int, int]], dtype: Any) -> tuple[dict[A
     sm_count = torch.cuda.get_device_properties().multi_processor_count
 
     def program(n: int, k: int, candidate: Candidate) -> Any:
-        return lambda: tilelang_matmul.matmul_program(n, k, name, tile_of(candidate), sm_count)
+        return lambda: tilelang_matmul.matmul_program(n, k, name, tilelang_tile(candidate), sm_count)
 
     jobs = {(n, k, candidate): program(n, k, candidate) for n, k in weights for candidate in TILELANG_CANDIDATES}
     try:

@@ -90,7 +90,7 @@ def test_tilelang_candidates_lower_for_hopper_with_the_asked_wgmma_and_epilogue(
     script = load_script()
     hopper = TvmTarget({"kind": "cuda", "arch": "sm_90a"})
     for candidate in script.candidates("tilelang"):
-        tile = script.tile_of(candidate)
+        tile = script.tilelang_tile(candidate)
         with hopper:
             source = tilelang.lower(matmul.matmul_program(4096, 14336, "bfloat16", tile), target=hopper).kernel_source
         assert "int M" in source, candidate.label

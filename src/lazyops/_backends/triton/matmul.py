@@ -248,11 +248,10 @@ def tiling(
     128 with 4 stages up to 16 tokens (``mma``; one block an SM; by TMA, :data:`DECODE_16`), 64 x 128 x 64 with 4
     stages up to 128 (two blocks an SM). Then ``k`` is split (see the module's docstring) so that the tiles times
     the slices fill every SM's block slots once: ``split = slots // tiles``; a second wave, or a split past one
-    wave, measured slower
-    there (``[1, 14336] x [14336, 4096]``: split 4 31.6 µs, 6 34.2, 8 32.9; ``[1, 4096] x [4096, 14336]``: no
-    split 31.8 µs, 2 33.8). Beyond 128 tokens: 64 x 64 tiles up to 256, then in 16-bit types 128 x 256 x 64
-    tiles (:data:`WIDE_LARGE`: TMA, persistent) once they number at least half the SMs and two of their stages
-    and their staged result fit the device, else 128 x 128 (``wgmma``). ``benchmarks/gemm_large_sweep.py``
+    wave, measured slower there (``[1, 14336] x [14336, 4096]``: split 4 31.6 µs, 6 34.2, 8 32.9; ``[1, 4096] x
+    [4096, 14336]``: no split 31.8 µs, 2 33.8). Beyond 128 tokens: 64 x 64 tiles up to 256, then in 16-bit types
+    128 x 256 x 64 tiles (:data:`WIDE_LARGE`: TMA, persistent) once they number at least half the SMs and two of
+    their stages and their staged result fit the device, else 128 x 128 (``wgmma``). ``benchmarks/gemm_large_sweep.py``
     timed large tilings on an H200 (``gemm_large_sweep_triton.md``; the first sweep, in git history: the
     128 x 256 x 64 pointer tile at 0.89-0.94x cuBLAS at M = 1024 and 8192 where 128 x 128 ran at 0.76-0.85x).
     A TMA tiling runs the pointer kernel where the GPU or the call rules TMA out (``build_matmul``).
@@ -298,11 +297,8 @@ def tiling(
             split = cdiv(k, k_slice)
         if split == 1:
             k_slice = 0
-    if split > 1:  # a program a tile and slice: never persistent
-        return Tiling(config.block_m, block_n, block_k, config.num_warps, stages, split, k_slice, tma=config.tma)
-    return Tiling(
-        config.block_m, block_n, block_k, config.num_warps, stages, tma=config.tma, persistent=config.persistent
-    )
+    persistent = config.persistent if split == 1 else 0  # split-K: a program a tile and slice
+    return Tiling(config.block_m, block_n, block_k, config.num_warps, stages, split, k_slice, config.tma, persistent)
 
 
 @spec.implementation(device_type=launch_device(_matmul_kernel), strided_rows=True, writes_out=True)
