@@ -115,6 +115,10 @@
 # and Triton's TMA kernel at decode sizes (split-K through a 3-D descriptor), one call, no carry:
 #   bash benchmarks/h200_session.sh decode-tma-triton
 #
+# The session of 2026-12-01 evening (the host cost of Triton's decode GEMM and of the torch backend's one-token
+# calls), one call, no carry, to take the call apart before changing it:
+#   bash benchmarks/h200_session.sh host-parts
+#
 # .whl and .whl2 hold the wheels benchmarks/README.md lists (TileLang; z3, liger-kernel, and rich with its small
 # dependencies for the `lazyops` command). Unpack a call's tarball into benchmarks/results/ here.
 set -uo pipefail
@@ -427,6 +431,11 @@ decode-tma-triton)
     --lazyops-backend triton
   step 200 python3 benchmarks/gemm_decode_sweep.py --tma --only "16x128x128 w4 s4,64x128x64 w4 s4" --tag tma \
     --out "$results"
+  ;;
+host-parts)
+  # where a Triton decode GEMM call's host time goes; then the profile of the one-token norms and softmax
+  step 200 python3 benchmarks/matmul_host_parts.py --out "$results"
+  step 120 python3 benchmarks/host_cost.py --calls 3000 --kernels rmsnorm,softmax,layernorm,matmul --out "$results"
   ;;
 host-ab)
   # Triton's decode GEMM against its launch path of 3354ebb (extracted into ./ab_old by the caller), one process
