@@ -31,6 +31,9 @@ class GatedSpec(KernelSpec):
     def out_shape(self, config: Any, x: Any) -> tuple[int, ...]:
         return (*x.shape[:-1], config.n)
 
+    def out_width(self, config: Any) -> int:
+        return int(config.n)
+
     def reference(self, config: Any, x: torch.Tensor) -> tuple[torch.Tensor]:  # type: ignore[override]
         n = config.n
         return (self.activation(config, x[..., :n]) * x[..., n:],)

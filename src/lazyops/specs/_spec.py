@@ -236,6 +236,12 @@ class KernelSpec:
             raise NotImplementedError
         return tuple(args[self.inputs.index(self.out_like)].shape)
 
+    def out_width(self, config: Any) -> int | None:
+        """The width of the rows the kernel returns when they are not shaped like an input (a GEMM's ``n``, a gated
+        activation's half width): lets a plain call allocate ``[tokens, width]`` without :meth:`out_shape`'s tuple
+        work. None (the default): the result is :attr:`out_like`'s shape, or only :meth:`out_shape` knows it."""
+        return None
+
     def out_dtype(self, config: Any) -> torch.dtype:
         """The dtype of the tensor the kernel returns: the factory's, unless the kernel converts (fp8 outputs)."""
         dtype: torch.dtype = config.dtype
@@ -424,6 +430,20 @@ class KernelSpec:
 
             def run_plain(args: tuple[Any, ...]) -> Any:
                 return launch(*args)
+        elif like is None and (out_width := self.out_width(config)) is not None:
+            # rows [tokens, width] in the row input's dtype (the predicate checked it), or in out_dtype: ``new_empty``
+            # with the shape alone is the cheapest allocation torch has from Python (a GEMM's decode call pays it)
+            layout = self.plain_layout(config)
+            same_dtype = layout is not None and layout[token_position][0] is out_dtype
+
+            def run_plain(args: tuple[Any, ...]) -> Any:
+                first = args[token_position]
+                if same_dtype:
+                    result = first.new_empty((first.shape[0], out_width))
+                else:
+                    result = first.new_empty((first.shape[0], out_width), dtype=out_dtype)
+                launch(*args, result)
+                return result
         elif like is None:
 
             def run_plain(args: tuple[Any, ...]) -> Any:

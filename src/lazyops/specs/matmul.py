@@ -61,6 +61,9 @@ class MatmulSpec(KernelSpec):
     def out_shape(self, config: MatmulConfig, a: Any, b: Any) -> tuple[int, ...]:
         return (*a.shape[:-1], config.n)
 
+    def out_width(self, config: MatmulConfig) -> int:
+        return config.n
+
     def reference(self, config: MatmulConfig, a: torch.Tensor, b: torch.Tensor) -> tuple[torch.Tensor]:  # type: ignore[override]
         return (a @ b,)
 
