@@ -10,6 +10,8 @@ pointer kernel of the same tile: those are here too, as input and as output. Out
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 import torch
 
@@ -95,3 +97,61 @@ def test_a_tma_tiling_runs_the_pointer_kernel_where_tma_cannot_describe_the_weig
     out = torch.full((9, 20), float("nan"), dtype=torch.float16, device=kernels.device)
     launch(a, b, out)
     torch.testing.assert_close(out.float(), a.float() @ b.float(), rtol=1e-2, atol=1e-2)
+
+
+def test_a_graphs_only_tma_tiling_launches_the_pointer_kernel_eagerly_and_tma_while_captured(kernels, monkeypatch) -> None:
+    """``tma_in_graphs_only`` (the decode tile, ``DECODE_16``): an eager call runs the pointer kernel of the same tile
+    (its launch costs less host time than building and encoding three descriptors), a call made while the stream
+    captures a CUDA graph the TMA kernel; both compute the product, split-K's reduce included. Here the capture
+    is the module's ``stream_is_capturing`` answering True."""
+    if kernels.backend != "triton":
+        pytest.skip("Triton's kernel")
+    from lazyops._backends.triton import _launch
+
+    launched: list[str] = []
+    launch_kernel = _launch.Launcher.__call__
+
+    def spy(self, grid, *args):
+        launched.append(getattr(self.kernel, "__name__", str(self.kernel)))
+        return launch_kernel(self, grid, *args)
+
+    monkeypatch.setattr(_launch.Launcher, "__call__", spy)
+    k = 96
+    tiles = dataclasses.replace(split_k(matmul.Tiling(16, 16, 16, 4, 2), k, 3), tma_in_graphs_only=True)
+    launch = matmul.build_matmul(32, k, torch.bfloat16, lambda *_: tiles)
+    generator = torch.Generator().manual_seed(5)
+    a = torch.randn(3, k, generator=generator).to(kernels.device, torch.bfloat16)
+    b = (torch.randn(k, 32, generator=generator) / k**0.5).to(kernels.device, torch.bfloat16)
+    expected = a.double() @ b.double()
+    for capturing, kernel in ((False, "_matmul_kernel"), (True, "_matmul_tma_kernel")):
+        monkeypatch.setattr(matmul, "stream_is_capturing", lambda capturing=capturing: capturing)
+        launched.clear()
+        out = torch.full((3, 32), float("nan"), dtype=torch.bfloat16, device=kernels.device)
+        launch(a, b, out)
+        assert launched == [kernel, "_sum_slices_kernel"], f"capturing={capturing}: {launched}"
+        error = ((out.double() - expected).norm() / expected.norm()).item()
+        assert error <= 8e-3, f"capturing={capturing}: {error:.2e}"
+
+
+def test_the_decode_tile_gives_the_same_bits_eagerly_and_replayed_from_a_cuda_graph(kernels) -> None:
+    """The rule's decode tile runs through pointers eagerly and by TMA inside a CUDA graph: the same tile, split
+    and reduce order, so an engine's eager warm-up and its graph replays see the same result, bit for bit."""
+    if kernels.backend != "triton" or kernels.on_host:
+        pytest.skip("Triton on a GPU (CUDA graphs)")
+    generator = torch.Generator().manual_seed(9)
+    for m, n, k in ((1, 4096, 4096), (16, 4096, 14336), (7, 14336, 4096)):
+        assert matmul.tiling(m, n, k, torch.bfloat16).tma_in_graphs_only
+        launch = matmul.build_matmul(n, k, torch.bfloat16)
+        a = torch.randn(m, k, generator=generator).to(kernels.device, torch.bfloat16)
+        b = (torch.randn(k, n, generator=generator) / k**0.5).to(kernels.device, torch.bfloat16)
+        eager = torch.empty(m, n, device=kernels.device, dtype=torch.bfloat16)
+        launch(a, b, eager)
+        replayed = torch.full_like(eager, float("nan"))
+        graph = torch.cuda.CUDAGraph()
+        # The TMA kernel's first launch, its compile, happens inside the capture: an engine warms up eagerly
+        # (through pointers) and captures after.
+        with torch.cuda.graph(graph):
+            launch(a, b, replayed)
+        graph.replay()
+        torch.cuda.synchronize()
+        assert torch.equal(eager, replayed), f"{(m, n, k)}: {(eager.float() - replayed.float()).abs().max().item()}"

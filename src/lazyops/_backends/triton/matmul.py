@@ -171,6 +171,17 @@ def _sum_slices_kernel(partial_ptr, c_ptr, M, c_row_stride, N: tl.constexpr, SPL
     tl.store(c_ptr + c_offsets, acc.to(c_ptr.dtype.element_ty), mask=mask)
 
 
+def _never_capturing() -> bool:
+    return False
+
+
+#: Whether this thread's current stream is capturing a CUDA graph (for tilings with ``tma_in_graphs_only``): torch's
+#: C function, a fraction of a microsecond a call; without CUDA (the interpreter) nothing is ever captured.
+stream_is_capturing: Callable[[], bool] = (
+    torch._C._cuda_isCurrentStreamCapturing if torch.cuda.is_available() else _never_capturing
+)
+
+
 @dataclass(frozen=True)
 class Tiling:
     block_m: int
@@ -185,6 +196,9 @@ class Tiling:
     #: this many programs an SM (0: one program a tile, none persistent)
     tma: bool = False
     persistent: int = 0
+    #: with ``tma``: TMA only for a call captured into a CUDA graph, the pointer kernel of the same tile for one
+    #: launched eagerly, where the three host descriptors cost more host time than TMA saves on the GPU
+    tma_in_graphs_only: bool = False
 
 
 #: tl.dot needs every tile side to be at least 16.
@@ -215,8 +229,11 @@ WIDE_LARGE = Tiling(128, 256, 64, 8, 3, tma=True, persistent=1)
 #: (``gemm_decode_sweep_tma.md``, H200, in CUDA graphs, the rule's own splits): 11.92 / 11.98 / 30.52 / 31.34 /
 #: 29.07 / 29.03 µs at M = 1 / 16 over (n, k) = (4096, 4096), (4096, 14336), (14336, 4096) against 12.36 / 12.04 /
 #: 31.30 / 31.37 / 31.42 / 29.23 through pointers, 1.01-1.09x cuBLAS. At M = 128 the TMA 64 x 128 tile lost at two
-#: shapes of three (16.97 against 15.89 µs, 44.15 against 37.35): that bucket stays on pointers.
-DECODE_16 = Tiling(16, 128, 128, 4, 4, tma=True)
+#: shapes of three (16.97 against 15.89 µs, 44.15 against 37.35): that bucket stays on pointers. TMA in CUDA graphs
+#: only: launched eagerly, the TMA call took 32.5 µs of host time where the whole call through pointers is host-bound
+#: at ~47 (``matmul_host_parts.md``: its three descriptors 8.9 µs to build and more to encode at every launch),
+#: which a graph pays once and an eager decode step on every call.
+DECODE_16 = Tiling(16, 128, 128, 4, 4, tma=True, tma_in_graphs_only=True)
 
 
 def stage_bytes(block_m: int, block_n: int, block_k: int, dtype: torch.dtype) -> int:
@@ -298,7 +315,18 @@ def tiling(
         if split == 1:
             k_slice = 0
     persistent = config.persistent if split == 1 else 0  # split-K: a program a tile and slice
-    return Tiling(config.block_m, block_n, block_k, config.num_warps, stages, split, k_slice, config.tma, persistent)
+    return Tiling(
+        config.block_m,
+        block_n,
+        block_k,
+        config.num_warps,
+        stages,
+        split,
+        k_slice,
+        config.tma,
+        persistent,
+        config.tma_in_graphs_only,
+    )
 
 
 @spec.implementation(device_type=launch_device(_matmul_kernel), strided_rows=True, writes_out=True)
@@ -356,7 +384,7 @@ def build_matmul(
             num_warps=tiles.num_warps,
             num_stages=tiles.num_stages,
         )
-        pointers = launchers.get(plain := dataclasses.replace(tiles, tma=False, persistent=0))
+        pointers = launchers.get(plain := dataclasses.replace(tiles, tma=False, persistent=0, tma_in_graphs_only=False))
         if pointers is None:
             pointers = launchers[plain] = launcher(plain)
         most_programs = sm_count * tiles.persistent
@@ -404,27 +432,37 @@ def build_matmul(
             launch = sums[split] = Launcher(_sum_slices_kernel, constexprs, num_warps=4)
         return launch
 
-    #: what a token count launches: (launch, its grid's first axis, split, the reduce or None), remembered for
-    #: token counts up to PLAN_CACHE_MAX_M: choosing costs about 5 µs of Python a call (``tiling``'s arithmetic
-    #: and its dataclass), a decode step's whole budget on some hosts; larger products dwarf it.
-    plans: dict[int, tuple[Callable[..., None], int, int, Launcher | None]] = {}
-
-    def plan(m: int) -> tuple[Callable[..., None], int, int, Launcher | None]:
-        tiles = choose(m, n, k, dtype, sm_count, shared_memory)
-        if tiles.tma and not (tma_capable and dtype.itemsize == 2 and (n * dtype.itemsize) % 16 == 0):
-            tiles = dataclasses.replace(tiles, tma=False, persistent=0)
+    def launch_of(tiles: Tiling) -> Callable[..., None]:
         launch = launchers.get(tiles)
         if launch is None:
             launch = launchers[tiles] = tma_launcher(tiles) if tiles.tma else launcher(tiles)
+        return launch
+
+    #: what a token count launches: (launch, its grid's first axis, split, the reduce or None, the launch while a
+    #: CUDA graph is captured or None for the same), remembered for token counts up to PLAN_CACHE_MAX_M: choosing
+    #: costs about 5 µs of Python a call (``tiling``'s arithmetic and its dataclass), a decode step's whole budget
+    #: on some hosts; larger products dwarf it.
+    plans: dict[int, tuple[Callable[..., None], int, int, Launcher | None, Callable[..., None] | None]] = {}
+
+    def plan(m: int) -> tuple[Callable[..., None], int, int, Launcher | None, Callable[..., None] | None]:
+        tiles = choose(m, n, k, dtype, sm_count, shared_memory)
+        if tiles.tma and not (tma_capable and dtype.itemsize == 2 and (n * dtype.itemsize) % 16 == 0):
+            tiles = dataclasses.replace(tiles, tma=False, persistent=0, tma_in_graphs_only=False)
+        launch, captured = launch_of(tiles), None
+        if tiles.tma_in_graphs_only:  # eager calls take the pointer kernel of the same tile
+            captured = launch
+            launch = launch_of(dataclasses.replace(tiles, tma=False, persistent=0, tma_in_graphs_only=False))
         grid = output_tiles(tiles.block_m, tiles.block_n, m, n)
-        chosen = (launch, grid, tiles.split, sum_slices(tiles.split) if tiles.split > 1 else None)
+        chosen = (launch, grid, tiles.split, sum_slices(tiles.split) if tiles.split > 1 else None, captured)
         if m <= PLAN_CACHE_MAX_M:
             plans[m] = chosen
         return chosen
 
     def matmul(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor) -> None:
         m = a.shape[0]
-        launch, grid, split, reduce = plans.get(m) or plan(m)
+        launch, grid, split, reduce, captured = plans.get(m) or plan(m)
+        if captured is not None and stream_is_capturing():
+            launch = captured
         if reduce is None:
             launch((grid,), a, b, out, m, a.stride(0), out.stride(0))
             return
