@@ -118,6 +118,10 @@
 # The session of 2026-12-01 evening (the host cost of Triton's decode GEMM and of the torch backend's one-token
 # calls), one call, no carry, to take the call apart before changing it:
 #   bash benchmarks/h200_session.sh host-parts
+# then (the decode tile by TMA only inside CUDA graphs; plain calls allocating [tokens, width] directly), on one warm
+# machine:
+#   call A (carry .whl):  bash benchmarks/h200_session.sh graphs-tma-triton
+#   call B (carry .whl2): bash benchmarks/h200_session.sh graphs-tma-tilelang
 #
 # .whl and .whl2 hold the wheels benchmarks/README.md lists (TileLang; z3, liger-kernel, and rich with its small
 # dependencies for the `lazyops` command). Unpack a call's tarball into benchmarks/results/ here.
@@ -431,6 +435,19 @@ decode-tma-triton)
     --lazyops-backend triton
   step 200 python3 benchmarks/gemm_decode_sweep.py --tma --only "16x128x128 w4 s4,64x128x64 w4 s4" --tag tma \
     --out "$results"
+  ;;
+graphs-tma-triton)
+  # the TMA kernel's tests (eager against replayed bits included), the decode buckets, the host parts again, then
+  # matmul conformance for torch and Triton (TileLang's merged by call B)
+  step 250 python3 -m pytest -q -p no:cacheprovider -p lazyops.pytest_plugin tests/kernels/test_triton_matmul_tma.py \
+    tests/kernels/test_matmul_tiles.py tests/core/test_plain_call.py --lazyops-backend triton
+  step 150 python3 benchmarks/matmul_host_parts.py --out "$results"
+  mkdir -p /tmp/matmul
+  step 200 python3 benchmarks/gpu_conformance.py --backend torch --backend triton --kernels matmul \
+    --tokens 1,7,128,4096 --max-examples 8 --out /tmp/matmul
+  ;;
+graphs-tma-tilelang)
+  tilelang_matmul_then_grid_and_layer
   ;;
 host-parts)
   # where a Triton decode GEMM call's host time goes; then the profile of the one-token norms and softmax
