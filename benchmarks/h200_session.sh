@@ -447,6 +447,7 @@ graphs-tma-triton)
     --tokens 1,7,128,4096 --max-examples 8 --out /tmp/matmul
   ;;
 graphs-tma-tilelang)
+  step 150 python3 benchmarks/matmul_host_parts.py --out "$results"
   tilelang_matmul_then_grid_and_layer
   ;;
 host-parts)
