@@ -122,6 +122,10 @@
 # machine:
 #   call A (carry .whl):  bash benchmarks/h200_session.sh graphs-tma-triton
 #   call B (carry .whl2): bash benchmarks/h200_session.sh graphs-tma-tilelang
+# then Triton's M <= 128 tiles at M = 64 and 128 (one call, no carry):
+#   bash benchmarks/h200_session.sh mid-triton
+# then, with the M <= 128 rule from that sweep (one program an SM; the deep tile past 64 tokens), the same two
+# calls again on one warm machine: graphs-tma-triton (carry .whl), graphs-tma-tilelang (carry .whl2)
 #
 # .whl and .whl2 hold the wheels benchmarks/README.md lists (TileLang; z3, liger-kernel, and rich with its small
 # dependencies for the `lazyops` command). Unpack a call's tarball into benchmarks/results/ here.
@@ -435,6 +439,11 @@ decode-tma-triton)
     --lazyops-backend triton
   step 200 python3 benchmarks/gemm_decode_sweep.py --tma --only "16x128x128 w4 s4,64x128x64 w4 s4" --tag tma \
     --out "$results"
+  ;;
+mid-triton)
+  # the M <= 128 bucket's two tiles (block_k 64: two blocks an SM; 128: one, deeper stages) at every split, M = 64, 128
+  step 400 python3 benchmarks/gemm_decode_sweep.py --buckets small --small-tokens 64,128 \
+    --only "64x128x64 w4 s4,64x128x128 w4 s4" --tag mid --out "$results"
   ;;
 graphs-tma-triton)
   # the TMA kernel's tests (eager against replayed bits included), the decode buckets, the host parts again, then

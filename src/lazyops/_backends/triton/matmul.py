@@ -234,6 +234,13 @@ WIDE_LARGE = Tiling(128, 256, 64, 8, 3, tma=True, persistent=1)
 #: at ~47 (``matmul_host_parts.md``: its three descriptors 8.9 µs to build and more to encode at every launch),
 #: which a graph pays once and an eager decode step on every call.
 DECODE_16 = Tiling(16, 128, 128, 4, 4, tma=True, tma_in_graphs_only=True)
+#: The 16-bit tile from 65 to 128 tokens where its tiles number at most half the SMs (a weight of n <= 4224 on an
+#: H200): 64 x 128 x 128, 4 stages, one block an SM, so split 2 and each program streams long k-slices with deep
+#: stages. ``gemm_decode_sweep_mid.md`` (H200, in CUDA graphs, M = 128): 14.35 / 35.47 µs at (n, k) = (4096, 4096) /
+#: (4096, 14336) against 15.93 / 37.33 for 64 x 128 x 64 at its best split and the rule's; at M = 64 (one row
+#: block) 64 x 128 x 64 stayed faster (13.33 against 13.62 µs, 33.47 against 33.85), and where the tiles fill the
+#: SMs (n = 14336) so did it (34.96 against 38.72 µs at M = 128).
+DEEP_128 = Tiling(64, 128, 128, 4, 4)
 
 
 def stage_bytes(block_m: int, block_n: int, block_k: int, dtype: torch.dtype) -> int:
@@ -263,10 +270,14 @@ def tiling(
     128 tokens the product is a stream over the weight, and the tiles are the fastest of
     ``benchmarks/gemm_decode_sweep.py``'s grid on an H200 (``gemm_decode_sweep.md``, in CUDA graphs): 16 x 128 x
     128 with 4 stages up to 16 tokens (``mma``; one block an SM; by TMA, :data:`DECODE_16`), 64 x 128 x 64 with 4
-    stages up to 128 (two blocks an SM). Then ``k`` is split (see the module's docstring) so that the tiles times
-    the slices fill every SM's block slots once: ``split = slots // tiles``; a second wave, or a split past one
-    wave, measured slower there (``[1, 14336] x [14336, 4096]``: split 4 31.6 µs, 6 34.2, 8 32.9; ``[1, 4096] x
-    [4096, 14336]``: no split 31.8 µs, 2 33.8). Beyond 128 tokens: 64 x 64 tiles up to 256, then in 16-bit types
+    stages up to 64 (two blocks an SM), and up to 128 the same or, where its tiles would leave half the SMs idle
+    and four stages fit, :data:`DEEP_128` (``gemm_decode_sweep_mid.md``). Then ``k`` is split (see the module's
+    docstring) so that the tiles times the slices fill the SMs once, one program an SM in 16-bit types (every
+    block slot in float32, not swept): ``split = sm_count // tiles``; a second program an SM, a second wave or a
+    split past one wave measured slower there (M = 64, ``[64, 4096] x [4096, 4096]``: split 4 13.3 µs, 8 15.3;
+    ``[64, 14336] x [14336, 4096]``: 4 33.5, 8 37.0; ``[64, 4096] x [4096, 14336]``: 1 31.6, 2 37.5; M = 1,
+    ``[1, 14336] x [14336, 4096]``: split 4 31.6 µs, 6 34.2, 8 32.9). Beyond 128 tokens: 64 x 64 tiles up to 256,
+    then in 16-bit types
     128 x 256 x 64 tiles (:data:`WIDE_LARGE`: TMA, persistent) once they number at least half the SMs and two of
     their stages and their staged result fit the device, else 128 x 128 (``wgmma``). ``benchmarks/gemm_large_sweep.py``
     timed large tilings on an H200 (``gemm_large_sweep_triton.md``; the first sweep, in git history: the
@@ -283,6 +294,13 @@ def tiling(
         config = DECODE_16 if wide else Tiling(16, 32, 64, 4, 4)
     elif m <= SPLIT_MAX_M and wide:
         config = Tiling(64, 128, 64, 4, 4)
+        deep = DEEP_128
+        if (
+            m > deep.block_m
+            and deep.num_stages * stage_bytes(deep.block_m, deep.block_n, deep.block_k, dtype) <= pipeline_memory
+            and output_tiles(deep.block_m, min(deep.block_n, max(MIN_TILE, next_power_of_2(n))), m, n) <= sm_count // 2
+        ):
+            config = deep
     elif m <= 256:
         config = Tiling(64, 64, 64 if wide else 32, 4, 4)
     elif (
@@ -307,7 +325,7 @@ def tiling(
     split, k_slice = 1, 0
     if m <= SPLIT_MAX_M:
         tiles = output_tiles(config.block_m, block_n, m, n)
-        slots = sm_count * max(1, shared_memory // (stages * stage + epilogue))
+        slots = sm_count if wide else sm_count * max(1, shared_memory // (stages * stage + epilogue))
         wanted = min(slots // tiles, cdiv(k, block_k) // MIN_SLICE_STEPS)
         if wanted > 1:
             k_slice = cdiv(cdiv(k, block_k), wanted) * block_k
