@@ -126,6 +126,7 @@
 #   bash benchmarks/h200_session.sh mid-triton
 # then, with the M <= 128 rule from that sweep (one program an SM; the deep tile past 64 tokens), the same two
 # calls again on one warm machine: graphs-tma-triton (carry .whl), graphs-tma-tilelang (carry .whl2)
+# then the layer's prefill with host times (one call, no carry): bash benchmarks/h200_session.sh layer-host
 #
 # .whl and .whl2 hold the wheels benchmarks/README.md lists (TileLang; z3, liger-kernel, and rich with its small
 # dependencies for the `lazyops` command). Unpack a call's tarball into benchmarks/results/ here.
@@ -444,6 +445,14 @@ mid-triton)
   # the M <= 128 bucket's two tiles (block_k 64: two blocks an SM; 128: one, deeper stages) at every split, M = 64, 128
   step 400 python3 benchmarks/gemm_decode_sweep.py --buckets small --small-tokens 64,128 \
     --only "64x128x64 w4 s4,64x128x128 w4 s4" --tag mid --out "$results"
+  ;;
+layer-host)
+  # the layer's prefill rows with their host time per call: is the compiled Triton row bound by its launches?
+  mkdir -p /tmp/layer-host
+  step 400 python3 benchmarks/layer/decoder_layer.py --workloads prefill-1024,prefill-8192 --backend torch \
+    --backend triton --out /tmp/layer-host
+  cp /tmp/layer-host/decoder_layer.md "$results/decoder_layer_host.md"
+  cp /tmp/layer-host/decoder_layer.json "$results/decoder_layer_host.json"
   ;;
 graphs-tma-triton)
   # the TMA kernel's tests (eager against replayed bits included), the decode buckets, the host parts again, then

@@ -127,6 +127,9 @@ class Row:
     error_residual: float | None = None
     correct: bool | None = None
     first_call_s: float | None = None  # the first call, compilation included
+    # Host time per call, the clock stopped before the synchronize (stream-timed rows on CUDA): where it nears
+    # ``us`` the row is bound by its launches, not its kernels.
+    host_us: float | None = None
     error: str | None = None
     note: str | None = None
 
@@ -400,6 +403,8 @@ def measure_workload(
                     row.us, got = graph_us(layer, inputs, options.replays)
                 else:
                     row.us = median_us(layer, clone(inputs), device, options.repeats)
+                    if cuda:
+                        row.host_us = host_us(layer, clone(inputs))
             row.error_out = relative_error(got[0], reference[0])
             row.error_residual = relative_error(got[1], reference[1])
             row.correct = bool(
@@ -449,6 +454,20 @@ def median_us(layer: Callable[..., Any], args: tuple[Any, ...], device: str, rep
         step()
         times.append(time.perf_counter() - started)
     return statistics.median(times) * 1e6
+
+
+def host_us(layer: Callable[..., Any], args: tuple[Any, ...], calls: int = 20, rounds: int = 3) -> float:
+    """Host µs per call: ``calls`` back-to-back calls, the clock stopped before the synchronize (what the host
+    spends issuing the layer, not what it waits for), median of ``rounds``."""
+    samples = []
+    for _ in range(rounds):
+        synchronize("cuda")
+        started = time.perf_counter()
+        for _ in range(calls):
+            layer(*args)
+        samples.append((time.perf_counter() - started) / calls * 1e6)
+        synchronize("cuda")
+    return statistics.median(samples)
 
 
 def graph_us(layer: Callable[..., Any], inputs: tuple[Any, ...], replays: int) -> tuple[float, Any]:
@@ -553,6 +572,20 @@ def render_markdown(rows: list[Row], environment: dict[str, Any], elapsed: float
     for workload in workloads:
         first = next(row for row in rows if row.workload == workload)
         lines.append(f"- {workload}: {first.method}")
+    hosted = [row for row in rows if row.host_us is not None]
+    if hosted:
+        host_workloads = list(dict.fromkeys(row.workload for row in hosted))
+        lines += [
+            "",
+            "## Host µs per layer call, stream-timed workloads (20 back-to-back calls, the clock stopped before the "
+            "synchronize; near the µs above, a row is bound by its launches)",
+            "",
+            "| implementation | " + " | ".join(host_workloads) + " |",
+            "| --- |" + " --- |" * len(host_workloads),
+        ]
+        for impl in dict.fromkeys(row.impl for row in hosted):
+            cells = {row.workload: f"{row.host_us:.1f}" for row in hosted if row.impl == impl}
+            lines.append(f"| {impl} | " + " | ".join(cells.get(w, "") for w in host_workloads) + " |")
     lines += [
         "",
         "## Correctness: relative error against the float32 layer (output / residual)",
