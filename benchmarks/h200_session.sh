@@ -127,6 +127,12 @@
 # then, with the M <= 128 rule from that sweep (one program an SM; the deep tile past 64 tokens), the same two
 # calls again on one warm machine: graphs-tma-triton (carry .whl), graphs-tma-tilelang (carry .whl2)
 # then the layer's prefill with host times (one call, no carry): bash benchmarks/h200_session.sh layer-host
+# then TileLang's M <= 128 tiles with a deeper k-step, two calls on one warm machine:
+#   call A (carry .whl):  bash benchmarks/h200_session.sh install
+#   call B (carry .whl2): bash benchmarks/h200_session.sh mid-tilelang
+# then TileLang's M <= 128 plan from that sweep (DEEP_128 for narrow weights), checked and timed in the grid:
+#   call A (carry .whl):  bash benchmarks/h200_session.sh install
+#   call B (carry .whl2): bash benchmarks/h200_session.sh deep-tilelang
 #
 # .whl and .whl2 hold the wheels benchmarks/README.md lists (TileLang; z3, liger-kernel, and rich with its small
 # dependencies for the `lazyops` command). Unpack a call's tarball into benchmarks/results/ here.
@@ -440,6 +446,24 @@ decode-tma-triton)
     --lazyops-backend triton
   step 200 python3 benchmarks/gemm_decode_sweep.py --tma --only "16x128x128 w4 s4,64x128x64 w4 s4" --tag tma \
     --out "$results"
+  ;;
+deep-tilelang)
+  # TileLang's M <= 128 plan with DEEP_128 for narrow weights: the decode buckets' bounds at aligned and unaligned
+  # widths, matmul conformance (merged into the committed file), then the grid
+  step 250 python3 -m pytest -q -p no:cacheprovider -p lazyops.pytest_plugin tests/kernels/test_matmul_tiles.py \
+    tests/kernels/test_tilelang_matmul_persistent.py --lazyops-backend tilelang
+  mkdir -p /tmp/matmul && cp benchmarks/results/gpu_conformance_matmul.json /tmp/matmul/gpu_conformance.json
+  step 150 python3 benchmarks/gpu_conformance.py --backend tilelang --kernels matmul --tokens 1,7,128,4096 \
+    --max-examples 8 --merge --out /tmp/matmul
+  cp /tmp/matmul/gpu_conformance.md "$results/gpu_conformance_matmul.md"
+  cp /tmp/matmul/gpu_conformance.json "$results/gpu_conformance_matmul.json"
+  step 150 python3 benchmarks/gemm_grid.py --out "$results"
+  ;;
+mid-tilelang)
+  # TileLang's M <= 128 tiles with a 128-deep k-step (64- and 128-row), direct stores, every split, M = 64 and 128
+  step 450 python3 benchmarks/gemm_decode_sweep.py --backend tilelang --buckets small --small-rows 64,128 \
+    --small-tokens 64,128 --only "64x128x128 w4 s4,64x128x128 w4 s3,128x128x128 w8 s3,128x128x64 w8 s4" \
+    --tag mid --budget-s 420 --out "$results"
   ;;
 mid-triton)
   # the M <= 128 bucket's two tiles (block_k 64: two blocks an SM; 128: one, deeper stages) at every split, M = 64, 128

@@ -40,17 +40,18 @@ def plan_for(m: int, plans: tuple) -> matmul.SplitK:
 #:   of every cell and 1.09-1.23x faster than the M <= 128 plan of then; it beat cuBLAS at two shapes of three.
 #: - ``gemm_decode_sweep_tilelang_rows128``: 128-row tilings (the whole batch in one row block) at M = 128. The plan
 #:   (128 x 128 x 64, 4 stages, partials through shared memory, split by the slot rule) was the fastest candidate
-#:   of every cell and faster than the 64 x 256 plan of then; still below cuBLAS (0.83-0.97x).
+#:   of every cell and faster than the 64 x 256 plan of then; still below cuBLAS (0.83-0.97x). It keeps the weight
+#:   shapes whose 64 x 128 tiles fill half the SMs (n = 14336); narrower ones take DEEP_128 (the test after).
 SHARED_STORE_SWEEPS = (
-    ("gemm_decode_sweep_tilelang_tma.json", 64, matmul.SPLIT_64, 1.09),
-    ("gemm_decode_sweep_tilelang_rows128.json", 128, matmul.SPLIT_128, 1.0),
+    ("gemm_decode_sweep_tilelang_tma.json", 64, matmul.SPLIT_64, 1.09, ((4096, 4096), (4096, 14336), (14336, 4096))),
+    ("gemm_decode_sweep_tilelang_rows128.json", 128, matmul.SPLIT_128, 1.0, ((14336, 4096),)),
 )
 
 
-@pytest.mark.parametrize(("sweep", "m", "tile", "margin"), SHARED_STORE_SWEEPS, ids=lambda v: str(v)[:40])
-def test_the_plan_is_the_fastest_shared_memory_store_tiling_of_its_sweep(sweep, m, tile, margin) -> None:
+@pytest.mark.parametrize(("sweep", "m", "tile", "margin", "shapes"), SHARED_STORE_SWEEPS, ids=lambda v: str(v)[:40])
+def test_the_plan_is_the_fastest_shared_memory_store_tiling_of_its_sweep(sweep, m, tile, margin, shapes) -> None:
     rows = json.loads(SWEEP.with_name(sweep).read_text())["rows"]
-    for n, k in ((4096, 4096), (4096, 14336), (14336, 4096)):
+    for n, k in shapes:
         here = [row for row in rows if (row["m"], row["n"], row["k"]) == (m, n, k) and row.get("graph_us")]
         by_impl = {row["impl"]: row["graph_us"] for row in here}
         timed = {
@@ -63,6 +64,41 @@ def test_the_plan_is_the_fastest_shared_memory_store_tiling_of_its_sweep(sweep, 
         mine = timed[(tile.block_m, tile.block_n, tile.block_k, tile.stages, plan.split)]
         assert mine == min(timed.values()), f"M={m} n={n} k={k}"
         assert mine * margin < by_impl["rule"], f"M={m} n={n} k={k}"
+
+
+def test_from_65_to_128_tokens_the_deep_tile_serves_narrow_weights_as_its_sweep_measured() -> None:
+    """``gemm_decode_sweep_tilelang_mid`` timed 128-deep k-steps (64 x 128 and 128 x 128 tiles, direct stores, every
+    split) at M = 64 and 128 beside the plans of then (its ``rule`` rows). At M = 128 the plan is DEEP_128 where its
+    tiles leave half the SMs idle: the cell's fastest candidate, faster than the old plan; elsewhere the old plan
+    (SPLIT_128) was faster than every 128-deep candidate, and at M = 64 SPLIT_64 was in every cell."""
+    rows = json.loads(SWEEP.with_name("gemm_decode_sweep_tilelang_mid.json").read_text())["rows"]
+    cells = {(row["m"], row["n"], row["k"]) for row in rows}
+    assert len(cells) == 6, "the sweep covers M = 64, 128 at three weight shapes"
+    for m, n, k in cells:
+        here = [row for row in rows if (row["m"], row["n"], row["k"]) == (m, n, k) and row.get("graph_us")]
+        old_plan = next(row["graph_us"] for row in here if row["impl"] == "rule")
+        timed = {
+            (row["block_m"], row["block_n"], row["block_k"], row["num_stages"], row["split"]): row["graph_us"]
+            for row in here
+            if row["impl"] not in ("cuBLAS", "rule")
+        }
+        plan = plan_for(m, matmul.split_plans(matmul.spec.configure(n, k, "bfloat16"), H200_SMS))
+        tile = plan.tile
+        if tile == matmul.DEEP_128:
+            mine = timed[(tile.block_m, tile.block_n, tile.block_k, tile.stages, plan.split)]
+            assert mine == min(timed.values()) and mine < old_plan, f"M={m} n={n} k={k}"
+        else:
+            assert tile in (matmul.SPLIT_64, matmul.SPLIT_128), f"M={m} n={n} k={k}: {tile}"
+            assert old_plan <= min(timed.values()), f"M={m} n={n} k={k}: a 128-deep tiling was faster"
+
+
+def test_the_deep_tile_needs_its_four_stages_of_room() -> None:
+    """On a 99 KiB block (sm_86, sm_89) DEEP_128's four stages (192 KiB) do not fit: M <= 128 keeps the low-memory
+    plan there, whatever the weight."""
+    plans = matmul.split_plans(matmul.spec.configure(4096, 4096, "bfloat16"), 84, 99 * 1024)
+    assert plans[-1].tile.block_k == 64
+    plans = matmul.split_plans(matmul.spec.configure(4096, 4096, "bfloat16"), H200_SMS)
+    assert plans[-1].tile == matmul.DEEP_128
 
 
 def test_the_plan_picks_a_measured_tiling_near_the_best_in_every_swept_cell() -> None:
