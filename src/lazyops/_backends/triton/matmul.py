@@ -176,9 +176,12 @@ def _never_capturing() -> bool:
 
 
 #: Whether this thread's current stream is capturing a CUDA graph (for tilings with ``tma_in_graphs_only``): torch's
-#: C function, a fraction of a microsecond a call; without CUDA (the interpreter) nothing is ever captured.
+#: C function where it has one (a fraction of a microsecond a call), else its public wrapper; without CUDA (the
+#: interpreter) nothing is ever captured.
 stream_is_capturing: Callable[[], bool] = (
-    torch._C._cuda_isCurrentStreamCapturing if torch.cuda.is_available() else _never_capturing
+    getattr(torch._C, "_cuda_isCurrentStreamCapturing", torch.cuda.is_current_stream_capturing)
+    if torch.cuda.is_available()
+    else _never_capturing
 )
 
 
