@@ -246,6 +246,11 @@ DECODE_16 = Tiling(16, 128, 128, 4, 4, tma=True, tma_in_graphs_only=True)
 DEEP_128 = Tiling(64, 128, 128, 4, 4)
 
 
+def through_pointers(tiles: Tiling) -> Tiling:
+    """``tiles`` on the pointer kernel: the same tile, stages and split, no TMA and no persistent programs."""
+    return dataclasses.replace(tiles, tma=False, persistent=0, tma_in_graphs_only=False)
+
+
 def stage_bytes(block_m: int, block_n: int, block_k: int, dtype: torch.dtype) -> int:
     """The shared memory one pipeline stage takes: an a block and a b block."""
     return (block_m + block_n) * block_k * dtype.itemsize
@@ -405,7 +410,7 @@ def build_matmul(
             num_warps=tiles.num_warps,
             num_stages=tiles.num_stages,
         )
-        pointers = launchers.get(plain := dataclasses.replace(tiles, tma=False, persistent=0, tma_in_graphs_only=False))
+        pointers = launchers.get(plain := through_pointers(tiles))
         if pointers is None:
             pointers = launchers[plain] = launcher(plain)
         most_programs = sm_count * tiles.persistent
@@ -468,11 +473,11 @@ def build_matmul(
     def plan(m: int) -> tuple[Callable[..., None], int, int, Launcher | None, Callable[..., None] | None]:
         tiles = choose(m, n, k, dtype, sm_count, shared_memory)
         if tiles.tma and not (tma_capable and dtype.itemsize == 2 and (n * dtype.itemsize) % 16 == 0):
-            tiles = dataclasses.replace(tiles, tma=False, persistent=0, tma_in_graphs_only=False)
+            tiles = through_pointers(tiles)
         launch, captured = launch_of(tiles), None
         if tiles.tma_in_graphs_only:  # eager calls take the pointer kernel of the same tile
             captured = launch
-            launch = launch_of(dataclasses.replace(tiles, tma=False, persistent=0, tma_in_graphs_only=False))
+            launch = launch_of(through_pointers(tiles))
         grid = output_tiles(tiles.block_m, tiles.block_n, m, n)
         chosen = (launch, grid, tiles.split, sum_slices(tiles.split) if tiles.split > 1 else None, captured)
         if m <= PLAN_CACHE_MAX_M:
