@@ -133,6 +133,7 @@
 # then TileLang's M <= 128 plan from that sweep (DEEP_128 for narrow weights), checked and timed in the grid:
 #   call A (carry .whl):  bash benchmarks/h200_session.sh install
 #   call B (carry .whl2): bash benchmarks/h200_session.sh deep-tilelang
+# then Triton's deep tile by TMA (one call, no carry): bash benchmarks/h200_session.sh deep-tma-triton
 #
 # .whl and .whl2 hold the wheels benchmarks/README.md lists (TileLang; z3, liger-kernel, and rich with its small
 # dependencies for the `lazyops` command). Unpack a call's tarball into benchmarks/results/ here.
@@ -458,6 +459,11 @@ deep-tilelang)
   cp /tmp/matmul/gpu_conformance.md "$results/gpu_conformance_matmul.md"
   cp /tmp/matmul/gpu_conformance.json "$results/gpu_conformance_matmul.json"
   step 150 python3 benchmarks/gemm_grid.py --out "$results"
+  ;;
+deep-tma-triton)
+  # Triton's deep M <= 128 tile on the TMA kernel at every split, M = 64 and 128 (in graphs, beside the rule)
+  step 300 python3 benchmarks/gemm_decode_sweep.py --tma --buckets small --small-tokens 64,128 \
+    --only "64x128x128 w4 s4" --tag deep_tma --out "$results"
   ;;
 mid-tilelang)
   # TileLang's M <= 128 tiles with a 128-deep k-step (64- and 128-row), direct stores, every split, M = 64 and 128
