@@ -463,7 +463,7 @@ deep-tilelang)
 deep-tma-triton)
   # Triton's deep M <= 128 tile on the TMA kernel at every split, M = 64 and 128 (in graphs, beside the rule)
   step 300 python3 benchmarks/gemm_decode_sweep.py --tma --buckets small --small-tokens 64,128 \
-    --only "64x128x128 w4 s4" --tag deep_tma --out "$results"
+    --only "64x128x128 w4 s3" --tag deep_tma --out "$results"
   ;;
 mid-tilelang)
   # TileLang's M <= 128 tiles with a 128-deep k-step (64- and 128-row), direct stores, every split, M = 64 and 128
