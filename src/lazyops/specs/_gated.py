@@ -28,9 +28,6 @@ class GatedSpec(KernelSpec):
     def plain_layout(self, config: Any) -> tuple[checks.PlainInput, ...]:
         return (checks.rows_input(2 * config.n, config.dtype),)
 
-    def out_shape(self, config: Any, x: Any) -> tuple[int, ...]:
-        return (*x.shape[:-1], config.n)
-
     def out_width(self, config: Any) -> int:
         return int(config.n)
 

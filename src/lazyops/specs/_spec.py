@@ -231,15 +231,20 @@ class KernelSpec:
 
     def out_shape(self, config: Any, *args: Any) -> tuple[int, ...]:
         """The shape of the tensor the kernel returns (for ``returns == "out"``), from the call's arguments: by
-        default that of the input :attr:`out_like` names."""
-        if self.out_like is None:
+        default that of the input :attr:`out_like` names, else the first token-indexed input's leading dimensions
+        and :meth:`out_width`."""
+        if self.out_like is not None:
+            return tuple(args[self.inputs.index(self.out_like)].shape)
+        width = self.out_width(config)
+        if width is None or not self.row_inputs:
             raise NotImplementedError
-        return tuple(args[self.inputs.index(self.out_like)].shape)
+        return (*args[self.inputs.index(self.row_inputs[0])].shape[:-1], width)
 
     def out_width(self, config: Any) -> int | None:
         """The width of the rows the kernel returns when they are not shaped like an input (a GEMM's ``n``, a gated
-        activation's half width): lets a plain call allocate ``[tokens, width]`` without :meth:`out_shape`'s tuple
-        work. None (the default): the result is :attr:`out_like`'s shape, or only :meth:`out_shape` knows it."""
+        activation's half width): :meth:`out_shape` follows from it, and a plain call allocates ``[tokens, width]``
+        without that method's tuple work. None (the default): the result is :attr:`out_like`'s shape, or only an
+        overridden :meth:`out_shape` knows it."""
         return None
 
     def out_dtype(self, config: Any) -> torch.dtype:

@@ -58,9 +58,6 @@ class MatmulSpec(KernelSpec):
     def plain_layout(self, config: MatmulConfig) -> tuple[checks.PlainInput, ...]:
         return (checks.rows_input(config.k, config.dtype), checks.fixed_input((config.k, config.n), config.dtype))
 
-    def out_shape(self, config: MatmulConfig, a: Any, b: Any) -> tuple[int, ...]:
-        return (*a.shape[:-1], config.n)
-
     def out_width(self, config: MatmulConfig) -> int:
         return config.n
 
