@@ -17,15 +17,13 @@ from hypothesis import strategies as st
 
 pytest.importorskip("tilelang")
 
+from gemm_sweeps import timed_cells  # tests/kernels is on sys.path (pytest prepends it)
+
 from lazyops._backends.tilelang import matmul
 
 SWEEP = Path(__file__).resolve().parents[2] / "benchmarks" / "results" / "gemm_decode_sweep_tilelang.json"
 H200_SMS = 132
 H200_SHARED_MEMORY = 227 * 1024
-
-
-def sweep_rows() -> list[dict]:
-    return json.loads(SWEEP.read_text())["rows"]
 
 
 def plan_for(m: int, plans: tuple) -> matmul.SplitK:
@@ -50,9 +48,9 @@ SHARED_STORE_SWEEPS = (
 
 @pytest.mark.parametrize(("sweep", "m", "tile", "margin", "shapes"), SHARED_STORE_SWEEPS, ids=lambda v: str(v)[:40])
 def test_the_plan_is_the_fastest_shared_memory_store_tiling_of_its_sweep(sweep, m, tile, margin, shapes) -> None:
-    rows = json.loads(SWEEP.with_name(sweep).read_text())["rows"]
+    cells = timed_cells(sweep)
     for n, k in shapes:
-        here = [row for row in rows if (row["m"], row["n"], row["k"]) == (m, n, k) and row.get("graph_us")]
+        here = cells[(m, n, k)]
         by_impl = {row["impl"]: row["graph_us"] for row in here}
         timed = {
             (row["block_m"], row["block_n"], row["block_k"], row["num_stages"], row["split"]): row["graph_us"]
@@ -71,11 +69,9 @@ def test_from_65_to_128_tokens_the_deep_tile_serves_narrow_weights_as_its_sweep_
     split) at M = 64 and 128 beside the plans of then (its ``rule`` rows). At M = 128 the plan is DEEP_128 where its
     tiles leave half the SMs idle: the cell's fastest candidate, faster than the old plan; elsewhere the old plan
     (SPLIT_128) was faster than every 128-deep candidate, and at M = 64 SPLIT_64 was in every cell."""
-    rows = json.loads(SWEEP.with_name("gemm_decode_sweep_tilelang_mid.json").read_text())["rows"]
-    cells = {(row["m"], row["n"], row["k"]) for row in rows}
+    cells = timed_cells("gemm_decode_sweep_tilelang_mid.json")
     assert len(cells) == 6, "the sweep covers M = 64, 128 at three weight shapes"
-    for m, n, k in cells:
-        here = [row for row in rows if (row["m"], row["n"], row["k"]) == (m, n, k) and row.get("graph_us")]
+    for (m, n, k), here in cells.items():
         old_plan = next(row["graph_us"] for row in here if row["impl"] == "rule")
         timed = {
             (row["block_m"], row["block_n"], row["block_k"], row["num_stages"], row["split"]): row["graph_us"]
@@ -106,13 +102,11 @@ def test_the_plan_picks_a_measured_tiling_near_the_best_in_every_swept_cell() ->
     fastest candidate, faster than the rule the sweep ran against (its ``rule`` row: a 16 x 64 / 64 x 128 split-K
     pair whose slices a bandwidth model chose) and at least cuBLAS's speed (the issue's goal). (Its M = 128 cells
     set the 64 x 256 plan of then, SPLIT_128_LOW_SMEM now: the test above judges today's.)"""
-    rows = sweep_rows()
-    cells = {(row["m"], row["n"], row["k"]) for row in rows}
+    cells = timed_cells(SWEEP.name)
     assert len(cells) == 9, "the sweep covers M = 1, 16, 128 at three weight shapes"
-    for m, n, k in cells:
+    for (m, n, k), here in cells.items():
         if m > 16:
             continue
-        here = [row for row in rows if (row["m"], row["n"], row["k"]) == (m, n, k) and row.get("graph_us")]
         by_impl = {row["impl"]: row["graph_us"] for row in here}
         timed = {
             (row["block_m"], row["block_n"], row["block_k"], row["num_stages"], row["split"]): row["graph_us"]

@@ -17,6 +17,8 @@ from hypothesis import strategies as st
 
 pytest.importorskip("triton")
 
+from gemm_sweeps import timed_cells  # tests/kernels is on sys.path (pytest prepends it)
+
 from lazyops._backends.triton.matmul import EPILOGUE_RESERVE, MIN_SLICE_STEPS, MIN_TILE, Tiling, tiling
 
 SWEEP = Path(__file__).resolve().parents[2] / "benchmarks" / "results" / "gemm_decode_sweep.json"
@@ -24,12 +26,11 @@ H200_SMS = 132
 
 
 def sweep_cells() -> dict[tuple[int, int, int], list[dict]]:
-    rows = json.loads(SWEEP.read_text())["rows"]
-    cells: dict[tuple[int, int, int], list[dict]] = {}
-    for row in rows:
-        if row.get("graph_us") and row["impl"] not in ("cuBLAS", "rule"):
-            cells.setdefault((row["m"], row["n"], row["k"]), []).append(row)
-    return cells
+    """The first sweep's candidates (neither cuBLAS nor the rule of then) by cell."""
+    return {
+        cell: [row for row in rows if row["impl"] not in ("cuBLAS", "rule")]
+        for cell, rows in timed_cells(SWEEP.name).items()
+    }
 
 
 def as_tiling(row: dict, k: int) -> tuple[int, ...]:
@@ -164,9 +165,7 @@ def test_up_to_16_tokens_the_rule_loads_by_tma_as_its_sweep_measured_faster() ->
     that bucket keeps the pointer kernel."""
     from lazyops._backends.triton.matmul import DECODE_16
 
-    rows = json.loads(SWEEP.with_name("gemm_decode_sweep_tma.json").read_text())["rows"]
-    for m, n, k in {(row["m"], row["n"], row["k"]) for row in rows}:
-        here = [row for row in rows if (row["m"], row["n"], row["k"]) == (m, n, k) and row.get("graph_us")]
+    for (m, n, k), here in timed_cells("gemm_decode_sweep_tma.json").items():
         rule = next(row["graph_us"] for row in here if row["impl"] == "rule")
         by_split = {row["split"]: row["graph_us"] for row in here if row.get("tma")}
         chosen = tiling(m, n, k, torch.bfloat16, H200_SMS)
@@ -184,11 +183,9 @@ def test_from_17_to_128_tokens_the_rule_takes_the_fastest_tile_and_split_of_its_
     128, one) at every split at M = 64 and 128, beside the rule of then (64 x 128 x 64 split to fill every block
     slot). In each cell the rule's tiling was timed, is within 3 % of the fastest candidate and no slower than the
     old rule: one program an SM, and the deep tile where the 64 x 128 tiles leave half the SMs idle past M = 64."""
-    rows = json.loads(SWEEP.with_name("gemm_decode_sweep_mid.json").read_text())["rows"]
-    cells = {(row["m"], row["n"], row["k"]) for row in rows}
+    cells = timed_cells("gemm_decode_sweep_mid.json")
     assert len(cells) == 6, "the sweep covers M = 64, 128 at three weight shapes"
-    for m, n, k in cells:
-        here = [row for row in rows if (row["m"], row["n"], row["k"]) == (m, n, k) and row.get("graph_us")]
+    for (m, n, k), here in cells.items():
         old_rule = next(row["graph_us"] for row in here if row["impl"] == "rule")
         timed = {as_tiling(row, k): row["graph_us"] for row in here if row["impl"] not in ("cuBLAS", "rule")}
         chosen = tiling(m, n, k, torch.bfloat16, H200_SMS)
