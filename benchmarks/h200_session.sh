@@ -135,6 +135,15 @@
 #   call B (carry .whl2): bash benchmarks/h200_session.sh deep-tilelang
 # then Triton's deep tile by TMA (one call, no carry): bash benchmarks/h200_session.sh deep-tma-triton
 #
+# The session of 2026-12-01 evening (TileLang's M <= 128 tiles 64 columns wide: twice the programs of 64 x 128, no
+# split-K, so no second launch), two calls on one warm machine:
+#   call A (carry .whl):  bash benchmarks/h200_session.sh install
+#   call B (carry .whl2): bash benchmarks/h200_session.sh narrow-tilelang
+# and Triton's (one call, no carry): bash benchmarks/h200_session.sh narrow-triton
+# then TileLang's NARROW_128 plan checked and timed in the grid:
+#   call A (carry .whl):  bash benchmarks/h200_session.sh install
+#   call B (carry .whl2): bash benchmarks/h200_session.sh narrow-tilelang-check
+#
 # .whl and .whl2 hold the wheels benchmarks/README.md lists (TileLang; z3, liger-kernel, and rich with its small
 # dependencies for the `lazyops` command). Unpack a call's tarball into benchmarks/results/ here.
 set -uo pipefail
@@ -448,9 +457,10 @@ decode-tma-triton)
   step 200 python3 benchmarks/gemm_decode_sweep.py --tma --only "16x128x128 w4 s4,64x128x64 w4 s4" --tag tma \
     --out "$results"
   ;;
-deep-tilelang)
-  # TileLang's M <= 128 plan with DEEP_128 for narrow weights: the decode buckets' bounds at aligned and unaligned
-  # widths, matmul conformance (merged into the committed file), then the grid
+deep-tilelang|narrow-tilelang-check)
+  # TileLang's M <= 128 plan for narrow weights (deep-tilelang: 64 x 128 x 128; narrow-tilelang-check: NARROW_128):
+  # the decode buckets' bounds at aligned and unaligned widths, matmul conformance (merged into the committed
+  # file), then the grid
   step 250 python3 -m pytest -q -p no:cacheprovider -p lazyops.pytest_plugin tests/kernels/test_matmul_tiles.py \
     tests/kernels/test_tilelang_matmul_persistent.py --lazyops-backend tilelang
   mkdir -p /tmp/matmul && cp benchmarks/results/gpu_conformance_matmul.json /tmp/matmul/gpu_conformance.json
@@ -470,6 +480,17 @@ mid-tilelang)
   step 450 python3 benchmarks/gemm_decode_sweep.py --backend tilelang --buckets small --small-rows 64,128 \
     --small-tokens 64,128 --only "64x128x128 w4 s4,64x128x128 w4 s3,128x128x128 w8 s3,128x128x64 w8 s4" \
     --tag mid --budget-s 420 --out "$results"
+  ;;
+narrow-tilelang)
+  # TileLang's 64-column tiles at M = 64 and 128 (64- and 128-row, 128- and 256-deep steps, 3-5 stages, every split)
+  step 450 python3 benchmarks/gemm_decode_sweep.py --backend tilelang --buckets small --small-rows 64,128 \
+    --small-tokens 64,128 --only "64x64x128 w4 s4,64x64x128 w4 s5,64x64x256 w4 s3,128x64x128 w8 s3,128x64x128 w8 s4" \
+    --tag narrow --budget-s 420 --out "$results"
+  ;;
+narrow-triton)
+  # Triton's 64-column tiles at M = 64 and 128 (128- and 256-deep steps, 4-5 stages, every split)
+  step 450 python3 benchmarks/gemm_decode_sweep.py --buckets small --small-tokens 64,128 \
+    --only "64x64x128 w4 s4,64x64x128 w4 s5,64x64x256 w4 s3,64x128x128 w4 s4" --tag narrow --budget-s 420 --out "$results"
   ;;
 mid-triton)
   # the M <= 128 bucket's two tiles (block_k 64: two blocks an SM; 128: one, deeper stages) at every split, M = 64, 128

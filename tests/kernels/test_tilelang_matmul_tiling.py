@@ -39,7 +39,7 @@ def plan_for(m: int, plans: tuple) -> matmul.SplitK:
 #: - ``gemm_decode_sweep_tilelang_rows128``: 128-row tilings (the whole batch in one row block) at M = 128. The plan
 #:   (128 x 128 x 64, 4 stages, partials through shared memory, split by the slot rule) was the fastest candidate
 #:   of every cell and faster than the 64 x 256 plan of then; still below cuBLAS (0.83-0.97x). It keeps the weight
-#:   shapes whose 64 x 128 tiles fill half the SMs (n = 14336); narrower ones take DEEP_128 (the test after).
+#:   shapes whose 64 x 128 tiles fill half the SMs (n = 14336); narrower ones take NARROW_128 (the tests after).
 SHARED_STORE_SWEEPS = (
     ("gemm_decode_sweep_tilelang_tma.json", 64, matmul.SPLIT_64, 1.09, ((4096, 4096), (4096, 14336), (14336, 4096))),
     ("gemm_decode_sweep_tilelang_rows128.json", 128, matmul.SPLIT_128, 1.0, ((14336, 4096),)),
@@ -64,15 +64,19 @@ def test_the_plan_is_the_fastest_shared_memory_store_tiling_of_its_sweep(sweep, 
         assert mine * margin < by_impl["rule"], f"M={m} n={n} k={k}"
 
 
-def test_from_65_to_128_tokens_the_deep_tile_serves_narrow_weights_as_its_sweep_measured() -> None:
-    """``gemm_decode_sweep_tilelang_mid`` timed 128-deep k-steps (64 x 128 and 128 x 128 tiles, direct stores, every
-    split) at M = 64 and 128 beside the plans of then (its ``rule`` rows). At M = 128 the plan is DEEP_128 where its
-    tiles leave half the SMs idle: the cell's fastest candidate, faster than the old plan; elsewhere the old plan
-    (SPLIT_128) was faster than every 128-deep candidate, and at M = 64 SPLIT_64 was in every cell."""
-    cells = timed_cells("gemm_decode_sweep_tilelang_mid.json")
+def test_from_65_to_128_tokens_the_narrow_tile_serves_narrow_weights_as_its_sweep_measured() -> None:
+    """``gemm_decode_sweep_tilelang_narrow`` timed 64-column tilings (64- and 128-row, 128- and 256-deep k-steps, 3-5
+    stages, every split) at M = 64 and 128 beside the plans of then (its ``rule`` rows: 64 x 128 x 128 split 2 for
+    n = 4096, SPLIT_128 for n = 14336). At M = 128 the plan is NARROW_128 where 64 x 128 tiles leave half the SMs
+    idle: the cell's fastest candidate, faster than the plan of then and than cuBLAS; at n = 14336 SPLIT_128 was
+    faster than every 64-column tiling. (At M = 64 the M <= 64 plan is kept: see NARROW_128's comment.)"""
+    cells = timed_cells("gemm_decode_sweep_tilelang_narrow.json")
     assert len(cells) == 6, "the sweep covers M = 64, 128 at three weight shapes"
+    narrow_cells = 0
     for (m, n, k), here in cells.items():
-        old_plan = next(row["graph_us"] for row in here if row["impl"] == "rule")
+        if m != 128:
+            continue
+        by_impl = {row["impl"]: row["graph_us"] for row in here}
         timed = {
             (row["block_m"], row["block_n"], row["block_k"], row["num_stages"], row["split"]): row["graph_us"]
             for row in here
@@ -80,21 +84,45 @@ def test_from_65_to_128_tokens_the_deep_tile_serves_narrow_weights_as_its_sweep_
         }
         plan = plan_for(m, matmul.split_plans(matmul.spec.configure(n, k, "bfloat16"), H200_SMS))
         tile = plan.tile
-        if tile == matmul.DEEP_128:
+        if tile == matmul.NARROW_128:
+            narrow_cells += 1
             mine = timed[(tile.block_m, tile.block_n, tile.block_k, tile.stages, plan.split)]
-            assert mine == min(timed.values()) and mine < old_plan, f"M={m} n={n} k={k}"
+            assert mine == min(timed.values()), f"M={m} n={n} k={k}"
+            assert mine < by_impl["rule"] and mine < by_impl["cuBLAS"], f"M={m} n={n} k={k}"
         else:
-            assert tile in (matmul.SPLIT_64, matmul.SPLIT_128), f"M={m} n={n} k={k}: {tile}"
-            assert old_plan <= min(timed.values()), f"M={m} n={n} k={k}: a 128-deep tiling was faster"
+            assert tile == matmul.SPLIT_128, f"M={m} n={n} k={k}: {tile}"
+            assert by_impl["rule"] <= min(timed.values()), f"M={m} n={n} k={k}: a 64-column tiling was faster"
+    assert narrow_cells == 2, "n = 4096 at both depths takes the narrow tile"
 
 
-def test_the_deep_tile_needs_its_four_stages_of_room() -> None:
-    """On a 99 KiB block (sm_86, sm_89) DEEP_128's four stages (192 KiB) do not fit: M <= 128 keeps the low-memory
-    plan there, whatever the weight."""
+def test_the_narrow_tile_replaced_the_deep_one_where_the_deep_one_had_won() -> None:
+    """The plan of then at M = 128 for narrow weights (64 x 128 x 128, 4 stages, split 2) had been the fastest
+    128-deep candidate of ``gemm_decode_sweep_tilelang_mid``; in the narrow sweep its ``rule`` row is that plan,
+    and NARROW_128 beat it there (above). This holds the two sweeps to the same cells: the mid sweep's M = 128 cells
+    at n = 4096 are the narrow sweep's, and its other cells kept SPLIT_64 / SPLIT_128 faster than every 128-deep
+    candidate."""
+    cells = timed_cells("gemm_decode_sweep_tilelang_mid.json")
+    assert len(cells) == 6, "the sweep covers M = 64, 128 at three weight shapes"
+    assert set(cells) == set(timed_cells("gemm_decode_sweep_tilelang_narrow.json"))
+    for (m, n, k), here in cells.items():
+        plan = plan_for(m, matmul.split_plans(matmul.spec.configure(n, k, "bfloat16"), H200_SMS))
+        if plan.tile == matmul.NARROW_128:
+            continue
+        old_plan = next(row["graph_us"] for row in here if row["impl"] == "rule")
+        timed = [row["graph_us"] for row in here if row["impl"] not in ("cuBLAS", "rule")]
+        assert plan.tile in (matmul.SPLIT_64, matmul.SPLIT_128), f"M={m} n={n} k={k}: {plan.tile}"
+        assert old_plan <= min(timed), f"M={m} n={n} k={k}: a 128-deep tiling was faster"
+
+
+def test_the_narrow_tile_needs_its_five_stages_of_room() -> None:
+    """NARROW_128's five stages take 160 KiB: on a 99 KiB block (sm_86, sm_89) and a 163 KiB one (sm_80) M <= 128
+    keeps the plans that fit there, whatever the weight."""
     plans = matmul.split_plans(matmul.spec.configure(4096, 4096, "bfloat16"), 84, 99 * 1024)
     assert plans[-1].tile.block_k == 64
+    plans = matmul.split_plans(matmul.spec.configure(4096, 4096, "bfloat16"), 108, 163 * 1024)
+    assert plans[-1].tile != matmul.NARROW_128
     plans = matmul.split_plans(matmul.spec.configure(4096, 4096, "bfloat16"), H200_SMS)
-    assert plans[-1].tile == matmul.DEEP_128
+    assert plans[-1].tile == matmul.NARROW_128 and plans[-1].split == 1
 
 
 def test_the_plan_picks_a_measured_tiling_near_the_best_in_every_swept_cell() -> None:

@@ -98,12 +98,15 @@ SPLIT_128 = Tile(128, 128, 64, 4, 256, shared_epilogue=True)
 #: 64 x 256 tile storing from its accumulators, the M <= 128 plan before it.
 SPLIT_128_LOW_SMEM = Tile(64, 256, 64, 4, 128)
 #: M <= 128 where two 64-row blocks of 64 x 128 tiles leave half the SMs idle (a weight of n <= 4224 on an H200):
-#: 64 x 128 x 128, 4 stages (192 KiB: one block an SM), storing from its accumulators, split 2 by the slot rule.
-#: ``gemm_decode_sweep_tilelang_mid.md`` (H200, in CUDA graphs, M = 128): 15.05 / 36.09 µs at (n, k) = (4096, 4096)
-#: / (4096, 14336) against SPLIT_128's 16.37 / 37.19 and cuBLAS's 13.59 / 36.18, the fastest candidate of both
-#: cells; at (14336, 4096), 224 tiles, SPLIT_128 stayed the fastest (33.53 against 34.07 µs for the best 128-deep
-#: tiling). (Triton's rule took the same tile from its own sweep, ``gemm_decode_sweep_mid.md``.)
-DEEP_128 = Tile(64, 128, 128, 4, 128)
+#: 64 x 64 x 128, 5 stages (160 KiB: one block an SM), storing from its accumulators, split by the slot rule (at
+#: n = 4096 its 128 tiles fill the SMs alone: no split, so no reduce and no second launch).
+#: ``gemm_decode_sweep_tilelang_narrow.md`` (H200, in CUDA graphs, M = 128): 12.60 / 35.27 µs at (n, k) = (4096,
+#: 4096) / (4096, 14336) against the plan of then's 15.35 / 36.09 (64 x 128 x 128, 4 stages, split 2, which had
+#: replaced SPLIT_128 there after ``gemm_decode_sweep_tilelang_mid.md``) and cuBLAS's 13.63 / 36.75: the fastest
+#: candidate of both cells. At (14336, 4096), 224 tiles, SPLIT_128 stayed faster than every 64-wide tiling (33.46
+#: against 43.56 µs). At M = 64 the M <= 64 plan is kept: with the slot rule's split 2 this tile took 13.38 / 33.37
+#: against its 13.23 / 33.51.
+NARROW_128 = Tile(64, 64, 128, 5, 128)
 #: The reduce kernel: one row of 4 * 64 float32 columns a block (a float4 a thread per partial).
 REDUCE_COLUMNS = 256
 REDUCE_THREADS = 64
@@ -298,8 +301,10 @@ def split_plans(config: MatmulConfig, sm_count: int = 132, shared_memory: int = 
     n, k = config.n, config.k
     fits = fitted(SPLIT_128, shared_memory).shared_bytes(2, 4) <= shared_memory - EPILOGUE_RESERVE
     rows_128 = SPLIT_128 if fits else SPLIT_128_LOW_SMEM
-    if DEEP_128.shared_bytes(2, 4) <= shared_memory - EPILOGUE_RESERVE and DEEP_128.tiles(128, n) <= sm_count // 2:
-        rows_128 = DEEP_128
+    # SPLIT_64's 64 x 128 tiles, counted at 128 tokens: half the SMs or fewer means a narrow weight
+    narrow_fits = NARROW_128.shared_bytes(2, 4) <= shared_memory - EPILOGUE_RESERVE
+    if narrow_fits and SPLIT_64.tiles(128, n) <= sm_count // 2:
+        rows_128 = NARROW_128
     return (
         plan_split(SPLIT_16, 16, n, k, sm_count, shared_memory),
         plan_split(SPLIT_64, 64, n, k, sm_count, shared_memory),
