@@ -9,16 +9,17 @@ be set from measurements, not the model:
 
 - bucket "decode" (M = 1 and 16, one binary: M is not specialized): 16-row tiles (``mma``), block_n in
   {32, 64, 128}, block_k in {128, 256}, 3-5 stages, 4 warps, split-K in {1, 2, 3, 4, 6, 8};
-- bucket "small" (M = 128): 64-row tiles, block_n in {64, 128}, block_k in {64, 128, 256}, 3-5 stages, split-K in
-  {1, 2, 3, 4, 6, 8} (256-deep steps and 5 stages for the narrow-tile run, ``--tag narrow``).
+- bucket "small" (M = 128): 64-row tiles, block_n in {32, 64, 128}, block_k in {64, 128, 256}, 3-6 stages, split-K
+  in {1, 2, 3, 4, 6, 8} (block_n 32, 256-deep steps and 5-6 stages for the narrow-tile runs, ``--tag narrow``,
+  ``--tag narrow32``).
 
 ``--backend tilelang`` times TileLang's programs the same way (``lazyops._backends.tilelang.matmul``: the plain
 tiled program for split 1, the split-K product and its reduce otherwise), on a smaller grid since each TileLang
 program takes seconds to compile (compiled side by side by the backend's own thread pool): 16-row tiles with
 block_n in {64, 128, 256}, 128-deep k-steps, 3-4 stages, split in {1, 2, 4, 8}; 64-row tiles with block_n in
-{64, 128, 256}, 64- to 256-deep k-steps, 3-5 stages, split in {1, 2, 4, 8} (8 added after the 2026-12-01 run, which
-had {1, 2, 4}; block_n 64, 256-deep steps and 5 stages for the narrow-tile run, ``--tag narrow``). ``rule`` is then
-the backend's ``matmul_tl`` as it stands. Results go to ``gemm_decode_sweep_tilelang.{json,md}``; ``--dry-run``
+{32, 64, 128, 256}, 64- to 256-deep k-steps, 3-6 stages, split in {1, 2, 4, 8} (8 added after the 2026-12-01 run,
+which had {1, 2, 4}; block_n 32 and 64, 256-deep steps and 5-6 stages for the narrow-tile runs, ``--tag narrow``,
+``--tag narrow32``). ``rule`` is then the backend's ``matmul_tl`` as it stands. Results go to ``gemm_decode_sweep_tilelang.{json,md}``; ``--dry-run``
 lists the candidates.
 
 Candidates are compiled first by ``--jobs`` worker processes (Triton's on-disk cache then serves the timing
@@ -106,15 +107,15 @@ def candidates(
     found = []
     grids: list[tuple[str, tuple[Any, ...]]] = [
         ("decode", (16, (32, 64, 128), (128, 256), (4,), (3, 4, 5), (1, 2, 3, 4, 6, 8))),
-        ("small", (64, (64, 128), (64, 128, 256), (4,), (3, 4, 5), (1, 2, 3, 4, 6, 8))),
+        ("small", (64, (32, 64, 128), (64, 128, 256), (4,), (3, 4, 5, 6), (1, 2, 3, 4, 6, 8))),
     ]
     wide_rows = ("small", (128, (64, 128), (64,), (8,), (3, 4), (1, 2, 4)))
     if backend == "tilelang":
         grids = [
             ("decode", (16, (64, 128, 256), (128,), (4,), (3, 4), (1, 2, 4, 8))),
-            ("small", (64, (64, 128, 256), (64, 128, 256), (4,), (3, 4, 5), (1, 2, 4, 8))),
+            ("small", (64, (32, 64, 128, 256), (64, 128, 256), (4,), (3, 4, 5, 6), (1, 2, 4, 8))),
         ]
-        wide_rows = ("small", (128, (64, 128), (64, 128), (8,), (3, 4), (1, 2, 4)))
+        wide_rows = ("small", (128, (32, 64, 128), (64, 128), (8,), (3, 4, 5), (1, 2, 4)))
     if small:
         grids = [
             ("decode", (16, (32, 64), (32, 64), (4,), (2, 3), (1, 2, 3))),

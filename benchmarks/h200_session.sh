@@ -143,6 +143,14 @@
 # then TileLang's NARROW_128 plan checked and timed in the grid:
 #   call A (carry .whl):  bash benchmarks/h200_session.sh install
 #   call B (carry .whl2): bash benchmarks/h200_session.sh narrow-tilelang-check
+# then 32-column tiles (M = 64: 128 programs without a split; M = 128 with 128-row tiles: the weight read once):
+#   call A (carry .whl):  bash benchmarks/h200_session.sh install
+#   call B (carry .whl2): bash benchmarks/h200_session.sh narrow32
+# then TileLang's NARROW_64 plan from that sweep, checked, and the layer (its decode-64 row) timed:
+#   call A (carry .whl):  bash benchmarks/h200_session.sh install
+#   call B (carry .whl2): bash benchmarks/h200_session.sh narrow64-check
+# (its pytest's summary fell outside the call's output tail; again alone:
+#   call A (carry .whl): install; call B (carry .whl2): narrow64-tests)
 #
 # .whl and .whl2 hold the wheels benchmarks/README.md lists (TileLang; z3, liger-kernel, and rich with its small
 # dependencies for the `lazyops` command). Unpack a call's tarball into benchmarks/results/ here.
@@ -486,6 +494,30 @@ narrow-tilelang)
   step 450 python3 benchmarks/gemm_decode_sweep.py --backend tilelang --buckets small --small-rows 64,128 \
     --small-tokens 64,128 --only "64x64x128 w4 s4,64x64x128 w4 s5,64x64x256 w4 s3,128x64x128 w8 s3,128x64x128 w8 s4" \
     --tag narrow --budget-s 420 --out "$results"
+  ;;
+narrow64-check)
+  # TileLang's M <= 64 plan for narrow weights (NARROW_64): the decode buckets' bounds at aligned and unaligned
+  # widths, matmul conformance (merged into the committed file), then the decoder layer (decode-64 runs it)
+  step 200 python3 -m pytest -q -p no:cacheprovider -p lazyops.pytest_plugin tests/kernels/test_matmul_tiles.py \
+    --lazyops-backend tilelang
+  mkdir -p /tmp/matmul && cp benchmarks/results/gpu_conformance_matmul.json /tmp/matmul/gpu_conformance.json
+  step 120 python3 benchmarks/gpu_conformance.py --backend tilelang --kernels matmul --tokens 1,7,128,4096 \
+    --max-examples 8 --merge --out /tmp/matmul
+  cp /tmp/matmul/gpu_conformance.md "$results/gpu_conformance_matmul.md"
+  cp /tmp/matmul/gpu_conformance.json "$results/gpu_conformance_matmul.json"
+  step 250 python3 benchmarks/layer/decoder_layer.py --out "$results"
+  ;;
+narrow64-tests)
+  step 200 python3 -m pytest -q -p no:cacheprovider -p lazyops.pytest_plugin tests/kernels/test_matmul_tiles.py \
+    --lazyops-backend tilelang -rA
+  ;;
+narrow32)
+  # both backends' 32-column tiles at M = 64 and 128 (64- and 128-row, 128- and 256-deep steps, 4-6 stages)
+  step 300 python3 benchmarks/gemm_decode_sweep.py --backend tilelang --buckets small --small-rows 64,128 \
+    --small-tokens 64,128 --only "64x32x128 w4 s5,64x32x128 w4 s6,64x32x256 w4 s3,64x32x256 w4 s4,128x32x128 w8 s4,128x32x128 w8 s5" \
+    --tag narrow32 --budget-s 280 --out "$results"
+  step 250 python3 benchmarks/gemm_decode_sweep.py --buckets small --small-tokens 64,128 \
+    --only "64x32x128 w4 s5,64x32x128 w4 s6,64x32x256 w4 s4,64x64x128 w4 s5" --tag narrow32 --budget-s 230 --out "$results"
   ;;
 narrow-triton)
   # Triton's 64-column tiles at M = 64 and 128 (128- and 256-deep steps, 4-5 stages, every split)

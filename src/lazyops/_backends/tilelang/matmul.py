@@ -88,6 +88,14 @@ SPLIT_16 = Tile(16, 128, 128, 4, 128)
 #: 11.2 / 35.1 / 31.1 for (n, k) = (4096, 4096) / (4096, 14336) / (14336, 4096). At M = 128 the same tile was
 #: slower than the 64 x 256 plan of then at two of the three shapes (41.3 against 39.1 µs, 44.2 against 34.9).
 SPLIT_64 = Tile(64, 128, 64, 4, 128, shared_epilogue=True)
+#: M <= 64 for narrow weights (as NARROW_128 below: SPLIT_64's tiles, counted at 128 tokens, leave half the SMs
+#: idle): 64 x 32 x 128, 6 stages (144 KiB: one block an SM), storing from its accumulators, split by the slot rule
+#: (at n = 4096 its 128 tiles fill the SMs alone: no split, no reduce, one launch).
+#: ``gemm_decode_sweep_tilelang_narrow32.md`` (H200, in CUDA graphs, M = 64): 11.63 / 32.35 µs at (n, k) = (4096,
+#: 4096) / (4096, 14336) against SPLIT_64's 13.41 / 33.47 and cuBLAS's 11.19 / 34.91, the fastest candidate at 4096
+#: x 4096 and within 0.7 % of it at k = 14336 (64 x 32 x 256, 4 stages: 32.12). At (14336, 4096) SPLIT_64 stayed
+#: faster than every 32-column tiling (30.35 against 41.40 µs: 448 tiles are 3.4 waves).
+NARROW_64 = Tile(64, 32, 128, 6, 128)
 #: M <= 128 (``gemm_decode_sweep_tilelang_rows128.md``, 128-row tilings at M = 128): one 128-row block holds the
 #: whole batch, so each slice of the weight is read once (two 64-row blocks read it twice, the second time from
 #: L2); 128 x 128 x 64, 4 stages, two consumer warpgroups, the float32 partials stored through shared memory, split
@@ -301,13 +309,17 @@ def split_plans(config: MatmulConfig, sm_count: int = 132, shared_memory: int = 
     n, k = config.n, config.k
     fits = fitted(SPLIT_128, shared_memory).shared_bytes(2, 4) <= shared_memory - EPILOGUE_RESERVE
     rows_128 = SPLIT_128 if fits else SPLIT_128_LOW_SMEM
-    # SPLIT_64's 64 x 128 tiles, counted at 128 tokens: half the SMs or fewer means a narrow weight
-    narrow_fits = NARROW_128.shared_bytes(2, 4) <= shared_memory - EPILOGUE_RESERVE
-    if narrow_fits and SPLIT_64.tiles(128, n) <= sm_count // 2:
-        rows_128 = NARROW_128
+    rows_64 = SPLIT_64
+    # SPLIT_64's 64 x 128 tiles, counted at 128 tokens: half the SMs or fewer means a narrow weight, whose tiles
+    # are better made narrower than split along k (no partials, no reduce, one launch)
+    if SPLIT_64.tiles(128, n) <= sm_count // 2:
+        if NARROW_64.shared_bytes(2, 4) <= shared_memory - EPILOGUE_RESERVE:
+            rows_64 = NARROW_64
+        if NARROW_128.shared_bytes(2, 4) <= shared_memory - EPILOGUE_RESERVE:
+            rows_128 = NARROW_128
     return (
         plan_split(SPLIT_16, 16, n, k, sm_count, shared_memory),
-        plan_split(SPLIT_64, 64, n, k, sm_count, shared_memory),
+        plan_split(rows_64, 64, n, k, sm_count, shared_memory),
         plan_split(rows_128, 128, n, k, sm_count, shared_memory),
     )
 
