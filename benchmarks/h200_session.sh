@@ -151,6 +151,9 @@
 #   call B (carry .whl2): bash benchmarks/h200_session.sh narrow64-check
 # (its pytest's summary fell outside the call's output tail; again alone:
 #   call A (carry .whl): install; call B (carry .whl2): narrow64-tests)
+# then TileLang's 112-column tiles for n = 14336 (128 tiles where 128-column ones make 112 on 132 SMs):
+#   call A (carry .whl):  bash benchmarks/h200_session.sh install
+#   call B (carry .whl2): bash benchmarks/h200_session.sh cols112
 #
 # .whl and .whl2 hold the wheels benchmarks/README.md lists (TileLang; z3, liger-kernel, and rich with its small
 # dependencies for the `lazyops` command). Unpack a call's tarball into benchmarks/results/ here.
@@ -510,6 +513,11 @@ narrow64-check)
 narrow64-tests)
   step 200 python3 -m pytest -q -p no:cacheprovider -p lazyops.pytest_plugin tests/kernels/test_matmul_tiles.py \
     --lazyops-backend tilelang -rA
+  ;;
+cols112)
+  step 300 python3 benchmarks/gemm_decode_sweep.py --backend tilelang --buckets small --small-rows 64,128 \
+    --small-tokens 64,128 --shared-epilogue --only "128x112x64 w8 s4,128x112x64 w8 s3,64x112x64 w4 s4,64x112x64 w4 s3" \
+    --tag cols112 --budget-s 280 --out "$results"
   ;;
 narrow32)
   # both backends' 32-column tiles at M = 64 and 128 (64- and 128-row, 128- and 256-deep steps, 4-6 stages)
