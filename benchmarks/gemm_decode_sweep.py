@@ -16,7 +16,8 @@ be set from measurements, not the model:
 ``--backend tilelang`` times TileLang's programs the same way (``lazyops._backends.tilelang.matmul``: the plain
 tiled program for split 1, the split-K product and its reduce otherwise), on a smaller grid since each TileLang
 program takes seconds to compile (compiled side by side by the backend's own thread pool): 16-row tiles with
-block_n in {64, 128, 256}, 128-deep k-steps, 3-4 stages, split in {1, 2, 4, 8}; 64-row tiles with block_n in
+block_n in {32, 64, 128, 256}, 128- and 256-deep k-steps, 3-6 stages, split in {1, 2, 4, 8} (32 columns, 256-deep
+steps and 5-6 stages for ``--tag narrow16``); 64-row tiles with block_n in
 {32, 64, 112, 128, 256}, 64- to 256-deep k-steps, 3-6 stages, split in {1, 2, 4, 8} (8 added after the 2026-12-01
 run, which had {1, 2, 4}; block_n 32 and 64, 256-deep steps and 5-6 stages for the narrow-tile runs, ``--tag
 narrow``, ``--tag narrow32``; 112, which makes 14336 columns 128 tiles, for ``--tag cols112``). ``rule`` is then the
@@ -113,7 +114,7 @@ def candidates(
     wide_rows = ("small", (128, (64, 128), (64,), (8,), (3, 4), (1, 2, 4)))
     if backend == "tilelang":
         grids = [
-            ("decode", (16, (64, 128, 256), (128,), (4,), (3, 4), (1, 2, 4, 8))),
+            ("decode", (16, (32, 64, 128, 256), (128, 256), (4,), (3, 4, 5, 6), (1, 2, 4, 8))),
             ("small", (64, (32, 64, 112, 128, 256), (64, 128, 256), (4,), (3, 4, 5, 6), (1, 2, 4, 8))),
         ]
         wide_rows = ("small", (128, (32, 64, 112, 128), (64, 128), (8,), (3, 4, 5), (1, 2, 4)))

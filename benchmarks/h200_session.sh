@@ -154,6 +154,12 @@
 # then TileLang's 112-column tiles for n = 14336 (128 tiles where 128-column ones make 112 on 132 SMs):
 #   call A (carry .whl):  bash benchmarks/h200_session.sh install
 #   call B (carry .whl2): bash benchmarks/h200_session.sh cols112
+# then TileLang's narrow 16-row decode tiles (at n = 4096, 128 tiles of 32 columns: no split, one launch):
+#   call A (carry .whl):  bash benchmarks/h200_session.sh install
+#   call B (carry .whl2): bash benchmarks/h200_session.sh narrow16
+# then NARROW_16 from that sweep, checked and timed in the grid:
+#   call A (carry .whl):  bash benchmarks/h200_session.sh install
+#   call B (carry .whl2): bash benchmarks/h200_session.sh narrow16-check
 #
 # .whl and .whl2 hold the wheels benchmarks/README.md lists (TileLang; z3, liger-kernel, and rich with its small
 # dependencies for the `lazyops` command). Unpack a call's tarball into benchmarks/results/ here.
@@ -513,6 +519,23 @@ narrow64-check)
 narrow64-tests)
   step 200 python3 -m pytest -q -p no:cacheprovider -p lazyops.pytest_plugin tests/kernels/test_matmul_tiles.py \
     --lazyops-backend tilelang -rA
+  ;;
+narrow16-check)
+  # TileLang's M <= 16 plan for narrow weights (NARROW_16 unsplit): the decode buckets' bounds at aligned and
+  # unaligned widths, matmul conformance (merged into the committed file), then the grid
+  step 150 python3 -m pytest -q -p no:cacheprovider -p lazyops.pytest_plugin tests/kernels/test_matmul_tiles.py \
+    --lazyops-backend tilelang -rA 2>&1 | grep -v "^PASSED"
+  mkdir -p /tmp/matmul && cp benchmarks/results/gpu_conformance_matmul.json /tmp/matmul/gpu_conformance.json
+  step 100 python3 benchmarks/gpu_conformance.py --backend tilelang --kernels matmul --tokens 1,7,128,4096 \
+    --max-examples 8 --merge --out /tmp/matmul | grep -i "tilelang\|fail"
+  cp /tmp/matmul/gpu_conformance.md "$results/gpu_conformance_matmul.md"
+  cp /tmp/matmul/gpu_conformance.json "$results/gpu_conformance_matmul.json"
+  step 100 python3 benchmarks/gemm_grid.py --out "$results" | tail -3
+  ;;
+narrow16)
+  step 300 python3 benchmarks/gemm_decode_sweep.py --backend tilelang --buckets decode \
+    --only "16x32x128 w4 s6,16x32x128 w4 s5,16x32x256 w4 s4,16x64x128 w4 s5,16x64x128 w4 s6" \
+    --tag narrow16 --budget-s 280 --out "$results"
   ;;
 cols112)
   step 300 python3 benchmarks/gemm_decode_sweep.py --backend tilelang --buckets small --small-rows 64,128 \

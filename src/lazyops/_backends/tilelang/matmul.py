@@ -82,6 +82,14 @@ SMALL_F32 = Tile(64, 64, 16, 3, 128)
 #: KiB of shared memory: one block an SM). (M <= 128 was a 64-row wgmma tile over 256 columns, 64-deep k-steps, 4
 #: stages: now SPLIT_128_LOW_SMEM, below.)
 SPLIT_16 = Tile(16, 128, 128, 4, 128)
+#: M <= 16 for narrow weights (SPLIT_64's tiles, counted at 128 tokens, leave half the SMs idle; as NARROW_64 and
+#: NARROW_128 below) whose tiles still give 3/8 of the SMs a block: 16 x 64 x 128, 6 stages (120 KiB), never split:
+#: one launch, no partials. At n = 4096 that is 64 blocks for 132 SMs, and still faster than filling them by
+#: splitting k, whose partials and reduce cost more.
+#: ``gemm_decode_sweep_tilelang_narrow16.md`` (H200, in CUDA graphs): 10.74 / 10.95 µs at M = 1 / 16 on 4096 x 4096
+#: against SPLIT_16's 11.47 / 12.05 (split 4) and cuBLAS's 12.42 / 13.15; 30.06 / 30.04 at k = 14336 against 29.67 /
+#: 30.71 and 31.24 / 31.70. At (14336, 4096) SPLIT_16 unsplit stayed faster (29.11 / 29.56 against 31.46 / 31.31).
+NARROW_16 = Tile(16, 64, 128, 6, 128)
 #: M <= 64 (``gemm_decode_sweep_tilelang_tma.md``, the 64-row tilings with their results staged in shared memory
 #: for a TMA store): 64 x 128 x 64, 4 stages, the float32 partials stored through shared memory (128 KiB: one block
 #: an SM). At M = 64 it took 13.4 / 33.6 / 30.4 µs against the M <= 128 plan's 16.5 / 36.6 / 33.5 and cuBLAS's
@@ -309,16 +317,22 @@ def split_plans(config: MatmulConfig, sm_count: int = 132, shared_memory: int = 
     n, k = config.n, config.k
     fits = fitted(SPLIT_128, shared_memory).shared_bytes(2, 4) <= shared_memory - EPILOGUE_RESERVE
     rows_128 = SPLIT_128 if fits else SPLIT_128_LOW_SMEM
+    rows_16 = plan_split(SPLIT_16, 16, n, k, sm_count, shared_memory)
     rows_64 = SPLIT_64
     # SPLIT_64's 64 x 128 tiles, counted at 128 tokens: half the SMs or fewer means a narrow weight, whose tiles
     # are better made narrower than split along k (no partials, no reduce, one launch)
     if SPLIT_64.tiles(128, n) <= sm_count // 2:
+        # unsplit only where its tiles give most SMs a block, as at n = 4096 (64 for 132); much narrower weights
+        # (not measured) keep the split plan, which fills the SMs
+        unsplit_fills = NARROW_16.tiles(16, n) * 8 >= sm_count * 3
+        if unsplit_fills and NARROW_16.shared_bytes(2, 4) <= shared_memory - EPILOGUE_RESERVE:
+            rows_16 = SplitK(NARROW_16, -(-k // NARROW_16.block_k), 1, 16)
         if NARROW_64.shared_bytes(2, 4) <= shared_memory - EPILOGUE_RESERVE:
             rows_64 = NARROW_64
         if NARROW_128.shared_bytes(2, 4) <= shared_memory - EPILOGUE_RESERVE:
             rows_128 = NARROW_128
     return (
-        plan_split(SPLIT_16, 16, n, k, sm_count, shared_memory),
+        rows_16,
         plan_split(rows_64, 64, n, k, sm_count, shared_memory),
         plan_split(rows_128, 128, n, k, sm_count, shared_memory),
     )
