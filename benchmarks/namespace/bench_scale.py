@@ -6,7 +6,8 @@ For each size a synthetic third-party backend is generated in a temporary folder
 a package ``lazyops_scale_<n>`` with an ``__init__.pyi`` stub of ``from .k<i> import k<i>_tl as k<i>_tl`` lines
 and one module per kernel, plus a ``.dist-info`` whose ``entry_points.txt`` registers it as backend ``scale`` in
 the ``lazyops.backends`` group. Every figure comes from fresh interpreters (``PYTHONPATH`` = the folder and
-``src``, ``LAZYOPS_BACKEND=scale``, bytecode compiled first as an installed wheel has it), median of ``--runs``:
+``src``, ``LAZYOPS_BACKEND=scale``, bytecode compiled first as an installed wheel has it), median of ``--runs``
+rounds, each round taking every figure at every size in turn (so a slow spell of the machine hits all alike):
 
 1. ``import lazyops``: lazyops' own cumulative time from ``python -X importtime``.
 2. The first ``lazyops.k0_tl``, timed with ``perf_counter`` after ``import lazyops``: everything, the kernel
@@ -116,8 +117,9 @@ def main() -> None:
     compileall.compile_dir(str(SRC / "lazyops"), quiet=1)
     base = {k: v for k, v in os.environ.items() if not k.startswith(("LAZYOPS_", "EAGER_IMPORT"))}
     base.pop("PYTHONDONTWRITEBYTECODE", None)
-    rows = []
+    figures: dict[int, list[list[float]]] = {size: [[] for _ in range(9)] for size in args.sizes}
     with tempfile.TemporaryDirectory(prefix="lazyops-scale-") as temporary:
+        setups = []
         for size in args.sizes:
             root = Path(temporary) / str(size)
             package = make_backend(root, size)
@@ -129,8 +131,12 @@ def main() -> None:
                 "LAZYOPS_CACHE_DIR": cache,
             }
             fresh(DIR.format(size=size, pre=""), env)  # fills the cache: every figure but the cold ones is taken warm
-            imports, firsts, clean, own, work, dirs, own_dirs, cold_own, cold_dirs = ([] for _ in range(9))
-            for run in range(args.runs):  # interleaved, so that a slow spell of the machine hits every figure alike
+            setups.append((size, package, cache, env))
+        # Interleaved over figures and sizes, so that a slow spell of the machine hits every figure and every size
+        # alike (one size after another let a spell land on the largest size alone).
+        for run in range(args.runs):
+            for size, package, cache, env in setups:
+                imports, firsts, clean, own, work, dirs, own_dirs, cold_own, cold_dirs = figures[size]
                 imports.append(float(one_import(env)[0]))
                 firsts.append(fresh(FIRST.format(pre=""), env))
                 clean.append(fresh(FIRST.format(pre=f"import {package}.k0"), env))
@@ -142,8 +148,9 @@ def main() -> None:
                 cold_own.append(fresh(FIRST.format(pre=f"import {package}.k0\n{STDLIB}"), cold))
                 cold_dir = {**env, "LAZYOPS_CACHE_DIR": f"{cache}-cold-dir-{run}"}
                 cold_dirs.append(fresh(DIR.format(size=size, pre=STDLIB), cold_dir))
-            rows.append((size, imports, firsts, clean, own, work, dirs, own_dirs, cold_own, cold_dirs))
-            print(size, *(median(values) for values in (imports, firsts, clean, own, dirs)), flush=True)
+    rows = [(size, *figures[size]) for size in args.sizes]
+    for size, imports, firsts, clean, own, _, dirs, *_ in rows:
+        print(size, *(median(values) for values in (imports, firsts, clean, own, dirs)), flush=True)
 
     now = datetime.datetime.now(datetime.timezone.utc)
     lines = [
