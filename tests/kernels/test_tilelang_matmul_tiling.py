@@ -31,6 +31,29 @@ def plan_for(m: int, plans: tuple) -> matmul.SplitK:
     return next(plan for plan in plans if m <= plan.max_m)
 
 
+def h200_plan(m: int, n: int, k: int) -> matmul.SplitK:
+    """The plan for ``m`` tokens of a bfloat16 ``[k, n]`` weight on an H200."""
+    return plan_for(m, matmul.split_plans(matmul.spec.configure(n, k, "bfloat16"), H200_SMS, H200_SHARED_MEMORY))
+
+
+def plan_key(plan: matmul.SplitK) -> tuple[int, int, int, int, int]:
+    """A plan as the sweeps key their tilings: block_m, block_n, block_k, stages, split."""
+    tile = plan.tile
+    return (tile.block_m, tile.block_n, tile.block_k, tile.stages, plan.split)
+
+
+def peers_and_tilings(here: list[dict], keep=None) -> tuple[dict[str, float], dict[tuple, float]]:
+    """A sweep cell's rows: every row's µs by its ``impl`` (``cuBLAS`` and ``rule`` read from it), and each timed
+    tiling's (``keep``: which rows; by default every one but cuBLAS and the rule) by the key of :func:`plan_key`."""
+    by_impl = {row["impl"]: row["graph_us"] for row in here}
+    timed = {
+        (row["block_m"], row["block_n"], row["block_k"], row["num_stages"], row["split"]): row["graph_us"]
+        for row in here
+        if (keep(row) if keep else row["impl"] not in ("cuBLAS", "rule"))
+    }
+    return by_impl, timed
+
+
 #: The sweeps that set the shared-memory-store decode plans: (sweep file, tokens, the plan's tile, how much faster
 #: than the sweep's ``rule`` row it must be).
 #: - ``gemm_decode_sweep_tilelang_tma``: the 64-row tilings with their results stored through shared memory, at
@@ -51,16 +74,10 @@ SHARED_STORE_SWEEPS = (
 def test_the_plan_is_the_fastest_shared_memory_store_tiling_of_its_sweep(sweep, m, tile, margin, shapes) -> None:
     cells = timed_cells(sweep)
     for n, k in shapes:
-        here = cells[(m, n, k)]
-        by_impl = {row["impl"]: row["graph_us"] for row in here}
-        timed = {
-            (row["block_m"], row["block_n"], row["block_k"], row["num_stages"], row["split"]): row["graph_us"]
-            for row in here
-            if row.get("shared_epilogue")
-        }
-        plan = plan_for(m, matmul.split_plans(matmul.spec.configure(n, k, "bfloat16"), H200_SMS))
+        by_impl, timed = peers_and_tilings(cells[(m, n, k)], keep=lambda row: row.get("shared_epilogue"))
+        plan = h200_plan(m, n, k)
         assert plan.max_m == m and plan.tile == tile and tile.shared_epilogue
-        mine = timed[(tile.block_m, tile.block_n, tile.block_k, tile.stages, plan.split)]
+        mine = timed[plan_key(plan)]
         assert mine == min(timed.values()), f"M={m} n={n} k={k}"
         assert mine * margin < by_impl["rule"], f"M={m} n={n} k={k}"
 
@@ -90,22 +107,16 @@ def test_narrow_weights_take_the_narrow_tiles_their_sweeps_measured(sweep, m, na
     assert len(cells) == 3, "the sweep covers three weight shapes at each M"
     narrow_cells = 0
     for (_, n, k), here in cells.items():
-        by_impl = {row["impl"]: row["graph_us"] for row in here}
-        timed = {
-            (row["block_m"], row["block_n"], row["block_k"], row["num_stages"], row["split"]): row["graph_us"]
-            for row in here
-            if row["impl"] not in ("cuBLAS", "rule")
-        }
-        plan = plan_for(m, matmul.split_plans(matmul.spec.configure(n, k, "bfloat16"), H200_SMS))
-        tile = plan.tile
-        key = (tile.block_m, tile.block_n, tile.block_k, tile.stages, plan.split)
-        if tile == narrow and key in timed:
+        by_impl, timed = peers_and_tilings(here)
+        plan = h200_plan(m, n, k)
+        key = plan_key(plan)
+        if plan.tile == narrow and key in timed:
             narrow_cells += 1
             assert timed[key] <= min(timed.values()) * 1.01, f"M={m} n={n} k={k}"
             assert timed[key] < by_impl["rule"], f"M={m} n={n} k={k}"
         else:
             assert by_impl["rule"] <= min(timed.values()), f"M={m} n={n} k={k}: a narrower tiling was faster"
-    assert plan_for(m, matmul.split_plans(matmul.spec.configure(4096, 4096, "bfloat16"), H200_SMS)).tile == narrow
+    assert h200_plan(m, 4096, 4096).tile == narrow
     assert narrow_cells in (0, 2), "both n = 4096 cells are judged the same way"
 
 
@@ -122,17 +133,12 @@ def test_up_to_16_tokens_narrow_weights_take_the_unsplit_narrow_tile_its_sweep_m
     assert len(cells) == 6, "the sweep covers M = 1, 16 at three weight shapes"
     ratios = []
     for (m, n, k), here in cells.items():
-        by_impl = {row["impl"]: row["graph_us"] for row in here}
-        timed = {
-            (row["block_m"], row["block_n"], row["block_k"], row["num_stages"], row["split"]): row["graph_us"]
-            for row in here
-            if row["impl"] not in ("cuBLAS", "rule")
-        }
-        plan = plan_for(m, matmul.split_plans(matmul.spec.configure(n, k, "bfloat16"), H200_SMS))
+        by_impl, timed = peers_and_tilings(here)
+        plan = h200_plan(m, n, k)
         tile = plan.tile
         if n == 4096:
             assert tile == matmul.NARROW_16 and plan.split == 1, f"M={m} n={n} k={k}"
-            mine = timed[(tile.block_m, tile.block_n, tile.block_k, tile.stages, plan.split)]
+            mine = timed[plan_key(plan)]
             assert mine <= min(timed.values()) * 1.05, f"M={m} n={n} k={k}"
             assert mine <= by_impl["rule"] * 1.015, f"M={m} n={n} k={k}"
             if k == 4096:
@@ -164,13 +170,12 @@ def test_the_narrow_tile_replaced_the_deep_one_where_the_deep_one_had_won() -> N
     assert len(cells) == 6, "the sweep covers M = 64, 128 at three weight shapes"
     assert set(cells) == set(timed_cells("gemm_decode_sweep_tilelang_narrow.json"))
     for (m, n, k), here in cells.items():
-        plan = plan_for(m, matmul.split_plans(matmul.spec.configure(n, k, "bfloat16"), H200_SMS))
+        plan = h200_plan(m, n, k)
         if plan.tile in (matmul.NARROW_64, matmul.NARROW_128):
             continue
-        old_plan = next(row["graph_us"] for row in here if row["impl"] == "rule")
-        timed = [row["graph_us"] for row in here if row["impl"] not in ("cuBLAS", "rule")]
+        by_impl, timed = peers_and_tilings(here)
         assert plan.tile in (matmul.SPLIT_64, matmul.SPLIT_128), f"M={m} n={n} k={k}: {plan.tile}"
-        assert old_plan <= min(timed), f"M={m} n={n} k={k}: a 128-deep tiling was faster"
+        assert by_impl["rule"] <= min(timed.values()), f"M={m} n={n} k={k}: a 128-deep tiling was faster"
 
 
 def test_the_narrow_tiles_need_their_stages_of_room() -> None:
@@ -197,18 +202,11 @@ def test_the_plan_picks_a_measured_tiling_near_the_best_in_every_swept_cell() ->
     for (m, n, k), here in cells.items():
         if m > 16:
             continue
-        by_impl = {row["impl"]: row["graph_us"] for row in here}
-        timed = {
-            (row["block_m"], row["block_n"], row["block_k"], row["num_stages"], row["split"]): row["graph_us"]
-            for row in here
-            if "split" in row
-        }
-        config = matmul.spec.configure(n, k, "bfloat16")
-        plan = plan_for(m, matmul.split_plans(config, H200_SMS, H200_SHARED_MEMORY))
-        tile = plan.tile
-        if tile == matmul.NARROW_16:
+        by_impl, timed = peers_and_tilings(here, keep=lambda row: "split" in row)
+        plan = h200_plan(m, n, k)
+        if plan.tile == matmul.NARROW_16:
             continue  # judged by its own sweep (the test above)
-        key = (tile.block_m, tile.block_n, tile.block_k, tile.stages, plan.split)
+        key = plan_key(plan)
         assert key in timed, f"M={m} n={n} k={k}: the plan {key} was not in the sweep"
         best = min(timed.values())
         assert timed[key] <= best * 1.05, f"M={m} n={n} k={k}: {timed[key]:.2f} µs against the best {best:.2f}"
