@@ -16,7 +16,10 @@ multiplies a ``[bm, bn]`` tile over one slice of ``k`` (TMA loads, ``mma``/``wgm
 partial sum into ``partial[split, M, n]``; a second kernel adds the ``split`` partials in slice order and casts.
 Exact to float32 accumulation (the partials are float32, no 16-bit intermediate) and deterministic (no atomics:
 the same inputs give the same bits). The tiles and the slice count (:func:`plan_split`) come from
-``benchmarks/gemm_decode_sweep.py --backend tilelang``, which timed 84 tilings in CUDA graphs on an H200.
+``benchmarks/gemm_decode_sweep.py --backend tilelang``, which times tilings in CUDA graphs on an H200. On a narrow
+weight (its 64 x 128 tiles leave half the SMs idle: n = 4096 on an H200) narrower tiles with deeper pipelines beat
+splitting ``k``, so there each bucket runs one tiled program, no partials and no second launch (``NARROW_16``,
+``NARROW_64``, ``NARROW_128``; :func:`split_plans`).
 """
 
 # No ``from __future__ import annotations``: TileLang evaluates the T.Tensor annotations of a prim_func,
@@ -120,8 +123,7 @@ SPLIT_128_LOW_SMEM = Tile(64, 256, 64, 4, 128)
 #: 4096) / (4096, 14336) against the plan of then's 15.35 / 36.09 (64 x 128 x 128, 4 stages, split 2, which had
 #: replaced SPLIT_128 there after ``gemm_decode_sweep_tilelang_mid.md``) and cuBLAS's 13.63 / 36.75: the fastest
 #: candidate of both cells. At (14336, 4096), 224 tiles, SPLIT_128 stayed faster than every 64-wide tiling (33.46
-#: against 43.56 µs). At M = 64 the M <= 64 plan is kept: with the slot rule's split 2 this tile took 13.38 / 33.37
-#: against its 13.23 / 33.51.
+#: against 43.56 µs). (At M = 64 this tile, split 2 by the slot rule, took 13.38 / 33.37 µs: NARROW_64 serves there.)
 NARROW_128 = Tile(64, 64, 128, 5, 128)
 #: The reduce kernel: one row of 4 * 64 float32 columns a block (a float4 a thread per partial).
 REDUCE_COLUMNS = 256
