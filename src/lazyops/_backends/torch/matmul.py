@@ -8,7 +8,6 @@ so that is what the kernel does on such a CPU.
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Callable
 
 import torch
@@ -35,10 +34,9 @@ def cpu_has_native_gemm(dtype: torch.dtype) -> bool:
     return any(getattr(torch.cpu, probe, lambda: False)() for probe in probes)
 
 
-@functools.cache
 def cpu_flags() -> frozenset[str]:
     """The CPU feature flags Linux lists in ``/proc/cpuinfo`` (torch has no probe for AVX512-FP16); empty where there
-    is no such file."""
+    is no such file. Read up to the first CPU's flags line, once per float16 factory call (tens of µs: not cached)."""
     try:
         with open("/proc/cpuinfo", encoding="ascii", errors="replace") as cpuinfo:
             for line in cpuinfo:
