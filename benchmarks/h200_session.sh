@@ -199,12 +199,17 @@ tilelang_host_costs() {
 }
 
 # TileLang's matmul conformance merged into /tmp/matmul's (the torch and Triton rows of an earlier call or of the
-# committed file), then the GEMM grid and the decoder layer: the check and the figures after a GEMM change.
-tilelang_matmul_then_grid_and_layer() {
+# committed file, which the caller puts there), both files copied into the results.
+tilelang_matmul_merged() {
   step 150 python3 benchmarks/gpu_conformance.py --backend tilelang --kernels matmul --tokens 1,7,128,4096 \
     --max-examples 8 --merge --out /tmp/matmul
   cp /tmp/matmul/gpu_conformance.md "$results/gpu_conformance_matmul.md"
   cp /tmp/matmul/gpu_conformance.json "$results/gpu_conformance_matmul.json"
+}
+
+# ... then the GEMM grid and the decoder layer: the check and the figures after a GEMM change.
+tilelang_matmul_then_grid_and_layer() {
+  tilelang_matmul_merged
   step 150 python3 benchmarks/gemm_grid.py --out "$results"
   step 200 python3 benchmarks/layer/decoder_layer.py --out "$results"
 }
@@ -409,10 +414,7 @@ tiles-tilelang)
 verify-tilelang)
   step 200 python3 -m pytest -q -p no:cacheprovider -p lazyops.pytest_plugin tests/kernels/test_matmul_tiles.py \
     tests/kernels/test_conventions.py -k "matmul" --lazyops-backend tilelang
-  step 200 python3 benchmarks/gpu_conformance.py --backend tilelang --kernels matmul --tokens 1,7,128,4096 \
-    --max-examples 8 --merge --out /tmp/matmul
-  cp /tmp/matmul/gpu_conformance.md "$results/gpu_conformance_matmul.md"
-  cp /tmp/matmul/gpu_conformance.json "$results/gpu_conformance_matmul.json"
+  tilelang_matmul_merged
   step 150 python3 benchmarks/gemm_grid.py --out "$results"
   ;;
 triton-tma)
@@ -481,10 +483,7 @@ deep-tilelang|narrow-tilelang-check)
   step 250 python3 -m pytest -q -p no:cacheprovider -p lazyops.pytest_plugin tests/kernels/test_matmul_tiles.py \
     tests/kernels/test_tilelang_matmul_persistent.py --lazyops-backend tilelang
   mkdir -p /tmp/matmul && cp benchmarks/results/gpu_conformance_matmul.json /tmp/matmul/gpu_conformance.json
-  step 150 python3 benchmarks/gpu_conformance.py --backend tilelang --kernels matmul --tokens 1,7,128,4096 \
-    --max-examples 8 --merge --out /tmp/matmul
-  cp /tmp/matmul/gpu_conformance.md "$results/gpu_conformance_matmul.md"
-  cp /tmp/matmul/gpu_conformance.json "$results/gpu_conformance_matmul.json"
+  tilelang_matmul_merged
   step 150 python3 benchmarks/gemm_grid.py --out "$results"
   ;;
 deep-tma-triton)
@@ -510,10 +509,7 @@ narrow64-check)
   step 200 python3 -m pytest -q -p no:cacheprovider -p lazyops.pytest_plugin tests/kernels/test_matmul_tiles.py \
     --lazyops-backend tilelang
   mkdir -p /tmp/matmul && cp benchmarks/results/gpu_conformance_matmul.json /tmp/matmul/gpu_conformance.json
-  step 120 python3 benchmarks/gpu_conformance.py --backend tilelang --kernels matmul --tokens 1,7,128,4096 \
-    --max-examples 8 --merge --out /tmp/matmul
-  cp /tmp/matmul/gpu_conformance.md "$results/gpu_conformance_matmul.md"
-  cp /tmp/matmul/gpu_conformance.json "$results/gpu_conformance_matmul.json"
+  tilelang_matmul_merged
   step 250 python3 benchmarks/layer/decoder_layer.py --out "$results"
   ;;
 narrow64-tests)
@@ -526,10 +522,7 @@ narrow16-check)
   step 150 python3 -m pytest -q -p no:cacheprovider -p lazyops.pytest_plugin tests/kernels/test_matmul_tiles.py \
     --lazyops-backend tilelang -rA 2>&1 | grep -v "^PASSED"
   mkdir -p /tmp/matmul && cp benchmarks/results/gpu_conformance_matmul.json /tmp/matmul/gpu_conformance.json
-  step 100 python3 benchmarks/gpu_conformance.py --backend tilelang --kernels matmul --tokens 1,7,128,4096 \
-    --max-examples 8 --merge --out /tmp/matmul | grep -i "tilelang\|fail"
-  cp /tmp/matmul/gpu_conformance.md "$results/gpu_conformance_matmul.md"
-  cp /tmp/matmul/gpu_conformance.json "$results/gpu_conformance_matmul.json"
+  tilelang_matmul_merged
   step 100 python3 benchmarks/gemm_grid.py --out "$results" | tail -3
   ;;
 narrow16)
