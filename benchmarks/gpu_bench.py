@@ -59,6 +59,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         help="time the torch.compile peer, and check fullgraph with inductor (default: on CUDA)")
     parser.add_argument("--fullgraph", action=argparse.BooleanOptionalAction, default=True,
                         help="check torch.compile(fullgraph=True) of each kernel per backend")
+    parser.add_argument("--same-bytes-copy", action=argparse.BooleanOptionalAction, default=True,
+                        help="time, beside each memory-bound kernel, a copy of the bytes it moves at each M: "
+                             "that size's own ceiling")
     parser.add_argument("--host", action="store_true", help="host time per call at one token")
     parser.add_argument("--graph", action="store_true", help="per-call time inside a CUDA graph")
     parser.add_argument("--graph-tokens", default=",".join(map(str, GRAPH_TOKENS)))
@@ -112,7 +115,7 @@ def main(argv: list[str] | None = None) -> int:
         rows, commands = earlier_rows(out, kernels, methods(args))
         environment["earlier_commands"] = commands
     for kernel in kernels:
-        impls = _bench.implementations(kernel, backends, compile=compile_peers)
+        impls = _bench.implementations(kernel, backends, compile=compile_peers, same_bytes_copy=args.same_bytes_copy)
         common = {"dtype": args.dtype, "device": args.device, "small": args.small, "progress": say}
         rows += _bench.measure(kernel, impls, tokens, **common)
         if args.fullgraph:
@@ -190,7 +193,7 @@ def stream_cell(row: Any, copy_rate: float | None) -> str:
     extras = []
     if row.kind == "lazyops" and row.vs_best_peer is not None:
         extras.append(f"{row.vs_best_peer:.2f}× peer")
-    if row.kind == "lazyops" and row.unit == "GB/s" and copy_rate:
+    if row.kind in ("lazyops", "ceiling") and row.unit == "GB/s" and copy_rate:
         extras.append(f"{100 * row.rate / copy_rate:.1f} % copy")
     return f"{text} ({', '.join(extras)})" if extras else text
 
@@ -218,7 +221,9 @@ def render_markdown(rows: list[Any], copy: Any, environment: dict[str, Any], ela
         "`perf_counter` medians). Bytes and FLOPs from `spec.traffic`: each input "
         "read once, each output written once, in-place tensors both. `torch eager` / `torch.compile`: the spec's "
         "definition in float32; other peers from `benchmarks/kernels/<kernel>.py`. For lazyops rows: the rate "
-        "over the best peer's in the same run, and the share of the copy ceiling."),
+        "over the best peer's in the same run, and the share of the copy ceiling. `copy of the same bytes`: a "
+        "device-to-device copy of as many bytes as the kernel moves at that M, timed the same way (that size's "
+        "own ceiling: a short copy loses to its launch and tail)."),
         "",
     ]
     configs = dict.fromkeys((row.kernel, row.config) for row in rows if row.config)
@@ -304,7 +309,8 @@ def write_plots(out: Path, rows: list[Any], copy: Any, environment: dict[str, An
         figure, axes = pyplot.subplots(figsize=(7, 4.5))
         for impl in dict.fromkeys(row.impl for row in ours):
             points = sorted((row.tokens, row.rate) for row in ours if row.impl == impl)
-            style = "-" if impl.startswith("lazyops") else "--"
+            kind = next(row.kind for row in ours if row.impl == impl)
+            style = {"lazyops": "-", "ceiling": ":"}.get(kind, "--")
             axes.plot(*zip(*points), style, marker="o", label=impl)
         if ours[0].unit == "GB/s" and copy.rate:
             axes.axhline(copy.rate, color="grey", linestyle=":", label=f"copy ({copy.rate:.0f} GB/s)")

@@ -66,6 +66,8 @@ __all__ = [
 ]
 
 EAGER, COMPILED = "torch eager", "torch.compile"
+#: The ``"ceiling"`` implementation :func:`implementations` adds with ``same_bytes_copy``.
+SAME_BYTES_COPY = "copy of the same bytes"
 #: Input sets rotate until one round of them holds this much: four times an H200's 60 MB L2, so no call finds
 #: its inputs cached by an earlier one (on CUDA; on the host one set serves).
 ROTATE_BYTES = 256 * 2**20
@@ -95,7 +97,8 @@ class Impl:
     """One implementation of one kernel: ``build(example) -> call`` (or a :class:`Peer`), ``example`` being the
     factory arguments (a ``lazyops.specs.Example``: what ``spec.benchmark`` gives).
 
-    ``kind`` is ``"lazyops"`` for a backend's kernel, ``"peer"`` for anything it is compared against.
+    ``kind`` is ``"lazyops"`` for a backend's kernel, ``"peer"`` for anything it is compared against,
+    ``"ceiling"`` for what bounds them all (never ranked as a peer).
     ``problem``, when set, says why it cannot run here (its rows carry it as their error).
     """
 
@@ -185,6 +188,7 @@ def implementations(
     compile: bool = False,
     peers: bool = True,
     peers_from: Path | None = None,
+    same_bytes_copy: bool = False,
 ) -> list[Impl]:
     """What to time for ``kernel``: each backend of ``backends`` (default: every registered one), then the peers.
 
@@ -192,6 +196,11 @@ def implementations(
     ``problem``. The peers: ``torch eager`` always, ``torch.compile`` when ``compile``, then (``peers``) those
     of ``<peers_from or peer_dir()>/<kernel>.py``, whose ``PEERS`` maps a name to ``build(config) -> call``
     (an ``ImportError`` while building means "not installed here": that peer's row says so).
+
+    ``same_bytes_copy`` adds, for a memory-bound kernel, :data:`SAME_BYTES_COPY` (kind ``"ceiling"``): a
+    device-to-device copy of as many bytes as the kernel moves at each token count, timed as the kernel is. It is
+    that size's own ceiling: a short copy loses to its launch and tail what a 256 MiB one (:func:`copy_ceiling`)
+    does not.
     """
     name = kernel_name(kernel)
     spec = spec_of(name)
@@ -210,7 +219,27 @@ def implementations(
         )
     if peers:
         impls.extend(_module_peers(spec, peers_from or peer_dir()))
+    if same_bytes_copy:
+        chosen = example(name)
+        if spec.traffic(_configure(spec, chosen), 1, chosen.geometry).bound != "compute":
+            impls.append(Impl(SAME_BYTES_COPY, "ceiling", lambda chosen: _same_bytes_copy(spec, chosen)))
     return impls
+
+
+def _same_bytes_copy(spec: Any, chosen: Any) -> Peer:
+    """A copy of the bytes ``spec``'s kernel moves on the inputs it is given: half of them read, half written."""
+    config = _configure(spec, chosen)
+    token_input = spec.inputs.index(spec.row_inputs[0])
+
+    def buffers(*args: Any) -> tuple[Any, Any]:
+        moved = spec.traffic(config, args[token_input].shape[0], chosen.geometry).bytes
+        source = torch.zeros(max(1, moved // 4), dtype=torch.bfloat16, device=args[token_input].device)
+        return source, torch.empty_like(source)
+
+    def copy(source: Any, target: Any) -> Any:
+        return target.copy_(source)
+
+    return Peer(copy, buffers)
 
 
 def backend_status(backends: Iterable[str] | None = None) -> dict[str, str | None]:

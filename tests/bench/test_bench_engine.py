@@ -103,3 +103,30 @@ def test_a_backend_that_cannot_run_or_is_unknown_gets_error_rows():
 def test_import_lazyops_does_not_import_the_engine():
     code = "import sys, lazyops; lazyops.kernels(); assert 'lazyops._bench' not in sys.modules"
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+@pytest.mark.parametrize("kernel", KERNELS)
+def test_same_bytes_copy_moves_what_the_kernel_moves_and_is_never_a_peer(kernel):
+    impls = _bench.implementations(kernel, ["torch"], peers=False, same_bytes_copy=True)
+    ceilings = [impl for impl in impls if impl.kind == "ceiling"]
+    chosen = _bench.example(kernel, small=True)
+    config = spec(kernel).configure(*chosen.args, **chosen.kwargs)
+    if spec(kernel).traffic(config, 1, chosen.geometry).bound == "compute":
+        assert ceilings == []  # a GEMM's ceiling is its FLOPs, not a copy
+        return
+    assert [impl.name for impl in ceilings] == [_bench.SAME_BYTES_COPY]
+    rows = _bench.measure(kernel, impls, (5,), device="cpu", small=True, repeats=1)
+    _bench.rank(rows)
+    (copy,) = [row for row in rows if row.kind == "ceiling"]
+    assert copy.error is None and copy.bytes == spec(kernel).traffic(config, 5, chosen.geometry).bytes
+    # the copy's buffers hold those bytes, half read and half written (to within one bf16 element pair)
+    peer = ceilings[0].build(chosen)
+    inputs = _bench._input_sets(spec(kernel), config, chosen, 5, "cpu", 0)[0]
+    source, target = peer.prepare(*inputs)
+    assert abs(2 * source.numel() * source.element_size() - copy.bytes) < 4 and target.shape == source.shape
+    peer.call(source, target)
+    assert torch.equal(source, target)
+    # never ranked as a peer: the lazyops row stands against the best of the peers alone
+    best_peer = max(row.rate for row in rows if row.kind == "peer" and row.rate is not None)
+    (ours,) = [row for row in rows if row.kind == "lazyops"]
+    assert ours.vs_best_peer == pytest.approx(ours.rate / best_peer)
