@@ -1,0 +1,282 @@
+"""How fast the decoder layer of ``decoder_layer.py`` could be at prefill: each of its parts timed on its own, and
+the layer's floor against torch.compile's layer, in one run.
+
+    python3 benchmarks/layer/layer_ceiling.py --out DIR            # on a CUDA machine
+    python3 benchmarks/layer/layer_ceiling.py --smoke --out DIR    # tiny shapes: the script's logic, on a CPU
+
+Issue 12 asks lazyops' layer for ≥ 1.15× torch.compile's at prefill. lazyops replaces the norms, rope, the
+activation and the four GEMMs; attention stays ``F.scaled_dot_product_attention``. So the most any set of lazyops
+kernels can give is torch.compile's layer time over the layer's *floor*:
+
+- each GEMM at the fastest time measured for it here (cuBLAS through ``a @ b``, or a lazyops backend's
+  ``matmul_tl``, whichever is faster);
+- attention and its layout copy (the heads back to rows) as measured, since no lazyops kernel replaces them;
+- each memory-bound kernel (rmsnorm, rope, add_rmsnorm, silu_and_mul) at the device's copy rate measured in the
+  same run: the bytes its spec says it must move (``spec.traffic``) over that rate, no launch and no tail.
+
+Every part is timed by ``triton.testing.do_bench`` (median, L2 flushed) on the layer's own shapes and layouts (rope
+on the strided query and key views of the QKV output, as the layer calls it), for torch's op and each lazyops
+backend that runs here. The floor is below any layer that can be built from these parts (their launches, gaps and
+tails are left out), so a ratio above ``compile / floor`` takes a GEMM faster than the fastest one measured, or a
+faster attention.
+
+Writes ``decoder_layer_ceiling.json`` and ``decoder_layer_ceiling.md`` into DIR (default ``benchmarks/results`` on
+CUDA, a temporary folder otherwise). ``--smoke``: the smoke shapes of ``decoder_layer.py`` at 16 tokens, on a CPU,
+timed by ``perf_counter`` medians (its figures mean nothing).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))  # decoder_layer: the one definition of the layer, its shapes and its inputs
+import decoder_layer as layer  # noqa: E402
+
+GEMMS = ("qkv", "o", "gate_up", "down")
+MEMORY_BOUND = ("rmsnorm", "rope", "add_rmsnorm", "silu_and_mul")
+#: The layer's parts in its order; "attention" and "layout" are torch's in every implementation.
+PARTS = ("rmsnorm", "qkv", "rope", "attention", "layout", "o", "add_rmsnorm", "gate_up", "silu_and_mul", "down")
+WORKLOADS = ("prefill-1024", "prefill-8192")
+#: torch's own ops (``decoder_layer.torch_ops``: cuBLAS through ``a @ b``, ``F.rms_norm``, vLLM's native rope)
+TORCH = "torch ops"
+COPY_BYTES = 256 * 2**20  # the copy whose rate is the memory-bound parts' ceiling: large enough to be at it
+
+
+def part_calls(shape: layer.Shape, ops: layer.Ops, weights: dict[str, Any], tokens: int, dtype: Any, device: str):
+    """``{part: zero-argument call}``: each part of the prefill layer on inputs shaped and laid out as the layer's
+    own (``decoder_layer.make_layer``), so each is timed alone on what it gets inside the layer."""
+    import torch
+    import torch.nn.functional as F
+
+    g = torch.Generator().manual_seed(2)
+
+    def rows(width: int) -> Any:
+        return torch.randn(tokens, width, generator=g).to(dtype).to(device)
+
+    w = weights
+    hidden, heads, head_dim = shape.hidden, shape.heads, shape.head_dim
+    sizes = [shape.q_size, shape.kv_size, shape.kv_size]
+    x, residual, normed = rows(hidden), rows(hidden), rows(hidden)
+    qkv = rows(sum(sizes))
+    q, k, v = qkv.split(sizes, dim=-1)
+    positions = torch.arange(tokens, device=device)
+    heads_q, heads_k, heads_v = (t.view(tokens, -1, head_dim).transpose(0, 1).unsqueeze(0) for t in (q, k, v))
+    attended = F.scaled_dot_product_attention(heads_q, heads_k, heads_v, is_causal=True, enable_gqa=True)
+    attended_rows = rows(shape.q_size)
+    gate_up = rows(2 * shape.mlp)
+    activated = rows(shape.mlp)
+    return {
+        "rmsnorm": lambda: ops.rmsnorm(x, w["input_norm"]),
+        "qkv": lambda: ops.qkv(normed, w["qkv"]),
+        "rope": lambda: ops.rope(positions, q, k, w["cos_sin_cache"]),
+        "attention": lambda: F.scaled_dot_product_attention(heads_q, heads_k, heads_v, is_causal=True, enable_gqa=True),
+        "layout": lambda: attended.squeeze(0).transpose(0, 1).reshape(tokens, heads * head_dim),
+        "o": lambda: ops.o(attended_rows, w["o"]),
+        "add_rmsnorm": lambda: ops.add_rmsnorm(x, residual, w["post_norm"]),
+        "gate_up": lambda: ops.gate_up(normed, w["gate_up"]),
+        "silu_and_mul": lambda: ops.silu_and_mul(gate_up),
+        "down": lambda: ops.down(activated, w["down"]),
+    }
+
+
+def traffic_bytes(shape: layer.Shape, tokens: int, dtype: Any) -> dict[str, int]:
+    """The bytes each memory-bound part must move at ``tokens``, from its spec (the one definition of it)."""
+    from lazyops.specs.add_rmsnorm import spec as add_rmsnorm
+    from lazyops.specs.rmsnorm import spec as rmsnorm
+    from lazyops.specs.rope import spec as rope
+    from lazyops.specs.silu_and_mul import spec as silu_and_mul
+
+    rope_geometry = {"query_heads": shape.heads, "key_heads": shape.kv_heads, "rotary_dim": shape.head_dim}
+    return {
+        "rmsnorm": rmsnorm.traffic(rmsnorm.configure(shape.hidden, dtype), tokens, {}).bytes,
+        "rope": rope.traffic(rope.configure(shape.head_dim, dtype), tokens, rope_geometry).bytes,
+        "add_rmsnorm": add_rmsnorm.traffic(add_rmsnorm.configure(shape.hidden, dtype), tokens, {}).bytes,
+        "silu_and_mul": silu_and_mul.traffic(silu_and_mul.configure(shape.mlp, dtype), tokens, {}).bytes,
+    }
+
+
+def timer(device: str, repeats: int) -> Callable[[Callable[[], Any]], float]:
+    """µs per call: ``do_bench``'s median (L2 flushed) on CUDA, a ``perf_counter`` median on a CPU."""
+
+    def time_us(call: Callable[[], Any]) -> float:
+        return layer.median_us(call, (), device, repeats)
+
+    return time_us
+
+
+def measure(
+    workload: layer.Workload, shape: layer.Shape, dtype: Any, options: argparse.Namespace, status: dict[str, str | None]
+) -> dict[str, Any]:
+    """One workload: torch.compile's layer, every part of every implementation, the copy rate, and the floor."""
+    import torch
+
+    device = options.device
+    time_us = timer(device, options.repeats)
+    weights = layer.make_weights(shape, dtype, device)
+    inputs = layer.make_inputs(shape, workload, dtype, device)
+    with torch.no_grad():
+        torch._dynamo.reset()
+        compiled = torch.compile(
+            layer.make_layer(layer.torch_ops(shape), weights, shape, "prefill", "enable_gqa"),
+            dynamic=False,
+            backend=options.dynamo,
+        )
+        compile_us = layer.median_us(compiled, layer.clone(inputs), device, options.repeats)
+        implementations: dict[str, dict[str, float] | str] = {}
+        ops_by_impl = {TORCH: layer.torch_ops(shape)}
+        for backend, problem in status.items():
+            if problem is None:
+                ops_by_impl[f"lazyops {backend}"] = layer.lazyops_ops(backend, shape, dtype)
+            else:
+                implementations[f"lazyops {backend}"] = f"unavailable: {problem}"
+        for name, ops in ops_by_impl.items():
+            calls = part_calls(shape, ops, weights, workload.tokens, dtype, device)
+            implementations[name] = {part: round(time_us(calls[part]), 2) for part in PARTS}
+        source = torch.empty(COPY_BYTES // 2, dtype=torch.bfloat16, device=device)
+        target = torch.empty_like(source)
+        copy_us = time_us(lambda: target.copy_(source))
+    copy_rate = 2 * COPY_BYTES / copy_us / 1e3  # GB/s: read and written
+    moved = traffic_bytes(shape, workload.tokens, dtype)
+    timed = {name: parts for name, parts in implementations.items() if isinstance(parts, dict)}
+    best = {part: min(timed, key=lambda name: timed[name][part]) for part in PARTS}
+    floor_parts = {part: timed[best[part]][part] for part in (*GEMMS, "attention", "layout")}
+    floor_parts.update({part: round(moved[part] / copy_rate / 1e3, 2) for part in MEMORY_BOUND})
+    floor_us = sum(floor_parts.values())
+    best_sum_us = sum(timed[best[part]][part] for part in PARTS)
+    return {
+        "workload": workload.name,
+        "tokens": workload.tokens,
+        "compile_us": round(compile_us, 1),
+        "copy_us": round(copy_us, 2),
+        "copy_gbs": round(copy_rate, 1),
+        "bytes": moved,
+        "parts_us": implementations,
+        "best": best,
+        "floor_parts_us": floor_parts,
+        "floor_us": round(floor_us, 1),
+        "best_parts_sum_us": round(best_sum_us, 1),
+        "ceiling_vs_compile": round(compile_us / floor_us, 3),
+        "best_parts_vs_compile": round(compile_us / best_sum_us, 3),
+    }
+
+
+def render_markdown(results: list[dict[str, Any]], environment: dict[str, Any], elapsed: float) -> str:
+    lines = [
+        "# The decoder layer's floor at prefill, part by part",
+        "",
+        f"Generated by `{environment['command']}` in {elapsed:.0f} s; do not edit. Method: the script's docstring.",
+        "",
+        f"- date: {environment['date']}; device: {environment['device']}",
+        f"- versions: {', '.join(f'{k} {v}' for k, v in environment['versions'].items())}; python "
+        f"{environment['python']}; lazyops at {environment['commit']}",
+        f"- layer: `decoder_layer.py`'s ({environment['shape']['hidden']} hidden, MLP {environment['shape']['mlp']}), "
+        "bf16; parts timed alone on the layer's shapes and layouts",
+        "",
+    ]
+    for result in results:
+        names = list(result["parts_us"])
+        timed = [name for name in names if isinstance(result["parts_us"][name], dict)]
+        lines += [
+            f"## {result['workload']}",
+            "",
+            "µs per call; the floor column takes each GEMM, attention and the layout copy at its fastest time "
+            f"here, each memory-bound part at the copy rate ({result['copy_gbs']:.0f} GB/s, a {COPY_BYTES >> 20} MiB "
+            "device-to-device copy in this run) over the bytes its spec moves.",
+            "",
+            "| part | " + " | ".join(timed) + " | bytes | floor |",
+            "| --- |" + " ---: |" * (len(timed) + 2),
+        ]
+        for part in PARTS:
+            cells = [f"{result['parts_us'][name][part]:.1f}" for name in timed]
+            moved = result["bytes"].get(part)
+            size = "—" if not moved else f"{moved / 1e6:.1f} MB" if moved >= 1e5 else f"{moved / 1e3:.1f} kB"
+            floor = result["floor_parts_us"].get(part, result["parts_us"][result["best"][part]][part])
+            lines.append(f"| {part} | " + " | ".join(cells) + f" | {size} | {floor:.1f} |")
+        totals = [f"{sum(result['parts_us'][name].values()):.1f}" for name in timed]
+        lines += [
+            "| **sum** | " + " | ".join(totals) + f" | | **{result['floor_us']:.1f}** |",
+            "",
+            f"- torch.compile's layer, same run: **{result['compile_us']:.1f} µs**",
+            f"- the layer's floor: {result['floor_us']:.1f} µs, so the most any lazyops kernels can give is "
+            f"**{result['ceiling_vs_compile']:.2f}× torch.compile** (goal: ≥ {layer.GOALS['prefill']}×)",
+            f"- every part at its fastest measured implementation, summed (no launch gaps): "
+            f"{result['best_parts_sum_us']:.1f} µs, {result['best_parts_vs_compile']:.2f}× torch.compile",
+            "",
+        ]
+        unavailable = {name: why for name, why in result["parts_us"].items() if isinstance(why, str)}
+        lines += [f"- {name}: {why}" for name, why in unavailable.items()]
+        if unavailable:
+            lines.append("")
+    return "\n".join(lines)
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--out", type=Path, help="where the results go (default: benchmarks/results on CUDA)")
+    parser.add_argument("--smoke", action="store_true", help="tiny shapes (for a CPU)")
+    parser.add_argument("--device", help="default: cuda when torch sees it, else cpu")
+    parser.add_argument("--workloads", help=f"comma list of prefill-<tokens> (default: {','.join(WORKLOADS)})")
+    parser.add_argument("--backend", action="append", default=[], metavar="NAME", help="lazyops backends to time")
+    parser.add_argument("--repeats", type=int, default=3, help="calls per median on a CPU")
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    options = parse_args(argv)
+    started = time.perf_counter()
+    import torch
+    from _environment import describe_environment
+
+    from lazyops import _bench
+
+    options.device = options.device or ("cuda" if torch.cuda.is_available() else "cpu")
+    cuda = options.device.startswith("cuda")
+    options.dynamo = "inductor" if cuda else "eager"
+    shape = layer.SMOKE if options.smoke else layer.LLAMA3_8B
+    names = options.workloads.split(",") if options.workloads else (["prefill-16"] if options.smoke else WORKLOADS)
+    workloads = [layer.Workload.parse(name) for name in names]
+    if any(workload.phase != "prefill" for workload in workloads):
+        raise SystemExit("layer_ceiling.py: only prefill-<tokens> workloads (decode's goal is met in graphs)")
+    longest = max(workload.tokens for workload in workloads)
+    if longest > shape.rope_rows:
+        shape = layer.dataclasses.replace(shape, rope_rows=longest)
+    out = options.out or (
+        layer.ROOT / "benchmarks" / "results" if cuda else Path(tempfile.gettempdir()) / "lazyops-layer-ceiling"
+    )
+    dtype = torch.bfloat16
+    status = _bench.backend_status(options.backend or None)
+    status.pop("torch", None)  # the torch backend's GEMMs are cuBLAS, as the TORCH column's are
+    environment = {
+        **describe_environment(torch, options.device, "smoke run; timings meaningless"),
+        "shape": layer.dataclasses.asdict(shape),
+        "backends": {name: problem or "runs" for name, problem in status.items()},
+    }
+    results = []
+    out.mkdir(parents=True, exist_ok=True)
+    for workload in workloads:
+        results.append(measure(workload, shape, dtype, options, status))
+        elapsed = time.perf_counter() - started
+        payload = {"environment": environment, "elapsed_s": round(elapsed, 1), "results": results}
+        (out / "decoder_layer_ceiling.json").write_text(json.dumps(payload, indent=1) + "\n")
+        (out / "decoder_layer_ceiling.md").write_text(render_markdown(results, environment, elapsed))
+        last = results[-1]
+        print(
+            f"{workload.name}: compile {last['compile_us']} µs, floor {last['floor_us']} µs, "
+            f"ceiling {last['ceiling_vs_compile']}×",
+            flush=True,
+        )
+    print(render_markdown(results, environment, time.perf_counter() - started))
+    print(f"results in {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
