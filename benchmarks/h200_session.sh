@@ -167,6 +167,10 @@
 #   call A (carry .whl):  bash benchmarks/h200_session.sh install
 #   call B (carry .whl2): bash benchmarks/h200_session.sh ceilings
 #   call C (no carry):    bash benchmarks/h200_session.sh same-bytes
+# (ceilings' first step then summed the parts timed alone, which the layer beat: 622 against 720 us at 1024
+# tokens; the script now times the floor as a layer, the skeleton) and again on a fresh machine:
+#   call A (carry .whl):  bash benchmarks/h200_session.sh install
+#   call B (carry .whl2): bash benchmarks/h200_session.sh floor
 #
 # .whl and .whl2 hold the wheels benchmarks/README.md lists (TileLang; z3, liger-kernel, and rich with its small
 # dependencies for the `lazyops` command). Unpack a call's tarball into benchmarks/results/ here.
@@ -634,6 +638,9 @@ ceilings)
   step 100 python3 benchmarks/torch_backend.py --device cuda --dtypes bfloat16 --tokens 1 1024 32768 --repeats 3 \
     --out "$results"
   step 100 python3 benchmarks/wrapper_cost.py --device cuda --backends torch,triton,tilelang --out "$results"
+  ;;
+floor)
+  step 300 python3 benchmarks/layer/layer_ceiling.py --out "$results"
   ;;
 same-bytes)
   # every memory-bound kernel beside a copy of the bytes it moves, streamed and inside CUDA graphs, at the two
