@@ -155,6 +155,7 @@ def measure(
         if compiled:
             torch._dynamo.reset()
             step = torch.compile(step, dynamic=False, backend=options.dynamo)
+        layer.release(device)  # each layer starts from an empty allocator cache, as decoder_layer's rows do
         step(*layer.clone(inputs))  # compiles, autotunes and allocates outside the timing, as decoder_layer does
         layer.synchronize(device)
         return layer.median_us(step, layer.clone(inputs), device, options.repeats)
