@@ -171,6 +171,8 @@
 # tokens; the script now times the floor as a layer, the skeleton) and again on a fresh machine:
 #   call A (carry .whl):  bash benchmarks/h200_session.sh install
 #   call B (carry .whl2): bash benchmarks/h200_session.sh floor
+# then Triton's row layouts at 1024 tokens inside CUDA graphs, where the same-bytes copy left room (one call, no
+# carry): bash benchmarks/h200_session.sh row-layouts-graph
 #
 # .whl and .whl2 hold the wheels benchmarks/README.md lists (TileLang; z3, liger-kernel, and rich with its small
 # dependencies for the `lazyops` command). Unpack a call's tarball into benchmarks/results/ here.
@@ -618,6 +620,10 @@ fp8-warps)
     --out /tmp/fp8
   cp /tmp/fp8/gpu_bench.md "$results/gpu_bench_fp8_warps.md"
   cp /tmp/fp8/gpu_bench.json "$results/gpu_bench_fp8_warps.json"
+  ;;
+row-layouts-graph)
+  step 400 python3 benchmarks/triton_row_variants.py --graph --tokens 1024 --name triton_row_variants_graph1024 \
+    --out "$results"
   ;;
 row-layouts)
   step 400 python3 benchmarks/triton_row_variants.py --out "$results"
