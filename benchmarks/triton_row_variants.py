@@ -68,7 +68,10 @@ def main(argv: list[str] | None = None) -> int:
     tokens_list = TOKENS if device == "cuda" else (3, 5)
     if args.tokens:
         tokens_list = tuple(int(m) for m in args.tokens.split(","))
-    graph = args.graph and device == "cuda"
+    if args.graph and device != "cuda":
+        print("--graph times calls inside CUDA graphs: it needs --device cuda", file=sys.stderr)
+        return 2
+    graph = args.graph
     started = time.perf_counter()
     rows: list[dict[str, Any]] = []
     for kernel, module_name in KERNELS.items():
@@ -128,7 +131,11 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"{kernel} M={tokens} {label}: {row.get('gbps', 0):.0f} GB/s {share}", flush=True)
     payload = {
         **describe_environment(torch, device, "Triton interpreter; timings meaningless"),
-        "method": "per call inside a CUDA graph (50 captured, 20 replays)" if graph else "do_bench medians, L2 flushed",
+        "method": "per call inside a CUDA graph (50 captured, 20 replays)"
+        if graph
+        else "do_bench medians, L2 flushed"
+        if device == "cuda"
+        else "perf_counter medians on the host, Triton's interpreter (timings meaningless)",
         "elapsed_s": round(time.perf_counter() - started, 1),
         "rows": rows,
     }
