@@ -704,6 +704,15 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
+def choose_device(options: argparse.Namespace, torch: Any) -> bool:
+    """Set ``options.device`` (CUDA when torch sees it, unless given) and ``options.dynamo`` (inductor on CUDA; on a
+    CPU dynamo's eager backend: the graph capture checked, no code generated); whether it is CUDA."""
+    options.device = options.device or ("cuda" if torch.cuda.is_available() else "cpu")
+    cuda = bool(options.device.startswith("cuda"))
+    options.dynamo = "inductor" if cuda else "eager"
+    return cuda
+
+
 def main(argv: list[str] | None = None) -> int:
     options = parse_args(argv)
     started = time.perf_counter()
@@ -713,9 +722,7 @@ def main(argv: list[str] | None = None) -> int:
     from lazyops import _bench
     from lazyops.testing import TOLERANCE
 
-    options.device = options.device or ("cuda" if torch.cuda.is_available() else "cpu")
-    cuda = options.device.startswith("cuda")
-    options.dynamo = "inductor" if cuda else "eager"
+    cuda = choose_device(options, torch)
     shape = SMOKE if options.smoke else LLAMA3_8B
     if options.context:
         shape = dataclasses.replace(shape, context=options.context)

@@ -287,9 +287,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from lazyops import _bench
 
-    options.device = options.device or ("cuda" if torch.cuda.is_available() else "cpu")
-    cuda = options.device.startswith("cuda")
-    options.dynamo = "inductor" if cuda else "eager"
+    cuda = layer.choose_device(options, torch)
     shape = layer.SMOKE if options.smoke else layer.LLAMA3_8B
     names = options.workloads.split(",") if options.workloads else (["prefill-16"] if options.smoke else WORKLOADS)
     workloads = [layer.Workload.parse(name) for name in names]
