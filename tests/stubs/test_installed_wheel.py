@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
 import re
 import subprocess
 import zipfile
@@ -122,7 +123,10 @@ def test_stubtest_finds_the_stubs_true_to_the_runtime(stubtest: subprocess.Popen
 def test_jedi_completes_kernels_with_their_signatures_from_the_installed_wheel(installed_wheel: InstalledWheel):
     import jedi
 
-    environment = jedi.create_environment(str(installed_wheel.python), safe=False)
+    # The wheel's interpreter as an editor starts it: without this run's PYTHONPATH (a checkout's ``src`` there would
+    # come first on its path and be what jedi completes from)
+    clean = {key: value for key, value in os.environ.items() if key != "PYTHONPATH"}
+    environment = jedi.create_environment(str(installed_wheel.python), safe=False, env_vars=clean)
     path = installed_wheel.workdir / "editing.py"
     completions = jedi.Script("import lazyops\nlazyops.rmsnorm_t", path=path, environment=environment).complete()
     assert [c.name for c in completions] == ["rmsnorm_tl"]
