@@ -260,6 +260,11 @@ def lazyops_ops(backend: str, shape: Shape, dtype: Any) -> Ops:
     )
 
 
+def with_gemms(ops: Ops, gemms: Ops) -> Ops:
+    """``ops`` with the four GEMMs of ``gemms``: a backend's norms, rope and activation around another's GEMMs."""
+    return dataclasses.replace(ops, qkv=gemms.qkv, o=gemms.o, gate_up=gemms.gate_up, down=gemms.down)
+
+
 def make_layer(ops: Ops, weights: dict[str, Any], shape: Shape, phase: str, gqa: str) -> Callable[..., Any]:
     """One decoder layer step: ``layer(hidden, positions[, k_cache, v_cache]) -> (out, residual)``."""
     import torch.nn.functional as F
@@ -338,8 +343,7 @@ def implementations(shape: Shape, dtype: Any, backends: dict[str, str | None], c
             @functools.cache
             def mixed(backend: str = backend) -> Ops:
                 cublas = lazyops_ops("torch", shape, dtype)
-                own = lazyops_ops(backend, shape, dtype)
-                return dataclasses.replace(own, qkv=cublas.qkv, o=cublas.o, gate_up=cublas.gate_up, down=cublas.down)
+                return with_gemms(lazyops_ops(backend, shape, dtype), cublas)
 
             name = f"lazyops {backend}, matmul from lazyops torch (cuBLAS)"
             impls.append(Impl(name, "lazyops", None if problem else mixed, problem=problem))

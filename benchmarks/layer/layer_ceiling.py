@@ -55,7 +55,7 @@ PARTS = ("rmsnorm", "qkv", "rope", "attention", "layout", "o", "add_rmsnorm", "g
 WORKLOADS = ("prefill-1024", "prefill-8192")
 #: torch's own ops (``decoder_layer.torch_ops``: cuBLAS through ``a @ b``, ``F.rms_norm``, vLLM's native rope)
 TORCH = "torch ops"
-COPY_BYTES = 256 * 2**20  # the copy whose rate is the memory-bound parts' ceiling: large enough to be at it
+COPY_MIB = 256  # the copy whose rate is the memory-bound parts' ceiling: large enough to be at it
 
 
 def part_calls(shape: layer.Shape, ops: layer.Ops, weights: dict[str, Any], tokens: int, dtype: Any, device: str):
@@ -110,7 +110,7 @@ def skeleton_ops(gemms: layer.Ops) -> layer.Ops:
     def silu_and_mul(x: Any) -> Any:
         return x.new_empty((x.shape[0], x.shape[-1] // 2))  # dense, as a kernel's output: no GPU work
 
-    return layer.Ops(rmsnorm, add_rmsnorm, rope, silu_and_mul, gemms.qkv, gemms.o, gemms.gate_up, gemms.down)
+    return layer.with_gemms(layer.Ops(rmsnorm, add_rmsnorm, rope, silu_and_mul, *(None,) * 4), gemms)
 
 
 def traffic_bytes(shape: layer.Shape, tokens: int, dtype: Any) -> dict[str, int]:
@@ -145,6 +145,8 @@ def measure(
     the bound and the floor, and every part of every implementation alone."""
     import torch
 
+    from lazyops import _bench
+
     device = options.device
     time_us = timer(device, options.repeats)
     weights = layer.make_weights(shape, dtype, device)
@@ -173,19 +175,15 @@ def measure(
         lazyops_layers = {}
         for name, ops in ops_by_impl.items():
             if name != TORCH:
-                cublas = ops_by_impl[TORCH]
-                mixed = layer.dataclasses.replace(
-                    ops, qkv=cublas.qkv, o=cublas.o, gate_up=cublas.gate_up, down=cublas.down
-                )
                 lazyops_layers[name] = round(layer_us(ops), 1)
-                lazyops_layers[f"{name}, cuBLAS GEMMs"] = round(layer_us(mixed), 1)
+                lazyops_layers[f"{name}, cuBLAS GEMMs"] = round(layer_us(layer.with_gemms(ops, ops_by_impl[TORCH])), 1)
         for name, ops in ops_by_impl.items():
             calls = part_calls(shape, ops, weights, workload.tokens, dtype, device)
             implementations[name] = {part: round(time_us(calls[part]), 2) for part in PARTS}
-        source = torch.empty(COPY_BYTES // 2, dtype=torch.bfloat16, device=device)
-        target = torch.empty_like(source)
-        copy_us = time_us(lambda: target.copy_(source))
-    copy_rate = 2 * COPY_BYTES / copy_us / 1e3  # GB/s: read and written
+    copy = _bench.copy_ceiling(COPY_MIB, device=device)
+    if copy.rate is None:
+        raise RuntimeError(f"the {COPY_MIB} MiB copy that sets the copy rate failed: {copy.error}")
+    copy_us, copy_rate = copy.us, copy.rate  # GB/s: read and written
     moved = traffic_bytes(shape, workload.tokens, dtype)
     at_copy_rate = {part: round(moved[part] / copy_rate / 1e3, 2) for part in MEMORY_BOUND}
     fastest = min(skeleton, key=skeleton.__getitem__)

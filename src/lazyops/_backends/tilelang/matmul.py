@@ -146,11 +146,17 @@ class SplitK:
     max_m: int
 
 
+def fits_shared(tile: Tile, shared_memory: int) -> bool:
+    """Whether ``tile``'s pipeline (16-bit operands, float32 staging) fits ``shared_memory`` less
+    :data:`EPILOGUE_RESERVE`."""
+    return tile.shared_bytes(2, 4) <= shared_memory - EPILOGUE_RESERVE
+
+
 def fitted(tile: Tile, shared_memory: int) -> Tile:
     """``tile`` with its stages dropped (to two at least) until its pipeline fits ``shared_memory`` less
     :data:`EPILOGUE_RESERVE` (a 99 KiB sm_86/sm_89 GPU takes the decode tiles with 2 stages)."""
     stages = tile.stages
-    while stages > 2 and replace(tile, stages=stages).shared_bytes(2, 4) > shared_memory - EPILOGUE_RESERVE:
+    while stages > 2 and not fits_shared(replace(tile, stages=stages), shared_memory):
         stages -= 1
     return replace(tile, stages=stages)
 
@@ -317,8 +323,7 @@ def split_plans(config: MatmulConfig, sm_count: int = 132, shared_memory: int = 
     if config.dtype == torch.float32:
         return ()
     n, k = config.n, config.k
-    fits = fitted(SPLIT_128, shared_memory).shared_bytes(2, 4) <= shared_memory - EPILOGUE_RESERVE
-    rows_128 = SPLIT_128 if fits else SPLIT_128_LOW_SMEM
+    rows_128 = SPLIT_128 if fits_shared(fitted(SPLIT_128, shared_memory), shared_memory) else SPLIT_128_LOW_SMEM
     rows_16 = plan_split(SPLIT_16, 16, n, k, sm_count, shared_memory)
     rows_64 = SPLIT_64
     # SPLIT_64's 64 x 128 tiles, counted at 128 tokens: half the SMs or fewer means a narrow weight, whose tiles
@@ -327,11 +332,11 @@ def split_plans(config: MatmulConfig, sm_count: int = 132, shared_memory: int = 
         # unsplit only where its tiles give most SMs a block, as at n = 4096 (64 for 132); much narrower weights
         # (not measured) keep the split plan, which fills the SMs
         unsplit_fills = NARROW_16.tiles(16, n) * 8 >= sm_count * 3
-        if unsplit_fills and NARROW_16.shared_bytes(2, 4) <= shared_memory - EPILOGUE_RESERVE:
+        if unsplit_fills and fits_shared(NARROW_16, shared_memory):
             rows_16 = SplitK(NARROW_16, -(-k // NARROW_16.block_k), 1, 16)
-        if NARROW_64.shared_bytes(2, 4) <= shared_memory - EPILOGUE_RESERVE:
+        if fits_shared(NARROW_64, shared_memory):
             rows_64 = NARROW_64
-        if NARROW_128.shared_bytes(2, 4) <= shared_memory - EPILOGUE_RESERVE:
+        if fits_shared(NARROW_128, shared_memory):
             rows_128 = NARROW_128
     return (
         rows_16,
