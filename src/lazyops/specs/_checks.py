@@ -59,8 +59,9 @@ def positive_int(factory: str, param: str, value: Any) -> int:
 
 
 def positive_float(factory: str, param: str, value: Any) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
-        raise KernelInputError(f"{factory}: {param} must be a positive float, got {value!r}")
+    """``value`` as a positive, finite ``float``: ``eps=inf`` would make every output zero, silently."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < math.inf:
+        raise KernelInputError(f"{factory}: {param} must be a positive finite float, got {value!r}")
     return float(value)
 
 
@@ -391,12 +392,12 @@ def plain_call(layout: tuple[PlainInput, ...], written: tuple[int, ...] = ()) ->
         ((width or 0) * dtype.itemsize, 0 if width is not None else math.prod(shape or ()) * dtype.itemsize)
         for dtype, width, shape in layout
     )
-    # each written input with the others of its dtype (those the aliasing check compares it with)
+    # each written input with every other input, whatever its dtype (a view(dtype) of it is the same memory)
     written_against = tuple(
-        (index, *spans[index], tuple((other, *spans[other]) for other in others))
+        (index, *spans[index], tuple((other, *spans[other]) for other in range(count) if other != index))
         for index in written
-        if (others := tuple(o for o in range(count) if o != index and layout[o][0] is layout[index][0]))
     )
+    inference_mode = torch.is_inference_mode_enabled
 
     def accepts(args: tuple[Any, ...]) -> bool:
         if len(args) != count:
@@ -428,7 +429,10 @@ def plain_call(layout: tuple[PlainInput, ...], written: tuple[int, ...] = ()) ->
             if arg.shape != shape or arg.device != device:
                 return False
         for index, per_token, fixed_bytes, others in written_against:  # dense tensors: one byte range each
-            start = args[index].data_ptr()
+            target = args[index]
+            if target.is_inference() and not inference_mode():
+                return False  # the checked path writes it under torch.inference_mode()
+            start = target.data_ptr()
             end = start + tokens * per_token + fixed_bytes
             for other, other_per_token, other_fixed_bytes in others:
                 other_start = args[other].data_ptr()

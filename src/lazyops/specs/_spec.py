@@ -289,17 +289,14 @@ class KernelSpec:
                 )
 
     def check_aliasing(self, config: Any, *args: Any) -> None:
-        """Refuse a call whose in-place inputs share memory with another input of their dtype (rope's query and
-        key are two slices of one packed buffer: distinct columns of it are fine, the same elements are not).
-
-        Only tensors of one dtype are compared: sharing memory across dtypes takes a deliberate ``view(dtype)``,
-        and each comparison costs microseconds of host time on every call.
-        """
+        """Refuse a call whose in-place inputs share memory with another input (rope's query and key are two slices
+        of one packed buffer: distinct columns of it are fine, the same elements are not), whatever either's dtype:
+        a ``view(dtype)`` of an input is the same memory, and writing it changes what the other reads."""
         from lazyops.specs._checks import overlap
 
         for written, other in self._aliasing_pairs():
             tensor, arg = args[written], args[other]
-            if arg.dtype is tensor.dtype and overlap(tensor, arg):
+            if overlap(tensor, arg):
                 inputs = self.inputs
                 raise KernelInputError(
                     f"{config.label}: {inputs[written]} overlaps {inputs[other]} in memory; {inputs[written]} is "
@@ -485,6 +482,20 @@ class KernelSpec:
                 check_aliasing(config, *args)
             if is_grad_enabled():
                 refuse_grad(args, out)
+            if writes_inference_tensors(args, out):
+                with torch.inference_mode():
+                    return served_on_device(args, out)
+            return served_on_device(args, out)
+
+        def writes_inference_tensors(args: tuple[Any, ...], out: Any) -> bool:
+            """Whether the call writes a tensor made under ``torch.inference_mode()`` outside it, as a model loaded
+            in inference mode and called under ``no_grad`` does: torch refuses such a write, so the call runs in
+            inference mode (whose only other effect is that a new output is an inference tensor too)."""
+            if (not written and out is None) or torch.is_inference_mode_enabled():
+                return False
+            return any(args[index].is_inference() for index in written) or (out is not None and out.is_inference())
+
+        def served_on_device(args: tuple[Any, ...], out: Any) -> Any:
             if device_type == "cuda":
                 first = args[0]
                 if not first.is_cuda:  # ``is_cuda``: a flag read, where ``device.type`` builds a device object

@@ -6,6 +6,7 @@ be float32 under 16-bit activations, as Gemma and LayerNorm checkpoints keep the
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -44,8 +45,14 @@ def rmsnorm_reference(x: torch.Tensor, weight: torch.Tensor, eps: float, weight_
 def norm_options(factory: str, dtype: torch.dtype, weight_dtype: Any, weight_offset: Any) -> tuple[torch.dtype, float]:
     """The weight's dtype (the activations' by default) and offset, checked; what the norm factories share."""
     weight_dtype = dtype if weight_dtype is None else checks.canonical_dtype(factory, weight_dtype)
-    if isinstance(weight_offset, bool) or not isinstance(weight_offset, (int, float)):
-        raise KernelInputError(f"{factory}: weight_offset must be a float (1.0 for Gemma), got {weight_offset!r}")
+    if (
+        isinstance(weight_offset, bool)
+        or not isinstance(weight_offset, (int, float))
+        or not math.isfinite(weight_offset)
+    ):
+        raise KernelInputError(
+            f"{factory}: weight_offset must be a finite float (1.0 for Gemma), got {weight_offset!r}"
+        )
     return weight_dtype, float(weight_offset)
 
 

@@ -222,9 +222,13 @@ class RopeSpec(KernelSpec):
                 return False
             if is_grad_enabled() and (query.requires_grad or key.requires_grad or cache.requires_grad):
                 return False
+            if (query.is_inference() or key.is_inference()) and not torch.is_inference_mode_enabled():
+                return False  # the checked path writes them under torch.inference_mode()
             if overlap(query, key):
                 return False
-            return not (cache.dtype is query.dtype and (overlap(query, cache) or overlap(key, cache)))
+            return not (
+                overlap(query, cache) or overlap(key, cache) or overlap(query, positions) or overlap(key, positions)
+            )
 
         return accepts
 
