@@ -4,12 +4,13 @@ unless ``--debug`` asks for it.
 Exit statuses of every subcommand (the README's table):
 
 - 0: done, and nothing found wrong;
-- 1: done, and something found wrong: ``doctor`` found a selected backend or a kernel that cannot work or a
-  kernel that fails its check; ``bench`` or ``warmup`` could not build or run an implementation it was asked for;
-  ``trace --check`` found a kernel the backend lacks; ``which`` names an unavailable kernel; ``stubs --check``
-  found the stub stale;
+- 1: done, and something found wrong (the answer is "no"): ``doctor`` found a selected backend or a kernel that
+  cannot work or a kernel that fails its check; ``bench`` or ``warmup`` could not build or run an implementation
+  it was asked for; ``trace --check`` found a kernel the backend lacks; ``which`` names an unavailable kernel or
+  a name that is not a kernel; ``stubs --check`` found the stub stale;
 - 2: could not do what was asked: bad arguments, a configuration error in the environment, a backend that cannot
-  be loaded, an unreadable or malformed input file, the ``cli`` extra not installed;
+  be loaded, an unreadable or malformed input file, an output file that cannot be written, the ``cli`` extra not
+  installed;
 - 3: an unexpected error (a bug in lazyops or in a backend): ``--debug`` shows its traceback;
 - 130: interrupted (Ctrl-C).
 """
@@ -24,9 +25,15 @@ INTERRUPTED = 130
 
 
 class CommandError(Exception):
-    """A subcommand cannot do what it was asked; the message says why and what to do instead."""
+    """A subcommand cannot do what it was asked (or, with ``FOUND_PROBLEMS``, the answer is "no"); the message
+    says why and what to do instead."""
 
     exit_status = USAGE
+
+    def __init__(self, message: str, *, exit_status: int | None = None) -> None:
+        super().__init__(message)
+        if exit_status is not None:
+            self.exit_status = exit_status
 
 
 class MissingExtraError(CommandError):

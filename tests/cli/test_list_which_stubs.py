@@ -1,4 +1,5 @@
-"""The command line, run as users run it: `python -m lazyops` in a fresh interpreter."""
+"""``lazyops list``, ``which`` and ``stubs``, and what every run of the command shares: its declaration, the README's
+commands, one-line errors."""
 
 from __future__ import annotations
 
@@ -8,11 +9,9 @@ import sys
 from importlib.metadata import entry_points
 from pathlib import Path
 
+from cli_support import lazyops_cli
+
 ROOT = Path(__file__).resolve().parents[2]
-
-
-def lazyops_cli(*args: str, env: dict) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "lazyops", *args], env=env, capture_output=True, text=True, timeout=300)
 
 
 def test_list_shows_every_kernel_and_where_it_resolves(fake_backends):
