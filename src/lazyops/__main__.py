@@ -13,9 +13,11 @@ from collections.abc import Sequence
 
 
 def _parser() -> argparse.ArgumentParser:
-    from lazyops.cli import add_subcommands
+    import lazyops
+    from lazyops.cli import Parser, add_subcommands
 
-    parser = argparse.ArgumentParser(prog="lazyops", description="One lazy namespace of compute-kernel factories.")
+    parser = Parser(prog="lazyops", description="One lazy namespace of compute-kernel factories.")
+    parser.add_argument("--version", action="version", version=f"%(prog)s {lazyops.__version__}")
     parser.add_argument("--debug", action="store_true", help="show the traceback of an error, not just its message")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     add_subcommands(commands)

@@ -91,3 +91,17 @@ def test_bad_arguments_exit_2_with_one_line(env):
     assert_one_line_error(lazyops_cli("doctor", "--backend", "nope", env=env), 2, "no backend named 'nope'")
     result = lazyops_cli("doctor", "--dtype", "int8", env=env)
     assert result.returncode == 2 and "invalid choice" in result.stderr
+
+
+def test_a_selected_backend_that_cannot_run_is_one_problem_not_one_per_kernel(env, fake_backends):
+    from lazyops.specs import kernel_names
+
+    fake_backends.make("offline", list(kernel_names()), init_code="def unavailable_reason():\n    return 'no device'\n")
+    env.update(LAZYOPS_BACKEND="offline", LAZYOPS_STRICT="1")
+    result = lazyops_cli("doctor", "--json", "--backend", "offline", env=env)
+    assert result.returncode == 1, result.stdout + result.stderr
+    report = json.loads(result.stdout)
+    assert report["failures"] == [
+        "selected backend 'offline' cannot run here: no device (every kernel resolves to it)"
+    ]
+    assert "is cannot run" not in result.stdout

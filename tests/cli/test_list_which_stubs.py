@@ -9,7 +9,7 @@ import sys
 from importlib.metadata import entry_points
 from pathlib import Path
 
-from cli_support import lazyops_cli
+from cli_support import assert_plain, lazyops_cli
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -27,9 +27,11 @@ def test_list_shows_every_kernel_and_where_it_resolves(fake_backends):
     assert listing["backends"]["torch"] == "ok"
 
 
-def test_list_table(fake_backends):
+def test_list_table_is_plain_and_fits_80_columns_in_a_pipe(fake_backends):
+    fake_backends.make("a_third_party_backend", ["rmsnorm_tl", "alpha_tl"])
     result = lazyops_cli("list", env=fake_backends.env())
     assert result.returncode == 0, result.stderr
+    assert_plain(result.stdout)
     assert "rmsnorm_tl" in result.stdout and "torch (selected)" in result.stdout
 
 
@@ -96,12 +98,16 @@ def test_list_survives_a_backend_whose_unavailable_reason_raises(fake_backends):
     fake_backends.make("flaky", ["alpha_tl"], init_code="def unavailable_reason():\n    raise RuntimeError('driver exploded')\n")
     result = lazyops_cli("list", env=fake_backends.env())
     assert result.returncode == 0 and "Traceback" not in result.stderr, result.stderr
-    assert "flaky      backend 'flaky': its unavailable_reason() raised RuntimeError: driver exploded" in result.stdout
+    assert "flaky broken backend 'flaky': its unavailable_reason() raised RuntimeError: driver exploded" in " ".join(
+        result.stdout.split()
+    )
 
 
 def test_list_shows_a_refused_entry_point_and_everything_else(fake_backends):
     fake_backends.register("torch", "lazyops_rogue", "rogue-dist")
     result = lazyops_cli("list", env=fake_backends.env())
     assert result.returncode == 0, result.stderr
-    assert "refused entry point: backend name 'torch' is claimed by built-in and by rogue-dist" in result.stdout
+    assert "refused entry point: backend name 'torch' is claimed by built-in and by rogue-dist" in " ".join(
+        result.stdout.split()
+    )
     assert "rmsnorm_tl" in result.stdout and "torch (selected)" in result.stdout

@@ -91,7 +91,7 @@ def test_warmup_builds_each_traced_configuration_once(env, trace):
     table = lazyops_cli("warmup", "--from-trace", str(trace), "--tokens", "0", env=env)
     assert table.returncode == 0, table.stderr
     assert_plain(table.stdout)
-    assert "3 configuration(s), built only" in table.stdout and "done in" in table.stdout
+    assert "3 configurations, built only" in table.stdout and "done in" in table.stdout
 
 
 def test_warmup_refuses_a_trace_it_cannot_use(env, tmp_path):
@@ -156,3 +156,29 @@ def test_tilelang_compile_logs_are_silenced_but_warnings_stay():
         logger.removeHandler(handler)
         logger.setLevel(before)
     assert seen == ["a real warning", "after the compile"]
+
+
+def test_a_line_that_is_not_a_record_says_what_is_wrong_with_it(tmp_path):
+    from lazyops.cli._errors import CommandError
+    from lazyops.cli._traces import read_traces
+    from lazyops.cli.warmup import jobs_from_traces
+
+    path = tmp_path / "t.jsonl"
+    path.write_text('{"kernel": "rmsnorm_tl", "args": "256"}\n[1, 2]\n{"kernel": "rmsnorm_tl", "ba\n')
+    assert read_traces([str(path)]).skipped == [
+        f"{path}:1: not a trace record: it has no 'backend' field",
+        f"{path}:2: not a trace record: a JSON array, not an object",
+        f"{path}:3: not JSON (column 26: Unterminated string starting at)",
+    ]
+    with pytest.raises(CommandError, match="holds no trace record: 3 lines skipped, the first .*:1: not a trace record"):
+        jobs_from_traces([str(path)], out=None)
+
+
+def test_trace_counts_read_as_english(tmp_path, capsys):
+    from lazyops.__main__ import main
+
+    path = tmp_path / "t.jsonl"
+    path.write_text(record("rmsnorm_tl", "256, torch.bfloat16") + "\n")
+    assert main(["trace", str(path), "--backend", "torch"]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert "1 file, 1 record from 1 process" in out and "(1 kernel, 1 configuration)" in out

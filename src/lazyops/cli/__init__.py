@@ -18,7 +18,7 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
-from lazyops.cli._errors import INTERNAL, INTERRUPTED, USAGE, CommandError
+from lazyops.cli._errors import INTERNAL, INTERRUPTED, USAGE, CommandError, did_you_mean
 
 #: Each subcommand and its module, in the order ``lazyops --help`` lists them (``list`` is ``listing``: a module
 #: named ``list`` would shadow the builtin in this package's namespace once imported).
@@ -31,6 +31,19 @@ SUBCOMMANDS = {
     "trace": "trace",
     "stubs": "stubs",
 }
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse's parser, with a did-you-mean for a mistyped choice (a subcommand, ``--dtype``)."""
+
+    def _check_value(self, action: argparse.Action, value: Any) -> None:
+        choices = action.choices
+        if choices is not None and isinstance(value, str) and value not in choices:
+            hint = did_you_mean(value, map(str, choices))
+            if hint:
+                listed = ", ".join(map(repr, choices))
+                raise argparse.ArgumentError(action, f"invalid choice: {value!r}.{hint} (choose from {listed})")
+        super()._check_value(action, value)
 
 
 def add_subcommands(commands: Any) -> None:

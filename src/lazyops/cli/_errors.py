@@ -17,6 +17,8 @@ Exit statuses of every subcommand (the README's table):
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 OK = 0
 FOUND_PROBLEMS = 1
 USAGE = 2
@@ -43,3 +45,26 @@ class MissingExtraError(CommandError):
         super().__init__(
             f"this command needs {package}, which is not installed; install it with: pip install 'lazyops[cli]'"
         )
+
+
+def nearest(name: str, choices: Iterable[str]) -> list[str]:
+    """The one or two of ``choices`` nearest to a mistyped ``name`` (none when nothing is near)."""
+    import difflib
+
+    return difflib.get_close_matches(name, sorted(choices), n=2, cutoff=0.6)
+
+
+def did_you_mean(name: str, choices: Iterable[str]) -> str:
+    """`` Did you mean 'torch'?`` for a mistyped ``name``, or ``""`` when no choice is near."""
+    close = nearest(name, choices)
+    return f" Did you mean {' or '.join(map(repr, close))}?" if close else ""
+
+
+def unknown_names(option: str, what: str, names: Iterable[str], known: Iterable[str]) -> CommandError:
+    """``--backend: no backend named 'torh' (did you mean 'torch'?); known: torch, triton``."""
+    known = tuple(known)
+    described = []
+    for name in sorted(set(names) - set(known)):
+        close = nearest(name, known)
+        described.append(repr(name) + (f" (did you mean {' or '.join(map(repr, close))}?)" if close else ""))
+    return CommandError(f"{option}: no {what} named {', '.join(described)}; known: {', '.join(known)}")

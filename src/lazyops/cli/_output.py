@@ -187,6 +187,11 @@ class Progress:
             self._bar.advance(self._task)
 
 
+def count(number: int, noun: str, plural: str | None = None) -> str:
+    """``1 kernel``, ``3 kernels``, ``2 processes``: a number with its noun agreeing (``plural`` when not noun+s)."""
+    return f"{number} {noun if number == 1 else plural or noun + 's'}"
+
+
 def seconds(value: float | None) -> str:
     """A duration as people read it: ``0.42 s``, ``12 ms``, ``3.1 µs``."""
     if value is None:

@@ -58,15 +58,28 @@ def read_traces(paths: Iterable[str]) -> TraceLog:
                 continue
             where = f"{path}:{number}"
             try:
-                log.records.append(_record(json.loads(line), where))
-            except (ValueError, TypeError, KeyError) as error:
+                data = json.loads(line.rstrip("\r\n"))
+            except json.JSONDecodeError as error:
+                log.skipped.append(f"{where}: not JSON (column {error.colno}: {error.msg})")
+                continue
+            try:
+                log.records.append(_record(data, where))
+            except (ValueError, TypeError) as error:
                 log.skipped.append(f"{where}: {error}")
     return log
 
 
+#: The fields a trace record must have, each a string.
+REQUIRED = ("kernel", "backend")
+_JSON_NAMES = {list: "array", str: "string", int: "number", float: "number", bool: "boolean", type(None): "null"}
+
+
 def _record(data: Any, where: str) -> Record:
     if not isinstance(data, dict):
-        raise TypeError("not a JSON object")
+        raise TypeError(f"not a trace record: a JSON {_JSON_NAMES.get(type(data), 'value')}, not an object")
+    missing = [name for name in REQUIRED if name not in data]
+    if missing:
+        raise ValueError(f"not a trace record: it has no {' and no '.join(map(repr, missing))} field")
     kernel, backend, args = data["kernel"], data["backend"], data.get("args")
     if not isinstance(kernel, str) or not isinstance(backend, str) or not (args is None or isinstance(args, str)):
         raise TypeError("'kernel', 'backend' (and 'args') must be strings")

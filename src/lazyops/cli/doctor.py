@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from lazyops.cli._errors import FOUND_PROBLEMS, OK, USAGE
+from lazyops.cli._status import BROKEN, RUNS, BackendStatus, one_line
 
 HELP = "versions, device, backends, configuration, and every kernel run once and checked"
 
@@ -44,7 +45,6 @@ TOKENS = (1, 7)
 SMALL = 256
 
 PASS, FAIL, ERROR, NO_SPEC = "pass", "FAIL", "error", "no spec"
-RUNS, CANNOT_RUN, NOT_INSTALLED, BROKEN = "ok", "cannot run", "not installed", "broken"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -86,6 +86,8 @@ class KernelReport:
     backend: str | None = None
     reason: str | None = None
     problem: str | None = None
+    #: the backend it resolves to when that backend cannot serve it (the problem is the backend's, reported once)
+    blocked_by: str | None = None
     checks: dict[str, Check] = field(default_factory=dict)
 
 
@@ -117,14 +119,28 @@ class Report:
 
     # -- the verdict -------------------------------------------------------------------------------------------
     def failures(self) -> list[str]:
-        """What makes the exit status 1, one line each."""
-        found = [
-            f"selected backend {b.name!r} is {b.status}: {b.reason}"
-            for b in self.backends
-            if b.selected and b.status != RUNS
-        ]
+        """What makes the exit status 1, one line each: a backend that cannot serve the kernels resolving to it is
+        one line (with how many), not one per kernel."""
+        from lazyops.cli._output import count
+
+        blocked: dict[str, list[str]] = {}
         for kernel in self.kernels:
-            if kernel.problem and not self.config_problems:
+            if kernel.blocked_by and not self.config_problems:
+                blocked.setdefault(kernel.blocked_by, []).append(kernel.kernel)
+        found = []
+        for b in self.backends:
+            if not (b.selected and b.status != RUNS) and b.name not in blocked:
+                continue
+            served = blocked.get(b.name, [])
+            resolving = f"{count(len(served), 'kernel')} resolve to it"
+            if len(served) == 1:
+                resolving = f"{served[0]} resolves to it"
+            elif len(served) == len(self.kernels):
+                resolving = "every kernel resolves to it"
+            status = BackendStatus(b.name, b.status, b.reason)
+            found.append(f"{'selected ' if b.selected else ''}{status.sentence()} ({resolving})")
+        for kernel in self.kernels:
+            if kernel.problem and not kernel.blocked_by and not self.config_problems:
                 found.append(f"{kernel.kernel}: {kernel.problem}")
             found += [
                 f"{kernel.kernel} in {backend}: {check.message}"
@@ -182,7 +198,7 @@ class Report:
         }
 
     def render(self, out: Any) -> None:
-        from lazyops.cli._output import seconds
+        from lazyops.cli._output import count, seconds
 
         out.line(("lazyops doctor", "head"))
         names = {"python": "Python", "lazyops": "lazyops", "torch": "torch", "triton": "Triton", "tilelang": "TileLang"}
@@ -247,9 +263,10 @@ class Report:
         if self.exit_status == USAGE:
             out.line(("configuration error: ", "fail"), "fix the problems above (exit status 2)")
         elif failures:
-            out.line((f"{len(failures)} problem(s); ", "fail"), f"{passed} of {total} checks passed (exit status 1)")
+            problems = count(len(failures), "problem")
+            out.line((f"{problems}; ", "fail"), f"{passed} of {count(total, 'check')} passed (exit status 1)")
         else:
-            out.line(("all good: ", "ok"), f"{passed} of {total} checks passed")
+            out.line(("all good: ", "ok"), f"{passed} of {count(total, 'check')} passed")
 
 
 def _shown(value: str | None) -> Any:
@@ -311,12 +328,11 @@ def diagnose(args: argparse.Namespace, out: Any) -> Report:
 def _wanted_backends(option: str | None, known: tuple[str, ...]) -> set[str]:
     if not option:
         return set(known)
-    from lazyops.cli._errors import CommandError
+    from lazyops.cli._errors import unknown_names
 
     names = {name.strip() for name in option.split(",") if name.strip()}
-    unknown = sorted(names - set(known))
-    if unknown:
-        raise CommandError(f"--backend: no backend named {', '.join(map(repr, unknown))}; known: {', '.join(known)}")
+    if not names <= set(known):
+        raise unknown_names("--backend", "backend", names, known)
     return names
 
 
@@ -413,29 +429,20 @@ def _check_chain_alone(report: Report, value: str | None) -> None:
 
 def load_backend(backend: Any, *, selected: bool) -> BackendReport:
     """Load ``backend`` and import every kernel module it declares, timed; or say why it cannot run here."""
-    from lazyops._errors import BackendError
+    from lazyops.cli._status import backend_status
 
-    entry = BackendReport(backend.name, backend.origin, RUNS, selected)
     started = time.perf_counter()
-    try:
-        exports = backend.exports()
-        reason = backend.unavailable_reason()
-    except BackendError as error:
-        entry.status = NOT_INSTALLED if error.missing else BROKEN
-        entry.reason = _one_line(error)
-        return entry
-    except Exception as error:  # noqa: BLE001 - a backend's own unavailable_reason() that raises
-        entry.status, entry.reason = BROKEN, f"its unavailable_reason() raised {type(error).__name__}: {error}"
-        return entry
-    if reason:
+    status = backend_status(backend.name)
+    entry = BackendReport(backend.name, backend.origin, status.status, selected, reason=status.reason)
+    if not status.runs:
         # Not imported further: a backend that cannot run here would only cost its import time (TileLang: seconds).
-        entry.status, entry.reason = CANNOT_RUN, _one_line(reason)
         return entry
+    exports = backend.exports()
     for kernel in sorted(exports):
         try:
             entry.factories[kernel] = backend.kernel(kernel)
         except Exception as error:  # noqa: BLE001 - one kernel module that fails to import is that kernel's failure
-            entry.kernel_errors[kernel] = _one_line(error)
+            entry.kernel_errors[kernel] = one_line(error)
     entry.import_s = time.perf_counter() - started
     if exports and not entry.factories:
         entry.status, entry.reason = BROKEN, next(iter(entry.kernel_errors.values()))
@@ -453,12 +460,13 @@ def resolve_kernel(kernel: str, report: Report) -> KernelReport:
 
         resolution = lazyops.which(kernel)
     except Exception as error:  # noqa: BLE001 - whatever resolution raises is this kernel's problem, reported
-        entry.problem = _one_line(error)
+        entry.problem = one_line(error)
         return entry
     entry.backend, entry.reason = resolution.backend, resolution.reason
     source = next(b for b in report.backends if b.name == resolution.backend)
     if source.status != RUNS:
-        entry.problem = f"backend {source.name!r} is {source.status}: {source.reason}"
+        entry.blocked_by = source.name
+        entry.problem = BackendStatus(source.name, source.status, source.reason).sentence()
     elif kernel in source.kernel_errors:
         entry.problem = source.kernel_errors[kernel]
     return entry
@@ -499,11 +507,7 @@ def check_kernel(kernel: str, backend: BackendReport, dtype: str) -> Check:
         with torch.inference_mode():
             error = check_case(backend.factories[kernel], case, device=default_device(backend.name))
     except AssertionError as failure:
-        return Check(FAIL, message=f"{_one_line(failure)} (rerun: lazyops.testing.check_case(factory, {case!r}))")
+        return Check(FAIL, message=f"{one_line(failure)} (rerun: lazyops.testing.check_case(factory, {case!r}))")
     except Exception as failure:  # noqa: BLE001 - a kernel that raises is a failed check, not a crashed doctor
-        return Check(ERROR, message=f"{type(failure).__name__}: {_one_line(failure)}")
+        return Check(ERROR, message=f"{type(failure).__name__}: {one_line(failure)}")
     return Check(PASS, error=error)
-
-
-def _one_line(value: object) -> str:
-    return " ".join(str(value).split())

@@ -10,9 +10,12 @@ from __future__ import annotations
 
 import argparse
 import json
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from lazyops.cli._errors import OK
+
+if TYPE_CHECKING:
+    from lazyops.cli._status import BackendStatus
 
 HELP = "every kernel, which backends export it, and where it resolves now"
 
@@ -23,9 +26,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def main(args: argparse.Namespace) -> int:
     from lazyops import _api
+    from lazyops.cli._status import backend_status
 
     report = _api.report()
-    statuses = {name: reason or "ok" for name, reason in _api.backend_statuses().items()}
+    statuses = [backend_status(name) for name in report.backends]
     rows: list[dict[str, Any]] = [
         {
             "kernel": source.kernel,
@@ -39,23 +43,35 @@ def main(args: argparse.Namespace) -> int:
         listing = {
             "chain": list(report.chain),
             "strict": report.strict,
-            "backends": statuses,
+            "backends": {b.name: "ok" if b.runs else b.sentence() for b in statuses},
             "kernels": rows,
             "refused_entry_points": list(report.refused),
         }
         print(json.dumps(listing, indent=2))
         return OK
-    print(f"chain: {','.join(report.chain)}{' (strict)' if report.strict else ''}   platform default: {report.default}")
-    print("backends:")
-    for name, status in statuses.items():
-        print(f"  {name:<10} {status}")
-    for refusal in report.refused:
-        print(f"  refused entry point: {refusal}")
-    backends = report.backends
-    width = max((len(row["kernel"]) for row in rows), default=6)
-    print(f"{'kernel':<{width}}  " + "  ".join(f"{b:<8}" for b in backends) + "  resolves to")
-    for row in rows:
-        marks = "  ".join(f"{'yes' if b in row['exported_by'] else '-':<8}" for b in backends)
-        target = f"{row['backend']} ({row['reason']})" if row["backend"] else row["reason"]
-        print(f"{row['kernel']:<{width}}  {marks}  {target}")
+    from lazyops.cli._output import Output
+
+    render(Output(), report, statuses)
     return OK
+
+
+def render(out: Any, report: Any, statuses: list[BackendStatus]) -> None:
+    strict = "; strict" if report.strict else ""
+    out.line(("lazyops list", "head"), f": chain {','.join(report.chain)}{strict}; platform default {report.default}")
+
+    out.heading("Backends")
+    rows = [[b.name, (b.status, "ok" if b.runs else "warn"), b.reason or ""] for b in statuses]
+    out.table(["backend", "status", "why not, and the way out"], rows, no_wrap=("backend", "status"))
+    for refusal in report.refused:
+        out.line(("refused entry point: ", "warn"), refusal)
+
+    out.heading("Kernels")
+    kernels = []
+    for source in report.kernels:
+        marks = [("yes", "") if b in source.exported_by else ("-", "dim") for b in report.backends]
+        where = (f"{source.backend} ({source.reason})", "") if source.backend else ("unavailable", "fail")
+        kernels.append([source.kernel, *marks, where])
+    out.table(["kernel", *report.backends, "resolves to"], kernels, no_wrap=("kernel",))
+    for source in report.kernels:
+        if source.backend is None:
+            out.line((f"{source.kernel}: ", "fail"), str(source.unavailable))

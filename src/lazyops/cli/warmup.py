@@ -64,7 +64,7 @@ def main(args: argparse.Namespace) -> int:
 
     output = Output()
     tokens = _tokens(args.tokens)
-    jobs = jobs_from_traces(args.from_trace) if args.from_trace else default_jobs(args.dtype)
+    jobs = jobs_from_traces(args.from_trace, output) if args.from_trace else default_jobs(args.dtype)
     started = time.perf_counter()
     with output.progress(len(jobs), "warming up") as progress:
         for job in jobs:
@@ -110,7 +110,9 @@ def _tokens(text: str) -> tuple[int, ...]:
         raise CommandError(f"--tokens: {error}") from None
 
 
-def jobs_from_traces(paths: list[str]) -> list[Job]:
+def jobs_from_traces(paths: list[str], out: Any) -> list[Job]:
+    """A job per distinct configuration of the traces; each line that is not a record is a warning on ``out``."""
+    from lazyops.cli._output import count
     from lazyops.cli._traces import parse_arguments, read_traces
     from lazyops.cli.trace import canonical
 
@@ -131,8 +133,15 @@ def jobs_from_traces(paths: list[str]) -> list[Job]:
             raise CommandError(f"{record.where}: {error}") from None
         jobs[key] = Job(record.kernel, record.backend, positional, keywords, record.args)
     if not jobs:
-        why = "holds no arguments; record it with LAZYOPS_TRACE_ARGS=1" if without_arguments else "is empty"
+        if without_arguments:
+            why = "holds no arguments; record it with LAZYOPS_TRACE_ARGS=1"
+        elif log.skipped:
+            why = f"holds no trace record: {count(len(log.skipped), 'line')} skipped, the first {log.skipped[0]}"
+        else:
+            why = "is empty"
         raise CommandError(f"the trace {', '.join(map(repr, paths))} {why}")
+    for skipped in log.skipped:
+        out.warn(f"skipped {skipped}")
     return list(jobs.values())
 
 
@@ -199,10 +208,10 @@ def call(job: Job, kernel: Any, tokens: tuple[int, ...]) -> None:
 
 
 def render(out: Any, jobs: list[Job], tokens: tuple[int, ...], total: float) -> None:
-    from lazyops.cli._output import seconds
+    from lazyops.cli._output import count, seconds
 
     calls = f"then called at M = {', '.join(map(str, tokens))}" if tokens else "built only"
-    out.line(("lazyops warmup", "head"), f": {len(jobs)} configuration(s), {calls}")
+    out.line(("lazyops warmup", "head"), f": {count(len(jobs), 'configuration')}, {calls}")
     rows = []
     for job in jobs:
         if job.error:
