@@ -111,3 +111,26 @@ def test_list_shows_a_refused_entry_point_and_everything_else(fake_backends):
         result.stdout.split()
     )
     assert "rmsnorm_tl" in result.stdout and "torch (selected)" in result.stdout
+
+
+def test_which_and_list_say_when_the_backend_a_kernel_resolves_to_cannot_load(fake_backends):
+    """Resolution reads names only: `which` and `list` ask the backend too, as building the kernel would (27.6)."""
+    fake_backends.make(
+        "offline", ["rmsnorm_tl"], init_code="def unavailable_reason():\n    return 'no device; select torch'\n"
+    )
+    env = fake_backends.env(LAZYOPS_BACKEND="offline")
+    which = lazyops_cli("which", "rmsnorm_tl", env=env)
+    assert which.returncode == 2, which.stderr
+    assert "rmsnorm_tl resolves to a backend that cannot load: backend 'offline' cannot run here: no device" in (
+        which.stderr
+    )
+    assert lazyops_cli("which", "softmax_tl", env=env).returncode == 0  # inherited from torch, which runs
+
+    listing = lazyops_cli("list", env=env)
+    assert listing.returncode == 2, listing.stderr
+    assert_plain(listing.stdout)
+    assert "rmsnorm_tl yes yes yes yes offline (selected): cannot load" in " ".join(listing.stdout.split())
+    assert "backend 'offline' cannot run here: no device; select torch (1 kernel resolve" in listing.stderr
+    assert json.loads(lazyops_cli("list", "--json", env=env).stdout)["backends"]["offline"] == (
+        "backend 'offline' cannot run here: no device; select torch"
+    )

@@ -1,7 +1,11 @@
 """lazyops which NAME: where one kernel resolves under the current environment, and why.
 
+The resolution reads names only; the backend it names is then asked whether it can run here (its package loaded,
+its ``unavailable_reason()``), as building the kernel would: a backend that cannot is reported with why, and the
+way out.
+
 Exit status: 0; 1 when NAME is not a kernel or is unavailable (the message says where it is available, or the
-nearest kernel names); 2 when the configuration is wrong.
+nearest kernel names); 2 when the configuration is wrong, or NAME resolves to a backend that cannot load here.
 """
 
 from __future__ import annotations
@@ -38,6 +42,10 @@ def main(args: argparse.Namespace) -> int:
         resolution = lazyops.which(name)
     except AttributeError as error:  # KernelUnavailableError included
         raise CommandError(str(error), exit_status=FOUND_PROBLEMS) from None
+    from lazyops.cli._status import backend_status
+
+    # Resolution reads names only; the kernel would then be built from this backend, so ask whether it can be.
+    status = backend_status(resolution.backend)
     if args.json:
         print(
             json.dumps(
@@ -46,14 +54,18 @@ def main(args: argparse.Namespace) -> int:
                     "backend": resolution.backend,
                     "reason": resolution.reason,
                     "chain": list(resolution.chain),
+                    "backend_status": status.status,
+                    "why_not": status.reason,
                 }
             )
         )
-        return OK
-    explanation = {
-        "selected": "the selected backend exports it",
-        "fallback-list": "LAZYOPS_FALLBACK forces it to the platform default",
-        "inherited": f"the selected backend {','.join(resolution.lacking)!r} lacks it",
-    }[resolution.reason]
-    print(f"{name}: {resolution.backend} ({resolution.reason}: {explanation})")
+    else:
+        explanation = {
+            "selected": "the selected backend exports it",
+            "fallback-list": "LAZYOPS_FALLBACK forces it to the platform default",
+            "inherited": f"the selected backend {','.join(resolution.lacking)!r} lacks it",
+        }[resolution.reason]
+        print(f"{name}: {resolution.backend} ({resolution.reason}: {explanation})")
+    if not status.runs:
+        raise CommandError(f"{name} resolves to a backend that cannot load: {status.sentence()}")
     return OK
