@@ -105,3 +105,16 @@ def test_a_selected_backend_that_cannot_run_is_one_problem_not_one_per_kernel(en
         "selected backend 'offline' cannot run here: no device (every kernel resolves to it)"
     ]
     assert "is cannot run" not in result.stdout
+
+
+def test_a_nearly_right_third_party_rmsnorm_fails_its_check(env, nearly_right_backends):
+    """An rmsnorm that forgets eps, or scales by 1.005, passed one small bfloat16 case (issue 27.4)."""
+    result = lazyops_cli("doctor", "--json", "--backend", ",".join(nearly_right_backends), env=env)
+    assert result.returncode == 1, result.stdout + result.stderr
+    report = json.loads(result.stdout)
+    rmsnorm = next(k for k in report["kernels"] if k["kernel"] == "rmsnorm_tl")
+    for backend in nearly_right_backends:
+        assert rmsnorm["checks"][backend]["status"] == "FAIL", (backend, rmsnorm["checks"][backend])
+        assert any(line.startswith(f"rmsnorm_tl in {backend}: ") for line in report["failures"]), report["failures"]
+    assert rmsnorm["checks"]["noeps"]["message"].startswith("eps=0.5: ")
+    assert rmsnorm["checks"]["scaled"]["message"].startswith("float32: ")

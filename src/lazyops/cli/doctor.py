@@ -2,9 +2,12 @@
 
 Reports the Python, torch, Triton and TileLang versions and the device; each backend (whether it loads and can
 run here, its import time, and if not why, with the way out); the configuration read from the environment, each
-problem with its fix; and each kernel: where it resolves now, and the result of running it once on a small input
-in every backend that can run here, checked against the float64 reference (lazyops.testing.check_case, the judge
-of the conformance suite).
+problem with its fix; and each kernel: where it resolves now, and in every backend that can run here, checked
+against the float64 reference (lazyops.testing.check_case, the judge of the conformance suite) on a few cases
+that tell a right kernel from a nearly right one: its benchmark configuration cut to 256 features at M = 1 and 7
+in --dtype and in float32 (whose tolerance no systematic error passes), a norm's eps as large as its rows' mean
+square (where forgetting it shows), and 3 cases drawn from its spec, the same on every run. The conformance kit
+(lazyops.testing.run_conformance) draws many more.
 
 Exit status: 0 when everything selected works and every check passes; 1 when a selected backend cannot run, a
 kernel cannot be resolved, or a check fails; 2 when the configuration is wrong (the problems say how to fix it).
@@ -25,7 +28,7 @@ from typing import Any
 from lazyops.cli._errors import FOUND_PROBLEMS, OK, USAGE
 from lazyops.cli._status import BROKEN, RUNS, BackendStatus, one_line
 
-HELP = "versions, device, backends, configuration, and every kernel run once and checked"
+HELP = "versions, device, backends, configuration, and every kernel checked against float64"
 
 #: The variables lazyops reads, with a short meaning for the configuration table.
 VARIABLES = {
@@ -43,6 +46,12 @@ VARIABLES = {
 TOKENS = (1, 7)
 #: Feature sizes of the check are the benchmark's, cut to this: enough for several blocks, fast on a CPU.
 SMALL = 256
+#: A norm's eps as large as its rows' mean square (the kit's inputs are unit normal): forgetting it shows.
+LARGE_EPS = 0.5
+#: Cases drawn from each kernel's spec, beside the fixed ones.
+DRAWN = 3
+#: The most elements one input of a case may hold: drawn widths reach 20000, and Triton may run interpreted.
+MAX_ELEMENTS = 32768
 
 PASS, FAIL, ERROR, NO_SPEC = "pass", "FAIL", "error", "no spec"
 
@@ -76,8 +85,11 @@ class BackendReport:
 @dataclass
 class Check:
     status: str
+    #: the relative error of the first case (the benchmark configuration in the dtype asked for)
     error: float | None = None
     message: str = ""
+    #: how many cases the check runs (see :func:`cases`)
+    cases: int = 0
 
 
 @dataclass
@@ -187,7 +199,7 @@ class Report:
                     "reason": k.reason,
                     "problem": k.problem,
                     "checks": {
-                        name: {"status": c.status, "error": c.error, "message": c.message}
+                        name: {"status": c.status, "error": c.error, "message": c.message, "cases": c.cases}
                         for name, c in k.checks.items()
                     },
                 }
@@ -240,7 +252,8 @@ class Report:
         if not self.config_problems and not self.config_warnings:
             out.line(("  no problems", "ok"))
 
-        out.heading(f"Kernels (run once at M = {', '.join(map(str, TOKENS))}, {self.dtype}, vs float64)")
+        tokens = ", ".join(map(str, TOKENS))
+        out.heading(f"Kernels (each on its benchmark configuration at M = {tokens}, {self.dtype}, and more)")
         checked = [b.name for b in self.backends if any(b.name in k.checks for k in self.kernels)]
         rows = []
         for k in self.kernels:
@@ -252,7 +265,14 @@ class Report:
             cells = [_check_cell(k.checks.get(name)) for name in checked]
             rows.append([k.kernel, where, *cells])
         out.table(["kernel", "resolves to", *checked], rows, no_wrap=("kernel",))
-        out.line(("pass: the relative error ‖out − ref‖/‖ref‖ (shown) is within the dtype's tolerance", "dim"))
+        out.line(
+            (
+                f"pass: every case within its dtype's tolerance of float64 (shown: ‖out − ref‖/‖ref‖ at M = {tokens},"
+                f" {self.dtype}); also checked: float32, eps={LARGE_EPS} where the kernel takes it, {DRAWN} cases "
+                "drawn from its spec",
+                "dim",
+            )
+        )
 
         failures = self.failures()
         for line in failures:
@@ -472,6 +492,29 @@ def resolve_kernel(kernel: str, report: Report) -> KernelReport:
     return entry
 
 
+def cases(kernel: str, dtype: str, factory: Any) -> list[tuple[str, Any]]:
+    """The cases a kernel is checked on, each with what it is for, the cheapest first.
+
+    One small case alone passes kernels that are wrong: without ``eps`` an rmsnorm is off by about ``eps / 2``
+    relative, invisible next to a 16-bit tolerance; scaled by 1.01 it is within bfloat16's 8e-3 on some inputs.
+    So beside the benchmark configuration in the dtype asked for: the same in float32, whose tolerance (1e-5) any
+    systematic error passes; ``eps`` as large as the rows' mean square (the inputs are unit normal), where
+    forgetting it changes every output by a sixth; and a few cases drawn from the spec's own strategy (widths that
+    cross block boundaries, the norms' options, zero tokens), the same on every run.
+    """
+    import dataclasses
+    import inspect
+
+    first = small_case(kernel, dtype)
+    found = [(f"{dtype} at M = {', '.join(map(str, TOKENS))}", first)]
+    if dtype != "float32":
+        found.append(("float32", small_case(kernel, "float32")))
+    if "eps" in inspect.signature(factory).parameters:
+        found.append((f"eps={LARGE_EPS}", dataclasses.replace(first, kwargs={**first.kwargs, "eps": LARGE_EPS})))
+    found += [(f"drawn case {index}", case) for index, case in enumerate(drawn_cases(kernel, DRAWN), 1)]
+    return found
+
+
 def small_case(kernel: str, dtype: str) -> Any:
     """The kernel's benchmark configuration with every size cut to :data:`SMALL`: a deterministic small example."""
     import torch
@@ -494,20 +537,52 @@ def _small(value: Any) -> Any:
     return min(value, SMALL) if isinstance(value, int) and not isinstance(value, bool) else value
 
 
+def drawn_cases(kernel: str, count: int) -> list[Any]:
+    """``count`` cases from the spec's hypothesis strategy, derandomised: the same cases on every run and machine,
+    so that doctor's verdict never changes from one run to the next."""
+    import hypothesis
+
+    from lazyops.specs import spec
+
+    found: list[Any] = []
+
+    @hypothesis.settings(
+        max_examples=count,
+        derandomize=True,
+        database=None,
+        phases=[hypothesis.Phase.generate],
+        suppress_health_check=list(hypothesis.HealthCheck),
+        deadline=None,
+    )
+    @hypothesis.given(spec(kernel).cases())
+    def collect(case: Any) -> None:
+        found.append(case)
+
+    collect()
+    return found[:count]
+
+
 def check_kernel(kernel: str, backend: BackendReport, dtype: str) -> Check:
+    """Every case of :func:`cases` through ``lazyops.testing.check_case``; the first that fails is the verdict."""
     from lazyops.specs import has_spec
     from lazyops.testing import check_case, default_device
 
     if not has_spec(kernel):
         return Check(NO_SPEC, message="lazyops specifies no such kernel, so it has no reference to check against")
-    case = small_case(kernel, dtype)
-    try:
-        import torch
+    factory = backend.factories[kernel]
+    device = default_device(backend.name)
+    shown: float | None = None
+    checked = cases(kernel, dtype, factory)
+    for what, case in checked:
+        try:
+            import torch
 
-        with torch.inference_mode():
-            error = check_case(backend.factories[kernel], case, device=default_device(backend.name))
-    except AssertionError as failure:
-        return Check(FAIL, message=f"{one_line(failure)} (rerun: lazyops.testing.check_case(factory, {case!r}))")
-    except Exception as failure:  # noqa: BLE001 - a kernel that raises is a failed check, not a crashed doctor
-        return Check(ERROR, message=f"{type(failure).__name__}: {one_line(failure)}")
-    return Check(PASS, error=error)
+            with torch.inference_mode():
+                error = check_case(factory, case, device=device, max_elements=MAX_ELEMENTS)
+        except AssertionError as failure:
+            rerun = f"rerun: lazyops.testing.check_case(factory, {case!r})"
+            return Check(FAIL, message=f"{what}: {one_line(failure)} ({rerun})", cases=len(checked))
+        except Exception as failure:  # noqa: BLE001 - a kernel that raises is a failed check, not a crashed doctor
+            return Check(ERROR, message=f"{what}: {type(failure).__name__}: {one_line(failure)}", cases=len(checked))
+        shown = error if shown is None else shown
+    return Check(PASS, error=shown, cases=len(checked))
