@@ -118,3 +118,22 @@ def test_a_nearly_right_third_party_rmsnorm_fails_its_check(env, nearly_right_ba
         assert any(line.startswith(f"rmsnorm_tl in {backend}: ") for line in report["failures"]), report["failures"]
     assert rmsnorm["checks"]["noeps"]["message"].startswith("eps=0.5: ")
     assert rmsnorm["checks"]["scaled"]["message"].startswith("float32: ")
+
+
+def test_a_misspelt_variable_is_a_problem_not_all_good(env, broken_backend):
+    """LAZYOPS_BAKEND=triton selects nothing: doctor says so and exits 1 (issue 27.7); --backend broken keeps the run
+    short (nothing to check) and shows that a backend that is not selected stays not fatal."""
+    env["LAZYOPS_BAKEND"] = "triton"
+    result = lazyops_cli("doctor", "--json", "--backend", "broken", env=env)
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert json.loads(result.stdout)["failures"] == [
+        "LAZYOPS_BAKEND is not a lazyops variable and is ignored; did you mean LAZYOPS_BACKEND?"
+    ]
+
+
+def test_unknown_variables_are_the_lazyops_ones_it_does_not_read_with_the_nearest():
+    from lazyops._config import unknown_variables
+
+    environ = {"LAZYOPS_BAKEND": "triton", "LAZYOPS_STRICT": "1", "LAZYOPS_ZZZ": "", "PATH": "/bin", "LAZYOPS": "1"}
+    assert unknown_variables(environ) == [("LAZYOPS_BAKEND", "LAZYOPS_BACKEND"), ("LAZYOPS_ZZZ", None)]
+    assert unknown_variables({"LAZYOPS_CACHE_DIR": "/tmp", "LAZYOPS_TRACE_ARGS": "1"}) == []

@@ -5,9 +5,10 @@ Exit statuses of every subcommand (the README's table):
 
 - 0: done, and nothing found wrong;
 - 1: done, and something found wrong (the answer is "no"): ``doctor`` found a selected backend or a kernel that
-  cannot work or a kernel that fails its check; ``bench`` or ``warmup`` could not build or run an implementation
-  it was asked for; ``trace --check`` found a kernel the backend lacks; ``which`` names an unavailable kernel or
-  a name that is not a kernel; ``stubs --check`` found the stub stale;
+  cannot work, a kernel that fails its check, or a ``LAZYOPS_*`` variable lazyops does not read; ``bench`` or
+  ``warmup`` could not build or run an implementation it was asked for; ``trace --check`` found a kernel the
+  backend lacks; ``which`` names an unavailable kernel or a name that is not a kernel; ``stubs --check`` found the
+  stub stale;
 - 2: could not do what was asked: bad arguments, a configuration error in the environment, a backend that cannot
   be loaded, an unreadable or malformed input file, an output file that cannot be written, the ``cli`` extra not
   installed;

@@ -10,13 +10,13 @@ square (where forgetting it shows), and 3 cases drawn from its spec, the same on
 (lazyops.testing.run_conformance) draws many more.
 
 Exit status: 0 when everything selected works and every check passes; 1 when a selected backend cannot run, a
-kernel cannot be resolved, or a check fails; 2 when the configuration is wrong (the problems say how to fix it).
+kernel cannot be resolved, a check fails, or a LAZYOPS_* variable is not one lazyops reads (misspelt: what it
+meant to set is not set); 2 when the configuration is wrong (the problems say how to fix it).
 """
 
 from __future__ import annotations
 
 import argparse
-import difflib
 import functools
 import os
 import platform
@@ -121,6 +121,7 @@ class Report:
         self.device = ""
         self.variables: dict[str, str | None] = {}
         self.config_problems: list[str] = []
+        #: LAZYOPS_* variables lazyops does not read (misspelt, most likely): each one a failure
         self.config_warnings: list[str] = []
         self.chain: tuple[str, ...] = ()
         self.strict = False
@@ -159,7 +160,8 @@ class Report:
                 for backend, check in kernel.checks.items()
                 if check.status in (FAIL, ERROR)
             ]
-        return found
+        # A misspelt variable leaves what it meant to set unset: whatever runs, it is not what was asked for.
+        return found + self.config_warnings
 
     @property
     def exit_status(self) -> int:
@@ -248,7 +250,7 @@ class Report:
         for problem in self.config_problems:
             out.line(("  problem: ", "fail"), problem)
         for warning in self.config_warnings:
-            out.line(("  warning: ", "warn"), warning)
+            out.line(("  problem: ", "fail"), warning)
         if not self.config_problems and not self.config_warnings:
             out.line(("  no problems", "ok"))
 
@@ -391,11 +393,9 @@ def read_configuration(report: Report) -> None:
 
     environ = os.environ
     report.variables = {name: environ.get(name) for name in VARIABLES}
-    unknown = sorted(name for name in environ if name.startswith("LAZYOPS_") and name not in VARIABLES)
-    for name in unknown:
+    for name, nearest in _config.unknown_variables(environ):
         report.variables[name] = environ[name]
-        close = difflib.get_close_matches(name, VARIABLES, n=1)
-        hint = f"; did you mean {close[0]}?" if close else ""
+        hint = f"; did you mean {nearest}?" if nearest else ""
         report.config_warnings.append(f"{name} is not a lazyops variable and is ignored{hint}")
 
     parsers: dict[str, Callable[[str], object]] = {
