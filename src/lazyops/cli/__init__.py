@@ -71,8 +71,10 @@ def run(command: Callable[[argparse.Namespace], int], args: argparse.Namespace) 
     except Exception as error:
         if getattr(args, "debug", False):
             raise
+        from lazyops.cli._output import printable
+
         status, message = describe(error)
-        print(f"lazyops {args.command}: {message}", file=sys.stderr)
+        print(f"lazyops {args.command}: {printable(message)}", file=sys.stderr)
         return status
 
 

@@ -149,7 +149,7 @@ def compare(kernels: list[KernelSummary], backend: str | None) -> str:
 
 
 def render(out: Any, log: Any, kernels: list[KernelSummary], compared: str, processes: int, lacking: list[Any]) -> None:
-    from lazyops.cli._output import count
+    from lazyops.cli._output import count, shortened
 
     out.line(
         ("lazyops trace", "head"),
@@ -170,7 +170,7 @@ def render(out: Any, log: Any, kernels: list[KernelSummary], compared: str, proc
             mark = (f"{mark[0]}: {k.note}", mark[1])
         for index, configuration in enumerate(k.configurations.values()):
             first = index == 0
-            arguments = configuration.args if configuration.args is not None else (NOT_TRACED, "dim")
+            arguments = shortened(configuration.args) if configuration.args is not None else (NOT_TRACED, "dim")
             rows.append(
                 [
                     k.kernel if first else "",
