@@ -5,8 +5,8 @@ run here, its import time, and if not why, with the way out); the configuration 
 problem with its fix; and each kernel: where it resolves now, and in every backend that can run here, checked
 against the float64 reference (lazyops.testing.check_case, the judge of the conformance suite) on a few cases
 that tell a right kernel from a nearly right one: its benchmark configuration cut to 256 features at M = 1 and 7
-in --dtype and in float32 (whose tolerance no systematic error passes), a norm's eps as large as its rows' mean
-square (where forgetting it shows), and 3 cases drawn from its spec, the same on every run. The conformance kit
+in --dtype and in float32 (whose tolerance no systematic error passes), a norm's eps of the order of its rows'
+mean square (where forgetting it shows), and 3 cases drawn from its spec, the same on every run. The conformance kit
 (lazyops.testing.run_conformance) draws many more.
 
 Exit status: 0 when everything selected works and every check passes; 1 when a selected backend cannot run, a
@@ -46,7 +46,7 @@ VARIABLES = {
 TOKENS = (1, 7)
 #: Feature sizes of the check are the benchmark's, cut to this: enough for several blocks, fast on a CPU.
 SMALL = 256
-#: A norm's eps as large as its rows' mean square (the kit's inputs are unit normal): forgetting it shows.
+#: A norm's eps of the order of its rows' mean square (the kit's inputs are unit normal): forgetting it shows.
 LARGE_EPS = 0.5
 #: Cases drawn from each kernel's spec, beside the fixed ones.
 DRAWN = 3
@@ -493,14 +493,14 @@ def resolve_kernel(kernel: str, report: Report) -> KernelReport:
 
 
 def cases(kernel: str, dtype: str, factory: Any) -> list[tuple[str, Any]]:
-    """The cases a kernel is checked on, each with what it is for, the cheapest first.
+    """The cases a kernel is checked on, each named by what it is for, the cheapest first.
 
     One small case alone passes kernels that are wrong: without ``eps`` an rmsnorm is off by about ``eps / 2``
     relative, invisible next to a 16-bit tolerance; scaled by 1.01 it is within bfloat16's 8e-3 on some inputs.
-    So beside the benchmark configuration in the dtype asked for: the same in float32, whose tolerance (1e-5) any
-    systematic error passes; ``eps`` as large as the rows' mean square (the inputs are unit normal), where
-    forgetting it changes every output by a sixth; and a few cases drawn from the spec's own strategy (widths that
-    cross block boundaries, the norms' options, zero tokens), the same on every run.
+    So beside the benchmark configuration in the dtype asked for: the same in float32, whose tolerance (1e-5) no
+    systematic error passes; ``eps`` of the order of the rows' mean square (the inputs are unit normal), where
+    forgetting it changes every output by almost a fifth; and a few cases drawn from the spec's own strategy
+    (widths that cross block boundaries, the norms' options, zero tokens), the same on every run.
     """
     import dataclasses
     import inspect
