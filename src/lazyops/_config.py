@@ -207,6 +207,32 @@ def parse_rank(environ: Mapping[str, str]) -> int:
     return 0
 
 
+#: Every ``LAZYOPS_*`` variable lazyops reads (it reads ``RANK``, ``LOCAL_RANK`` and ``EAGER_IMPORT`` too).
+VARIABLES = (
+    "LAZYOPS_BACKEND",
+    "LAZYOPS_FALLBACK",
+    "LAZYOPS_STRICT",
+    "LAZYOPS_VERBOSE",
+    "LAZYOPS_TRACE",
+    "LAZYOPS_TRACE_ARGS",
+    "LAZYOPS_CACHE_DIR",
+)
+
+
+def unknown_variables(environ: Mapping[str, str]) -> list[tuple[str, str | None]]:
+    """The ``LAZYOPS_*`` variables of ``environ`` that lazyops does not read, sorted, each with the known one
+    nearest to it (``None`` when none is near): ``LAZYOPS_BAKEND`` would otherwise be ignored in silence."""
+    unknown = sorted(name for name in environ if name.startswith("LAZYOPS_") and name not in VARIABLES)
+    if not unknown:
+        return []
+    import difflib  # only when there is something to suggest: a few milliseconds
+
+    # Compared without the prefix they all share, which would make any two names look alike.
+    known = {name.removeprefix("LAZYOPS_"): name for name in VARIABLES}
+    nearest = [difflib.get_close_matches(name.removeprefix("LAZYOPS_"), known, n=1) for name in unknown]
+    return [(name, known[close[0]] if close else None) for name, close in zip(unknown, nearest, strict=True)]
+
+
 def settings_from_environment(environ: Mapping[str, str]) -> Settings:
     """Parse every ``LAZYOPS_*`` variable and the rank; the first malformed one raises ``ConfigError``."""
     rank = parse_rank(environ)

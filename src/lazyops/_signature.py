@@ -17,9 +17,7 @@ import typing
 from collections.abc import Callable
 from typing import Any
 
-
-class SignatureError(Exception):
-    """A signature that cannot be read: an annotation that does not evaluate; names the factory."""
+from lazyops._annotations import Renderer, SignatureError, is_kernel_protocol
 
 
 def evaluated_signature(function: Callable[..., Any], where: str) -> inspect.Signature:
@@ -55,15 +53,6 @@ def type_checking_namespace(function: Callable[..., Any]) -> dict[str, Any]:
     return namespace
 
 
-def is_kernel_protocol(annotation: object) -> bool:
-    """A ``Protocol`` class with its own ``__call__``: a kernel's call, written out in the stub."""
-    return (
-        isinstance(annotation, type)
-        and bool(getattr(annotation, "_is_protocol", False))
-        and "__call__" in vars(annotation)
-    )
-
-
 def call_shape(annotation: object) -> tuple[tuple[object, ...], object] | None:
     """``((argument types...), result)`` of a kernel's type: a protocol's ``__call__`` or a ``Callable[[...], R]``.
 
@@ -88,8 +77,6 @@ def _shown(annotation: object) -> str:
     if annotation is inspect.Parameter.empty:
         return "no annotation"
     shape = call_shape(annotation)
-    from lazyops._stubgen import Renderer, StubError
-
     renderer = Renderer()
     if shape is not None:
         arguments, result = shape
@@ -97,7 +84,7 @@ def _shown(annotation: object) -> str:
         return f"a kernel {text}"
     try:
         return renderer.annotation(annotation, "")
-    except StubError:
+    except SignatureError:
         return repr(annotation)
 
 

@@ -8,7 +8,9 @@ import pty
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
+import pytest
 from cli_support import ESCAPE, assert_one_line_error, lazyops_cli
 
 CLI_LIBRARIES = ["rich", "matplotlib", "torch", "hypothesis", "lazyops.cli._output"]
@@ -76,3 +78,75 @@ def test_without_the_cli_extra_the_error_says_what_to_install(env, tmp_path):
     (shadow / "rich" / "__init__.py").write_text("raise ImportError('rich is not installed')\n")
     env["PYTHONPATH"] = os.pathsep.join([str(shadow), env["PYTHONPATH"]])
     assert_one_line_error(lazyops_cli("doctor", env=env), 2, "pip install 'lazyops[cli]'")
+
+
+# -- the same options, help and mistakes for every subcommand (issue 27.8) -----------------------------------------
+#: The least each subcommand needs on its command line.
+REQUIRED_ARGUMENTS = {"which": ["rmsnorm_tl"], "trace": ["trace.jsonl"]}
+
+
+def test_every_subcommand_takes_debug_and_has_a_description():
+    from lazyops.__main__ import _parser
+
+    parser = _parser()
+    (subparsers,) = [a for a in parser._actions if a.dest == "command"]
+    assert {"list", "which", "stubs", "doctor"} <= set(subparsers.choices)
+    for command, subparser in subparsers.choices.items():
+        args = parser.parse_args([command, *REQUIRED_ARGUMENTS.get(command, []), "--debug"])
+        assert args.debug is True, command
+        assert subparser.description and f"lazyops {command}" in subparser.description, command
+
+
+def test_version_is_the_single_sourced_one(capsys):
+    import lazyops
+    from lazyops.__main__ import _parser
+
+    with pytest.raises(SystemExit) as stopped:
+        _parser().parse_args(["--version"])
+    assert stopped.value.code == 0
+    assert capsys.readouterr().out.strip() == f"lazyops {lazyops.__version__}"
+
+
+def test_the_build_reads_the_version_from_the_package_without_importing_it(tmp_path):
+    """pyproject.toml declares the version dynamic, read from lazyops.__version__ by parsing, not importing (torch
+    and lazyops itself made unimportable)."""
+    import lazyops
+
+    pyproject = Path(lazyops.__file__).resolve().parents[2] / "pyproject.toml"
+    code = f"""
+        import sys
+        sys.modules["torch"] = sys.modules["lazyops"] = None
+        from setuptools.config.pyprojecttoml import read_configuration
+        print(read_configuration({str(pyproject)!r}, expand=True)["project"]["version"])
+    """
+    result = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], cwd=tmp_path, capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == lazyops.__version__
+    assert "\nversion =" not in pyproject.read_text().split("[project]", 1)[1].split("\n[", 1)[0]
+
+
+def test_a_mistyped_subcommand_or_choice_gets_a_did_you_mean(capsys):
+    from lazyops.__main__ import _parser
+
+    for argv, hint in ((["lst"], "Did you mean 'list'?"), (["doctor", "--dtype", "bfloat61"], "'bfloat16'")):
+        with pytest.raises(SystemExit) as stopped:
+            _parser().parse_args(argv)
+        assert stopped.value.code == 2
+        assert hint in capsys.readouterr().err
+
+
+def test_an_unknown_backend_option_names_the_nearest():
+    from lazyops.cli._errors import unknown_names
+
+    error = unknown_names("--backend", "backend", ["torh", "xyz"], ["torch", "triton"])
+    assert str(error) == "--backend: no backend named 'torh' (did you mean 'torch'?), 'xyz'; known: torch, triton"
+
+
+def test_counts_agree_with_their_nouns():
+    from lazyops.cli._output import count
+
+    assert [count(1, "kernel"), count(2, "kernel"), count(0, "process", "processes")] == [
+        "1 kernel",
+        "2 kernels",
+        "0 processes",
+    ]

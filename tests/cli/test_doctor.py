@@ -91,3 +91,49 @@ def test_bad_arguments_exit_2_with_one_line(env):
     assert_one_line_error(lazyops_cli("doctor", "--backend", "nope", env=env), 2, "no backend named 'nope'")
     result = lazyops_cli("doctor", "--dtype", "int8", env=env)
     assert result.returncode == 2 and "invalid choice" in result.stderr
+
+
+def test_a_selected_backend_that_cannot_run_is_one_problem_not_one_per_kernel(env, fake_backends):
+    from lazyops.specs import kernel_names
+
+    fake_backends.make("offline", list(kernel_names()), init_code="def unavailable_reason():\n    return 'no device'\n")
+    env.update(LAZYOPS_BACKEND="offline", LAZYOPS_STRICT="1")
+    result = lazyops_cli("doctor", "--json", "--backend", "offline", env=env)
+    assert result.returncode == 1, result.stdout + result.stderr
+    report = json.loads(result.stdout)
+    assert report["failures"] == [
+        "selected backend 'offline' cannot run here: no device (every kernel resolves to it)"
+    ]
+    assert "is cannot run" not in result.stdout
+
+
+def test_a_nearly_right_third_party_rmsnorm_fails_its_check(env, nearly_right_backends):
+    """An rmsnorm that forgets eps, or scales by 1.005, passed one small bfloat16 case (issue 27.4)."""
+    result = lazyops_cli("doctor", "--json", "--backend", ",".join(nearly_right_backends), env=env)
+    assert result.returncode == 1, result.stdout + result.stderr
+    report = json.loads(result.stdout)
+    rmsnorm = next(k for k in report["kernels"] if k["kernel"] == "rmsnorm_tl")
+    for backend in nearly_right_backends:
+        assert rmsnorm["checks"][backend]["status"] == "FAIL", (backend, rmsnorm["checks"][backend])
+        assert any(line.startswith(f"rmsnorm_tl in {backend}: ") for line in report["failures"]), report["failures"]
+    assert rmsnorm["checks"]["noeps"]["message"].startswith("eps=0.5: ")
+    assert rmsnorm["checks"]["scaled"]["message"].startswith("float32: ")
+
+
+def test_a_misspelt_variable_is_a_problem_not_all_good(env, broken_backend):
+    """LAZYOPS_BAKEND=triton selects nothing: doctor says so and exits 1 (issue 27.7); --backend broken keeps the run
+    short (nothing to check) and shows that a backend that is not selected stays not fatal."""
+    env["LAZYOPS_BAKEND"] = "triton"
+    result = lazyops_cli("doctor", "--json", "--backend", "broken", env=env)
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert json.loads(result.stdout)["failures"] == [
+        "LAZYOPS_BAKEND is not a lazyops variable and is ignored; did you mean LAZYOPS_BACKEND?"
+    ]
+
+
+def test_unknown_variables_are_the_lazyops_ones_it_does_not_read_with_the_nearest():
+    from lazyops._config import unknown_variables
+
+    environ = {"LAZYOPS_BAKEND": "triton", "LAZYOPS_STRICT": "1", "LAZYOPS_ZZZ": "", "PATH": "/bin", "LAZYOPS": "1"}
+    assert unknown_variables(environ) == [("LAZYOPS_BAKEND", "LAZYOPS_BACKEND"), ("LAZYOPS_ZZZ", None)]
+    assert unknown_variables({"LAZYOPS_CACHE_DIR": "/tmp", "LAZYOPS_TRACE_ARGS": "1"}) == []

@@ -91,7 +91,7 @@ def test_warmup_builds_each_traced_configuration_once(env, trace):
     table = lazyops_cli("warmup", "--from-trace", str(trace), "--tokens", "0", env=env)
     assert table.returncode == 0, table.stderr
     assert_plain(table.stdout)
-    assert "3 configuration(s), built only" in table.stdout and "done in" in table.stdout
+    assert "3 configurations, built only" in table.stdout and "done in" in table.stdout
 
 
 def test_warmup_refuses_a_trace_it_cannot_use(env, tmp_path):
@@ -156,3 +156,127 @@ def test_tilelang_compile_logs_are_silenced_but_warnings_stay():
         logger.removeHandler(handler)
         logger.setLevel(before)
     assert seen == ["a real warning", "after the compile"]
+
+
+def test_a_line_that_is_not_a_record_says_what_is_wrong_with_it(tmp_path):
+    from lazyops.cli._errors import CommandError
+    from lazyops.cli._traces import read_traces
+    from lazyops.cli.warmup import jobs_from_traces
+
+    path = tmp_path / "t.jsonl"
+    path.write_text('{"kernel": "rmsnorm_tl", "args": "256"}\n[1, 2]\n{"kernel": "rmsnorm_tl", "ba\n')
+    assert read_traces([str(path)]).skipped == [
+        f"{path}:1: not a trace record: it has no 'backend' field",
+        f"{path}:2: not a trace record: a JSON array, not an object",
+        f"{path}:3: not JSON (column 26: Unterminated string starting at)",
+    ]
+    with pytest.raises(CommandError, match="holds no trace record: 3 lines skipped, the first .*:1: not a trace record"):
+        jobs_from_traces([str(path)], out=None)
+
+
+def test_trace_counts_read_as_english(tmp_path, capsys):
+    from lazyops.__main__ import main
+
+    path = tmp_path / "t.jsonl"
+    path.write_text(record("rmsnorm_tl", "256, torch.bfloat16") + "\n")
+    assert main(["trace", str(path), "--backend", "torch"]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert "1 file, 1 record from 1 process" in out and "(1 kernel, 1 configuration)" in out
+
+
+# -- hostile trace files (issue 27.14) ------------------------------------------------------------------------------
+#: A kernel name that would set the terminal's title and clear its screen.
+ESCAPES = "rmsnorm_tl\x1b]0;pwned\x07\x1b[2J"
+
+
+def hostile_lines() -> list[str]:
+    return [
+        "[" * 100_000 + "]" * 100_000,  # nested beyond the JSON reader's recursion
+        json.dumps({"kernel": "rmsnorm_tl", "backend": "torch", "pid": [1]}),  # unhashable
+        '{"kernel": "rms\\ud800norm_tl", "backend": "torch", "args": "256, torch.float32"}',  # a lone surrogate
+        json.dumps({"kernel": ESCAPES, "backend": "torch\x1b[31m", "args": "1\x1b[2J"}),
+    ]
+
+
+def test_hostile_lines_are_skipped_with_a_reason_or_read(tmp_path):
+    from lazyops.cli._traces import read_traces
+
+    path = tmp_path / "hostile.jsonl"
+    path.write_text("\n".join(hostile_lines()) + "\n")
+    log = read_traces([str(path)])
+    assert log.skipped == [
+        f"{path}:1: not a trace record: JSON nested too deeply to read",
+        f"{path}:2: not a trace record: 'pid' must be a number, not a JSON array",
+    ]
+    assert [r.kernel for r in log.records] == ["rms\ud800norm_tl", ESCAPES]
+
+
+def test_trace_of_a_hostile_file_prints_every_name_escaped(env, tmp_path):
+    path = tmp_path / "hostile.jsonl"
+    path.write_text("\n".join(hostile_lines()) + "\n")
+    result = lazyops_cli("trace", str(path), env=env)
+    assert result.returncode == 0, result.stderr
+    for stream in (result.stdout, result.stderr):
+        assert "\x1b" not in stream and "\x07" not in stream
+    assert_plain(result.stdout)
+    out = "".join(result.stdout.split())
+    assert "rms\\ud800norm_tl" in out and "rmsnorm_tl\\x1b]0;pwned\\x07\\x1b[2J" in out
+
+
+def test_fancy_output_escapes_names_too():
+    import io
+
+    from lazyops.cli._output import Output
+
+    class Terminal(io.StringIO):
+        def isatty(self) -> bool:
+            return True
+
+    stream = Terminal()
+    output = Output(stream=stream, errors=Terminal())
+    assert output.fancy
+    output.line(("kernel: ", "head"), ESCAPES)
+    output.table(["kernel"], [[ESCAPES], [("rms\ud800norm_tl", "fail")]])
+    written = stream.getvalue()
+    assert "\x1b]0;" not in written and "\x1b[2J" not in written and "\x07" not in written and "\ud800" not in written
+    assert "pwned" in written
+
+
+def test_warmup_refuses_sizes_beyond_max_elements_before_allocating(env, tmp_path):
+    """Under a 4 GiB address-space limit: a trace asking for 4e9 elements, or a 1e5 x 1e5 GEMM, is refused by its
+    row; a small configuration still builds."""
+    import resource
+    import subprocess
+    import sys
+
+    path = tmp_path / "big.jsonl"
+    path.write_text(
+        "\n".join(
+            [
+                record("rmsnorm_tl", "4000000000, torch.bfloat16"),
+                record("matmul_tl", "100000, 100000, torch.bfloat16"),
+                record("rmsnorm_tl", "64, torch.float32"),
+            ]
+        )
+        + "\n"
+    )
+
+    def limited() -> None:
+        resource.setrlimit(resource.RLIMIT_AS, (4 << 30, 4 << 30))
+
+    result = subprocess.run(
+        [sys.executable, "-m", "lazyops", "warmup", "--from-trace", str(path), "--json"],
+        env=env,
+        preexec_fn=limited,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert result.returncode == 1, result.stdout + result.stderr
+    errors = [job["error"] for job in json.loads(result.stdout)["kernels"]]
+    assert errors[0].startswith("refused: it names a size of 4,000,000,000, over the limit of 2,147,483,648")
+    assert errors[1].startswith("refused: one call at M = 1 moves about 10,000,200,000 elements")
+    assert errors[2] is None
+
+    lowered = lazyops_cli("warmup", "--from-trace", str(path), "--max-elements", "10", "--tokens", "0", env=env)
+    assert lowered.returncode == 1 and "3 failed" in lowered.stdout

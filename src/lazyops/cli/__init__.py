@@ -1,9 +1,9 @@
-"""The ``lazyops`` subcommands that run kernels: ``doctor``, ``bench``, ``warmup`` and ``trace``.
+"""The ``lazyops`` subcommands: ``doctor``, ``list``, ``which``, ``bench``, ``warmup``, ``trace`` and ``stubs``.
 
 One module per subcommand, each with ``HELP`` (its one-line summary), ``add_arguments(parser)`` and
-``main(args) -> exit status``; ``_output`` renders for all of them (rich on a terminal, plain text otherwise),
-``_errors`` holds the exit statuses, ``_traces`` reads ``LAZYOPS_TRACE`` files. ``lazyops.__main__`` only
-dispatches here.
+``main(args) -> exit status``, its docstring the ``--help`` description; ``_output`` renders for all of them (rich
+on a terminal, plain text otherwise), ``_errors`` holds the one set of exit statuses, ``_traces`` reads
+``LAZYOPS_TRACE`` files. ``lazyops.__main__`` builds the parser from these and dispatches.
 
 Importing this package or a subcommand module imports neither torch nor rich: ``lazyops --help`` stays instant,
 and the heavy imports happen inside ``main`` (rich and matplotlib are the ``cli`` extra).
@@ -18,15 +18,38 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
-from lazyops.cli._errors import INTERNAL, INTERRUPTED, USAGE, CommandError
+from lazyops.cli._errors import INTERNAL, INTERRUPTED, USAGE, CommandError, did_you_mean
 
-SUBCOMMANDS = ("doctor", "bench", "warmup", "trace")
+#: Each subcommand and its module, in the order ``lazyops --help`` lists them (``list`` is ``listing``: a module
+#: named ``list`` would shadow the builtin in this package's namespace once imported).
+SUBCOMMANDS = {
+    "doctor": "doctor",
+    "list": "listing",
+    "which": "which",
+    "bench": "bench",
+    "warmup": "warmup",
+    "trace": "trace",
+    "stubs": "stubs",
+}
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse's parser, with a did-you-mean for a mistyped choice (a subcommand, ``--dtype``)."""
+
+    def _check_value(self, action: argparse.Action, value: Any) -> None:
+        choices = action.choices
+        if choices is not None and isinstance(value, str) and value not in choices:
+            hint = did_you_mean(value, map(str, choices))
+            if hint:
+                listed = ", ".join(map(repr, choices))
+                raise argparse.ArgumentError(action, f"invalid choice: {value!r}.{hint} (choose from {listed})")
+        super()._check_value(action, value)
 
 
 def add_subcommands(commands: Any) -> None:
     """Add each subcommand's parser to ``commands`` (an argparse subparsers action); ``args.run(args)`` runs it."""
-    for name in SUBCOMMANDS:
-        module = importlib.import_module(f"lazyops.cli.{name}")
+    for name, module_name in SUBCOMMANDS.items():
+        module = importlib.import_module(f"lazyops.cli.{module_name}")
         parser = commands.add_parser(
             name, help=module.HELP, description=module.__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
         )
@@ -48,8 +71,10 @@ def run(command: Callable[[argparse.Namespace], int], args: argparse.Namespace) 
     except Exception as error:
         if getattr(args, "debug", False):
             raise
+        from lazyops.cli._output import printable
+
         status, message = describe(error)
-        print(f"lazyops {args.command}: {message}", file=sys.stderr)
+        print(f"lazyops {args.command}: {printable(message)}", file=sys.stderr)
         return status
 
 

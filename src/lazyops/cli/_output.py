@@ -71,14 +71,18 @@ class Output:
 
     # -- text --------------------------------------------------------------------------------------------------
     def text(self, *parts: str | tuple[str, str]) -> Any:
-        """A rich ``Text`` from plain parts and ``(text, style)`` parts; styles vanish in plain mode."""
+        """A rich ``Text`` from plain parts and ``(text, style)`` parts; styles vanish in plain mode.
+
+        Every part is :func:`printable`: names and values read from files (a trace's kernel names) reach the
+        terminal escaped, in both modes.
+        """
         text = rich_module("text").Text()
         for part in parts:
             if isinstance(part, tuple):
                 words, style = part
-                text.append(words, style=STYLES.get(style, style) if self.fancy else None)
+                text.append(printable(words), style=STYLES.get(style, style) if self.fancy else None)
             else:
-                text.append(part)
+                text.append(printable(part))
         return text
 
     def line(self, *parts: str | tuple[str, str]) -> None:
@@ -185,6 +189,25 @@ class Progress:
     def advance(self) -> None:
         if self._bar is not None:
             self._bar.advance(self._task)
+
+
+def printable(text: str) -> str:
+    """``text`` with each character that is not printable written as its escape (``\\x1b``, ``\\ud800``,
+    ``\\n``): a name from a file cannot set the terminal's title, clear its screen, forge a line, or fail to encode
+    (a lone surrogate)."""
+    if text.isprintable():
+        return text
+    return "".join(character if character.isprintable() else repr(character)[1:-1] for character in text)
+
+
+def shortened(text: str, limit: int = 120) -> str:
+    """``text`` cut to ``limit`` characters with ``...`` where it was cut: a table cell from a file stays a cell."""
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def count(number: int, noun: str, plural: str | None = None) -> str:
+    """``1 kernel``, ``3 kernels``, ``2 processes``: a number with its noun agreeing (``plural`` when not noun+s)."""
+    return f"{number} {noun if number == 1 else plural or noun + 's'}"
 
 
 def seconds(value: float | None) -> str:

@@ -58,19 +58,58 @@ def read_traces(paths: Iterable[str]) -> TraceLog:
                 continue
             where = f"{path}:{number}"
             try:
-                log.records.append(_record(json.loads(line), where))
-            except (ValueError, TypeError, KeyError) as error:
+                data = json.loads(line.rstrip("\r\n"))
+            except json.JSONDecodeError as error:
+                log.skipped.append(f"{where}: not JSON (column {error.colno}: {error.msg})")
+                continue
+            except RecursionError:
+                log.skipped.append(f"{where}: not a trace record: JSON nested too deeply to read")
+                continue
+            except ValueError as error:  # a number too long to convert, say
+                log.skipped.append(f"{where}: not JSON ({error})")
+                continue
+            try:
+                log.records.append(_record(data, where))
+            except (ValueError, TypeError) as error:
                 log.skipped.append(f"{where}: {error}")
     return log
 
 
+#: The fields a trace record must have, each a string.
+REQUIRED = ("kernel", "backend")
+_JSON_NAMES = {
+    list: "array",
+    dict: "object",
+    str: "string",
+    int: "number",
+    float: "number",
+    bool: "boolean",
+    type(None): "null",
+}
+
+
 def _record(data: Any, where: str) -> Record:
     if not isinstance(data, dict):
-        raise TypeError("not a JSON object")
+        raise TypeError(f"not a trace record: a JSON {_json_name(data)}, not an object")
+    missing = [name for name in REQUIRED if name not in data]
+    if missing:
+        raise ValueError(f"not a trace record: it has no {' and no '.join(map(repr, missing))} field")
     kernel, backend, args = data["kernel"], data["backend"], data.get("args")
     if not isinstance(kernel, str) or not isinstance(backend, str) or not (args is None or isinstance(args, str)):
-        raise TypeError("'kernel', 'backend' (and 'args') must be strings")
-    return Record(kernel, backend, args, data.get("pid"), data.get("rank"), data.get("construct_ms"), where)
+        raise TypeError("not a trace record: 'kernel', 'backend' (and 'args') must be strings")
+    pid, rank, construct_ms = data.get("pid"), data.get("rank"), data.get("construct_ms")
+    for name, value, kinds in (
+        ("pid", pid, (int,)),
+        ("rank", rank, (int,)),
+        ("construct_ms", construct_ms, (int, float)),
+    ):
+        if value is not None and (isinstance(value, bool) or not isinstance(value, kinds)):
+            raise TypeError(f"not a trace record: {name!r} must be a number, not a JSON {_json_name(value)}")
+    return Record(kernel, backend, args, pid, rank, construct_ms, where)
+
+
+def _json_name(value: Any) -> str:
+    return _JSON_NAMES.get(type(value), "value")
 
 
 def parse_arguments(text: str) -> tuple[tuple[Any, ...], dict[str, Any]]:
@@ -80,16 +119,16 @@ def parse_arguments(text: str) -> tuple[tuple[Any, ...], dict[str, Any]]:
     """
     try:
         call = ast.parse(f"f({text})", mode="eval").body
-    except SyntaxError:
-        raise ValueError(f"cannot read the arguments {text!r}") from None
-    if not isinstance(call, ast.Call) or not isinstance(call.func, ast.Name) or call.func.id != "f":
-        raise ValueError(f"cannot read the arguments {text!r}")
-    args = tuple(_value(node, text) for node in call.args)
-    kwargs = {}
-    for keyword in call.keywords:
-        if keyword.arg is None:
-            raise ValueError(f"cannot read the arguments {text!r}: '**' is not an argument")
-        kwargs[keyword.arg] = _value(keyword.value, text)
+        if not isinstance(call, ast.Call) or not isinstance(call.func, ast.Name) or call.func.id != "f":
+            raise ValueError(f"cannot read the arguments {text!r}")
+        args = tuple(_value(node, text) for node in call.args)
+        kwargs = {}
+        for keyword in call.keywords:
+            if keyword.arg is None:
+                raise ValueError(f"cannot read the arguments {text!r}: '**' is not an argument")
+            kwargs[keyword.arg] = _value(keyword.value, text)
+    except (SyntaxError, RecursionError, MemoryError):  # text nested deeply enough fails in the parser itself
+        raise ValueError(f"cannot read the arguments {text[:80]!r}{'...' if len(text) > 80 else ''}") from None
     return args, kwargs
 
 

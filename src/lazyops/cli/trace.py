@@ -16,7 +16,7 @@ import argparse
 from dataclasses import dataclass, field
 from typing import Any
 
-from lazyops.cli._errors import FOUND_PROBLEMS, OK, CommandError
+from lazyops.cli._errors import FOUND_PROBLEMS, OK, unknown_names
 
 HELP = "summarise LAZYOPS_TRACE files: kernels, configurations, what the backend lacks"
 NOT_TRACED = "(not traced; set LAZYOPS_TRACE_ARGS=1)"
@@ -125,7 +125,7 @@ def compare(kernels: list[KernelSummary], backend: str | None) -> str:
     if backend is not None:
         known = lazyops.backends()
         if backend not in known:
-            raise CommandError(f"--backend: no backend named {backend!r}; known: {', '.join(known)}")
+            raise unknown_names("--backend", "backend", [backend], known)
         exports = _api.exports(backend)
         for k in kernels:
             k.status = "exports" if k.kernel in exports else "lacks"
@@ -149,15 +149,17 @@ def compare(kernels: list[KernelSummary], backend: str | None) -> str:
 
 
 def render(out: Any, log: Any, kernels: list[KernelSummary], compared: str, processes: int, lacking: list[Any]) -> None:
+    from lazyops.cli._output import count, shortened
+
     out.line(
         ("lazyops trace", "head"),
-        f": {len(log.files)} file(s), {len(log.records)} record(s) from {processes} process(es); "
-        f"compared with {compared}",
+        f": {count(len(log.files), 'file')}, {count(len(log.records), 'record')} from "
+        f"{count(processes, 'process', 'processes')}; compared with {compared}",
     )
     for skipped in log.skipped[:3]:
         out.warn(f"skipped {skipped}")
     if len(log.skipped) > 3:
-        out.warn(f"skipped {len(log.skipped) - 3} more malformed line(s)")
+        out.warn(f"skipped {count(len(log.skipped) - 3, 'more line')} (not trace records)")
     if not kernels:
         out.line("no kernel was built in these traces")
         return
@@ -168,7 +170,7 @@ def render(out: Any, log: Any, kernels: list[KernelSummary], compared: str, proc
             mark = (f"{mark[0]}: {k.note}", mark[1])
         for index, configuration in enumerate(k.configurations.values()):
             first = index == 0
-            arguments = configuration.args if configuration.args is not None else (NOT_TRACED, "dim")
+            arguments = shortened(configuration.args) if configuration.args is not None else (NOT_TRACED, "dim")
             rows.append(
                 [
                     k.kernel if first else "",
@@ -188,9 +190,9 @@ def render(out: Any, log: Any, kernels: list[KernelSummary], compared: str, proc
     out.console.print()
     if lacking:
         names = ", ".join(k.kernel for k in lacking)
-        out.line((f"{compared} lacks {len(lacking)} of {len(kernels)} traced kernels: ", "fail"), names)
+        out.line((f"{compared} lacks {len(lacking)} of {count(len(kernels), 'traced kernel')}: ", "fail"), names)
     else:
         out.line(
             (f"{compared} exports every traced kernel", "ok"),
-            f" ({len(kernels)} kernels, {configurations} configurations)",
+            f" ({count(len(kernels), 'kernel')}, {count(configurations, 'configuration')})",
         )

@@ -10,8 +10,12 @@ INFO lines and progress bar are silenced.
 
 Reports the time of each configuration (construction and calls) and the total.
 
-Exit status: 0 when every configuration was built; 1 when one failed (its row says why); 2 when a trace cannot
-be read or holds no arguments.
+A trace is input from elsewhere: its arguments are read without eval (literals and torch dtypes only), and a
+configuration that names a size above --max-elements (default 2**31), or whose one call at the largest --tokens
+would move more elements than that (the spec's traffic model), is refused before anything is built or allocated.
+
+Exit status: 0 when every configuration was built; 1 when one failed or was refused (its row says why); 2 when a
+trace cannot be read or holds no arguments.
 """
 
 from __future__ import annotations
@@ -25,6 +29,9 @@ from typing import Any
 from lazyops.cli._errors import FOUND_PROBLEMS, OK, CommandError
 
 HELP = "construct (compile) kernels ahead of time: a trace's configurations, or each kernel's"
+#: The most elements a configuration may ask for, by default: 2**31, where 32-bit offsets overflow, and beyond the
+#: tensors of any one kernel call of an engine (Llama 3 70B's output projection holds 1.05e9).
+MAX_ELEMENTS = 2**31
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -42,7 +49,25 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--dtype", default="bfloat16", choices=DTYPES, help="without a trace: the dtype to build (default bfloat16)"
     )
+    parser.add_argument(
+        "--max-elements",
+        type=_positive,
+        default=MAX_ELEMENTS,
+        metavar="N",
+        help=f"refuse a configuration whose sizes, or whose one call's tensors together, pass N elements (default "
+        f"2**31 = {MAX_ELEMENTS:,}): a trace is input from elsewhere",
+    )
     parser.add_argument("--json", action="store_true", help="print the timings as JSON")
+
+
+def _positive(text: str) -> int:
+    try:
+        value = int(text.replace("_", ""))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text!r}: give a positive number of elements")
+    return value
 
 
 @dataclass
@@ -64,12 +89,17 @@ def main(args: argparse.Namespace) -> int:
 
     output = Output()
     tokens = _tokens(args.tokens)
-    jobs = jobs_from_traces(args.from_trace) if args.from_trace else default_jobs(args.dtype)
+    jobs = jobs_from_traces(args.from_trace, output) if args.from_trace else default_jobs(args.dtype)
+    for job in jobs:  # all of them before anything is built: a refused size never reaches an allocation
+        reason = oversized(job, tokens, args.max_elements)
+        if reason:
+            job.error = f"refused: {reason}; raise --max-elements to build it"
     started = time.perf_counter()
     with output.progress(len(jobs), "warming up") as progress:
         for job in jobs:
             progress.working_on(f"{job.kernel} ({job.backend})")
-            warm(job, tokens)
+            if not job.error:
+                warm(job, tokens)
             progress.advance()
     total = time.perf_counter() - started
     if args.json:
@@ -110,7 +140,9 @@ def _tokens(text: str) -> tuple[int, ...]:
         raise CommandError(f"--tokens: {error}") from None
 
 
-def jobs_from_traces(paths: list[str]) -> list[Job]:
+def jobs_from_traces(paths: list[str], out: Any) -> list[Job]:
+    """A job per distinct configuration of the traces; each line that is not a record is a warning on ``out``."""
+    from lazyops.cli._output import count
     from lazyops.cli._traces import parse_arguments, read_traces
     from lazyops.cli.trace import canonical
 
@@ -131,8 +163,15 @@ def jobs_from_traces(paths: list[str]) -> list[Job]:
             raise CommandError(f"{record.where}: {error}") from None
         jobs[key] = Job(record.kernel, record.backend, positional, keywords, record.args)
     if not jobs:
-        why = "holds no arguments; record it with LAZYOPS_TRACE_ARGS=1" if without_arguments else "is empty"
+        if without_arguments:
+            why = "holds no arguments; record it with LAZYOPS_TRACE_ARGS=1"
+        elif log.skipped:
+            why = f"holds no trace record: {count(len(log.skipped), 'line')} skipped, the first {log.skipped[0]}"
+        else:
+            why = "is empty"
         raise CommandError(f"the trace {', '.join(map(repr, paths))} {why}")
+    for skipped in log.skipped:
+        out.warn(f"skipped {skipped}")
     return list(jobs.values())
 
 
@@ -150,6 +189,49 @@ def default_jobs(dtype: str) -> list[Job]:
         resolved = lazyops.which(kernel).backend  # a ConfigError is the user's to fix first (exit 2)
         jobs.append(Job(kernel, resolved, tuple(example.args), dict(example.kwargs), text))
     return jobs
+
+
+def oversized(job: Job, tokens: tuple[int, ...], limit: int) -> str | None:
+    """Why ``job`` asks for more than ``limit`` elements, or None: a size it names, or (for a kernel with a spec) the
+    tensors of one call at the largest token count, from the spec's traffic model. Nothing is built or allocated."""
+    from lazyops.specs import has_spec, spec
+
+    largest = max(_integers((*job.args, *job.kwargs.values())), default=0)
+    if largest > limit:
+        return f"it names a size of {largest:,}, over the limit of {limit:,} elements"
+    if not tokens or not has_spec(job.kernel):
+        return None
+    kernel_spec = spec(job.kernel)
+    try:
+        config = kernel_spec.configure(*job.args, **job.kwargs)
+    except Exception:  # noqa: BLE001 - arguments the factory refuses: building it says why, in the job's row
+        return None
+    moved = kernel_spec.traffic(config, max(tokens), geometry(job, kernel_spec, config)).bytes
+    elements = moved // config.dtype.itemsize
+    if elements > limit:
+        return f"one call at M = {max(tokens)} moves about {elements:,} elements, over the limit of {limit:,}"
+    return None
+
+
+def _integers(values: Any) -> list[int]:
+    """Every integer in ``values``, nested tuples and lists included (booleans are not sizes)."""
+    found = []
+    for value in values:
+        if isinstance(value, (tuple, list)):
+            found += _integers(value)
+        elif isinstance(value, int) and not isinstance(value, bool):
+            found.append(value)
+    return found
+
+
+def geometry(job: Job, kernel_spec: Any, config: Any) -> dict[str, Any]:
+    """The benchmark's geometry (rope's heads and cache), no size above the configuration's largest (rope's rotary
+    part within its head)."""
+    largest = max(_integers(job.args), default=None)
+    return {
+        key: min(value, largest) if largest and isinstance(value, int) and not isinstance(value, bool) else value
+        for key, value in kernel_spec.benchmark(config.dtype).geometry.items()
+    }
 
 
 def warm(job: Job, tokens: tuple[int, ...]) -> None:
@@ -184,31 +266,27 @@ def call(job: Job, kernel: Any, tokens: tuple[int, ...]) -> None:
         return  # a third-party kernel without a spec: lazyops cannot make its inputs
     kernel_spec = spec(job.kernel)
     config = kernel_spec.configure(*job.args, **job.kwargs)
-    # The benchmark's geometry, no size above the configuration's largest (rope's rotary part within its head).
-    largest = max((a for a in job.args if isinstance(a, int) and not isinstance(a, bool)), default=None)
-    geometry = {
-        key: min(value, largest) if largest and isinstance(value, int) and not isinstance(value, bool) else value
-        for key, value in kernel_spec.benchmark(config.dtype).geometry.items()
-    }
+    shape = geometry(job, kernel_spec, config)
     device = default_device(job.backend or "torch")
     with torch.inference_mode():
         for m in tokens:
-            kernel(*kernel_spec.example_inputs(config, m, Inputs(0, device), geometry))
+            kernel(*kernel_spec.example_inputs(config, m, Inputs(0, device), shape))
         if str(device).startswith("cuda"):
             torch.cuda.synchronize()
 
 
 def render(out: Any, jobs: list[Job], tokens: tuple[int, ...], total: float) -> None:
-    from lazyops.cli._output import seconds
+    from lazyops.cli._output import count, seconds, shortened
 
     calls = f"then called at M = {', '.join(map(str, tokens))}" if tokens else "built only"
-    out.line(("lazyops warmup", "head"), f": {len(jobs)} configuration(s), {calls}")
+    out.line(("lazyops warmup", "head"), f": {count(len(jobs), 'configuration')}, {calls}")
     rows = []
     for job in jobs:
+        text = shortened(job.text)
         if job.error:
-            rows.append([job.kernel, job.text, job.backend or "", ("failed", "fail"), ""])
+            rows.append([job.kernel, text, job.backend or "", ("failed", "fail"), ""])
         else:
-            rows.append([job.kernel, job.text, job.backend or "", seconds(job.build_s), seconds(job.calls_s)])
+            rows.append([job.kernel, text, job.backend or "", seconds(job.build_s), seconds(job.calls_s)])
     out.table(
         ["kernel", "arguments", "backend", "build", "calls"],
         rows,
@@ -217,6 +295,6 @@ def render(out: Any, jobs: list[Job], tokens: tuple[int, ...], total: float) -> 
     )
     for job in jobs:
         if job.error:
-            out.line(("failed: ", "fail"), f"{job.kernel}({job.text}) in {job.backend}: {job.error}")
+            out.line(("failed: ", "fail"), f"{job.kernel}({shortened(job.text)}) in {job.backend}: {job.error}")
     failed = sum(1 for job in jobs if job.error)
     out.line(("done" if not failed else f"{failed} failed", "ok" if not failed else "fail"), f" in {seconds(total)}")

@@ -15,7 +15,9 @@ import threading
 from collections.abc import Callable, Hashable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+from lazyops._backends._ways_out import MIN_CAPABILITY, cuda_capability, select_another
 from lazyops._errors import BackendError
+from lazyops._platform import is_installed
 
 if TYPE_CHECKING:
     import torch
@@ -44,31 +46,28 @@ def tl_dtype(dtype: torch.dtype) -> str:
     return TL_DTYPES[str(dtype).removeprefix("torch.")]
 
 
-#: Oldest compute capability the kernels are built and tested for.
-MIN_CAPABILITY = (8, 0)
-
-
 def unavailable_reason() -> str | None:
-    """Why this backend's kernels cannot run here, or None when they can.
+    """Why this backend's kernels cannot run here, or None when they can; the way out offered is one that works
+    here (``select_another``).
 
     TileLang is only looked up, not imported (that takes seconds); torch is imported to ask for a CUDA device.
     """
-    import importlib.util
-
-    if importlib.util.find_spec("tilelang") is None:
-        return "TileLang is not installed; install it with: pip install 'lazyops[tilelang]', or select 'triton'"
-    import torch
-
-    if not torch.cuda.is_available():
+    if not is_installed("tilelang"):
         return (
-            "no CUDA device found; TileLang kernels run on NVIDIA GPUs (sm_80 or newer); select 'torch', or "
-            "'triton' with TRITON_INTERPRET=1"
+            "TileLang is not installed; install it with: pip install 'lazyops[tilelang]', or "
+            f"{select_another('tilelang')}"
         )
-    capability = torch.cuda.get_device_capability()
+    capability = cuda_capability()
+    if capability is None:
+        return (
+            f"no CUDA device found; TileLang kernels run on NVIDIA GPUs (sm_80 or newer); {select_another('tilelang')}"
+        )
     if capability < MIN_CAPABILITY:
+        import torch
+
         return (
             f"the GPU {torch.cuda.get_device_name()!r} has compute capability {capability[0]}.{capability[1]}; "
-            "TileLang kernels need sm_80 or newer; select 'triton' or 'torch'"
+            f"TileLang kernels need sm_80 or newer; {select_another('tilelang')}"
         )
     return None
 
@@ -123,7 +122,7 @@ def _compile(factory: str, programs: list[Any]) -> list[Any]:
     except Exception as error:
         raise BackendError(
             f"{factory}: TileLang failed to compile the kernel ({type(error).__name__}: {error}); "
-            "select another backend (LAZYOPS_BACKEND=triton or torch) and report the configuration",
+            f"{select_another('tilelang')}, and report the configuration",
             backend="tilelang",
         ) from error
 

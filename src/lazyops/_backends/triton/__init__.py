@@ -8,19 +8,12 @@ resolved.
 
 from __future__ import annotations
 
-import os
-
 import lazy_loader
 
+from lazyops._backends._ways_out import interpreter_requested, select_another
+from lazyops._platform import has_cuda_device, is_installed
+
 __getattr__, __dir__, __all__ = lazy_loader.attach_stub(__name__, __file__)
-
-#: The values of TRITON_INTERPRET that Triton itself reads as true (its ``getenv_bool``).
-_TRUE = frozenset({"1", "true", "on"})
-
-
-def interpreter_requested() -> bool:
-    """Whether ``TRITON_INTERPRET`` asks Triton to run kernels in its interpreter (read as Triton reads it)."""
-    return os.environ.get("TRITON_INTERPRET", "").strip().lower() in _TRUE
 
 
 def default_device() -> str:
@@ -29,19 +22,20 @@ def default_device() -> str:
 
 
 def unavailable_reason() -> str | None:
-    """Why this backend cannot run here, or None when it can (a CUDA device is visible, or the interpreter is on).
+    """Why this backend cannot run here, or None when it can (``triton`` is installed, and a CUDA device is visible
+    or the interpreter is on).
 
-    Checked when a kernel is resolved, so that a machine without a GPU gets this message, with the way out,
-    instead of a driver error at the first launch. A missing ``triton`` package is not handled here: importing a
-    kernel module raises the ImportError, which the core turns into a BackendError.
+    Checked when a kernel is resolved, so that a machine without a GPU or without Triton gets this message, with
+    a way out that works on it, instead of a driver error at the first launch or an ImportError.
     """
-    if interpreter_requested():
-        return None
-    import torch
-
-    if torch.cuda.is_available():
+    if not is_installed("triton"):
+        return (
+            f"the package 'triton' is not installed; install it with: pip install 'lazyops[triton]', or "
+            f"{select_another('triton')}"
+        )
+    if interpreter_requested() or has_cuda_device():
         return None
     return (
         "no GPU driver found; set TRITON_INTERPRET=1 (before lazyops resolves a kernel) to run it in Triton's "
-        "interpreter, or select 'torch'"
+        f"interpreter, or {select_another('triton')}"
     )

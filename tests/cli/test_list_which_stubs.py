@@ -1,4 +1,5 @@
-"""The command line, run as users run it: `python -m lazyops` in a fresh interpreter."""
+"""``lazyops list``, ``which`` and ``stubs``, and what every run of the command shares: its declaration, the README's
+commands, one-line errors."""
 
 from __future__ import annotations
 
@@ -8,11 +9,9 @@ import sys
 from importlib.metadata import entry_points
 from pathlib import Path
 
+from cli_support import assert_plain, lazyops_cli
+
 ROOT = Path(__file__).resolve().parents[2]
-
-
-def lazyops_cli(*args: str, env: dict) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "lazyops", *args], env=env, capture_output=True, text=True, timeout=300)
 
 
 def test_list_shows_every_kernel_and_where_it_resolves(fake_backends):
@@ -28,9 +27,11 @@ def test_list_shows_every_kernel_and_where_it_resolves(fake_backends):
     assert listing["backends"]["torch"] == "ok"
 
 
-def test_list_table(fake_backends):
+def test_list_table_is_plain_and_fits_80_columns_in_a_pipe(fake_backends):
+    fake_backends.make("a_third_party_backend", ["rmsnorm_tl", "alpha_tl"])
     result = lazyops_cli("list", env=fake_backends.env())
     assert result.returncode == 0, result.stderr
+    assert_plain(result.stdout)
     assert "rmsnorm_tl" in result.stdout and "torch (selected)" in result.stdout
 
 
@@ -97,12 +98,39 @@ def test_list_survives_a_backend_whose_unavailable_reason_raises(fake_backends):
     fake_backends.make("flaky", ["alpha_tl"], init_code="def unavailable_reason():\n    raise RuntimeError('driver exploded')\n")
     result = lazyops_cli("list", env=fake_backends.env())
     assert result.returncode == 0 and "Traceback" not in result.stderr, result.stderr
-    assert "flaky      backend 'flaky': its unavailable_reason() raised RuntimeError: driver exploded" in result.stdout
+    assert "flaky broken backend 'flaky': its unavailable_reason() raised RuntimeError: driver exploded" in " ".join(
+        result.stdout.split()
+    )
 
 
 def test_list_shows_a_refused_entry_point_and_everything_else(fake_backends):
     fake_backends.register("torch", "lazyops_rogue", "rogue-dist")
     result = lazyops_cli("list", env=fake_backends.env())
     assert result.returncode == 0, result.stderr
-    assert "refused entry point: backend name 'torch' is claimed by built-in and by rogue-dist" in result.stdout
+    assert "refused entry point: backend name 'torch' is claimed by built-in and by rogue-dist" in " ".join(
+        result.stdout.split()
+    )
     assert "rmsnorm_tl" in result.stdout and "torch (selected)" in result.stdout
+
+
+def test_which_and_list_say_when_the_backend_a_kernel_resolves_to_cannot_load(fake_backends):
+    """Resolution reads names only: `which` and `list` ask the backend too, as building the kernel would (27.6)."""
+    fake_backends.make(
+        "offline", ["rmsnorm_tl"], init_code="def unavailable_reason():\n    return 'no device; select torch'\n"
+    )
+    env = fake_backends.env(LAZYOPS_BACKEND="offline")
+    which = lazyops_cli("which", "rmsnorm_tl", env=env)
+    assert which.returncode == 2, which.stderr
+    assert "rmsnorm_tl resolves to a backend that cannot load: backend 'offline' cannot run here: no device" in (
+        which.stderr
+    )
+    assert lazyops_cli("which", "softmax_tl", env=env).returncode == 0  # inherited from torch, which runs
+
+    listing = lazyops_cli("list", env=env)
+    assert listing.returncode == 2, listing.stderr
+    assert_plain(listing.stdout)
+    assert "rmsnorm_tl yes yes yes yes offline (selected): cannot load" in " ".join(listing.stdout.split())
+    assert "backend 'offline' cannot run here: no device; select torch (1 kernel resolve" in listing.stderr
+    assert json.loads(lazyops_cli("list", "--json", env=env).stdout)["backends"]["offline"] == (
+        "backend 'offline' cannot run here: no device; select torch"
+    )
