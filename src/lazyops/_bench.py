@@ -68,6 +68,7 @@ __all__ = [
     "interleave",
     "kernel_name",
     "measure",
+    "own_code",
     "rank",
 ]
 
@@ -259,7 +260,7 @@ def implementations(
     if compile:
 
         def compiled(chosen: Any) -> Any:
-            return torch.compile(_own_code(eager_call(spec, _configure(spec, chosen))), dynamic=False)
+            return torch.compile(own_code(eager_call(spec, _configure(spec, chosen))), dynamic=False)
 
         impls.append(Impl(COMPILED, "peer", compiled))
     for peer_name, build in (peers or {}).items():
@@ -275,7 +276,7 @@ def _peer(spec: Any, build: PeerBuilder) -> Callable[[Any], Any]:
     return lambda chosen: build(_configure(spec, chosen))
 
 
-def _own_code(fn: Callable[..., Any]) -> Callable[..., Any]:
+def own_code(fn: Callable[..., Any]) -> Callable[..., Any]:
     """``fn`` with a code object of its own. Dynamo keeps the compiled variants of one code object (at most
     ``cache_size_limit``, 8, then it runs the code eagerly without a word), and every kernel's eager call shares
     one: a run over every kernel and size would time eager code as ``torch.compile`` after the eighth."""

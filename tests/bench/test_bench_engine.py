@@ -144,7 +144,7 @@ def test_the_compiled_peer_has_a_code_object_of_its_own():
     eager_a = _bench.eager_call(spec_a, spec_a.configure(64, torch.float32))
     eager_b = _bench.eager_call(spec_b, spec_b.configure(64, torch.float32))
     assert eager_a.__code__ is eager_b.__code__  # the reason for the test
-    own_a, own_b = _bench._own_code(eager_a), _bench._own_code(eager_b)
+    own_a, own_b = _bench.own_code(eager_a), _bench.own_code(eager_b)
     assert own_a.__code__ is not own_b.__code__ is not eager_a.__code__
     x, weight = torch.randn(3, 64), torch.randn(64)
     assert torch.equal(own_a(x, weight), eager_a(x, weight))

@@ -17,10 +17,8 @@ from lazyops.cli import bench
 
 def test_bench_json_and_plot(env, tmp_path):
     plot = tmp_path / "bench.png"
-    result = lazyops_cli(
-        "bench", "rmsnorm", "matmul_tl", "--backend", "torch", "--tokens", "1,4", "--rounds", "2", "--json", "--plot",
-        str(plot), env=env,
-    )  # fmt: skip
+    options = ["--backend", "torch", "--tokens", "1,4", "--rounds", "2", "--json", "--plot", str(plot)]
+    result = lazyops_cli("bench", "rmsnorm", "matmul_tl", *options, env=env)
     assert result.returncode == 0, result.stderr
     report = json.loads(result.stdout)
     assert report["tokens"] == [1, 4] and report["sizes"] == "small" and report["dtype"] == "bfloat16"
@@ -88,11 +86,10 @@ def test_bad_arguments_exit_2(env):
 
 
 def row(kernel, impl, tokens, us, low, high, kind="lazyops", noisy=False):
-    rate = 1000.0 / us
+    figures = {"us": us, "low_us": low, "high_us": high, "noisy": noisy, "rate": 1000.0 / us, "unit": "GB/s"}
     return SimpleNamespace(
-        kernel=kernel, impl=impl, kind=kind, method="stream", tokens=tokens, dtype="bfloat16", us=us, low_us=low,
-        high_us=high, noisy=noisy, rate=rate, unit="GB/s", error=None,
-    )  # fmt: skip
+        kernel=kernel, impl=impl, kind=kind, method="stream", tokens=tokens, dtype="bfloat16", error=None, **figures
+    )
 
 
 def made_up_rows():

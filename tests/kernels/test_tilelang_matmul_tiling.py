@@ -21,7 +21,14 @@ from gemm_sweeps import timed_cells  # tests/kernels is on sys.path (pytest prep
 
 from lazyops._backends.tilelang import matmul
 
-SWEEP = Path(__file__).resolve().parents[2] / "benchmarks" / "results" / "gemm_decode_sweep_tilelang.json"
+SWEEP = (
+    Path(__file__).resolve().parents[2]
+    / "benchmarks"
+    / "results"
+    / "h200"
+    / "sweeps"
+    / "gemm_decode_sweep_tilelang.json"
+)
 H200_SMS = 132
 H200_SHARED_MEMORY = 227 * 1024
 

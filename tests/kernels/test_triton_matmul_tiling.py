@@ -21,7 +21,7 @@ from gemm_sweeps import timed_cells  # tests/kernels is on sys.path (pytest prep
 
 from lazyops._backends.triton.matmul import EPILOGUE_RESERVE, MIN_SLICE_STEPS, MIN_TILE, Tiling, tiling
 
-SWEEP = Path(__file__).resolve().parents[2] / "benchmarks" / "results" / "gemm_decode_sweep.json"
+SWEEP = Path(__file__).resolve().parents[2] / "benchmarks" / "results" / "h200" / "sweeps" / "gemm_decode_sweep.json"
 H200_SMS = 132
 
 
