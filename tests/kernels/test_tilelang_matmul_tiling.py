@@ -1,8 +1,8 @@
 """TileLang's decode GEMM plan: held to the H200 measurements it was set from, and to what any GPU can launch.
 
 ``plan_split`` is arithmetic over the shape and the device's SM count and shared memory, so it is tested here
-without a GPU: against ``benchmarks/results/gemm_decode_sweep_tilelang.json`` (84 tilings timed in CUDA graphs on
-an H200, ``benchmarks/gemm_decode_sweep.py --backend tilelang``), and by drawn shapes and devices for the
+without a GPU: against ``benchmarks/results/h200/sweeps/gemm_decode_sweep_tilelang.json`` (84 tilings timed in
+CUDA graphs on an H200; ``benchmarks/gemm.py --sweep tilelang`` today), and by drawn shapes and devices for the
 invariants the programs rely on.
 """
 

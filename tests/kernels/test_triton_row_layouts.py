@@ -1,4 +1,4 @@
-"""Triton's row layouts held to the H200 sweep they were set from (``benchmarks/triton_row_variants.py``)."""
+"""Triton's row layouts held to the H200 sweep they were set from (docs/decisions/006)."""
 
 from __future__ import annotations
 
