@@ -187,3 +187,11 @@ def test_same_bytes_copy_moves_what_the_kernel_moves_and_is_never_a_peer(kernel)
     best_peer = max(row.rate for row in rows if row.kind == "peer" and row.rate is not None)
     (ours,) = [row for row in rows if row.kind == "lazyops"]
     assert ours.vs_best_peer == pytest.approx(ours.rate / best_peer)
+
+
+def test_the_compiled_peer_is_built_once_per_configuration():
+    """Every timing of a configuration (stream, graph, host) shares one compiled call: each size compiles once."""
+    (compiled,) = [impl for impl in _bench.implementations("softmax", [], compile=True) if impl.name == _bench.COMPILED]
+    small, full = _bench.example("softmax", small=True), _bench.example("softmax")
+    assert compiled.build(small) is compiled.build(_bench.example("softmax", small=True))
+    assert compiled.build(full) is not compiled.build(small)
