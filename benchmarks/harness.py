@@ -35,6 +35,7 @@ import platform
 import shlex
 import subprocess
 import sys
+import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -43,6 +44,8 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results"
+#: The host mode's time a sample at most: 3000 launch-sized calls take a tenth of it.
+HOST_S = 0.5
 #: Packages whose versions a result depends on, beside torch (liger-kernel: a peer some benchmarks time).
 PACKAGES = ("triton", "tilelang", "liger_kernel")
 
@@ -68,7 +71,8 @@ def measure(
     round_s: float = 0.04,
 ) -> dict[str, dict[str, Any]]:
     """Every case at ``config``, interleaved: ``{case name: {"kind", "us", "low_us", "high_us", "noisy", "samples"}
-    or {"kind", "error"}}``. ``calls`` is the host mode's calls a sample, ``round_s`` the stream mode's time a round.
+    or {"kind", "error"}}``. ``calls`` is the host mode's calls a sample (fewer where they would take more than
+    :data:`HOST_S`), ``round_s`` the stream mode's time a round.
     """
     from lazyops import _bench
 
@@ -88,9 +92,16 @@ def measure(
                     raise RuntimeError(f"CUDA graphs need a CUDA device (this run: {device})")
                 samplers[case.name] = _bench.graph_sampler(fn, inputs, 50, 20)
             elif mode == "host":
-                for _ in range(max(3, calls // 30)):
+                warmup = max(3, calls // 30)
+                started = time.perf_counter()
+                for _ in range(warmup):
                     fn(*inputs[0])
-                samplers[case.name] = _bench.host_sampler(fn, inputs[0], device, calls)
+                synchronize(device)
+                # 3000 calls where a call is launch-sized; fewer where it computes for long (a GEMM on a CPU)
+                each = (time.perf_counter() - started) / warmup
+                samplers[case.name] = _bench.host_sampler(
+                    fn, inputs[0], device, max(10, min(calls, int(HOST_S / max(each, 1e-9))))
+                )
             else:
                 raise ValueError(f"no timing mode {mode!r}: stream, graph or host")
         except ImportError as error:
