@@ -6,7 +6,7 @@ PYTHON ?= $(if $(wildcard .venv/bin/python),.venv/bin/python,python3)
 # the checkout's lazyops, after whatever PYTHONPATH already names (the H200's wheel folder first)
 export PYTHONPATH := $(if $(PYTHONPATH),$(PYTHONPATH):)$(CURDIR)/src
 
-.PHONY: help test lint gpu-results cpu-results
+.PHONY: help test lint gpu-results gpu-kernels gpu-gemm gpu-layer gpu-host cpu-results
 
 help:
 	@echo "make test         the whole test suite (CI: bash scripts/test.sh installs, lints, then runs it)"
@@ -24,11 +24,21 @@ lint:
 
 # In this order so that an interrupted run has the goals' figures first: the memory-bound kernels (stream 1024, 8192,
 # 32768; CUDA graphs 1, 1024; host at one token), the GEMM grid, the decoder layer and its bound, the host's per-call
-# costs. Then the superseded files of the old scripts (named in each file's first line) can be deleted.
-gpu-results:
+# costs. Each part also runs alone (`make gpu-kernels`, then `make gpu-gemm gpu-layer gpu-host`: two device calls of
+# under 10 minutes each), and each script rewrites its files as it goes, so a run cut short keeps what it measured.
+# Then the superseded files of the old scripts (named in each one's first line) can be deleted.
+gpu-results: gpu-kernels gpu-gemm gpu-layer gpu-host
+
+gpu-kernels:
 	$(PYTHON) benchmarks/kernels.py
+
+gpu-gemm:
 	$(PYTHON) benchmarks/gemm.py
+
+gpu-layer:
 	$(PYTHON) benchmarks/layer.py --ceiling
+
+gpu-host:
 	$(PYTHON) benchmarks/host.py --parts calls
 
 cpu-results:
