@@ -1,44 +1,46 @@
-"""The timing engine behind ``benchmarks/gpu_bench.py`` and ``lazyops bench``: every kernel, from its spec.
+"""The timing engine behind ``lazyops bench`` and the benchmark scripts: every kernel, from its spec.
 
 Everything a measurement needs about a kernel comes from its spec (``lazyops.specs``): the engine-sized
 configuration (``spec.benchmark(dtype)``), the inputs (``spec.example_inputs``), the bytes and FLOPs one call moves
 (``spec.traffic``), and the definition that the generic peers run. So a new kernel is benchmarked, against
 torch eager and ``torch.compile``, the day its spec exists, with no benchmark code of its own.
 
-The API, small on purpose (the command line and the GPU scripts stand on it):
+What is timed (:func:`implementations`): each lazyops backend by name (third-party ones too), ``torch eager`` (the
+spec's definition run in float32), ``torch.compile`` (the same, compiled), any peers the caller passes in (the
+benchmark scripts pass torch's own ops and liger-kernel; nothing here reads files of a source checkout), and for a
+memory-bound kernel a copy of the same bytes.
 
-- :func:`implementations` ``(kernel, backends, compile=False)``: what to time, as :class:`Impl` objects: each
-  lazyops backend by name (through the registry, so third-party backends too), ``torch eager`` (the spec's
-  reference run in float32), ``torch.compile`` (the same, compiled), and the peers a kernel's optional module
-  ``benchmarks/kernels/<kernel>.py`` declares (``F.rms_norm``, liger-kernel, cuBLAS).
-- :func:`measure` ``(kernel, impls, tokens, dtype)``: stream time, the figure of merit of a kernel: medians of
-  ``triton.testing.do_bench`` on CUDA (the L2 flushed before every call, and calls rotating through enough
-  input sets to overflow it), a ``perf_counter`` median on the host; converted to GB/s or TFLOP/s.
-- :func:`host_time` and :func:`graph_time`: what an engine feels at decode. Host time per call at one token
-  (3000 back-to-back calls after a warm-up, one synchronize at the end), and the per-call time inside a CUDA
-  graph (50 back-to-back calls captured, the graph replayed 20 times).
-- :func:`fullgraph_check`: does ``torch.compile(fullgraph=True)`` take the kernel, with eager's output?
-- :func:`copy_ceiling`: a device-to-device copy, the bandwidth ceiling the memory-bound kernels are held to.
-- :func:`rank`: each row's standing against the best peer of its group.
-- :func:`backend_status`, :func:`example`, :func:`kernel_name`: which backends run here, the configuration timed
-  (``small=True``: sizes clamped for the host), a kernel's spec name from its short one.
+How it is timed, three ways, every figure a median with its spread:
 
-Every function returns :class:`Row` objects (plain dataclasses, ``dataclasses.asdict`` gives JSON); nothing
-raises for one implementation that fails: its row carries the error, and the others still run.
+- :func:`measure`, stream time, a kernel's figure of merit: on CUDA ``triton.testing.do_bench`` (the L2 flushed
+  before every call, calls rotating through enough input sets to overflow it); on the host
+  ``torch.utils.benchmark.Timer.blocked_autorange``, which sizes its blocks of calls to the clock. Converted to
+  GB/s or TFLOP/s.
+- :func:`host_time`, what the host pays per call at one token: ``calls`` back-to-back calls after a warm-up,
+  ``perf_counter`` around them, one synchronize at the end.
+- :func:`graph_time`, what a call costs inside a CUDA graph: 50 back-to-back calls captured, the graph replayed 20
+  times between CUDA events, divided.
 
-This module imports torch at once; ``import lazyops`` never imports it.
+The implementations are *interleaved*: ``rounds`` rounds, each timing every implementation once, in an order that
+rotates from round to round, so a busy spell of the machine falls on all of them alike instead of on one. A row
+keeps the median of all its samples and their quartiles (``low_us``, ``high_us``); a row whose interquartile range
+is more than :data:`NOISY_SPREAD` of its median is ``noisy``: the machine moved under it more than the differences
+it would be ranked by.
+
+Every function returns :class:`Row` objects (plain dataclasses, ``dataclasses.asdict`` gives JSON); nothing raises
+for one implementation that fails: its row carries the error, and the others still run. This module imports torch
+at once; ``import lazyops`` never imports it.
 """
 
 from __future__ import annotations
 
-import importlib.util
 import math
 import statistics
-import sys
 import time
-from collections.abc import Callable, Iterable, Sequence
+import types
+import warnings
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import torch
@@ -47,21 +49,27 @@ from lazyops.specs import kernel_names
 from lazyops.specs import spec as spec_of
 
 __all__ = [
+    "COMPILED",
+    "EAGER",
+    "NOISY_SPREAD",
+    "SAME_BYTES_COPY",
     "Impl",
     "Peer",
     "Row",
+    "Timing",
     "backend_status",
     "copy_ceiling",
     "default_device",
     "describe",
+    "eager_call",
     "example",
-    "fullgraph_check",
     "graph_time",
     "host_time",
     "implementations",
+    "interleave",
     "kernel_name",
     "measure",
-    "peer_dir",
+    "own_code",
     "rank",
 ]
 
@@ -75,6 +83,12 @@ MAX_SETS = 64
 #: What ``small=True`` clamps the benchmark configuration's sizes to: enough for every code path, small enough
 #: for the host and Triton's interpreter.
 SMALL_SIZE = 256
+#: A row whose interquartile range exceeds this share of its median is marked ``noisy``: a 20 % spread can turn a
+#: 1.2x lead into a tie, so such a row is not ranked against its peers.
+NOISY_SPREAD = 0.2
+#: Rounds of interleaved samples per figure, and the time each implementation gets in one round of stream timing.
+ROUNDS = 5
+ROUND_S = 0.03
 
 
 # --- what is timed -----------------------------------------------------------------------------------------------
@@ -82,7 +96,7 @@ SMALL_SIZE = 256
 
 @dataclass(frozen=True)
 class Peer:
-    """A peer built by a kernel's peer module, when it takes its inputs in another layout than the kernel.
+    """A peer that takes its inputs in another layout than the kernel.
 
     ``prepare(*args) -> args`` runs once per input set, outside the timing (liger's SiLU-and-mul takes the gate
     and the up projection as two tensors); ``call`` is what is timed.
@@ -90,6 +104,11 @@ class Peer:
 
     call: Callable[..., Any]
     prepare: Callable[..., tuple[Any, ...]] | None = None
+
+
+#: A peer as a caller passes it: ``build(config) -> call`` (or a :class:`Peer`), ``config`` being the spec's
+#: configuration. An ``ImportError`` while building means "not installed here": that peer's rows say so.
+PeerBuilder = Callable[[Any], Any]
 
 
 @dataclass(frozen=True)
@@ -113,10 +132,11 @@ class Impl:
 class Row:
     """One measurement (or one failed attempt: ``error`` set, no figures).
 
-    ``method``: ``"stream"`` (:func:`measure`), ``"host"``, ``"graph"``, ``"fullgraph"`` or ``"copy"``.
-    ``rate`` is in ``unit`` (GB/s for memory-bound kernels, TFLOP/s for compute-bound ones) for stream and
-    copy rows; host and graph rows give µs per call only. ``vs_best_peer`` (set by :func:`rank`): this row
-    against the best peer of the same kernel, method, token count and dtype, >1 meaning faster.
+    ``method``: ``"stream"`` (:func:`measure`), ``"host"``, ``"graph"`` or ``"copy"``. ``us`` is the median µs per
+    call, ``low_us`` and ``high_us`` the quartiles of the samples; ``noisy``: their spread is more than
+    :data:`NOISY_SPREAD` of the median. ``rate`` is in ``unit`` (GB/s for memory-bound kernels, TFLOP/s for
+    compute-bound ones) for stream and copy rows. ``vs_best_peer`` (set by :func:`rank`): this row against the best
+    peer of the same kernel, method, token count and dtype, >1 meaning faster.
     """
 
     kernel: str
@@ -126,6 +146,10 @@ class Row:
     tokens: int
     dtype: str
     us: float | None = None
+    low_us: float | None = None
+    high_us: float | None = None
+    noisy: bool | None = None
+    samples: int | None = None
     rate: float | None = None
     unit: str | None = None
     bytes: int | None = None
@@ -137,6 +161,40 @@ class Row:
     note: str | None = None
     #: the configuration timed: the factory call, and the input geometry where the spec has one
     config: str | None = None
+
+    def take(self, timing: Timing) -> None:
+        """Set the figures from ``timing``."""
+        self.us, self.low_us, self.high_us = timing.median, timing.low, timing.high
+        self.noisy, self.samples = timing.noisy, timing.count
+
+
+@dataclass(frozen=True)
+class Timing:
+    """µs per call: the median of the samples and their quartiles."""
+
+    median: float
+    low: float
+    high: float
+    count: int
+
+    @classmethod
+    def of(cls, samples: Sequence[float]) -> Timing:
+        """The median and quartiles of ``samples`` (one sample: all three are it)."""
+        if not samples:
+            raise ValueError("no samples to summarise: the implementation was never timed")
+        if len(samples) == 1:
+            return cls(samples[0], samples[0], samples[0], 1)
+        low, _, high = statistics.quantiles(samples, n=4, method="inclusive")
+        return cls(statistics.median(samples), low, high, len(samples))
+
+    @property
+    def spread(self) -> float:
+        """The interquartile range over the median."""
+        return (self.high - self.low) / self.median if self.median > 0 else math.inf
+
+    @property
+    def noisy(self) -> bool:
+        return self.spread > NOISY_SPREAD
 
 
 def kernel_name(kernel: str) -> str:
@@ -175,27 +233,19 @@ def example(kernel: str, dtype: Any = "bfloat16", *, small: bool = False) -> Any
     return shrunk
 
 
-def peer_dir() -> Path | None:
-    """Where the kernel-specific peer modules live: ``benchmarks/kernels`` of a source checkout, if present."""
-    folder = Path(__file__).resolve().parents[2] / "benchmarks" / "kernels"
-    return folder if folder.is_dir() else None
-
-
 def implementations(
     kernel: str,
     backends: Iterable[str] | None = None,
     *,
     compile: bool = False,
-    peers: bool = True,
-    peers_from: Path | None = None,
+    peers: Mapping[str, PeerBuilder] | None = None,
     same_bytes_copy: bool = False,
 ) -> list[Impl]:
     """What to time for ``kernel``: each backend of ``backends`` (default: every registered one), then the peers.
 
     A backend that does not export the kernel is left out; one that cannot run here is kept, with its
-    ``problem``. The peers: ``torch eager`` always, ``torch.compile`` when ``compile``, then (``peers``) those
-    of ``<peers_from or peer_dir()>/<kernel>.py``, whose ``PEERS`` maps a name to ``build(config) -> call``
-    (an ``ImportError`` while building means "not installed here": that peer's row says so).
+    ``problem``. The peers: ``torch eager`` always, ``torch.compile`` when ``compile``, then ``peers`` (a row name
+    to ``build(config) -> call``; an ``ImportError`` while building means "not installed here").
 
     ``same_bytes_copy`` adds, for a memory-bound kernel, :data:`SAME_BYTES_COPY` (kind ``"ceiling"``): a
     device-to-device copy of as many bytes as the kernel moves at each token count, timed as the kernel is. It is
@@ -204,26 +254,40 @@ def implementations(
     """
     name = kernel_name(kernel)
     spec = spec_of(name)
-    registry = _registry()
     impls = []
-    for backend in registry.names if backends is None else backends:
-        impls.extend(_backend_impl(registry, backend, name))
+    for backend, problem in backend_status(backends).items():
+        impls.extend(_backend_impl(backend, name, problem))
     impls.append(Impl(EAGER, "peer", lambda chosen: eager_call(spec, _configure(spec, chosen))))
     if compile:
-        impls.append(
-            Impl(
-                COMPILED,
-                "peer",
-                lambda chosen: torch.compile(eager_call(spec, _configure(spec, chosen)), dynamic=False),
-            )
-        )
-    if peers:
-        impls.extend(_module_peers(spec, peers_from or peer_dir()))
+        # one compiled call per configuration, shared by every timing of it: each size compiles once, not once a mode
+        made: dict[Any, Any] = {}
+
+        def compiled(chosen: Any) -> Any:
+            key = (chosen.args, tuple(sorted(chosen.kwargs.items())))
+            if key not in made:
+                made[key] = torch.compile(own_code(eager_call(spec, _configure(spec, chosen))), dynamic=False)
+            return made[key]
+
+        impls.append(Impl(COMPILED, "peer", compiled))
+    for peer_name, build in (peers or {}).items():
+        impls.append(Impl(peer_name, "peer", _peer(spec, build)))
     if same_bytes_copy:
         chosen = example(name)
         if spec.traffic(_configure(spec, chosen), 1, chosen.geometry).bound != "compute":
             impls.append(Impl(SAME_BYTES_COPY, "ceiling", lambda chosen: _same_bytes_copy(spec, chosen)))
     return impls
+
+
+def _peer(spec: Any, build: PeerBuilder) -> Callable[[Any], Any]:
+    return lambda chosen: build(_configure(spec, chosen))
+
+
+def own_code(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """``fn`` with a code object of its own. Dynamo keeps the compiled variants of one code object (at most
+    ``cache_size_limit``, 8, then it runs the code eagerly without a word), and every kernel's eager call shares
+    one: a run over every kernel and size would time eager code as ``torch.compile`` after the eighth."""
+    code = fn.__code__.replace(co_name=f"{fn.__name__}_compiled")
+    return types.FunctionType(code, fn.__globals__, code.co_name, fn.__defaults__, fn.__closure__)
 
 
 def _same_bytes_copy(spec: Any, chosen: Any) -> Peer:
@@ -244,36 +308,31 @@ def _same_bytes_copy(spec: Any, chosen: Any) -> Peer:
 
 def backend_status(backends: Iterable[str] | None = None) -> dict[str, str | None]:
     """``{backend: None if it runs here, else why not}`` for ``backends`` (default: every registered one)."""
-    registry = _registry()
-    status: dict[str, str | None] = {}
-    for backend in registry.names if backends is None else backends:
-        if backend not in registry:
-            status[backend] = f"no backend {backend!r} is registered (known: {', '.join(registry.names)})"
-            continue
-        try:
-            status[backend] = registry[backend].unavailable_reason()
-        except Exception as error:  # noqa: BLE001 - a backend that cannot load is reported, not fatal
-            status[backend] = _one_line(error)
-    return status
+    from lazyops import _api
+
+    known = _api.backend_statuses()
+    if backends is None:
+        return dict(known)
+    unknown = f"is registered (known: {', '.join(known)})"
+    return {name: known.get(name, f"no backend {name!r} {unknown}") for name in backends}
 
 
-def _backend_impl(registry: Any, backend: str, kernel: str) -> list[Impl]:
+def _backend_impl(backend: str, kernel: str, problem: str | None) -> list[Impl]:
+    """``lazyops <backend>`` for ``kernel``: none if the backend does not export it, one that says why if it cannot
+    run here (or is not registered), else one that builds the kernel from the backend's own factory."""
+    from lazyops import _api
+
     label = f"lazyops {backend}"
-    if backend not in registry:
-        known = ", ".join(registry.names)
-        return [Impl(label, "lazyops", _unbuildable, f"no backend {backend!r} is registered (known: {known})", backend)]
-    entry = registry[backend]
     try:
-        if kernel not in entry.exports():
+        if kernel not in _api.exports(backend):
             return []
-        problem = entry.unavailable_reason()
-    except Exception as error:  # noqa: BLE001 - a backend that cannot load is reported, not fatal
-        problem = _one_line(error)
+    except Exception as error:  # noqa: BLE001 - a backend whose kernel list cannot be read is reported, not fatal
+        problem = problem or _one_line(error)
     if problem:
         return [Impl(label, "lazyops", _unbuildable, problem, backend)]
 
     def build(chosen: Any) -> Any:
-        return entry.kernel(kernel)(*chosen.args, **chosen.kwargs)
+        return _api.kernel_factory(backend, kernel)(*chosen.args, **chosen.kwargs)
 
     return [Impl(label, "lazyops", build, None, backend)]
 
@@ -305,35 +364,118 @@ def eager_call(spec: Any, config: Any) -> Callable[..., Any]:
     return call
 
 
-def _module_peers(spec: Any, folder: Path | None) -> list[Impl]:
-    if folder is None:
-        return []
-    path = folder / f"{_short(spec.name)}.py"
-    if not path.is_file():
-        return []
-    module_name = f"_lazyops_bench_peers.{path.stem}"
-    try:
-        module = sys.modules.get(module_name)
-        if module is None or getattr(module, "__file__", None) != str(path):
-            loader = importlib.util.spec_from_file_location(module_name, path)
-            assert loader is not None and loader.loader is not None
-            module = importlib.util.module_from_spec(loader)
-            loader.loader.exec_module(module)
-            sys.modules[module_name] = module
-        declared = dict(module.PEERS)
-    except Exception as error:  # noqa: BLE001 - a broken peer module is one error row, not a crashed run
-        return [Impl(f"peers of {path.name}", "peer", _unbuildable, f"{path}: {_one_line(error)}")]
-
-    def peer(build: Callable[[Any], Any]) -> Callable[[Any], Any]:
-        return lambda chosen: build(_configure(spec, chosen))
-
-    return [Impl(name, "peer", peer(build)) for name, build in declared.items()]
-
-
 # --- measuring ---------------------------------------------------------------------------------------------------
 
 
 Progress = Callable[[Row], None]
+Sampler = Callable[[], list[float]]
+
+
+def interleave(samplers: Mapping[str, Sampler], rounds: int = ROUNDS) -> dict[str, Timing | str]:
+    """Run every sampler once a round for ``rounds`` rounds, starting each round one place further down the list,
+    and summarise each one's samples (µs per call); a sampler that raises gets its error instead, and is not run
+    again."""
+    names = list(samplers)
+    samples: dict[str, list[float]] = {name: [] for name in names}
+    failed: dict[str, str] = {}
+    for index in range(max(1, rounds)):
+        shift = index % len(names) if names else 0
+        for name in names[shift:] + names[:shift]:
+            if name in failed:
+                continue
+            try:
+                samples[name].extend(samplers[name]())
+            except Exception as error:  # noqa: BLE001 - one implementation failing must not stop the others
+                failed[name] = _one_line(error)
+    return {name: failed[name] if name in failed else Timing.of(samples[name]) for name in names}
+
+
+def stream_sampler(fn: Callable[..., Any], sets: Sequence[tuple[Any, ...]], device: str, budget_s: float) -> Sampler:
+    """Samples of ``fn``'s stream time, µs per call, rotating through the input ``sets``: on CUDA every call of
+    one ``do_bench`` (the L2 flushed before each, ``budget_s`` of calls); on the host the blocks of calls of one
+    ``blocked_autorange`` (at least ``budget_s`` of them)."""
+    calls = 0
+
+    def step() -> None:
+        nonlocal calls
+        fn(*sets[calls % len(sets)])
+        calls += 1
+
+    if device.startswith("cuda"):
+        import triton.testing
+
+        warmup = [25]  # ms, the first round only: compiles and autotuning happened at the first call
+
+        def on_gpu() -> list[float]:
+            with torch.no_grad():
+                try:
+                    times = triton.testing.do_bench(step, warmup=warmup[0], rep=budget_s * 1e3, return_mode="all")
+                except AssertionError:  # a Triton without return_mode="all": its quartiles stand for the samples
+                    times = triton.testing.do_bench(
+                        step, warmup=warmup[0], rep=budget_s * 1e3, quantiles=[0.25, 0.5, 0.75]
+                    )
+            warmup[0] = 1
+            return [t * 1e3 for t in times]
+
+        return on_gpu
+    with warnings.catch_warnings():  # its import touches torch.jit's deprecated scripting: not the user's concern
+        warnings.simplefilter("ignore", DeprecationWarning)
+        from torch.utils.benchmark import Timer
+
+    timer = Timer(stmt="step()", globals={"step": step})
+
+    def on_host() -> list[float]:
+        with torch.no_grad():
+            return [t * 1e6 for t in timer.blocked_autorange(min_run_time=budget_s).times]
+
+    return on_host
+
+
+def host_sampler(fn: Callable[..., Any], args: tuple[Any, ...], device: str, calls: int) -> Sampler:
+    """One sample a round: ``calls`` back-to-back calls of ``fn(*args)``, ``perf_counter`` around them and one
+    synchronize at the end, µs per call. On CUDA the GPU idles between such tiny launches, so this is what the host
+    pays per call; on the host it includes the computation."""
+
+    def sample() -> list[float]:
+        with torch.no_grad():
+            started = time.perf_counter()
+            for _ in range(calls):
+                fn(*args)
+            _synchronize(device)
+        return [(time.perf_counter() - started) / calls * 1e6]
+
+    return sample
+
+
+def graph_sampler(fn: Callable[..., Any], sets: Sequence[tuple[Any, ...]], captures: int, replays: int) -> Sampler:
+    """One sample a round, µs a call inside a CUDA graph: ``captures`` calls captured once (rotating through the
+    input ``sets``, so a weight larger than the L2 is read from memory as in an engine), the graph replayed
+    ``replays`` times between CUDA events, divided."""
+    with torch.no_grad():
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):  # warm-up (compiles, autotunes, allocates) off the capture
+            for index in range(3):
+                fn(*sets[index % len(sets)])
+        torch.cuda.current_stream().wait_stream(side)
+        torch.cuda.synchronize()
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            for index in range(captures):
+                fn(*sets[index % len(sets)])
+        graph.replay()
+        torch.cuda.synchronize()
+
+    def sample() -> list[float]:
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        for _ in range(replays):
+            graph.replay()
+        end.record()
+        torch.cuda.synchronize()
+        return [float(start.elapsed_time(end)) * 1e3 / (replays * captures)]
+
+    return sample
 
 
 def measure(
@@ -346,16 +488,17 @@ def measure(
     small: bool = False,
     progress: Progress | None = None,
     rotate_bytes: int | None = None,
-    repeats: int = 5,
+    rounds: int = ROUNDS,
+    round_s: float = ROUND_S,
 ) -> list[Row]:
     """Stream time of each implementation at each token count: one :class:`Row` each.
 
-    Every implementation gets the same inputs (``spec.example_inputs``, seeded). On CUDA: the median of
-    ``triton.testing.do_bench`` (L2 flushed before each call), calls cycling through enough input sets to hold
-    ``rotate_bytes`` (default :data:`ROTATE_BYTES`). On the host: the median of ``repeats`` timed calls after
-    one warm-up call, one input set. ``first_call_s`` is the first call's wall time (compiles included).
+    Every implementation gets the same inputs (``spec.example_inputs``, seeded); on CUDA the calls cycle through
+    enough input sets to hold ``rotate_bytes`` (default :data:`ROTATE_BYTES`), on the host one set serves. The
+    implementations are interleaved (:func:`interleave`), ``round_s`` of calls each a round. ``first_call_s`` is
+    the first call's wall time (compiles included).
     """
-    name, dtype, device = kernel_name(kernel), _dtype(dtype), _device(device)
+    name, dtype, device = kernel_name(kernel), _dtype(dtype), default_device(device)
     spec = spec_of(name)
     chosen = example(name, dtype, small=small)
     config = _configure(spec, chosen)
@@ -367,6 +510,8 @@ def measure(
         traffic = spec.traffic(config, m, chosen.geometry)
         compute = traffic.bound == "compute"
         sets = _input_sets(spec, config, chosen, m, device, rotate)
+        current = {}
+        samplers: dict[str, Sampler] = {}
         for impl in impls:
             row = Row(
                 _short(name),
@@ -381,20 +526,28 @@ def measure(
                 input_sets=len(sets),
                 config=described,
             )
+            current[impl.name] = row
             call = built[impl.name]
             if isinstance(call, str):
                 row.error = call
-            else:
-                try:
-                    prepared = _prepare(call, sets)
-                    row.first_call_s = _first_call(_callable(call), prepared[0], device)
-                    row.us = _median_us(_callable(call), prepared, device, repeats)
-                    seconds = row.us * 1e-6
-                    row.rate = traffic.flops / seconds / 1e12 if compute else traffic.bytes / seconds / 1e9
-                except Exception as error:  # noqa: BLE001 - one implementation failing must not stop the run
-                    row.error = _one_line(error)
+                continue
+            try:
+                prepared = _prepare(call, sets)
+                row.first_call_s = _first_call(_callable(call), prepared[0], device)
+                samplers[impl.name] = stream_sampler(_callable(call), prepared, device, round_s)
+            except Exception as error:  # noqa: BLE001 - one implementation failing must not stop the run
+                row.error = _one_line(error)
+        for impl_name, timing in interleave(samplers, rounds).items():
+            row = current[impl_name]
+            if isinstance(timing, str):
+                row.error = timing
+                continue
+            row.take(timing)
+            seconds = timing.median * 1e-6
+            row.rate = traffic.flops / seconds / 1e12 if compute else traffic.bytes / seconds / 1e9
+        for row in current.values():
             _record(rows, row, progress)
-        del sets
+        del sets, samplers
         _release(device)
     return rows
 
@@ -415,42 +568,40 @@ def host_time(
     small: bool = False,
     calls: int = 3000,
     warmup: int = 100,
+    rounds: int = 3,
     progress: Progress | None = None,
 ) -> list[Row]:
     """Host time per call at one token: ``calls`` back-to-back calls after ``warmup``, ``perf_counter`` around
-    them, one synchronize at the end. On CUDA the GPU idles between these tiny launches, so this is what the
-    host pays per call (what decode pays outside CUDA graphs); on the host it includes the computation."""
-    name, dtype, device = kernel_name(kernel), _dtype(dtype), _device(device)
+    them, one synchronize at the end (:func:`host_sampler`), one sample a round, the implementations interleaved."""
+    name, dtype, device = kernel_name(kernel), _dtype(dtype), default_device(device)
     spec = spec_of(name)
     chosen = example(name, dtype, small=small)
     config = _configure(spec, chosen)
     described = describe(name, dtype, small=small)
     args = _input_sets(spec, config, chosen, 1, device, 0)[0]
-    rows: list[Row] = []
+    current: dict[str, Row] = {}
+    samplers: dict[str, Sampler] = {}
     for impl in impls:
         row = Row(
             _short(name), impl.name, impl.kind, "host", 1, _dtype_name(dtype), note=f"{calls} calls", config=described
         )
+        current[impl.name] = row
         call = _build(impl, chosen)
         if isinstance(call, str):
             row.error = call
-        else:
-            try:
-                prepared = _prepare(call, [args])[0]
-                fn = _callable(call)
-                row.first_call_s = _first_call(fn, prepared, device)
+            continue
+        try:
+            prepared = _prepare(call, [args])[0]
+            fn = _callable(call)
+            row.first_call_s = _first_call(fn, prepared, device)
+            with torch.no_grad():
                 for _ in range(warmup):
                     fn(*prepared)
-                _synchronize(device)
-                started = time.perf_counter()
-                for _ in range(calls):
-                    fn(*prepared)
-                _synchronize(device)
-                row.us = (time.perf_counter() - started) / calls * 1e6
-            except Exception as error:  # noqa: BLE001
-                row.error = _one_line(error)
-        _record(rows, row, progress)
-    return rows
+            _synchronize(device)
+            samplers[impl.name] = host_sampler(fn, prepared, device, calls)
+        except Exception as error:  # noqa: BLE001
+            row.error = _one_line(error)
+    return _finish(current, interleave(samplers, rounds), progress)
 
 
 def graph_time(
@@ -463,12 +614,12 @@ def graph_time(
     small: bool = False,
     captures: int = 50,
     replays: int = 20,
+    rounds: int = 3,
     progress: Progress | None = None,
 ) -> list[Row]:
-    """Per-call time inside a CUDA graph: ``captures`` back-to-back calls captured once (after a warm-up on a
-    side stream), the graph replayed ``replays`` times between CUDA events, divided. CUDA only: elsewhere each
-    row says so."""
-    name, dtype, device = kernel_name(kernel), _dtype(dtype), _device(device)
+    """Per-call time inside a CUDA graph (:func:`graph_sampler`), one sample a round, the implementations
+    interleaved. CUDA only: elsewhere each row says so."""
+    name, dtype, device = kernel_name(kernel), _dtype(dtype), default_device(device)
     spec = spec_of(name)
     chosen = example(name, dtype, small=small)
     config = _configure(spec, chosen)
@@ -477,17 +628,12 @@ def graph_time(
     rows: list[Row] = []
     for m in tokens:
         args = _input_sets(spec, config, chosen, m, device, 0)[0]
+        current: dict[str, Row] = {}
+        samplers: dict[str, Sampler] = {}
         for impl in impls:
-            row = Row(
-                _short(name),
-                impl.name,
-                impl.kind,
-                "graph",
-                m,
-                _dtype_name(dtype),
-                note=f"{captures} calls captured, {replays} replays",
-                config=described,
-            )
+            note = f"{captures} calls captured, {replays} replays"
+            row = Row(_short(name), impl.name, impl.kind, "graph", m, _dtype_name(dtype), note=note, config=described)
+            current[impl.name] = row
             call = built[impl.name]
             if not device.startswith("cuda"):
                 row.error = f"CUDA graphs need a CUDA device (this run: {device})"
@@ -495,65 +641,30 @@ def graph_time(
                 row.error = call
             else:
                 try:
-                    row.us = graph_us(_callable(call), _prepare(call, [args]), captures, replays)
+                    samplers[impl.name] = graph_sampler(_callable(call), _prepare(call, [args]), captures, replays)
                 except Exception as error:  # noqa: BLE001
                     row.error = _one_line(error)
-            _record(rows, row, progress)
+        rows += _finish(current, interleave(samplers, rounds), progress)
         _release(device)
     return rows
 
 
-def fullgraph_check(
-    kernel: str,
-    impls: Sequence[Impl],
-    dtype: Any = "bfloat16",
-    *,
-    tokens: int = 16,
-    device: str | None = None,
-    small: bool = False,
-    backend: str = "inductor",
-    progress: Progress | None = None,
-) -> list[Row]:
-    """``torch.compile(call, fullgraph=True)`` of each implementation: ``note="ok ..."`` with the relative error
-    of its results against the eager call on the same inputs, or ``error`` with the exact exception.
-    ``backend`` is dynamo's (``"eager"`` checks the graph capture alone, without code generation)."""
-    from lazyops.testing import relative_error
-
-    name, dtype, device = kernel_name(kernel), _dtype(dtype), _device(device)
-    spec = spec_of(name)
-    chosen = example(name, dtype, small=small)
-    config = _configure(spec, chosen)
-    described = describe(name, dtype, small=small)
-    args = _input_sets(spec, config, chosen, tokens, device, 0)[0]
+def _finish(current: dict[str, Row], timings: dict[str, Timing | str], progress: Progress | None) -> list[Row]:
+    """``current``'s rows with their timings (or errors), each reported to ``progress``."""
     rows: list[Row] = []
-    for impl in impls:
-        row = Row(_short(name), impl.name, impl.kind, "fullgraph", tokens, _dtype_name(dtype), config=described)
-        call = _build(impl, chosen)
-        if isinstance(call, str):
-            row.error = call
+    for impl_name, timing in timings.items():
+        if isinstance(timing, str):
+            current[impl_name].error = timing
         else:
-            try:
-                fn = _callable(call)
-                torch._dynamo.reset()
-                compiled = torch.compile(fn, fullgraph=True, dynamic=False, backend=backend)
-                prepared = _prepare(call, [args])[0]
-                eager_args, compiled_args = _clone(prepared), _clone(prepared)
-                started = time.perf_counter()
-                got = _results(compiled(*compiled_args), compiled_args)
-                _synchronize(device)
-                row.first_call_s = time.perf_counter() - started
-                want = _results(fn(*eager_args), eager_args)
-                worst = max((relative_error(g, w) for g, w in zip(got, want, strict=True)), default=0.0)
-                row.note = f"ok (backend={backend}); relative error against eager {worst:.1e}"
-            except Exception as error:  # noqa: BLE001 - the exact error is the result
-                row.error = f"{type(error).__name__}: {error}"[:4000]
+            current[impl_name].take(timing)
+    for row in current.values():
         _record(rows, row, progress)
     return rows
 
 
-def copy_ceiling(megabytes: int = 256, *, device: str | None = None) -> Row:
+def copy_ceiling(megabytes: int = 256, *, device: str | None = None, rounds: int = ROUNDS) -> Row:
     """A device-to-device copy of ``megabytes``: bytes read plus written per second, the memory-bound ceiling."""
-    device = _device(device)
+    device = default_device(device)
     elements = megabytes * 2**20 // 2
     source = torch.randn(elements, device=device, dtype=torch.float32).to(torch.bfloat16)
     target = torch.empty_like(source)
@@ -570,11 +681,15 @@ def copy_ceiling(megabytes: int = 256, *, device: str | None = None) -> Row:
         input_sets=1,
         note=f"{megabytes} MiB read and written",
     )
-    try:
-        row.us = _median_us(lambda s, t: t.copy_(s), [(source, target)], device, 5)
-        row.rate = moved / (row.us * 1e-6) / 1e9
-    except Exception as error:  # noqa: BLE001
-        row.error = _one_line(error)
+    timing = interleave(
+        {row.impl: stream_sampler(lambda s, t: t.copy_(s), [(source, target)], device, ROUND_S)}, rounds
+    )
+    result = timing[row.impl]
+    if isinstance(result, str):
+        row.error = result
+    else:
+        row.take(result)
+        row.rate = moved / (result.median * 1e-6) / 1e9
     return row
 
 
@@ -587,7 +702,7 @@ def rank(rows: Sequence[Row]) -> None:
             continue
         key = (row.kernel, row.method, row.tokens, row.dtype)
         figure = row.rate if row.rate is not None else -row.us
-        if figure is not None and (key not in best or figure > best[key]):
+        if key not in best or figure > best[key]:
             best[key] = figure
     for row in rows:
         key = (row.kernel, row.method, row.tokens, row.dtype)
@@ -600,18 +715,6 @@ def rank(rows: Sequence[Row]) -> None:
 
 
 # --- the parts ---------------------------------------------------------------------------------------------------
-
-
-def _registry() -> Any:
-    global _REGISTRY
-    if _REGISTRY is None:
-        from lazyops._registry import Registry
-
-        _REGISTRY = Registry.discover()
-    return _REGISTRY
-
-
-_REGISTRY: Any = None
 
 
 def _dtype(dtype: Any) -> torch.dtype:
@@ -627,9 +730,6 @@ def _dtype_name(dtype: torch.dtype) -> str:
 def default_device(device: str | None = None) -> str:
     """``device``, or where the engine times by default: CUDA when torch sees it, else the host."""
     return str(device) if device else ("cuda" if torch.cuda.is_available() else "cpu")
-
-
-_device = default_device
 
 
 def _short(kernel: str) -> str:
@@ -692,65 +792,6 @@ def _first_call(fn: Callable[..., Any], args: tuple[Any, ...], device: str) -> f
         fn(*args)
     _synchronize(device)
     return round(time.perf_counter() - started, 3)
-
-
-def _median_us(fn: Callable[..., Any], sets: list[tuple[Any, ...]], device: str, repeats: int) -> float:
-    calls = 0
-
-    def step() -> None:
-        nonlocal calls
-        fn(*sets[calls % len(sets)])
-        calls += 1
-
-    with torch.no_grad():
-        if device.startswith("cuda"):
-            import triton.testing
-
-            return float(triton.testing.do_bench(step, warmup=25, rep=100, return_mode="median")) * 1e3
-        times = []
-        for _ in range(max(1, repeats)):
-            started = time.perf_counter()
-            step()
-            times.append(time.perf_counter() - started)
-    return statistics.median(times) * 1e6
-
-
-def graph_us(fn: Callable[..., Any], sets: Sequence[tuple[Any, ...]], captures: int, replays: int) -> float:
-    """µs a call inside a CUDA graph: ``captures`` calls captured once (rotating through the input ``sets``, so a
-    weight larger than the L2 is read from memory as in an engine), replayed ``replays`` times, divided."""
-    with torch.no_grad():
-        side = torch.cuda.Stream()
-        side.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(side):  # warm-up (compiles, autotunes, allocates) off the capture
-            for index in range(3):
-                fn(*sets[index % len(sets)])
-        torch.cuda.current_stream().wait_stream(side)
-        torch.cuda.synchronize()
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
-            for index in range(captures):
-                fn(*sets[index % len(sets)])
-        graph.replay()
-        torch.cuda.synchronize()
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        for _ in range(replays):
-            graph.replay()
-        end.record()
-        torch.cuda.synchronize()
-    return float(start.elapsed_time(end)) * 1e3 / (replays * captures)
-
-
-def _clone(args: tuple[Any, ...]) -> tuple[Any, ...]:
-    return tuple(a.clone() if isinstance(a, torch.Tensor) else a for a in args)
-
-
-def _results(returned: Any, args: tuple[Any, ...]) -> list[torch.Tensor]:
-    """What a call produced: its returned tensors, then every floating input (in-place results among them)."""
-    out = list(returned) if isinstance(returned, (tuple, list)) else [returned]
-    return [t for t in out if isinstance(t, torch.Tensor)] + [
-        a for a in args if isinstance(a, torch.Tensor) and a.is_floating_point()
-    ]
 
 
 def _synchronize(device: str) -> None:

@@ -1,5 +1,6 @@
 """The timing engine (``lazyops._bench``) on the host: every specified kernel gets rows, with no benchmark code of
-its own; results are plain data; a kernel's peer module is optional. Nothing here asserts a timing."""
+its own; results are plain data; peers are passed in; implementations are interleaved and every figure carries its
+spread. Nothing here asserts a timing."""
 
 from __future__ import annotations
 
@@ -25,7 +26,7 @@ def rows() -> list[_bench.Row]:
     measured = []
     for kernel in KERNELS:
         impls = _bench.implementations(kernel, ["torch"])
-        measured += _bench.measure(kernel, impls, TOKENS, device="cpu", small=True, repeats=1)
+        measured += _bench.measure(kernel, impls, TOKENS, device="cpu", small=True, rounds=1, round_s=0.001)
     _bench.rank(measured)
     return measured
 
@@ -50,7 +51,7 @@ def test_rows_round_trip_through_json(rows):
 
 def test_host_and_graph_rows_never_raise_on_the_host():
     kernel = KERNELS[0]
-    impls = _bench.implementations(kernel, ["torch"], peers=False)
+    impls = _bench.implementations(kernel, ["torch"])
     host = _bench.host_time(kernel, impls, device="cpu", small=True, calls=3, warmup=1)
     assert [row.impl for row in host] == [impl.name for impl in impls]
     assert all(row.error is None and row.us > 0 and row.method == "host" for row in host)
@@ -71,32 +72,88 @@ def test_the_eager_peer_is_the_spec(kernel):
     check_case(factory, Case(kernel, chosen.args, dict(chosen.kwargs), (1, 5), 0, dict(chosen.geometry)), device="cpu")
 
 
-def test_a_peer_module_is_optional(tmp_path):
-    """No module: the generic peers only. A module: its peers join; one not installed gets a row saying so."""
+def test_peers_are_passed_in_and_nothing_is_read_from_a_checkout():
+    """The package never reads the checkout's files: without peers, the backends and the generic peers only (a
+    source checkout once added ``benchmarks/kernels/<kernel>.py``'s). Peers given join; one not installed gets a row
+    saying so."""
     kernel = "rmsnorm_tl"
-    bare = _bench.implementations(kernel, ["torch"], peers_from=tmp_path)
+    bare = _bench.implementations(kernel, ["torch"])
     assert [impl.name for impl in bare] == ["lazyops torch", _bench.EAGER]
-    (tmp_path / "rmsnorm.py").write_text(
-        "def scaled(config):\n"
-        "    import torch\n"
-        "    return lambda x, weight: torch.nn.functional.rms_norm(x, (config.n,), weight, config.eps)\n"
-        "def absent(config):\n"
-        "    import not_a_package_lazyops_knows\n"
-        "PEERS = {'F.rms_norm here': scaled, 'absent': absent}\n"
-    )
-    impls = _bench.implementations(kernel, ["torch"], peers_from=tmp_path)
+
+    def scaled(config):
+        return lambda x, weight: torch.nn.functional.rms_norm(x, (config.n,), weight, config.eps)
+
+    def absent(config):
+        import not_a_package_lazyops_knows  # noqa: F401
+
+    impls = _bench.implementations(kernel, ["torch"], peers={"F.rms_norm here": scaled, "absent": absent})
     assert [impl.name for impl in impls] == ["lazyops torch", _bench.EAGER, "F.rms_norm here", "absent"]
-    by_impl = {row.impl: row for row in _bench.measure(kernel, impls, [2], device="cpu", small=True, repeats=1)}
+    by_impl = {row.impl: row for row in _bench.measure(kernel, impls, [2], device="cpu", small=True, rounds=1)}
     assert by_impl["F.rms_norm here"].error is None and by_impl["F.rms_norm here"].rate > 0
     assert by_impl["absent"].error.startswith("not installed here: ModuleNotFoundError")
-    softmax = _bench.implementations("softmax", ["torch"], peers_from=tmp_path)  # no softmax.py there
-    assert [impl.name for impl in softmax] == ["lazyops torch", _bench.EAGER]
+
+
+def test_implementations_are_interleaved_round_by_round():
+    """Issue 27.9: every round samples every implementation once, starting one place further each round, so a
+    busy spell of the machine falls on all of them; a sampler that fails is reported and not run again."""
+    order = []
+
+    def sampler(name, value):
+        def sample():
+            order.append(name)
+            return [value]
+
+        return sample
+
+    def broken():
+        order.append("broken")
+        raise RuntimeError("no launch\nsecond line")
+
+    samplers = {"a": sampler("a", 1.0), "b": sampler("b", 2.0), "broken": broken, "c": sampler("c", 3.0)}
+    timings = _bench.interleave(samplers, rounds=4)
+    assert order == ["a", "b", "broken", "c", "b", "c", "a", "c", "a", "b", "c", "a", "b"]
+    assert timings["broken"] == "RuntimeError: no launch"
+    assert timings["a"] == _bench.Timing(1.0, 1.0, 1.0, 4) and timings["c"].count == 4
+
+
+def test_a_timing_is_a_median_with_its_quartiles_and_a_wide_one_is_noisy():
+    steady = _bench.Timing.of([10.0, 10.2, 9.9, 10.1, 10.0])
+    assert steady.low <= steady.median == 10.0 <= steady.high and steady.count == 5 and not steady.noisy
+    busy = _bench.Timing.of([10.0, 30.0, 11.0, 60.0, 12.0, 10.5])
+    assert busy.spread > _bench.NOISY_SPREAD and busy.noisy
+    assert _bench.Timing.of([7.0]) == _bench.Timing(7.0, 7.0, 7.0, 1)
+    with pytest.raises(ValueError, match="never timed"):
+        _bench.Timing.of([])
+
+
+def test_rows_carry_the_spread_of_every_method_on_the_host():
+    kernel = KERNELS[0]
+    impls = _bench.implementations(kernel, ["torch"])
+    (stream,) = [
+        r for r in _bench.measure(kernel, impls, [1], device="cpu", small=True, rounds=2) if r.kind == "lazyops"
+    ]
+    assert stream.low_us <= stream.us <= stream.high_us and stream.samples >= 2 and isinstance(stream.noisy, bool)
+    host = _bench.host_time(kernel, impls, device="cpu", small=True, calls=3, warmup=1, rounds=3)
+    assert all(row.samples == 3 and row.low_us <= row.us <= row.high_us for row in host)
+
+
+def test_the_compiled_peer_has_a_code_object_of_its_own():
+    """Dynamo keeps at most 8 compiled variants of one code object and then runs it eagerly, silently: every
+    kernel's compiled peer must not share the eager call's code, or a run over every kernel times eager code."""
+    spec_a, spec_b = spec("rmsnorm_tl"), spec("softmax_tl")
+    eager_a = _bench.eager_call(spec_a, spec_a.configure(64, torch.float32))
+    eager_b = _bench.eager_call(spec_b, spec_b.configure(64, torch.float32))
+    assert eager_a.__code__ is eager_b.__code__  # the reason for the test
+    own_a, own_b = _bench.own_code(eager_a), _bench.own_code(eager_b)
+    assert own_a.__code__ is not own_b.__code__ is not eager_a.__code__
+    x, weight = torch.randn(3, 64), torch.randn(64)
+    assert torch.equal(own_a(x, weight), eager_a(x, weight))
 
 
 def test_a_backend_that_cannot_run_or_is_unknown_gets_error_rows():
-    impls = _bench.implementations("softmax", ["torch", "nope"], peers=False)
+    impls = _bench.implementations("softmax", ["torch", "nope"])
     assert impls[1].problem and "no backend 'nope'" in impls[1].problem
-    rows = _bench.measure("softmax", impls, [1], device="cpu", small=True, repeats=1)
+    rows = _bench.measure("softmax", impls, [1], device="cpu", small=True, rounds=1)
     assert rows[1].impl == "lazyops nope" and rows[1].error.startswith("unavailable: ")
 
 
@@ -107,7 +164,7 @@ def test_import_lazyops_does_not_import_the_engine():
 
 @pytest.mark.parametrize("kernel", KERNELS)
 def test_same_bytes_copy_moves_what_the_kernel_moves_and_is_never_a_peer(kernel):
-    impls = _bench.implementations(kernel, ["torch"], peers=False, same_bytes_copy=True)
+    impls = _bench.implementations(kernel, ["torch"], same_bytes_copy=True)
     ceilings = [impl for impl in impls if impl.kind == "ceiling"]
     chosen = _bench.example(kernel, small=True)
     config = spec(kernel).configure(*chosen.args, **chosen.kwargs)
@@ -115,7 +172,7 @@ def test_same_bytes_copy_moves_what_the_kernel_moves_and_is_never_a_peer(kernel)
         assert ceilings == []  # a GEMM's ceiling is its FLOPs, not a copy
         return
     assert [impl.name for impl in ceilings] == [_bench.SAME_BYTES_COPY]
-    rows = _bench.measure(kernel, impls, (5,), device="cpu", small=True, repeats=1)
+    rows = _bench.measure(kernel, impls, (5,), device="cpu", small=True, rounds=1, round_s=0.001)
     _bench.rank(rows)
     (copy,) = [row for row in rows if row.kind == "ceiling"]
     assert copy.error is None and copy.bytes == spec(kernel).traffic(config, 5, chosen.geometry).bytes
@@ -130,3 +187,11 @@ def test_same_bytes_copy_moves_what_the_kernel_moves_and_is_never_a_peer(kernel)
     best_peer = max(row.rate for row in rows if row.kind == "peer" and row.rate is not None)
     (ours,) = [row for row in rows if row.kind == "lazyops"]
     assert ours.vs_best_peer == pytest.approx(ours.rate / best_peer)
+
+
+def test_the_compiled_peer_is_built_once_per_configuration():
+    """Every timing of a configuration (stream, graph, host) shares one compiled call: each size compiles once."""
+    (compiled,) = [impl for impl in _bench.implementations("softmax", [], compile=True) if impl.name == _bench.COMPILED]
+    small, full = _bench.example("softmax", small=True), _bench.example("softmax")
+    assert compiled.build(small) is compiled.build(_bench.example("softmax", small=True))
+    assert compiled.build(full) is not compiled.build(small)

@@ -3,8 +3,8 @@
 calls never pay for the dispatcher.
 
 On this CPU machine: the torch backend, and Triton in its interpreter (dynamo only sees the operator; its real
-implementation runs the interpreted kernel), are compiled with inductor. TileLang needs a GPU: the H200 results
-(``benchmarks/results/gpu_bench.md``) cover it.
+implementation runs the interpreted kernel), are compiled with inductor. TileLang needs a GPU: this file under
+``pytest -m gpu``, and the H200's last result (``benchmarks/results/h200/compile_block.md``), cover it.
 """
 
 from __future__ import annotations
@@ -49,7 +49,7 @@ class RecordOperators(TorchDispatchMode):
 
 
 def test_eager_calls_never_go_through_the_dispatcher(kernels, kernel):
-    """The dispatcher costs more than a launch should (16 to 42 µs a call on a 2-core CPU, benchmarks/dispatcher_cost.py): eager calls run the
+    """The dispatcher costs more than a launch should (16 to 42 µs a call on a 2-core CPU, docs/decisions/003): eager calls run the
     backend's kernel directly, and the operator is for tracing only."""
 
     @kernels.drawn_calls(kernel, tokens=5, host_examples=2, examples=4)

@@ -6,7 +6,7 @@ compute ``erfc(-z)`` and ``g * sigmoid(2u)`` in float32 instead (``lazyops.specs
 element, not just the row's norm, to the dtype's tolerance across the gate's range.
 
 TileLang's kernel computes ``max(g, 0) - |g| erfc(|g| / sqrt 2) / 2`` (no select on the sign, which would stop
-its loop's vectorization) and the same sigmoid; it runs here only on a GPU (``benchmarks/h200_session.sh``).
+its loop's vectorization) and the same sigmoid; it runs here only on a GPU (``pytest -m gpu``).
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ static configurations (odd widths, every dtype, both rope styles, ragged GEMM sh
 it, and the CUDA source shows the properties the design relies on: one kernel for every token count (``M`` is a
 kernel parameter), 16-byte vector accesses on aligned rows, a block-wide reduction for the row kernels, and for
 the GEMM TMA loads feeding wgmma in half precision and no tensor-core instruction at all in float32. Whether the
-kernels compute the right numbers is checked on a GPU by ``benchmarks/gpu_conformance.py``.
+kernels compute the right numbers is checked on a GPU by the conformance kit (``pytest -m gpu``).
 """
 
 from __future__ import annotations
@@ -272,7 +272,7 @@ def test_rope_lowers_to_vector_loads_without_barriers(
 def test_rope_loads_the_cache_row_in_vectors_once_and_asks_for_occupancy(
     head_dim: int, dtype: str, cache_dtype: str, cache_vector: str, is_neox: bool
 ) -> None:
-    """Issue 12 (benchmarks/NOTES.md, TileLang rope): the previous program loaded its cosines and sines one
+    """Issue 12 (docs/decisions/007, TileLang rope): the previous program loaded its cosines and sines one
     float at a time (16 loads a lane, repeated for every lane) and used 121 registers, 4 blocks an SM. Now the
     cosines and sines are whole vectors (TileLang proves the row aligned inside ``R % (2 * pairs) == 0``), loaded
     once a thread after the query and key loads, and the kernel asks nvcc for registers enough for

@@ -1,8 +1,8 @@
 """TileLang's decode GEMM plan: held to the H200 measurements it was set from, and to what any GPU can launch.
 
 ``plan_split`` is arithmetic over the shape and the device's SM count and shared memory, so it is tested here
-without a GPU: against ``benchmarks/results/gemm_decode_sweep_tilelang.json`` (84 tilings timed in CUDA graphs on
-an H200, ``benchmarks/gemm_decode_sweep.py --backend tilelang``), and by drawn shapes and devices for the
+without a GPU: against ``benchmarks/results/h200/sweeps/gemm_decode_sweep_tilelang.json`` (84 tilings timed in
+CUDA graphs on an H200; ``benchmarks/gemm.py --sweep tilelang`` today), and by drawn shapes and devices for the
 invariants the programs rely on.
 """
 
@@ -21,7 +21,14 @@ from gemm_sweeps import timed_cells  # tests/kernels is on sys.path (pytest prep
 
 from lazyops._backends.tilelang import matmul
 
-SWEEP = Path(__file__).resolve().parents[2] / "benchmarks" / "results" / "gemm_decode_sweep_tilelang.json"
+SWEEP = (
+    Path(__file__).resolve().parents[2]
+    / "benchmarks"
+    / "results"
+    / "h200"
+    / "sweeps"
+    / "gemm_decode_sweep_tilelang.json"
+)
 H200_SMS = 132
 H200_SHARED_MEMORY = 227 * 1024
 

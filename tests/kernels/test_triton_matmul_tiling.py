@@ -1,8 +1,8 @@
 """Triton's GEMM tiling rule: held to the H200 measurements it was set from, and to what any GPU can launch.
 
 ``tiling`` is pure arithmetic over the shape and the device's SM count and shared memory, so it is tested here
-without a GPU: against ``benchmarks/results/gemm_decode_sweep.json`` (every candidate tiling of a grid, timed in
-CUDA graphs on an H200), and by drawn shapes and devices for the invariants the kernel relies on.
+without a GPU: against ``benchmarks/results/h200/sweeps/gemm_decode_sweep.json`` (every candidate tiling of a grid,
+timed in CUDA graphs on an H200), and by drawn shapes and devices for the invariants the kernel relies on.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from gemm_sweeps import timed_cells  # tests/kernels is on sys.path (pytest prep
 
 from lazyops._backends.triton.matmul import EPILOGUE_RESERVE, MIN_SLICE_STEPS, MIN_TILE, Tiling, tiling
 
-SWEEP = Path(__file__).resolve().parents[2] / "benchmarks" / "results" / "gemm_decode_sweep.json"
+SWEEP = Path(__file__).resolve().parents[2] / "benchmarks" / "results" / "h200" / "sweeps" / "gemm_decode_sweep.json"
 H200_SMS = 132
 
 
@@ -41,7 +41,7 @@ def test_the_rule_picks_a_measured_tiling_faster_than_the_old_rule_in_every_swep
     """In every (M, n, k) cell of the sweep, the tiling the rule picks on an H200 was timed there: faster than the
     rule the sweep ran against (its ``rule`` row) and within 10 % of the cell's fastest candidate. One tiling per
     bucket cannot be the fastest everywhere: the best single decode tiling is 4.7-5.6 % off the best in one cell
-    (``benchmarks/NOTES.md``); at M = 128 the rule now picks between two tiles by the weight's width and takes the
+    (docs/decisions/004); at M = 128 the rule now picks between two tiles by the weight's width and takes the
     fastest of every cell."""
     cells = sweep_cells()
     assert len(cells) == 9, "the sweep covers M = 1, 16, 128 at three weight shapes"

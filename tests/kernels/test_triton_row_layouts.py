@@ -1,4 +1,4 @@
-"""Triton's row layouts held to the H200 sweep they were set from (``benchmarks/triton_row_variants.py``)."""
+"""Triton's row layouts held to the H200 sweep they were set from (docs/decisions/006)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ pytest.importorskip("triton")
 from lazyops._backends.triton import rmsnorm as rmsnorm_module  # noqa: E402
 from lazyops.specs.rmsnorm_fp8 import spec as fp8_spec  # noqa: E402
 
-SWEEP = Path(__file__).resolve().parents[2] / "benchmarks" / "results" / "triton_row_variants.json"
+SWEEP = Path(__file__).resolve().parents[2] / "benchmarks" / "results" / "h200" / "sweeps" / "triton_row_variants.json"
 
 
 def warps_of_launch(monkeypatch, quantize: bool) -> int:

@@ -1,0 +1,49 @@
+# The repository's tasks. `make test` and `make lint` run anywhere; `make gpu-results` on the H200 (../shared/GPU.md:
+# TileLang's and liger-kernel's wheels installed first), `make cpu-results` on the 2-core CPU machine. Each result file
+# names the command that made it, so one file is remade by running that command alone.
+
+PYTHON ?= $(if $(wildcard .venv/bin/python),.venv/bin/python,python3)
+# the checkout's lazyops, after whatever PYTHONPATH already names (the H200's wheel folder first)
+export PYTHONPATH := $(if $(PYTHONPATH),$(PYTHONPATH):)$(CURDIR)/src
+
+.PHONY: help test lint gpu-results gpu-kernels gpu-gemm gpu-layer gpu-host cpu-results
+
+help:
+	@echo "make test         the whole test suite (CI: bash scripts/test.sh installs, lints, then runs it)"
+	@echo "make lint         ruff and ruff format on src/ and benchmarks/, mypy on src/"
+	@echo "make gpu-results  every GPU result file into benchmarks/results/<gpu>/ (about 8 minutes on one H200)"
+	@echo "make cpu-results  the CPU result files into benchmarks/results/cpu/"
+
+test:
+	$(PYTHON) -m pytest
+
+lint:
+	$(PYTHON) -m ruff check src benchmarks
+	$(PYTHON) -m ruff format --check src benchmarks
+	$(PYTHON) -m mypy src
+
+# In this order so that an interrupted run has the goals' figures first: the memory-bound kernels (stream 1024, 8192,
+# 32768; CUDA graphs 1, 1024; host at one token), the GEMM grid, the decoder layer and its bound, the host's per-call
+# costs. Each part also runs alone (`make gpu-kernels`, then `make gpu-gemm gpu-layer gpu-host`: two device calls of
+# under 10 minutes each), and each script rewrites its files as it goes, so a run cut short keeps what it measured.
+# Then the superseded files of the old scripts (named in each one's first line) can be deleted.
+gpu-results: gpu-kernels gpu-gemm gpu-layer gpu-host
+
+gpu-kernels:
+	$(PYTHON) benchmarks/kernels.py
+
+gpu-gemm:
+	$(PYTHON) benchmarks/gemm.py
+
+gpu-layer:
+	$(PYTHON) benchmarks/layer.py --ceiling
+
+gpu-host:
+	$(PYTHON) benchmarks/host.py --parts calls
+
+cpu-results:
+	$(PYTHON) benchmarks/host.py
+	$(PYTHON) benchmarks/kernels.py --backend torch --dtypes float32,float16,bfloat16 --tokens 1,128,1024 \
+		--modes stream --name torch_backend
+	$(PYTHON) benchmarks/gemm.py --backend torch --dtypes float32,float16,bfloat16 --shapes 1024x1024 --tokens 1,128,1024 \
+		--no-cube --name torch_backend_matmul

@@ -1,0 +1,283 @@
+"""GEMM against cuBLAS at a decoder's token counts: the grid, and (``--sweep``) a backend's candidate tilings.
+
+    python benchmarks/gemm.py                        # on the H200: results/h200/gemm.{md,json}
+    python benchmarks/gemm.py --device cpu --backend torch --shapes 1024x1024 --tokens 1,128,1024 --no-cube
+    python benchmarks/gemm.py --sweep tilelang --tokens 1,16 --shapes 4096x4096 --name narrow16 --tiles \\
+        'block_m=16,block_n=64,block_k=128,stages=6,threads=128;block_m=16,block_n=128,block_k=128,stages=4,split=4'
+    python benchmarks/gemm.py --smoke --device cpu --out /tmp/g     # the script's logic, tiny shapes
+
+The grid: M in ``--tokens`` (1, 16, 128, 1024, 8192) times ``[M, k] @ [k, n]`` for (n, k) in ``--shapes``
+(4096x4096, 14336x4096, 4096x14336: Llama-3-8B's projections), plus 8192^3, in bfloat16. Implementations: cuBLAS
+(``a @ b``) and each lazyops backend's ``matmul_tl``. Every cell is first checked against ``a.float() @ b.float()``
+(``lazyops.testing``'s relative error and tolerance; a wrong cell is an error, not a figure), then timed, the
+implementations interleaved: stream time (``do_bench``, the L2 flushed, inputs rotating through 256 MiB), TFLOP/s
+and × cuBLAS; up to ``--graph-max`` tokens (128), where a GEMM is bound by reading its weight, also the weight's
+read in GB/s and the time per call inside a CUDA graph (what decode pays, without the host's launches).
+
+``--sweep BACKEND --tiles 'T;T;...'``: each tiling ``T`` (the backend's own tile fields, ``key=value`` and commas:
+Triton's ``block_m, block_n, block_k, num_warps, num_stages``, ``tma``...; TileLang's ``block_m, block_n, block_k,
+stages, threads``, ``warp_policy``, ``shared_epilogue``...; both take ``split``, the k-slices) timed in CUDA graphs
+beside the backend's own rule and cuBLAS at every cell: ``results/<device>/sweeps/<--name>.{md,json}``. How the
+tuned tiles of the GEMM backends were chosen: docs/decisions/.
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import harness
+
+ROTATE_BYTES = 256 * 2**20
+MAX_SETS = 64
+
+
+@dataclass(frozen=True)
+class Cell:
+    m: int
+    n: int
+    k: int
+    dtype: str
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = harness.parser(__doc__)
+    parser.add_argument("--tokens", help="comma list of M (default 1,16,128,1024,8192)")
+    parser.add_argument("--shapes", help="comma list of NxK weights (default 4096x4096,14336x4096,4096x14336)")
+    parser.add_argument("--no-cube", dest="cube", action="store_false", help="leave out 8192^3")
+    parser.add_argument("--graph-max", type=int, default=128, help="CUDA-graph time up to this M (default 128)")
+    parser.add_argument("--dtypes", default="bfloat16", help="comma list (default bfloat16)")
+    parser.add_argument("--sweep", metavar="BACKEND", help="time --tiles of this backend (triton or tilelang)")
+    parser.add_argument("--tiles", default="", help="';'-separated tilings, each 'field=value,...' (with --sweep)")
+    parser.add_argument("--name", help="the result files' stem (default gemm; a sweep: sweeps/<backend>)")
+    options = parser.parse_args(argv)
+    device = harness.start(options)
+    import torch
+
+    from lazyops.testing import TOLERANCE
+
+    cuda = device.startswith("cuda")
+    tokens = [int(m) for m in (options.tokens or ("1,16,40" if options.smoke else "1,16,128,1024,8192")).split(",")]
+    shapes = options.shapes or ("128x128,256x128" if options.smoke else "4096x4096,14336x4096,4096x14336")
+    cells = []
+    for dtype in options.dtypes.split(","):
+        cells += [Cell(m, *map(int, shape.split("x")), dtype) for shape in shapes.split(",") for m in tokens]
+        if options.cube and not options.smoke:
+            cells.append(Cell(8192, 8192, 8192, dtype))
+    status = harness.backends(options.backend or ("torch" if not cuda else None))
+    peer = "cuBLAS" if cuda else "a @ b"  # torch's own GEMM: cuBLAS on CUDA, oneDNN or a loop on a CPU
+    cases = [Case(peer, "peer", lambda n, k, dtype: lambda a, b: a @ b)]
+    for backend, problem in status.items():
+        cases.append(Case(f"lazyops {backend}", "lazyops", _factory(backend, problem)))
+    tiles = [_tile(text) for text in options.tiles.split(";") if text.strip()]
+    for tile in tiles:
+        label = " ".join(f"{key}={value}" for key, value in tile.items())
+        cases.append(Case(label, "candidate", _tiled(options.sweep, tile), tile))
+    env = harness.environment(device) | {"peer": peer}
+    env["tolerance"] = {name: TOLERANCE[getattr(torch, name)] for name in options.dtypes.split(",")}
+    env["backends"] = {name: problem or "runs" for name, problem in status.items()}
+    out = options.out or harness.folder(device)
+    if options.sweep:
+        out, name = out / "sweeps", options.name or options.sweep
+    else:
+        name = options.name or "gemm"
+    rounds = 1 if options.smoke else 3
+    started, rows = time.perf_counter(), []
+    for cell in cells:
+        dtype = getattr(torch, cell.dtype)
+        sets = _input_sets(cell, dtype, device, ROTATE_BYTES if cuda else 0)
+        reference = sets[0][0].float() @ sets[0][1].float()
+        timed = [case.timed(cell, sets, reference, TOLERANCE[dtype]) for case in cases]
+        graphs = {}
+        if cuda and cell.m <= options.graph_max:
+            graphs = harness.measure(timed, cell, "graph", device, rounds=rounds)
+        stream = {} if options.sweep and graphs else harness.measure(timed, cell, "stream", device, rounds=rounds)
+        for case in cases:
+            rows.append(_row(cell, case, stream.get(case.name), graphs.get(case.name), dtype))
+            print(_line(rows[-1]), flush=True)
+        _compare(rows, cell)
+        del sets, reference
+        harness.release(device)
+        env["elapsed_s"] = round(time.perf_counter() - started)
+        harness.write(out, name, TITLE, env, rows, _render(rows, env, options.graph_max))
+    print(f"wrote {out / name}.md and its .json in {time.perf_counter() - started:.0f} s")
+    return 0
+
+
+TITLE = "GEMM against cuBLAS"
+
+
+@dataclass(frozen=True)
+class Case:
+    """One implementation: ``build(n, k, dtype) -> call(a, b)``, built once per weight and dtype; ``tile``: a sweep's
+    tiling."""
+
+    name: str
+    kind: str
+    build: Any
+    tile: dict[str, Any] | None = None
+
+    def timed(self, cell: Cell, sets: list[tuple[Any, ...]], reference: Any, tolerance: float) -> harness.Case:
+        """The harness case of this implementation at ``cell``: built, checked against ``reference``, then timed."""
+
+        def setup(config: Cell) -> tuple[Any, list[tuple[Any, ...]]]:
+            from lazyops.testing import relative_error
+
+            call = _built(self, config)
+            error = relative_error(call(*sets[0]), reference)
+            if not error <= tolerance:  # NaN too
+                raise ValueError(f"wrong result: relative error {error:.2e} > {tolerance:.0e}")
+            return call, sets
+
+        return harness.Case(self.name, self.kind, setup)
+
+
+_BUILT: dict[tuple[str, int, int, str], Any] = {}
+
+
+def _built(case: Case, cell: Cell) -> Any:
+    key = (case.name, cell.n, cell.k, cell.dtype)
+    if key not in _BUILT:
+        _BUILT[key] = case.build(cell.n, cell.k, cell.dtype)
+    return _BUILT[key]
+
+
+def _factory(backend: str, problem: str | None) -> Any:
+    def build(n: int, k: int, dtype: str) -> Any:
+        if problem:
+            raise RuntimeError(f"unavailable: {problem}")
+        return harness.factory(backend, "matmul_tl")(n, k, dtype)
+
+    return build
+
+
+def _tiled(backend: str | None, tile: dict[str, Any]) -> Any:
+    if backend is None:
+        sys.exit("--tiles needs --sweep BACKEND: whose tilings they are")
+
+    def build(n: int, k: int, dtype: str) -> Any:
+        import torch
+
+        return harness.tiled_matmul(backend, n, k, getattr(torch, dtype), tile)
+
+    return build
+
+
+def _tile(text: str) -> dict[str, Any]:
+    """``block_m=16,tma=1,warp_policy=full_row`` -> ``{"block_m": 16, "tma": 1, "warp_policy": "full_row"}``."""
+    fields = {}
+    for part in text.split(","):
+        key, _, value = part.strip().partition("=")
+        fields[key] = int(value) if value.lstrip("-").isdigit() else value
+    return fields
+
+
+def _input_sets(cell: Cell, dtype: Any, device: str, rotate: int) -> list[tuple[Any, ...]]:
+    """Input sets of ``a [M, k]`` and ``b [k, n]`` (scaled so that c stays near 1), enough to hold ``rotate`` bytes."""
+    import torch
+
+    generator = torch.Generator().manual_seed(cell.m * 7 + cell.n * 3 + cell.k)
+
+    def draw() -> tuple[Any, ...]:
+        a = torch.randn(cell.m, cell.k, generator=generator).to(device=device, dtype=dtype)
+        b = (torch.randn(cell.k, cell.n, generator=generator) / math.sqrt(cell.k)).to(device=device, dtype=dtype)
+        return a, b
+
+    size = (cell.m + cell.n) * cell.k * dtype.itemsize
+    return [draw() for _ in range(max(1, min(MAX_SETS, math.ceil(rotate / size))) if rotate else 1)]
+
+
+def _row(cell: Cell, case: Case, stream: dict[str, Any] | None, graph: dict[str, Any] | None, dtype: Any) -> dict:
+    row: dict[str, Any] = {"m": cell.m, "n": cell.n, "k": cell.k, "dtype": cell.dtype, "impl": case.name}
+    row["kind"] = case.kind
+    row.update(case.tile or {})
+    for timing, prefix in ((stream, ""), (graph, "graph_")):
+        if timing is None:
+            continue
+        if "error" in timing:
+            row["error"] = timing["error"]
+            continue
+        row.update({prefix + key: timing[key] for key in ("us", "low_us", "high_us", "noisy")})
+    if row.get("us"):
+        row["tflops"] = 2 * cell.m * cell.n * cell.k / (row["us"] * 1e-6) / 1e12
+    fastest = row.get("graph_us") or row.get("us")
+    if fastest and graph is not None:
+        row["b_gbps"] = cell.k * cell.n * dtype.itemsize / (fastest * 1e-6) / 1e9
+    return row
+
+
+def _compare(rows: list[dict[str, Any]], cell: Cell) -> None:
+    """Each row's × cuBLAS at ``cell`` (the peer's µs over its own), stream and graph."""
+    here = [row for row in rows if (row["m"], row["n"], row["k"], row["dtype"]) == (cell.m, cell.n, cell.k, cell.dtype)]
+    cublas = next((row for row in here if row["kind"] == "peer"), {})
+    for row in here:
+        for key in ("us", "graph_us"):
+            if row.get(key) and cublas.get(key):
+                row[f"{key.removesuffix('us')}vs_cublas"] = cublas[key] / row[key]
+
+
+def _line(row: dict[str, Any]) -> str:
+    head = f"[{row['m']}, {row['k']}] @ [{row['k']}, {row['n']}] {row['impl']}"
+    if "error" in row:
+        return f"{head}: {row['error']}"
+    graph = f", {row['graph_us']:.1f} µs in a graph" if row.get("graph_us") else ""
+    stream = f"{row['us']:.1f} µs, {row['tflops']:.0f} TFLOP/s" if row.get("us") else ""
+    return f"{head}: {stream}{graph}"
+
+
+def _render(rows: list[dict[str, Any]], env: dict[str, Any], graph_max: int) -> list[str]:
+    lines = [
+        f"{env.get('elapsed_s', 0)} s in all. Every result checked against `a.float() @ b.float()` (relative error; "
+        f"tolerance {', '.join(f'{k} {v:.0e}' for k, v in env['tolerance'].items())}) before it is timed; the "
+        "implementations interleaved. Stream: "
+        "`do_bench` medians, the L2 flushed, inputs rotating through 256 MiB. Up to "
+        f"{graph_max} tokens: the weight's read in GB/s (at the graph time when there is one) and µs per call "
+        "inside a CUDA graph (50 calls captured, 20 replays). Backends: "
+        + ", ".join(f"{name} ({state})" for name, state in env["backends"].items())
+        + ".",
+        "",
+        harness.NOISY_NOTE,
+        "",
+    ]
+    body = []
+    for row in rows:
+        if "error" in row:
+            body.append([row["m"], row["n"], row["k"], row["dtype"], row["impl"], row["error"][:160], "", "", "", ""])
+            continue
+        body.append(
+            [
+                row["m"],
+                row["n"],
+                row["k"],
+                row["dtype"],
+                row["impl"],
+                harness.figure(row.get("us"), 1, row.get("noisy")),
+                harness.figure(row.get("tflops"), 0),
+                harness.figure(row.get("vs_cublas"), 2),
+                harness.figure(row.get("graph_us"), 2, row.get("graph_noisy"))
+                + (f" ({row['graph_vs_cublas']:.2f}×)" if row.get("graph_vs_cublas") else ""),
+                harness.figure(row.get("b_gbps"), 0),
+            ]
+        )
+    header = [
+        "M",
+        "n",
+        "k",
+        "dtype",
+        "implementation",
+        "µs",
+        "TFLOP/s",
+        f"× {env['peer']}",
+        "µs in a CUDA graph",
+        "b GB/s",
+    ]
+    return lines + harness.table(header, body)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,527 @@
+"""The one harness every benchmark script stands on: cases, timing, peers, and the result files.
+
+A script is a set of *cases* timed at a set of *configs*. A case is ``Case(name, kind, setup)``, its
+``setup(config) -> (fn, inputs)`` building what is timed at one config (``inputs``: one or more argument tuples, the
+calls rotate through them); :func:`measure` sets up every case at a config, checks nothing, and times them
+*interleaved* by the engine of ``lazyops bench`` (``lazyops._bench``), in one of three modes:
+
+- ``stream``: ``triton.testing.do_bench`` on CUDA (the L2 flushed before every call), ``blocked_autorange`` on the
+  host;
+- ``graph``: 50 back-to-back calls captured in a CUDA graph, replayed 20 times, divided;
+- ``host``: 3000 back-to-back calls after a warm-up, ``perf_counter`` around them, one synchronize.
+
+Each row keeps the median and the quartiles of its samples; ``noisy`` marks a spread over 20 % of the median.
+Kernel benchmarks that need only a spec (``kernels.py``) call the engine's kernel functions directly; this module
+re-exports them.
+
+Results: :func:`write` puts ``<stem>.json`` (one row a line) and ``<stem>.md`` into ``results/<device>/`` (``h200``,
+``cpu``; ``--out`` elsewhere), each headed by the exact command, the date, the device, the versions and the commit.
+
+Scripts reach lazyops through its public API (``lazyops.<backend>.<kernel>``, ``lazyops.specs``,
+``lazyops.testing``) and this module. The one place that reaches inside lazyops is :mod:`lazyops._bench` (the timing
+engine, shared with ``lazyops bench``) and the section "Inside lazyops" at the end: building a GEMM of a given
+tiling (``gemm.py --sweep``) and calling a kernel through its custom operator (``host.py``). When a backend's
+internals change, that section is the one place to follow them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import importlib
+import json
+import os
+import platform
+import shlex
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS = ROOT / "benchmarks" / "results"
+#: The host mode's time a sample at most: 3000 launch-sized calls take a tenth of it.
+HOST_S = 0.5
+#: Packages whose versions a result depends on, beside torch (liger-kernel: a peer some benchmarks time).
+PACKAGES = ("triton", "tilelang", "liger_kernel")
+
+
+@dataclass(frozen=True)
+class Case:
+    """One thing to time: ``setup(config) -> (fn, inputs)``; ``kind`` is ``"lazyops"``, ``"peer"`` or
+    ``"ceiling"``. A setup that raises ``ImportError`` makes the row say "not installed here"."""
+
+    name: str
+    kind: str
+    setup: Callable[[Any], tuple[Callable[..., Any], Sequence[tuple[Any, ...]]]]
+
+
+def measure(
+    cases: Sequence[Case],
+    config: Any,
+    mode: str,
+    device: str,
+    *,
+    rounds: int = 3,
+    calls: int = 3000,
+    round_s: float = 0.04,
+) -> dict[str, dict[str, Any]]:
+    """Every case at ``config``, interleaved: ``{case name: {"kind", "us", "low_us", "high_us", "noisy", "samples"}
+    or {"kind", "error"}}``. ``calls`` is the host mode's calls a sample (fewer where they would take more than
+    :data:`HOST_S`), ``round_s`` the stream mode's time a round.
+    """
+    from lazyops import _bench
+
+    results: dict[str, dict[str, Any]] = {}
+    samplers = {}
+    for case in cases:
+        results[case.name] = {"kind": case.kind}
+        try:
+            fn, inputs = case.setup(config)
+            inputs = list(inputs)
+            fn(*inputs[0])  # the first call compiles, autotunes, allocates: outside the timing
+            synchronize(device)
+            if mode == "stream":
+                samplers[case.name] = _bench.stream_sampler(fn, inputs, device, round_s)
+            elif mode == "graph":
+                if not device.startswith("cuda"):
+                    raise RuntimeError(f"CUDA graphs need a CUDA device (this run: {device})")
+                samplers[case.name] = _bench.graph_sampler(fn, inputs, 50, 20)
+            elif mode == "host":
+                warmup = max(3, calls // 30)
+                started = time.perf_counter()
+                for _ in range(warmup):
+                    fn(*inputs[0])
+                synchronize(device)
+                # 3000 calls where a call is launch-sized; fewer where it computes for long (a GEMM on a CPU)
+                each = (time.perf_counter() - started) / warmup
+                samplers[case.name] = _bench.host_sampler(
+                    fn, inputs[0], device, max(10, min(calls, int(HOST_S / max(each, 1e-9))))
+                )
+            else:
+                raise ValueError(f"no timing mode {mode!r}: stream, graph or host")
+        except ImportError as error:
+            results[case.name]["error"] = f"not installed here: {_bench._one_line(error)}"
+        except Exception as error:  # noqa: BLE001 - one case failing is its row, not the end of the run
+            results[case.name]["error"] = _bench._one_line(error)
+    for name, timing in _bench.interleave(samplers, rounds).items():
+        if isinstance(timing, str):
+            results[name]["error"] = timing
+        else:
+            results[name].update(
+                us=timing.median, low_us=timing.low, high_us=timing.high, noisy=timing.noisy, samples=timing.count
+            )
+    release(device)
+    return results
+
+
+def engine() -> Any:
+    """The timing engine of ``lazyops bench`` (``implementations``, ``measure``, ``host_time``, ``graph_time``,
+    ``copy_ceiling``, ``rank``, ``Peer``): what the kernel benchmarks time with."""
+    from lazyops import _bench
+
+    return _bench
+
+
+# --- what is compared -------------------------------------------------------------------------------------------
+
+
+def factory(backend: str, kernel: str) -> Any:
+    """Backend ``backend``'s own factory of ``kernel`` (``lazyops.<backend>.<kernel>``, third-party ones too)."""
+    return getattr(importlib.import_module(f"lazyops.{backend}"), kernel)
+
+
+def backends(option: str | None) -> dict[str, str | None]:
+    """``{backend: None if it runs here, else why not}``: those of ``--backend`` (a comma list), else every one."""
+    names = [name.strip() for name in option.split(",") if name.strip()] if option else None
+    return engine().backend_status(names)  # type: ignore[no-any-return]
+
+
+def peers(kernel: str) -> dict[str, Callable[[Any], Any]]:
+    """The peers of ``kernel`` beyond the engine's generic ``torch eager`` and ``torch.compile``: ``torch op``, what a
+    user writes in plain torch in the input dtype, and liger-kernel's where it has one. Each is
+    ``build(config) -> call`` (the spec's configuration); liger-kernel's raises ``ImportError`` where it is not
+    installed, and its rows say so."""
+    short = kernel.removesuffix("_tl")
+    found = {"torch op": TORCH_OPS[short]} if short in TORCH_OPS else {}
+    if short in LIGER:
+        found["liger-kernel"] = LIGER[short]
+    return found
+
+
+def _rmsnorm(config: Any) -> Any:
+    from torch.nn import functional
+
+    return lambda x, weight: functional.rms_norm(x, (config.n,), weight, config.eps)
+
+
+def _add_rmsnorm(config: Any) -> Any:
+    from torch.nn import functional
+
+    def add_rmsnorm(x: Any, residual: Any, weight: Any) -> Any:
+        residual += x
+        return functional.rms_norm(residual, (config.n,), weight, config.eps)
+
+    return add_rmsnorm
+
+
+def _gated(activation: str) -> Callable[[Any], Any]:
+    def build(config: Any) -> Any:
+        from torch.nn import functional
+
+        n, approximate = config.n, getattr(config, "approximate", "none")
+        if activation == "silu":
+            return lambda x: functional.silu(x[..., :n]) * x[..., n:]
+        return lambda x: functional.gelu(x[..., :n], approximate=approximate) * x[..., n:]
+
+    return build
+
+
+def _fp8_norm(add: bool) -> Callable[[Any], Any]:
+    def build(config: Any) -> Any:
+        import torch
+        from torch.nn import functional
+
+        def quantized(x: Any, weight: Any, scale: Any) -> Any:
+            normed = functional.rms_norm(x, (config.n,), weight, config.eps)
+            return (normed.float() / scale).clamp(-448.0, 448.0).to(torch.float8_e4m3fn)
+
+        def add_quantized(x: Any, residual: Any, weight: Any, scale: Any) -> Any:
+            residual += x
+            return quantized(residual, weight, scale)
+
+        return add_quantized if add else quantized
+
+    return build
+
+
+def _layernorm(config: Any) -> Any:
+    from torch.nn import functional
+
+    shape, eps, dtype = (config.n,), config.eps, config.dtype
+    return lambda x, weight, bias: functional.layer_norm(x, shape, weight.to(dtype), bias.to(dtype), eps)
+
+
+def _softmax(config: Any) -> Any:
+    import torch
+
+    return lambda x: torch.softmax(x, dim=-1)
+
+
+def _rope(config: Any) -> Any:
+    """vLLM's ``RotaryEmbedding.forward_native``: the cache rows cast to the activations' dtype, written back."""
+    import torch
+
+    head_dim, is_neox = config.head_dim, config.is_neox
+
+    def rotate(x: Any, cos: Any, sin: Any) -> None:
+        heads = x.view(x.shape[0], -1, head_dim)[..., : 2 * cos.shape[-1]]
+        x1, x2 = heads.chunk(2, dim=-1) if is_neox else (heads[..., ::2], heads[..., 1::2])
+        o1, o2 = x1 * cos - x2 * sin, x2 * cos + x1 * sin
+        heads.copy_(torch.cat((o1, o2), -1) if is_neox else torch.stack((o1, o2), -1).flatten(-2))
+
+    def rope(positions: Any, query: Any, key: Any, cache: Any) -> Any:
+        cos, sin = cache.index_select(0, positions).to(query.dtype).unsqueeze(-2).chunk(2, dim=-1)
+        rotate(query, cos, sin)
+        rotate(key, cos, sin)
+        return query, key
+
+    return rope
+
+
+def _matmul(config: Any) -> Any:
+    return lambda a, b: a @ b
+
+
+TORCH_OPS: dict[str, Callable[[Any], Any]] = {
+    "rmsnorm": _rmsnorm,
+    "add_rmsnorm": _add_rmsnorm,
+    "silu_and_mul": _gated("silu"),
+    "gelu_and_mul": _gated("gelu"),
+    "rmsnorm_fp8": _fp8_norm(add=False),
+    "add_rmsnorm_fp8": _fp8_norm(add=True),
+    "layernorm": _layernorm,
+    "softmax": _softmax,
+    "rope": _rope,
+    "matmul": _matmul,
+}
+
+
+def _liger_rmsnorm(config: Any) -> Any:
+    from liger_kernel.ops.rms_norm import LigerRMSNormFunction
+
+    return lambda x, weight: LigerRMSNormFunction.apply(x, weight, config.eps)
+
+
+def _liger_add_rmsnorm(config: Any) -> Any:
+    # writes the sum to a new tensor instead of into ``residual``: the same bytes moved
+    from liger_kernel.ops.fused_add_rms_norm import LigerFusedAddRMSNormFunction
+
+    return lambda x, residual, weight: LigerFusedAddRMSNormFunction.apply(x, residual, weight, config.eps)[0]
+
+
+def _liger_silu_and_mul(config: Any) -> Any:
+    # two contiguous tensors, gate and up, split once per input set outside the timing
+    from liger_kernel.ops.swiglu import LigerSiLUMulFunction
+
+    n = config.n
+    return engine().Peer(LigerSiLUMulFunction.apply, lambda x: (x[:, :n].contiguous(), x[:, n:].contiguous()))
+
+
+def _liger_softmax(config: Any) -> Any:
+    from liger_kernel.ops.softmax import LigerSoftmaxFunction
+
+    return LigerSoftmaxFunction.apply
+
+
+def _liger_layernorm(config: Any) -> Any:
+    from liger_kernel.ops.layer_norm import LigerLayerNormFunction
+
+    return lambda x, weight, bias: LigerLayerNormFunction.apply(x, weight, bias, config.eps)
+
+
+LIGER: dict[str, Callable[[Any], Any]] = {
+    "rmsnorm": _liger_rmsnorm,
+    "add_rmsnorm": _liger_add_rmsnorm,
+    "silu_and_mul": _liger_silu_and_mul,
+    "softmax": _liger_softmax,
+    "layernorm": _liger_layernorm,
+}
+
+
+# --- the command line and the environment ------------------------------------------------------------------------
+
+
+def parser(doc: str) -> argparse.ArgumentParser:
+    """The options every script takes; the script adds its own."""
+    summary = doc.split("\n\n", maxsplit=1)[0]
+    parser = argparse.ArgumentParser(description=summary, formatter_class=argparse.RawTextHelpFormatter)
+    parser.add_argument("--device", help="cuda or cpu (default: cuda when torch sees it)")
+    parser.add_argument("--backend", metavar="NAME[,NAME]", help="lazyops backends (default: every registered one)")
+    parser.add_argument("--out", type=Path, help="where the result files go (default: results/<device>/)")
+    parser.add_argument(
+        "--smoke",
+        action="store_true",
+        help="tiny shapes, one round: the script's logic on a CPU (Triton under TRITON_INTERPRET=1); not a result",
+    )
+    return parser
+
+
+def start(options: argparse.Namespace) -> str:
+    """The device of the run (``options.device``, else CUDA when there): Triton's interpreter is turned on for a
+    CPU run before any Triton kernel is defined, and a ``cuda`` run without a GPU stops with a way out."""
+    if options.device in (None, "cpu") and not _cuda_visible():
+        os.environ.setdefault("TRITON_INTERPRET", "1")
+    import torch
+
+    device = options.device or ("cuda" if torch.cuda.is_available() else "cpu")
+    if device.startswith("cuda") and not torch.cuda.is_available():
+        sys.exit("no CUDA device here: run with --device cpu --smoke to check the script")
+    return device
+
+
+def check_writable(plot: Path) -> None:
+    """Stop now, with the reason, if ``plot`` cannot be drawn into: before the run, not after it."""
+    from lazyops.cli.bench import check_plot_path
+
+    try:
+        check_plot_path(str(plot))
+    except Exception as error:  # noqa: BLE001 - its message says what is wrong and what to do
+        sys.exit(str(error))
+
+
+def _cuda_visible() -> bool:
+    return Path("/dev/nvidiactl").exists() or bool(os.environ.get("CUDA_VISIBLE_DEVICES"))
+
+
+def folder(device: str) -> Path:
+    """``results/h200`` for an NVIDIA H200 (the device name's last word), ``results/cpu`` for the host."""
+    if not device.startswith("cuda"):
+        return RESULTS / "cpu"
+    import torch
+
+    return RESULTS / torch.cuda.get_device_name(torch.device(device)).split()[-1].lower()
+
+
+def environment(device: str) -> dict[str, Any]:
+    """The header facts of a result file: the exact command, date, device, versions and commit."""
+    import torch
+
+    versions = {"torch": torch.__version__}
+    for package in PACKAGES:
+        try:
+            module = importlib.import_module(package)
+            versions[package] = str(getattr(module, "__version__", "?"))
+        except Exception as error:  # noqa: BLE001 - recorded: a missing package is a fact of the environment
+            versions[package] = f"not importable ({type(error).__name__})"
+    if device.startswith("cuda"):
+        name = torch.cuda.get_device_name(torch.device(device))
+    else:
+        name = f"{_cpu_model()}, {torch.get_num_threads()} threads, {torch.backends.cpu.get_cpu_capability()}"
+    return {
+        "command": shlex.join(getattr(sys, "orig_argv", [sys.executable, *sys.argv])),
+        "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "device": name,
+        "versions": versions,
+        "python": platform.python_version(),
+        "commit": _commit(),
+    }
+
+
+def _cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def _commit() -> str:
+    """The checkout's commit (``+dirty`` when tracked files differ), or ``?`` outside a git checkout."""
+    try:
+        head = subprocess.run(
+            ["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=True
+        ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "-C", str(ROOT), "status", "--porcelain", "--untracked-files=no"],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "?"
+    return head + ("+dirty" if dirty else "")
+
+
+# --- result files -----------------------------------------------------------------------------------------------
+
+
+def write(out: Path, stem: str, title: str, env: Mapping[str, Any], rows: Sequence[Any], body: Sequence[str]) -> Path:
+    """``<out>/<stem>.json`` (the environment, then one row a line) and ``<stem>.md`` (the header, then ``body``)."""
+    out.mkdir(parents=True, exist_ok=True)
+    plain = [dataclasses.asdict(row) if dataclasses.is_dataclass(row) else row for row in rows]
+    lines = ",\n".join(json.dumps(_rounded(row), separators=(",", ":"), default=str) for row in plain)
+    (out / f"{stem}.json").write_text(f'{{"environment":{json.dumps(dict(env))},\n"rows":[\n{lines}\n]}}\n')
+    versions = ", ".join(f"{name} {version}" for name, version in env["versions"].items())
+    head = [
+        f"# {title}",
+        "",
+        f"Made by `{env['command']}` on {env['date']}; do not edit, rerun the command.",
+        f"Device: {env['device']}; {versions}; Python {env['python']}; lazyops at {env['commit']}.",
+        "",
+    ]
+    (out / f"{stem}.md").write_text("\n".join([*head, *body]).rstrip() + "\n")
+    return out / f"{stem}.md"
+
+
+def _rounded(row: Mapping[str, Any]) -> dict[str, Any]:
+    """``row`` without its empty fields, its floats to four places: a result file small enough to keep."""
+    return {
+        key: round(value, 4) if isinstance(value, float) else value for key, value in row.items() if value is not None
+    }
+
+
+def table(header: Sequence[str], rows: Iterable[Sequence[Any]]) -> list[str]:
+    """A Markdown table."""
+    lines = ["| " + " | ".join(header) + " |", "|" + " --- |" * len(header)]
+    lines += ["| " + " | ".join(str(cell).replace("|", "\\|") for cell in row) + " |" for row in rows]
+    return [*lines, ""]
+
+
+def figure(value: float | None, digits: int = 1, noisy: bool | None = False) -> str:
+    """A cell: ``value`` to ``digits`` places, ``?`` after it when its spread was too large to rank it."""
+    if value is None:
+        return "—"
+    return f"{value:,.{digits}f}" + ("?" if noisy else "")
+
+
+NOISY_NOTE = "`?`: the samples' interquartile range is over 20 % of their median: too noisy to rank."
+
+
+def synchronize(device: str) -> None:
+    if device.startswith("cuda"):
+        import torch
+
+        torch.cuda.synchronize()
+
+
+def release(device: str) -> None:
+    if device.startswith("cuda"):
+        import torch
+
+        torch.cuda.empty_cache()
+
+
+# --- Inside lazyops: the only code here that reads lazyops' private modules -------------------------------------
+
+
+def tiled_matmul(backend: str, n: int, k: int, dtype: Any, tile: Mapping[str, Any]) -> Callable[..., Any]:
+    """``call(a, b) -> c`` of ``backend``'s GEMM with the tiling ``tile`` (its own tile type's fields, and ``split``),
+    whatever its rule would pick: what ``gemm.py --sweep`` times. Triton: ``matmul.Tiling``; TileLang:
+    ``matmul.Tile`` (``split`` > 1: its split-K product and reduce programs)."""
+    import torch
+
+    fields = dict(tile)
+    split = int(fields.pop("split", 1))
+    if backend == "triton":
+        from lazyops._backends.triton import matmul
+
+        if split > 1:  # whole k-steps a slice, the last slice the shortest: as the backend's rule slices
+            steps = -(-k // fields["block_k"])
+            k_slice = -(-steps // split) * fields["block_k"]
+            fields.update(k_slice=k_slice, split=-(-k // k_slice))
+        tiling = matmul.Tiling(**fields)
+        launch = matmul.build_matmul(n, k, dtype, choose=lambda *_: tiling)
+
+        def triton_call(a: Any, b: Any) -> Any:
+            out = a.new_empty((a.shape[0], n))
+            launch(a, b, out)
+            return out
+
+        return triton_call
+    if backend == "tilelang":
+        from lazyops._backends.tilelang import matmul
+        from lazyops._backends.tilelang._runtime import compiled, direct, tl_dtype
+
+        shape = matmul.Tile(**fields)
+        name = tl_dtype(dtype)
+        if split == 1:
+            programs = {("plain", shape): lambda: matmul.matmul_program(n, k, name, shape)}
+        else:
+            k_steps = -(-k // shape.block_k)
+            steps = -(-k_steps // split)
+            plan = matmul.SplitK(shape, steps, -(-k_steps // steps), 128)
+            split = plan.split
+            programs = {
+                ("split", plan): lambda: matmul.split_k_program(n, k, name, plan),
+                ("reduce", split): lambda: matmul.reduce_program(n, name, split),
+            }
+        kernels = [direct(kernel) for kernel in compiled(f"gemm.py --sweep n={n} k={k} {name}", programs).values()]
+
+        def tilelang_call(a: Any, b: Any) -> Any:
+            out = a.new_empty((a.shape[0], n))
+            if len(kernels) == 1:
+                kernels[0](a, b, out)
+            else:
+                partial = torch.empty((split, a.shape[0], n), dtype=torch.float32, device=a.device)
+                kernels[0](a, b, partial)
+                kernels[1](partial, out)
+            return out
+
+        return tilelang_call
+    raise ValueError(f"--sweep knows the tilings of triton and tilelang, not {backend!r}")
+
+
+def through_operator(kernel: Any) -> Callable[..., Any]:
+    """``kernel`` (a lazyops kernel) called through its ``torch.library`` operator, as ``torch.compile`` calls it:
+    what an eager call would cost if it were not routed around the dispatcher."""
+    from lazyops.specs._ops import config_values
+
+    operator, values = kernel.lazyops_operator, config_values(kernel.lazyops_config)
+    return lambda *args: operator(*args, *values)

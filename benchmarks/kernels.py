@@ -1,0 +1,186 @@
+"""Every memory-bound kernel against its peers and its ceilings: stream, CUDA-graph and host time, in one run.
+
+    python benchmarks/kernels.py                     # on the H200: results/h200/kernels.{md,json}
+    python benchmarks/kernels.py --device cpu --backend torch --dtypes float32,float16,bfloat16 \\
+        --tokens 1,128,1024 --name torch_backend     # the torch backend against torch's ops on this CPU
+    python benchmarks/kernels.py --smoke --device cpu --out /tmp/k   # the script's logic, tiny shapes
+
+Kernels: every kernel whose spec says it is memory-bound (``--kernels`` for others, ``matmul`` included), each at
+its spec's engine-sized configuration (hidden 4096; rope 32 query + 8 key heads of 128). Implementations: each
+lazyops backend that runs here (or those of ``--backend``, third-party ones too). Peers: ``torch eager`` and
+``torch.compile`` (the spec's definition in float32, compiled per size), ``torch op`` (what a user writes in plain
+torch, in the input dtype: ``F.rms_norm``, ``F.silu(g) * u``, vLLM's native rope...) and ``liger-kernel`` where it
+is installed and has the kernel. Ceilings: a copy of the same bytes beside each kernel at each size (that size's
+own ceiling), and a 256 MiB device copy (the device's rate).
+
+Modes (``--modes``; every implementation interleaved with the others, each figure a median with its spread):
+
+- ``stream`` at ``--tokens`` (1024, 8192, 32768): GB/s, × the best peer, % of the 256 MiB copy;
+- ``graph`` at ``--graph-tokens`` (1, 1024; CUDA only): µs per call inside a CUDA graph, × the best peer;
+- ``host`` at one token: µs per call of 3000 back-to-back calls (what decode pays outside CUDA graphs).
+
+docs/performance.md reads the goals off this file.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import harness
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = harness.parser(__doc__)
+    parser.add_argument("--kernels", help="comma list (default: every memory-bound kernel)")
+    parser.add_argument("--modes", help="comma list of stream, graph, host (default: all three; no graph on a CPU)")
+    parser.add_argument("--tokens", help="stream mode's token counts (default 1024,8192,32768)")
+    parser.add_argument("--graph-tokens", default="1,1024", help="graph mode's token counts (default 1,1024)")
+    parser.add_argument("--dtypes", default="bfloat16", help="comma list (default bfloat16)")
+    parser.add_argument(
+        "--compile", action="store_true", default=None, help="the torch.compile peer (default: on CUDA)"
+    )
+    parser.add_argument("--no-compile", dest="compile", action="store_false")
+    parser.add_argument("--name", default="kernels", help="the result files' stem (default kernels)")
+    parser.add_argument(
+        "--plot", type=Path, help="also draw the stream rows (as `lazyops bench --plot`) into this file"
+    )
+    options = parser.parse_args(argv)
+    if options.plot:
+        harness.check_writable(options.plot)
+    device = harness.start(options)
+    import torch
+
+    bench = harness.engine()
+    cuda = device.startswith("cuda")
+    small = options.smoke
+    modes = (options.modes or ("stream,graph,host" if cuda else "stream,host")).split(",")
+    tokens = _counts(options.tokens or ("4,16" if small else "1024,8192,32768"))
+    graph_tokens = _counts(options.graph_tokens)
+    rounds, round_s, calls = (1, 0.002, 5) if small else (3, 0.04, 3000)
+    compile_peer = cuda if options.compile is None else options.compile
+    status = harness.backends(options.backend)
+    chosen = [name for name, problem in status.items() if problem is None or options.backend]
+    kernels = options.kernels.split(",") if options.kernels else memory_bound()
+    env = harness.environment(device)
+    env["backends"] = {name: problem or "runs" for name, problem in status.items()}
+    env["configs"] = {}
+    out = options.out or harness.folder(device)
+    started = time.perf_counter()
+    copy = bench.copy_ceiling(16 if small else 256, device=device, rounds=rounds)
+    rows: list[Any] = [copy]
+    for dtype in options.dtypes.split(","):
+        for kernel in kernels:
+            torch._dynamo.reset()  # each kernel's compiled peers start from an empty cache
+            impls = bench.implementations(
+                kernel, chosen, compile=compile_peer, peers=harness.peers(kernel), same_bytes_copy=True
+            )
+            common: dict[str, Any] = {"device": device, "small": small, "progress": say}
+            if "stream" in modes:
+                rows += bench.measure(kernel, impls, tokens, dtype, rounds=rounds, round_s=round_s, **common)
+            if "graph" in modes:
+                rows += bench.graph_time(kernel, impls, graph_tokens, dtype, rounds=rounds, **common)
+            if "host" in modes:
+                rows += bench.host_time(kernel, impls, dtype, calls=calls, warmup=calls // 30, rounds=rounds, **common)
+            env["configs"][kernel] = bench.describe(kernel, dtype, small=small)
+            bench.rank(rows)
+            env["elapsed_s"] = round(time.perf_counter() - started)
+            plain = [{k: v for k, v in dataclasses.asdict(row).items() if k != "config"} for row in rows]
+            written = harness.write(out, options.name, TITLE, env, plain, render(rows, copy, env))
+    print(f"wrote {written} and its .json in {time.perf_counter() - started:.0f} s")
+    if options.plot:
+        from lazyops.cli.bench import plot
+
+        plot([row for row in rows if row.method == "stream"], str(options.plot), f"{env['device']}, {env['date']}")
+    return 0
+
+
+TITLE = "Memory-bound kernels against their peers and ceilings"
+
+
+def memory_bound() -> list[str]:
+    """Every kernel whose spec's traffic model says it is bound by memory, by short name."""
+    from lazyops.specs import kernel_names, spec
+
+    bench = harness.engine()
+    found = []
+    for name in kernel_names():
+        chosen = bench.example(name)
+        kernel_spec = spec(name)
+        config = kernel_spec.configure(*chosen.args, **chosen.kwargs)
+        if kernel_spec.traffic(config, 1, chosen.geometry).bound != "compute":
+            found.append(name.removesuffix("_tl"))
+    return found
+
+
+def _counts(text: str) -> tuple[int, ...]:
+    return tuple(int(part) for part in text.split(",") if part)
+
+
+def say(row: Any) -> None:
+    what = row.error.splitlines()[0][:120] if row.error else f"{row.us:10.2f} µs" + (" ?" if row.noisy else "")
+    print(f"{row.kernel:>16} {row.dtype:>8} {row.method:>6} M={row.tokens:<6} {row.impl:>22}: {what}", flush=True)
+
+
+def render(rows: list[Any], copy: Any, env: dict[str, Any]) -> list[str]:
+    copy_rate = copy.rate
+    lines = [
+        f"Every implementation interleaved with the others ({env.get('elapsed_s', 0)} s in all); each figure the "
+        "median of its samples. Method and peers: `benchmarks/kernels.py`'s docstring. Backends: "
+        + ", ".join(f"{name} ({state})" for name, state in env["backends"].items())
+        + ".",
+        "",
+        f"Device-to-device copy, the ceiling: **{harness.figure(copy_rate, 0)} GB/s** ({copy.note})."
+        if copy_rate
+        else f"Device-to-device copy: {copy.error}.",
+        "",
+        *(f"- {kernel}: `{config}`" for kernel, config in env["configs"].items()),
+        "",
+        harness.NOISY_NOTE,
+        "",
+    ]
+    for method, title, cell in (
+        ("stream", "Stream time: GB/s (× the best peer, % of the copy)", _stream_cell),
+        ("graph", "Per call inside a CUDA graph: µs (× the best peer)", _time_cell),
+        ("host", "Host time per call at one token: µs (× the best peer)", _time_cell),
+    ):
+        chosen = [row for row in rows if row.method == method]
+        if not chosen:
+            continue
+        sizes = sorted({row.tokens for row in chosen})
+        lines += [f"## {title}", ""]
+        body = []
+        for kernel, dtype, impl in dict.fromkeys((row.kernel, row.dtype, row.impl) for row in chosen):
+            mine = [row for row in chosen if (row.kernel, row.dtype, row.impl) == (kernel, dtype, impl)]
+            cells = {row.tokens: cell(row, copy_rate) for row in mine}
+            body.append([f"{kernel} ({dtype})", impl, *(cells.get(m, "") for m in sizes)])
+        lines += harness.table(["kernel", "implementation", *(f"M = {m}" for m in sizes)], body)
+    errors = sorted({(row.impl, row.error.splitlines()[0][:200]) for row in rows if row.error})
+    if errors:
+        lines += ["## What did not run", "", *(f"- {impl}: {error}" for impl, error in errors), ""]
+    return lines
+
+
+def _stream_cell(row: Any, copy_rate: float | None) -> str:
+    if row.error:
+        return "error"
+    extras = [f"{row.vs_best_peer:.2f}×"] if row.kind != "peer" and row.vs_best_peer else []
+    if row.kind != "peer" and row.unit == "GB/s" and copy_rate:
+        extras.append(f"{100 * row.rate / copy_rate:.1f} %")
+    digits = 2 if row.rate < 10 else 0
+    return harness.figure(row.rate, digits, row.noisy) + (f" ({', '.join(extras)})" if extras else "")
+
+
+def _time_cell(row: Any, copy_rate: float | None) -> str:
+    if row.error:
+        return "error"
+    ratio = f" ({row.vs_best_peer:.2f}×)" if row.kind != "peer" and row.vs_best_peer else ""
+    return harness.figure(row.us, 2, row.noisy) + ratio
+
+
+if __name__ == "__main__":
+    sys.exit(main())

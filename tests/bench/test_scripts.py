@@ -1,0 +1,130 @@
+"""Every script of ``benchmarks/`` run with ``--smoke`` on this CPU, so that none of them can rot: tiny shapes, one
+round, the torch backend (and Triton in its interpreter where it is cheap). What is checked is that each run ends
+well and writes result files that say how they were made; no figure is asserted."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
+sys.path.insert(0, str(BENCHMARKS))
+import harness  # noqa: E402
+
+
+def smoke(script: str, out: Path, *args: str) -> dict:
+    """``python benchmarks/<script> --smoke --device cpu --out <out> <args>``: its result JSON, after checking the
+    run ended well and both files carry the command, date, device, versions and commit."""
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(BENCHMARKS.parent / "src"), os.environ.get("PYTHONPATH", "")]),
+    }
+    env["TRITON_INTERPRET"] = "1"
+    command = [sys.executable, str(BENCHMARKS / script), "--smoke", "--device", "cpu", "--out", str(out), *args]
+    result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    written = sorted(out.rglob("*.json"))
+    assert len(written) == 1, written
+    payload = json.loads(written[0].read_text())
+    markdown = written[0].with_suffix(".md").read_text()
+    environment = payload["environment"]
+    assert f"benchmarks/{script} --smoke" in environment["command"] and environment["command"] in markdown
+    for fact in ("date", "device", "commit"):
+        assert environment[fact] and str(environment[fact]) in markdown
+    assert environment["versions"]["torch"] in markdown
+    return payload
+
+
+def test_kernels(tmp_path):
+    rows = smoke("kernels.py", tmp_path, "--backend", "torch,triton", "--kernels", "rmsnorm,rope")["rows"]
+    ours = [row for row in rows if row["impl"] in ("lazyops torch", "lazyops triton", "torch op", "torch eager")]
+    assert {(row["kernel"], row["impl"], row["method"]) for row in ours} == {
+        (kernel, impl, method)
+        for kernel in ("rmsnorm", "rope")
+        for impl in ("lazyops torch", "lazyops triton", "torch op", "torch eager")
+        for method in ("stream", "host")
+    }
+    assert all("error" not in row and row["low_us"] <= row["us"] <= row["high_us"] for row in ours)
+    copies = [row for row in rows if row["impl"] == "copy of the same bytes" and row["method"] == "stream"]
+    assert {row["kernel"] for row in copies} == {"rmsnorm", "rope"} and all(row["rate"] > 0 for row in copies)
+
+
+def test_gemm_grid_and_a_sweep(tmp_path):
+    rows = smoke("gemm.py", tmp_path / "grid", "--backend", "torch")["rows"]
+    assert {row["impl"] for row in rows} == {"a @ b", "lazyops torch"}
+    assert all("error" not in row and row["us"] > 0 and row["vs_cublas"] > 0 for row in rows)
+    tile = "block_m=16,block_n=32,block_k=32,num_warps=4,num_stages=2,split=2"
+    options = ["--sweep", "triton", "--backend", "triton", "--tokens", "3", "--shapes", "64x96", "--tiles", tile]
+    sweep = smoke("gemm.py", tmp_path / "sweep", *options)["rows"]
+    (candidate,) = [row for row in sweep if row["kind"] == "candidate"]
+    assert candidate["block_n"] == 32 and candidate["split"] == 2 and "error" not in candidate and candidate["us"] > 0
+
+
+def test_host(tmp_path):
+    rows = smoke("host.py", tmp_path)["rows"]
+    parts = {row["part"] for row in rows}
+    assert parts == {"import", "startup", "calls"}
+    calls = {row["kernel"]: row for row in rows if row["part"] == "calls"}
+    assert set(calls) >= {"rmsnorm", "softmax", "layernorm", "rope", "matmul"}
+    for row in calls.values():
+        assert row["no-op launch"] > 0 and row["torch backend"] > 0 and row["through the operator"] > 0, row
+    assert calls["softmax"]["lightest checked wrapper"] > 0
+
+
+def test_layer_with_its_ceiling(tmp_path):
+    rows = smoke("layer.py", tmp_path, "--backend", "torch", "--ceiling")["rows"]
+    timed = [row for row in rows if row["kind"] != "bound"]
+    assert {row["workload"] for row in timed} == {"prefill-16", "decode-2"}
+    assert all("error" not in row and row["us"] > 0 for row in timed), [row for row in timed if "error" in row]
+    judged = [row for row in timed if row["kind"] != "skeleton"]
+    assert judged and all(row["error_out"] < 0.05 for row in judged)
+    (bound,) = [row for row in rows if row["kind"] == "bound"]
+    assert bound["workload"] == "prefill-16" and bound["bound"] > 0 and bound["floor_us"] > bound["skeleton_us"]
+
+
+def test_the_layer_takes_each_backends_attention_from_one_place(monkeypatch):
+    """The seam for attention kernels: every layer of a backend, its compiled row and its skeleton get the attention
+    ``attention_for`` gives that backend."""
+    import layer
+
+    asked = []
+
+    def attention_for(backend, shape, dtype, device):
+        asked.append(backend)
+        return layer.sdpa_attention(shape, dtype, device)
+
+    monkeypatch.setattr(layer, "attention_for", attention_for)
+    impls = layer.implementations(layer.SMOKE, "bfloat16", "cpu", {"torch": None, "other": None}, ceiling=True)
+    monkeypatch.setattr(
+        layer, "lazyops_ops", lambda backend, shape, dtype, attention: layer.torch_ops(shape, attention)
+    )
+    for impl in impls:
+        impl.ops()
+    assert sorted(set(asked), key=str) == sorted({None, "torch", "other"}, key=str)
+
+
+def test_results_are_one_row_a_line_and_name_their_command(tmp_path):
+    env = {
+        "command": "python x.py",
+        "date": "d",
+        "device": "cpu",
+        "versions": {"torch": "2"},
+        "python": "3",
+        "commit": "c",
+    }
+    harness.write(tmp_path, "stem", "Title", env, [{"a": 1.123456789, "b": None}, {"a": 2}], ["body"])
+    lines = (tmp_path / "stem.json").read_text().splitlines()
+    assert lines[2:4] == ['{"a":1.1235},', '{"a":2}'] and json.loads("\n".join(lines))["environment"] == env
+    markdown = (tmp_path / "stem.md").read_text()
+    assert markdown.startswith("# Title\n") and "`python x.py`" in markdown and markdown.rstrip().endswith("body")
+
+
+@pytest.mark.parametrize("script", ["kernels.py", "gemm.py", "host.py", "layer.py"])
+def test_scripts_reach_lazyops_only_through_its_public_api_and_the_harness(script):
+    text = (BENCHMARKS / script).read_text()
+    assert "lazyops._" not in text and "from lazyops import _" not in text
