@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import copy
+import pickle
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
 from lazyops import ConfigError
-from lazyops._config import parse_bool, parse_chain, settings_from_environment
+from lazyops._config import Settings, parse_bool, parse_chain, settings_from_environment
 
 TRUE_WORDS = ["1", "true", "yes", "on"]
 FALSE_WORDS = ["0", "false", "no", "off", ""]
@@ -16,7 +19,7 @@ FALSE_WORDS = ["0", "false", "no", "off", ""]
 def any_case(words):
     return st.sampled_from(words).flatmap(
         lambda word: st.lists(st.booleans(), min_size=len(word), max_size=len(word)).map(
-            lambda upper: "".join(c.upper() if u else c for c, u in zip(word, upper))
+            lambda upper: "".join(c.upper() if u else c for c, u in zip(word, upper, strict=True))
         )
     )
 
@@ -60,3 +63,23 @@ def test_settings_are_immutable():
     settings = settings_from_environment({})
     with pytest.raises(AttributeError, match="cannot assign"):
         settings.strict = True
+
+
+def test_settings_behave_as_a_frozen_dataclass():
+    settings = Settings(chain=("triton",), fallback=frozenset({"rope_tl"}))
+    same_value = Settings(chain=("triton",), fallback=frozenset({"rope_tl"}), origin={"backend": "elsewhere"})
+    assert settings == same_value and hash(settings) == hash(same_value)  # origin is not part of the value
+    assert settings != settings.replace(strict=True)
+    assert repr(settings) == (
+        "Settings(chain=('triton',), fallback=frozenset({'rope_tl'}), strict=False, verbose=False, trace=None, "
+        "trace_args=False, rank=0)"
+    )
+    with pytest.raises(AttributeError):
+        settings.strict = True  # type: ignore[misc]
+    changed = settings.replace(strict=True, origin={"strict": "configure(strict=...)"})
+    assert changed.strict and changed.origin["strict"] == "configure(strict=...)"
+    assert changed.origin["backend"] == "LAZYOPS_BACKEND"
+    with pytest.raises(TypeError):
+        settings.replace(colour="blue")
+    for clone in (pickle.loads(pickle.dumps(changed)), copy.copy(changed), copy.deepcopy(changed)):
+        assert clone == changed and dict(clone.origin) == dict(changed.origin)
