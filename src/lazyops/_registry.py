@@ -5,7 +5,7 @@ names can be selected, never arbitrary module paths: an environment variable mus
 module at all.
 
 A bad entry point (a malformed name or value, a name two distributions claim, a third party claiming a built-in's
-name) is refused, not fatal: one broken plugin must not take down every kernel of
+name, a name lazyops itself uses) is refused, not fatal: one broken plugin must not take down every kernel of
 every other backend. A refused name stays known, and using it raises the ``BackendError`` that says why (two
 claimants are both refused, since preferring one would make the running code depend on install order); a claim on
 a built-in's name leaves the built-in in place. ``Registry.refused`` lists every refusal, for ``lazyops list``.
@@ -15,6 +15,8 @@ a millisecond with torch imported, which docs/decisions/001-no-disk-cache.md wei
 """
 
 from __future__ import annotations
+
+import sys
 
 from lazyops._backend import Backend
 from lazyops._errors import BackendError
@@ -92,8 +94,9 @@ class Registry:
         claims: dict[str, list[EntryPointTriple]] = {}
         for triple in sorted(entry_points, key=lambda t: (t[0], t[2])):
             claims.setdefault(triple[0], []).append(triple)
+        reserved = reserved_names() if claims else frozenset()
         for name, claimants in claims.items():
-            backend = _backend_of(name, claimants, found.get(name))
+            backend = _backend_of(name, claimants, found.get(name), reserved)
             if isinstance(backend, RefusedBackend):
                 refused.append(backend)
             found.setdefault(name, backend)
@@ -123,8 +126,29 @@ def installed_entry_points() -> list[EntryPointTriple]:
     ]
 
 
+def reserved_names() -> frozenset[str]:
+    """Names no backend may take: ``lazyops.<name>`` is already lazyops' own.
+
+    ``import lazyops.<backend>`` gives the backend's module and sets the package's attribute of that name, so a
+    backend named ``kernels`` would replace the function ``lazyops.kernels``; and a real submodule
+    (``lazyops.testing``) is found before any backend, so a backend of its name could not be imported so. Derived
+    from the package itself (its ``__all__``, its public functions, its submodules found without importing them),
+    so that a new public name or submodule is reserved without a list to keep.
+    """
+    import pkgutil
+
+    package = sys.modules["lazyops"]  # imported before any of its modules (an import statement would be a cycle)
+    functions = {
+        name
+        for name, value in vars(package).items()
+        if callable(value) and getattr(value, "__module__", None) == "lazyops" and not name.startswith("_")
+    }
+    submodules = {module.name for module in pkgutil.iter_modules(getattr(package, "__path__", []))}
+    return frozenset(package.__all__) | functions | submodules
+
+
 def _backend_of(
-    name: str, claimants: list[EntryPointTriple], builtin: Backend | RefusedBackend | None
+    name: str, claimants: list[EntryPointTriple], builtin: Backend | RefusedBackend | None, reserved: frozenset[str]
 ) -> Backend | RefusedBackend:
     """The backend that entry points named ``name`` register, or the refusal saying why they cannot."""
     distributions = " and ".join(distribution for _, _, distribution in claimants)
@@ -148,6 +172,11 @@ def _backend_of(
         problem = (
             "a backend name must be lowercase letters, digits and '_' (it is written in LAZYOPS_BACKEND's comma "
             "list); ask its authors to rename it"
+        )
+    elif name in reserved:
+        problem = (
+            f"lazyops.{name} is lazyops' own (a public name or submodule), so `import lazyops.{name}` could not "
+            "give the backend; ask its authors to rename the entry point, or uninstall it"
         )
     elif not all(part.isascii() and part.isidentifier() for part in value.split(".")):
         problem = "the value must be a module path like 'package.module' (no ':attribute'); ask its authors to fix it"

@@ -1,19 +1,24 @@
 """Discovery from what is installed: stubs and entry points, read afresh by every process and never from elsewhere.
 
 lazyops keeps no record between processes (docs/decisions/001-no-disk-cache.md), so what the files say now is what
-runs, and nothing outside the installed distributions and the backend packages can change it (issue 27.12).
+runs, and nothing outside the installed distributions and the backend packages can change it (issue 27.12). A
+backend may not take a name of lazyops' own (27.15).
 """
 
 from __future__ import annotations
 
 import json
 import os
+import sys
 from pathlib import Path
 
 import pytest
 
+import lazyops
 from fresh_interpreter import run_python
+from lazyops._errors import BackendError
 from lazyops._manifest import ManifestError, read_manifest
+from lazyops._registry import Registry, reserved_names
 
 
 def rewrite_in_place(path: Path, old: str, new: str) -> None:
@@ -139,6 +144,63 @@ def test_lazyops_creates_no_folder(fake_backends, tmp_path):
     assert list(workdir.iterdir()) == []  # no literal '~' folder, nothing else
     assert list(Path(env["HOME"]).iterdir()) == []
     assert not Path(env["XDG_CACHE_HOME"]).exists()
+
+
+# -- 27.15: names a backend may not take -------------------------------------------------------------------------
+def test_reserved_names_are_lazyops_own_public_names_and_submodules():
+    reserved = reserved_names()
+    assert set(lazyops.__all__) <= reserved
+    assert {"configure", "which", "kernels", "backends", "resolve_all"} <= reserved
+    assert {"testing", "specs", "cli", "pytest_plugin"} <= reserved
+    assert not {"torch", "triton", "tilelang", "ext"} & reserved
+
+
+def test_a_new_submodule_is_reserved_without_a_list_to_keep(tmp_path, monkeypatch):
+    (tmp_path / "newcomer.py").write_text("raise RuntimeError('found without importing it')\n")
+    monkeypatch.setattr(lazyops, "__path__", [*lazyops.__path__, str(tmp_path)])
+    assert "newcomer" in reserved_names()
+    assert "lazyops.newcomer" not in sys.modules
+
+
+@pytest.mark.parametrize("name", ["kernels", "configure", "which", "testing", "specs"])
+def test_an_entry_point_named_after_lazyops_own_name_is_refused(name):
+    registry = Registry.discover([(name, "their.backend", "their-dist")])
+    (refusal,) = registry.refused
+    assert f"lazyops.{name} is lazyops' own" in refusal.reason and "rename the entry point" in refusal.reason
+    with pytest.raises(BackendError, match=f"entry point '{name}' = 'their.backend' of their-dist is refused"):
+        registry[name].load()
+
+
+def test_backends_named_kernels_configure_which_and_testing_do_not_replace_lazyops_own(fake_backends):
+    for name in ("kernels", "configure", "which", "testing"):
+        fake_backends.make(name, ["alpha_tl"], package=f"lazyops_fake_{name}")
+    fake_backends.make("fine", ["alpha_tl"])
+    code = """
+    import importlib, json, lazyops
+    outcomes = {}
+    for name in ("kernels", "configure", "which", "testing"):
+        try:
+            module = importlib.import_module(f"lazyops.{name}")
+            outcomes[name] = module.__name__
+        except ImportError as error:
+            outcomes[name] = type(error).__name__ + ": " + str(error)
+    import lazyops.fine
+    print(json.dumps({
+        "outcomes": outcomes,
+        "callable": [callable(getattr(lazyops, n)) for n in ("kernels", "configure", "which")],
+        "kernels": "alpha_tl" in lazyops.kernels(),
+        "which": lazyops.which("alpha_tl").backend,
+    }))
+    """
+    result = run_python(code, fake_backends.env(LAZYOPS_BACKEND="fine"))
+    assert result.returncode == 0, result.stderr
+    report = json.loads(result.stdout.strip().splitlines()[-1])
+    assert report["callable"] == [True, True, True]
+    assert report["outcomes"]["testing"] == "lazyops.testing"  # the real subpackage, as before
+    for name in ("kernels", "configure", "which"):
+        assert report["outcomes"][name].startswith(f"BackendError: entry point {name!r}")
+        assert "is lazyops' own" in report["outcomes"][name]
+    assert report["kernels"] and report["which"] == "fine"
 
 
 # -- the stub reader ---------------------------------------------------------------------------------------------
