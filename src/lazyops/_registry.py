@@ -24,6 +24,7 @@ from lazyops._errors import BackendError
 TYPE_CHECKING = False  # typing's own constant would cost importing typing on the first access
 if TYPE_CHECKING:
     from collections.abc import Iterable, Iterator
+    from importlib.metadata import EntryPoint
     from typing import NoReturn
 
 ENTRY_POINT_GROUP = "lazyops.backends"
@@ -90,7 +91,11 @@ class Registry:
         }
         refused: list[RefusedBackend] = []
         if entry_points is None:
-            entry_points = installed_entry_points()
+            try:
+                entry_points = installed_entry_points()
+            except Exception as error:  # noqa: BLE001 - one distribution's unreadable file fails the whole scan
+                refused.append(_unreadable_entry_points(error))
+                entry_points = []
         claims: dict[str, list[EntryPointTriple]] = {}
         for triple in sorted(entry_points, key=lambda t: (t[0], t[2])):
             claims.setdefault(triple[0], []).append(triple)
@@ -120,10 +125,33 @@ def installed_entry_points() -> list[EntryPointTriple]:
     """The ``lazyops.backends`` entry points of the installed distributions, as ``importlib.metadata`` lists them."""
     from importlib.metadata import entry_points
 
-    return [
-        (ep.name, ep.value, getattr(getattr(ep, "dist", None), "name", None) or "an unknown distribution")
-        for ep in entry_points(group=ENTRY_POINT_GROUP)
-    ]
+    return [(ep.name, ep.value, _distribution_of(ep)) for ep in entry_points(group=ENTRY_POINT_GROUP)]
+
+
+def _distribution_of(entry_point: EntryPoint) -> str:
+    """The name of the distribution declaring ``entry_point``, for messages.
+
+    Reading it parses the distribution's ``METADATA``, which may be broken (a non-UTF-8 author name) where its
+    ``entry_points.txt`` and its code are fine: the entry point is used all the same, named by its folder.
+    """
+    distribution = getattr(entry_point, "dist", None)
+    try:
+        name = getattr(distribution, "name", None)
+    except Exception as error:  # noqa: BLE001 - whatever the metadata's parser raises
+        folder = getattr(distribution, "_path", None)  # PathDistribution's .dist-info folder: no public name for it
+        where = f"at {folder}" if folder else f"of entry point {entry_point.name!r}"
+        return f"the distribution {where} (its metadata is unreadable: {type(error).__name__})"
+    return name or "an unknown distribution"
+
+
+def _unreadable_entry_points(error: Exception) -> RefusedBackend:
+    return RefusedBackend(
+        ENTRY_POINT_GROUP,
+        "the installed distributions",
+        f"the installed '{ENTRY_POINT_GROUP}' entry points cannot be read ({type(error).__name__}: {error}); only "
+        "the built-in backends are available. Reinstall or uninstall the distribution whose metadata is broken "
+        '(`python -c "import importlib.metadata as m; m.entry_points()"` shows the same error)',
+    )
 
 
 def reserved_names() -> frozenset[str]:

@@ -2,7 +2,8 @@
 
 lazyops keeps no record between processes (docs/decisions/001-no-disk-cache.md), so what the files say now is what
 runs, and nothing outside the installed distributions and the backend packages can change it (issue 27.12). A
-backend may not take a name of lazyops' own (27.15).
+backend may not take a name of lazyops' own (27.15); one distribution's unreadable metadata does not stop the
+others (27.16).
 """
 
 from __future__ import annotations
@@ -201,6 +202,45 @@ def test_backends_named_kernels_configure_which_and_testing_do_not_replace_lazyo
         assert report["outcomes"][name].startswith(f"BackendError: entry point {name!r}")
         assert "is lazyops' own" in report["outcomes"][name]
     assert report["kernels"] and report["which"] == "fine"
+
+
+# -- 27.16: one distribution's unreadable metadata -------------------------------------------------------------
+def test_a_plugin_whose_metadata_is_not_utf8_stops_nothing(fake_backends):
+    fake_backends.make("latin", ["alpha_tl"], distribution="fake-latin")
+    metadata = fake_backends.root / "fake_latin-1.0.dist-info" / "METADATA"
+    metadata.write_bytes(metadata.read_bytes() + b"Author: Jos\xe9\n")  # latin-1, as some old tools write it
+    fake_backends.make("fine", ["beta_tl"])
+    code = """
+    import json, lazyops
+    print(json.dumps({
+        "backends": list(lazyops.backends()),
+        "kernels": [k for k in lazyops.kernels() if k in ("alpha_tl", "beta_tl")],
+        "unresolved": list(lazyops.resolve_all()),
+        "alpha": lazyops.alpha_tl()[0],
+        "beta": lazyops.beta_tl()[0],
+    }))
+    """
+    for eager in ("0", "1"):
+        result = run_python(code, fake_backends.env(LAZYOPS_BACKEND="latin,fine", EAGER_IMPORT=eager))
+        assert result.returncode == 0, result.stderr
+        report = json.loads(result.stdout.strip().splitlines()[-1])
+        assert {"latin", "fine"} <= set(report["backends"])
+        assert report["kernels"] == ["alpha_tl", "beta_tl"] and report["unresolved"] == []
+        assert (report["alpha"], report["beta"]) == ("latin", "fine")
+    origin = Registry.discover()["latin"].origin
+    assert "fake_latin-1.0.dist-info" in origin and "metadata is unreadable: UnicodeDecodeError" in origin
+
+
+def test_an_unreadable_entry_point_file_leaves_the_builtins_and_says_why(fake_backends):
+    broken = fake_backends.root / "broken-1.0.dist-info"
+    broken.mkdir()
+    (broken / "METADATA").write_text("Metadata-Version: 2.1\nName: broken\nVersion: 1.0\n")
+    (broken / "entry_points.txt").write_bytes(b"[console_scripts]\nbroken = broken:main  # Jos\xe9\n")
+    registry = Registry.discover()
+    assert registry.names == ("torch", "triton", "tilelang")
+    (refusal,) = registry.refused
+    assert "entry points cannot be read (UnicodeDecodeError" in refusal.reason
+    assert "only the built-in backends are available" in refusal.reason
 
 
 # -- the stub reader ---------------------------------------------------------------------------------------------
