@@ -26,7 +26,13 @@ from __future__ import annotations
 import _thread
 import os
 
-from lazyops._config import Settings, apply_overrides, environment_without_overridden, settings_from_environment
+from lazyops._config import (
+    Settings,
+    apply_overrides,
+    environment_without_overridden,
+    settings_from_environment,
+    unknown_variables,
+)
 from lazyops._errors import BackendError, KernelUnavailableError
 from lazyops._errors import hide_in_pytest_tracebacks as __tracebackhide__  # noqa: F401
 from lazyops._once import OnceCycleError, fork_safe
@@ -327,18 +333,25 @@ class Namespace:
         self.notices.emit(line, verbose=True, rank=0)  # every rank: each writes its own file
 
     def _summarise(self, generation: int, settings: Settings) -> None:
-        """The first resolution's one line, when the chain is anything but the platform default alone."""
+        """The first resolution's lines: each misspelt variable, and how much of the chain is missing when the
+        chain is anything but the platform default alone."""
         with self._lock:
             if self._summarised or generation != self._generation:
                 return
             self._summarised = True
-        if settings.chain is None:
-            return  # the platform default alone: nothing was asked for that could be missing
-        from lazyops._report import build_report
+        lines: list[str | None] = []
+        unknown = unknown_variables(self._environ)
+        if unknown:
+            from lazyops._notices import unknown_variable_line
 
-        line = build_report(settings, self.universe()).summary_line()
-        if line is not None:
-            self.notices.emit(line, verbose=settings.verbose, rank=settings.rank)
+            lines += [unknown_variable_line(name, nearest) for name, nearest in unknown]
+        if settings.chain is not None:  # else the platform default alone: nothing asked for can be missing
+            from lazyops._report import build_report
+
+            lines.append(build_report(settings, self.universe()).summary_line())
+        for line in lines:
+            if line is not None:
+                self.notices.emit(line, verbose=settings.verbose, rank=settings.rank)
 
     def resolve_all(self) -> tuple[str, ...]:
         """Resolve every known kernel; when all resolved, enter the fast state. Returns the kernels that could not.

@@ -10,6 +10,7 @@ from __future__ import annotations
 import _thread
 import sys
 
+from lazyops._config import VARIABLES
 from lazyops._once import fork_safe
 
 
@@ -37,3 +38,10 @@ def inherited_line(kernel: str, source: str, lacking: tuple[str, ...]) -> str:
         f"lazyops: {kernel} runs from {source!r} (inherited): the selected backend "
         f"{','.join(lacking)!r} does not export it"
     )
+
+
+def unknown_variable_line(name: str, nearest: str | None) -> str:
+    """The line for a ``LAZYOPS_*`` variable lazyops does not read (``_config.unknown_variables``)."""
+    known = ", ".join(variable for variable in VARIABLES if variable.startswith("LAZYOPS_"))
+    hint = f"did you mean {nearest}?" if nearest else f"the variables lazyops reads are {known}"
+    return f"lazyops: {name} is not a lazyops variable and is ignored; {hint}"

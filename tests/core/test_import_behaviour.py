@@ -209,3 +209,21 @@ def test_strict_summary_is_printed_even_when_the_first_access_raises(fake_backen
         f"{len(lacking)} unavailable (KernelUnavailableError): {lacking[0]} and {len(lacking) - 1} more "
         "(LAZYOPS_VERBOSE=1 names them all)"
     )
+
+
+@pytest.mark.parametrize("rank, prints", [("0", True), ("1", False)])
+def test_a_misspelt_variable_is_named_once_at_the_first_resolution(fake_backends, rank, prints):
+    code = """
+    import sys, lazyops
+    print("--imported--", file=sys.stderr)
+    lazyops.rmsnorm_tl; lazyops.softmax_tl
+    lazyops.configure(); lazyops.rmsnorm_tl
+    """
+    result = run_python(code, fake_backends.env(LAZYOPS_BAKEND="triton", LAZYOPS_CACHE_DIR="/tmp", RANK=rank))
+    assert result.returncode == 0, result.stderr
+    expected = [
+        "lazyops: LAZYOPS_BAKEND is not a lazyops variable and is ignored; did you mean LAZYOPS_BACKEND?",
+        "lazyops: LAZYOPS_CACHE_DIR is not a lazyops variable and is ignored; the variables lazyops reads are "
+        "LAZYOPS_BACKEND, LAZYOPS_FALLBACK, LAZYOPS_STRICT, LAZYOPS_VERBOSE, LAZYOPS_TRACE, LAZYOPS_TRACE_ARGS",
+    ]
+    assert result.stderr.strip().splitlines() == ["--imported--", *(expected if prints else [])]
