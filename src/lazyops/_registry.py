@@ -11,7 +11,8 @@ claimants are both refused, since preferring one would make the running code dep
 a built-in's name leaves the built-in in place. ``Registry.refused`` lists every refusal, for ``lazyops list``.
 
 The entry points are read through ``importlib.metadata`` on every discovery (the first access of a process): about
-a millisecond with torch imported, which docs/decisions/001-no-disk-cache.md weighs against keeping a cache.
+2 ms for 54 installed distributions with torch imported, which docs/decisions/001-no-disk-cache.md weighs against
+keeping a cache.
 """
 
 from __future__ import annotations
