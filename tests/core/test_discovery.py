@@ -116,7 +116,10 @@ def test_resolution_reads_only_the_installed_distributions_and_writes_nothing(fa
     workdir = tmp_path / "workdir"
     workdir.mkdir()
     # LAZYOPS_CACHE_DIR was an older lazyops' cache folder: nothing may be kept there (or in a literal '~' folder)
-    env = private_env(fake_backends, tmp_path, LAZYOPS_BACKEND="ext,plain", LAZYOPS_CACHE_DIR="~/lazyops-cache")
+    # Strict, with torch in the chain: no platform default (a GPU machine's would import TileLang, whose own files
+    # are not lazyops' doing)
+    chain = {"LAZYOPS_BACKEND": "ext,plain,torch", "LAZYOPS_STRICT": "1"}
+    env = private_env(fake_backends, tmp_path, LAZYOPS_CACHE_DIR="~/lazyops-cache", **chain)
     result = run_python(f"import os; os.chdir({str(workdir)!r})\n" + AUDITED, env)
     assert result.returncode == 0, result.stderr
     report = json.loads(result.stdout.strip().splitlines()[-1])
@@ -138,7 +141,8 @@ def test_lazyops_creates_no_folder(fake_backends, tmp_path):
     fake_backends.make("ext", ["alpha_tl"])
     workdir = tmp_path / "workdir"
     workdir.mkdir()
-    env = private_env(fake_backends, tmp_path, LAZYOPS_CACHE_DIR="~/lazyops-cache", EAGER_IMPORT="1")
+    chain = {"LAZYOPS_BACKEND": "ext,torch", "LAZYOPS_STRICT": "1"}  # no platform default: see above
+    env = private_env(fake_backends, tmp_path, LAZYOPS_CACHE_DIR="~/lazyops-cache", EAGER_IMPORT="1", **chain)
     code = f"import os; os.chdir({str(workdir)!r}); import lazyops; lazyops.kernels(); lazyops.rmsnorm_tl"
     result = run_python(code, env)
     assert result.returncode == 0, result.stderr
@@ -221,7 +225,7 @@ def test_a_plugin_whose_metadata_is_not_utf8_stops_nothing(fake_backends):
     }))
     """
     for eager in ("0", "1"):
-        result = run_python(code, fake_backends.env(LAZYOPS_BACKEND="latin,fine", EAGER_IMPORT=eager))
+        result = run_python(code, fake_backends.env(LAZYOPS_BACKEND="latin,fine,torch", EAGER_IMPORT=eager))
         assert result.returncode == 0, result.stderr
         report = json.loads(result.stdout.strip().splitlines()[-1])
         assert {"latin", "fine"} <= set(report["backends"])
