@@ -8,19 +8,18 @@ import textwrap
 import pytest
 
 from fresh_interpreter import run_python
-
 from lazyops.specs import kernel_names
 
 # __future__ too: `from __future__ import annotations` is a real import, about 0.3 ms, in a module `import lazyops` runs.
 HEAVY = ["torch", "numpy", "triton", "tilelang", "lazy_loader", "importlib.metadata", "typing", "inspect", "__future__"]
 BUILTIN_BACKENDS = ["lazyops._backends.torch", "lazyops._backends.triton", "lazyops._backends.tilelang"]
 
-REPORT_MODULES = """
+REPORT_MODULES = f"""
 import json, sys
 def report(**extra):
-    names = {HEAVY!r} + {BUILTIN!r}
+    names = {HEAVY!r} + {BUILTIN_BACKENDS!r}
     print(json.dumps(dict(loaded=sorted(n for n in names if n in sys.modules), **extra)))
-""".format(HEAVY=HEAVY, BUILTIN=BUILTIN_BACKENDS)
+"""
 
 
 def loaded_after(code: str, env: dict) -> dict:
@@ -109,12 +108,16 @@ def test_partial_port_prints_one_summary_and_one_notice_per_inherited_kernel(fak
     )
     assert "LAZYOPS_VERBOSE=1" in lines[0]
     assert lines[1] == "--resolved--"
-    assert lines[2:] == ["lazyops: softmax_tl runs from 'torch' (inherited): the selected backend 'ext' does not export it"]
+    assert lines[2:] == [
+        "lazyops: softmax_tl runs from 'torch' (inherited): the selected backend 'ext' does not export it"
+    ]
 
 
 def test_verbose_summary_names_every_inherited_kernel(fake_backends):
     fake_backends.make("ext", ["rmsnorm_tl"])
-    result = run_python("import lazyops; lazyops.rmsnorm_tl", fake_backends.env(LAZYOPS_BACKEND="ext", LAZYOPS_VERBOSE="1"))
+    result = run_python(
+        "import lazyops; lazyops.rmsnorm_tl", fake_backends.env(LAZYOPS_BACKEND="ext", LAZYOPS_VERBOSE="1")
+    )
     assert ", ".join(sorted(set(kernel_names()) - {"rmsnorm_tl"})) in result.stderr
 
 
