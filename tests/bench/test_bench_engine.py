@@ -66,7 +66,7 @@ def test_the_eager_peer_is_the_spec(kernel):
     kernel_spec = spec(kernel)
 
     def factory(*args, **kwargs):
-        return _bench.eager_call(kernel_spec, kernel_spec.configure(*args, **kwargs))
+        return _bench.eager_call(kernel_spec, kernel_spec.bind(*args, **kwargs))
 
     chosen = _bench.example(kernel, torch.float32, small=True)
     check_case(factory, Case(kernel, chosen.args, dict(chosen.kwargs), (1, 5), 0, dict(chosen.geometry)), device="cpu")
@@ -141,8 +141,8 @@ def test_the_compiled_peer_has_a_code_object_of_its_own():
     """Dynamo keeps at most 8 compiled variants of one code object and then runs it eagerly, silently: every
     kernel's compiled peer must not share the eager call's code, or a run over every kernel times eager code."""
     spec_a, spec_b = spec("rmsnorm_tl"), spec("softmax_tl")
-    eager_a = _bench.eager_call(spec_a, spec_a.configure(64, torch.float32))
-    eager_b = _bench.eager_call(spec_b, spec_b.configure(64, torch.float32))
+    eager_a = _bench.eager_call(spec_a, spec_a.bind(64, torch.float32))
+    eager_b = _bench.eager_call(spec_b, spec_b.bind(64, torch.float32))
     assert eager_a.__code__ is eager_b.__code__  # the reason for the test
     own_a, own_b = _bench.own_code(eager_a), _bench.own_code(eager_b)
     assert own_a.__code__ is not own_b.__code__ is not eager_a.__code__
@@ -167,7 +167,7 @@ def test_same_bytes_copy_moves_what_the_kernel_moves_and_is_never_a_peer(kernel)
     impls = _bench.implementations(kernel, ["torch"], same_bytes_copy=True)
     ceilings = [impl for impl in impls if impl.kind == "ceiling"]
     chosen = _bench.example(kernel, small=True)
-    config = spec(kernel).configure(*chosen.args, **chosen.kwargs)
+    config = spec(kernel).bind(*chosen.args, **chosen.kwargs)
     if spec(kernel).traffic(config, 1, chosen.geometry).bound == "compute":
         assert ceilings == []  # a GEMM's ceiling is its FLOPs, not a copy
         return
