@@ -42,10 +42,10 @@ def _add_rmsnorm_kernel(
     QUANTIZE: tl.constexpr,
     EXACT_ROUNDING: tl.constexpr,
 ):
-    rows = tl.program_id(0) * ROWS + tl.arange(0, ROWS)
+    rows = tl.program_id(0).to(tl.int64) * ROWS + tl.arange(0, ROWS)  # int64 first: it wraps past 2**31 rows
     row_ok = rows < M
     # Rows past M re-read the last row; neither the residual nor y is stored for them.
-    row = tl.minimum(rows, M - 1).to(tl.int64)[:, None]
+    row = tl.minimum(rows, M - 1)[:, None]
     x_base = row * x_row_stride
     residual_base = row * residual_row_stride
     y_base = row * y_row_stride

@@ -53,10 +53,10 @@ def _gelu_and_mul_kernel(
     ROWS: tl.constexpr,
     TANH: tl.constexpr,
 ):
-    rows = tl.program_id(0) * ROWS + tl.arange(0, ROWS)
+    rows = tl.program_id(0).to(tl.int64) * ROWS + tl.arange(0, ROWS)  # int64 first: it wraps past 2**31 rows
     cols = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)[None, :]
     keep = (rows < M)[:, None] & (cols < N)
-    rows = rows.to(tl.int64)[:, None]
+    rows = rows[:, None]
     gate = tl.load(x_ptr + rows * x_row_stride + cols, mask=keep, other=0.0).to(tl.float32)
     up = tl.load(x_ptr + rows * x_row_stride + N + cols, mask=keep, other=0.0).to(tl.float32)
     if TANH:

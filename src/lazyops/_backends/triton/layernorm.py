@@ -40,10 +40,10 @@ def _layernorm_kernel(
     ROWS: tl.constexpr,
     SINGLE_PASS: tl.constexpr,
 ):
-    rows = tl.program_id(0) * ROWS + tl.arange(0, ROWS)
+    rows = tl.program_id(0).to(tl.int64) * ROWS + tl.arange(0, ROWS)  # int64 first: it wraps past 2**31 rows
     row_ok = rows < M
     # Rows past M re-read the last row (never stored), so no row needs a row mask on its loads.
-    row = tl.minimum(rows, M - 1).to(tl.int64)[:, None]
+    row = tl.minimum(rows, M - 1)[:, None]
     x_row = x_ptr + row * x_row_stride
     y_row = y_ptr + row * y_row_stride
     if SINGLE_PASS:

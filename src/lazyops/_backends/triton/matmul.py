@@ -68,11 +68,12 @@ def _matmul_kernel(
 ):
     pid_m, pid_n = _grouped(tl.program_id(0), tl.cdiv(M, BLOCK_M), tl.cdiv(N, BLOCK_N), GROUP_M)
 
-    rows = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    # Rows in 64 bits from the start: past 2**31 rows (a thin product) pid_m * BLOCK_M wraps in 32.
+    rows = pid_m.to(tl.int64) * BLOCK_M + tl.arange(0, BLOCK_M)
     cols = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
-    # Edge tiles wrap around to valid rows and columns instead of masking every load; what they compute there is
-    # never stored.
-    a_rows = (rows % M).to(tl.int64)
+    # Edge tiles read valid rows and columns instead of masking every load (the last row again, the first columns
+    # again: a 64-bit minimum costs less than a 64-bit remainder); what they compute there is never stored.
+    a_rows = tl.minimum(rows, M - 1)
     b_cols = cols % N
     # Split-K (K_SLICE > 0): this program takes k in [k_start, k_start + K_SLICE) and stores its float32 partial
     # sum as slice program_id(1) of c (then a contiguous [split, M, N] float32 workspace, c_row_stride N).
@@ -110,7 +111,7 @@ def _matmul_kernel(
 
     if K_SLICE:
         c_ptr += tl.program_id(1).to(tl.int64) * M * N
-    c_ptrs = c_ptr + rows.to(tl.int64)[:, None] * c_row_stride + cols[None, :]
+    c_ptrs = c_ptr + rows[:, None] * c_row_stride + cols[None, :]
     tl.store(c_ptrs, acc.to(c_ptr.dtype.element_ty), mask=(rows < M)[:, None] & (cols < N)[None, :])
 
 
@@ -163,10 +164,11 @@ def _sum_slices_kernel(partial_ptr, c_ptr, M, c_row_stride, N: tl.constexpr, SPL
     # The float32 partials of split-K, added in slice order (the same bits every run), cast once. The workspace
     # is contiguous, c's rows are c_row_stride apart (a division by the constant N finds an element's row).
     offsets = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
-    mask = offsets < M * N
+    size = M.to(tl.int64) * N  # one slice's elements, and the slices' offsets, in 64 bits
+    mask = offsets < size
     acc = tl.zeros([BLOCK], dtype=tl.float32)
     for s in tl.static_range(SPLIT):
-        acc += tl.load(partial_ptr + s * M * N + offsets, mask=mask, other=0.0)
+        acc += tl.load(partial_ptr + s * size + offsets, mask=mask, other=0.0)
     c_offsets = (offsets // N) * c_row_stride + offsets % N
     tl.store(c_ptr + c_offsets, acc.to(c_ptr.dtype.element_ty), mask=mask)
 
@@ -216,6 +218,9 @@ HOPPER_SHARED_MEMORY = 227 * 1024
 #: Shared memory left to Triton beyond the pipeline's stages (the epilogue's layout conversion, barriers), so that
 #: a tiling fitted to a 99 KiB device (sm_86, sm_89) compiles there.
 EPILOGUE_RESERVE = 8 * 1024
+#: The most rows the TMA kernel takes: TMA addresses a tile by 32-bit coordinates, and Triton hands a descriptor's
+#: sizes to the kernel as 32-bit integers. More rows take the pointer kernel of the same tile.
+MAX_TMA_ROWS = 2**31 - 1
 #: The reduce kernel's block: 1024 float32 values, 4 warps, a float4 a thread per slice per pass.
 SUM_BLOCK = 1024
 #: ``build_matmul`` remembers its launch plan for each token count up to this one (an engine's decode batches and
@@ -472,7 +477,9 @@ def build_matmul(
 
     def plan(m: int) -> tuple[Callable[..., None], int, int, Launcher | None, Callable[..., None] | None]:
         tiles = choose(m, n, k, dtype, sm_count, shared_memory)
-        if tiles.tma and not (tma_capable and dtype.itemsize == 2 and (n * dtype.itemsize) % 16 == 0):
+        if tiles.tma and not (
+            tma_capable and dtype.itemsize == 2 and (n * dtype.itemsize) % 16 == 0 and m <= MAX_TMA_ROWS
+        ):
             tiles = through_pointers(tiles)
         launch, captured = launch_of(tiles), None
         if tiles.tma_in_graphs_only:  # eager calls take the pointer kernel of the same tile

@@ -39,10 +39,10 @@ def _rmsnorm_kernel(
     QUANTIZE: tl.constexpr,
     EXACT_ROUNDING: tl.constexpr,
 ):
-    rows = tl.program_id(0) * ROWS + tl.arange(0, ROWS)
+    rows = tl.program_id(0).to(tl.int64) * ROWS + tl.arange(0, ROWS)  # int64 first: it wraps past 2**31 rows
     row_ok = rows < M
     # Rows past M re-read the last row (never stored), so no row needs a row mask on its loads.
-    row = tl.minimum(rows, M - 1).to(tl.int64)[:, None]
+    row = tl.minimum(rows, M - 1)[:, None]
     x_base = row * x_row_stride
     y_base = row * y_row_stride
     inverse_scale = 1.0

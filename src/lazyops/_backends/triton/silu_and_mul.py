@@ -22,10 +22,10 @@ def _silu_and_mul_kernel(
     BLOCK_N: tl.constexpr,
     ROWS: tl.constexpr,
 ):
-    rows = tl.program_id(0) * ROWS + tl.arange(0, ROWS)
+    rows = tl.program_id(0).to(tl.int64) * ROWS + tl.arange(0, ROWS)  # int64 first: it wraps past 2**31 rows
     cols = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)[None, :]
     keep = (rows < M)[:, None] & (cols < N)
-    rows = rows.to(tl.int64)[:, None]
+    rows = rows[:, None]
     gate = tl.load(x_ptr + rows * x_row_stride + cols, mask=keep, other=0.0).to(tl.float32)
     up = tl.load(x_ptr + rows * x_row_stride + N + cols, mask=keep, other=0.0).to(tl.float32)
     y = gate / (1.0 + tl.exp(-gate)) * up

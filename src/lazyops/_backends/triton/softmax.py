@@ -25,11 +25,11 @@ def _softmax_kernel(
     ROWS: tl.constexpr,
     SINGLE_PASS: tl.constexpr,
 ):
-    rows = tl.program_id(0) * ROWS + tl.arange(0, ROWS)
+    rows = tl.program_id(0).to(tl.int64) * ROWS + tl.arange(0, ROWS)  # int64 first: it wraps past 2**31 rows
     row_ok = rows < M
     # Rows past M re-read the last row instead of loading a masked row of -inf (whose softmax is NaN); their
     # results are never stored.
-    row = tl.minimum(rows, M - 1).to(tl.int64)[:, None]
+    row = tl.minimum(rows, M - 1)[:, None]
     x_base = row * x_row_stride
     y_base = row * y_row_stride
     if SINGLE_PASS:
