@@ -27,6 +27,7 @@ import torch
 import triton
 import triton.language as tl
 
+from lazyops._backends._grid import refuse_rows
 from lazyops._backends.triton._common import cdiv, interpreting, launch_device, next_power_of_2
 from lazyops._backends.triton._launch import Launcher
 from lazyops.specs.matmul import MatmulConfig, spec
@@ -68,12 +69,11 @@ def _matmul_kernel(
 ):
     pid_m, pid_n = _grouped(tl.program_id(0), tl.cdiv(M, BLOCK_M), tl.cdiv(N, BLOCK_N), GROUP_M)
 
-    # Rows in 64 bits from the start: past 2**31 rows (a thin product) pid_m * BLOCK_M wraps in 32.
-    rows = pid_m.to(tl.int64) * BLOCK_M + tl.arange(0, BLOCK_M)
+    rows = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
     cols = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
-    # Edge tiles read valid rows and columns instead of masking every load (the last row again, the first columns
-    # again: a 64-bit minimum costs less than a 64-bit remainder); what they compute there is never stored.
-    a_rows = tl.minimum(rows, M - 1)
+    # Edge tiles wrap around to valid rows and columns instead of masking every load; what they compute there is
+    # never stored.
+    a_rows = (rows % M).to(tl.int64)
     b_cols = cols % N
     # Split-K (K_SLICE > 0): this program takes k in [k_start, k_start + K_SLICE) and stores its float32 partial
     # sum as slice program_id(1) of c (then a contiguous [split, M, N] float32 workspace, c_row_stride N).
@@ -111,7 +111,7 @@ def _matmul_kernel(
 
     if K_SLICE:
         c_ptr += tl.program_id(1).to(tl.int64) * M * N
-    c_ptrs = c_ptr + rows[:, None] * c_row_stride + cols[None, :]
+    c_ptrs = c_ptr + rows.to(tl.int64)[:, None] * c_row_stride + cols[None, :]
     tl.store(c_ptrs, acc.to(c_ptr.dtype.element_ty), mask=(rows < M)[:, None] & (cols < N)[None, :])
 
 
@@ -218,9 +218,11 @@ HOPPER_SHARED_MEMORY = 227 * 1024
 #: Shared memory left to Triton beyond the pipeline's stages (the epilogue's layout conversion, barriers), so that
 #: a tiling fitted to a 99 KiB device (sm_86, sm_89) compiles there.
 EPILOGUE_RESERVE = 8 * 1024
-#: The most rows the TMA kernel takes: TMA addresses a tile by 32-bit coordinates, and Triton hands a descriptor's
-#: sizes to the kernel as 32-bit integers. More rows take the pointer kernel of the same tile.
-MAX_TMA_ROWS = 2**31 - 1
+#: The most rows one call takes: the pointer kernel's row index (``pid_m * BLOCK_M`` plus a lane) and TMA's tile
+#: coordinates are 32-bit, and Triton hands a descriptor's sizes over as 32-bit integers; with tiles of at most 128
+#: rows every row index stays below 2**31 up to here. A 64-bit row index took the 128 x 128 bfloat16 tile from 183
+#: to 255 registers a thread (ptxas, sm_90a), so a larger call, a thin product of over two billion rows, is refused.
+MAX_ROWS = 2**31 - 128
 #: The reduce kernel's block: 1024 float32 values, 4 warps, a float4 a thread per slice per pass.
 SUM_BLOCK = 1024
 #: ``build_matmul`` remembers its launch plan for each token count up to this one (an engine's decode batches and
@@ -362,14 +364,19 @@ def tiling(
 
 @spec.implementation(device_type=launch_device(_matmul_kernel), strided_rows=True, writes_out=True)
 def matmul_tl(config: MatmulConfig) -> Callable[..., None]:
-    return build_matmul(config.n, config.k, config.dtype)
+    return build_matmul(config.n, config.k, config.dtype, label=config.label)
 
 
 def build_matmul(
-    n: int, k: int, dtype: torch.dtype, choose: Callable[[int, int, int, torch.dtype, int, int], Tiling] = tiling
+    n: int,
+    k: int,
+    dtype: torch.dtype,
+    choose: Callable[[int, int, int, torch.dtype, int, int], Tiling] = tiling,
+    label: str = "matmul_tl",
 ) -> Callable[[torch.Tensor, torch.Tensor, torch.Tensor], None]:
     """The launch ``matmul(a, b, out)`` for a ``[k, n]`` weight, its tiles picked per token count by ``choose``
-    (:func:`tiling`; ``benchmarks/gemm_decode_sweep.py`` passes fixed tilings to time them)."""
+    (:func:`tiling`; ``benchmarks/gemm_decode_sweep.py`` passes fixed tilings to time them); ``label`` names the
+    kernel in a refusal."""
     upcast = interpreting(_matmul_kernel) and dtype != torch.float32
     if interpreting(_matmul_kernel):
         sm_count, shared_memory = 132, HOPPER_SHARED_MEMORY
@@ -476,10 +483,10 @@ def build_matmul(
     plans: dict[int, tuple[Callable[..., None], int, int, Launcher | None, Callable[..., None] | None]] = {}
 
     def plan(m: int) -> tuple[Callable[..., None], int, int, Launcher | None, Callable[..., None] | None]:
+        if m > MAX_ROWS:  # here, not on every call: token counts up to PLAN_CACHE_MAX_M find their plan cached
+            refuse_rows(label, "a", m, MAX_ROWS, "the Triton kernels index rows and address tiles in 32 bits")
         tiles = choose(m, n, k, dtype, sm_count, shared_memory)
-        if tiles.tma and not (
-            tma_capable and dtype.itemsize == 2 and (n * dtype.itemsize) % 16 == 0 and m <= MAX_TMA_ROWS
-        ):
+        if tiles.tma and not (tma_capable and dtype.itemsize == 2 and (n * dtype.itemsize) % 16 == 0):
             tiles = through_pointers(tiles)
         launch, captured = launch_of(tiles), None
         if tiles.tma_in_graphs_only:  # eager calls take the pointer kernel of the same tile
