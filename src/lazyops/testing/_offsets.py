@@ -70,7 +70,8 @@ def check_large_offsets(
         returned = kernel(*args) if out is None else kernel(*args, out=out)
         worst = 0.0
         if spec.returns == "out":
-            assert returned is out, f"{what}: given out=, the kernel must return it"
+            if returned is not out:  # raised, not asserted: the check must hold under python -O too
+                raise AssertionError(f"{what}: given out=, the kernel must return it")
             flat = returned.reshape(expected["out"].shape)
             worst = check_close(flat, expected["out"], spec.out_dtype(config), what=what)
         for result in spec.mutates:
@@ -78,9 +79,8 @@ def check_large_offsets(
             check_each(tensor, expected[result], config.dtype, what=f"{what}: {result}")
             worst = max(worst, check_close(tensor, expected[result], config.dtype, what=f"{what}: {result}"))
         for region, before in guards:
-            assert torch.equal(region.cpu().to(torch.float64), before), (
-                f"{what}: the kernel wrote outside the views it was given"
-            )
+            if not torch.equal(region.cpu().to(torch.float64), before):
+                raise AssertionError(f"{what}: the kernel wrote outside the views it was given")
         checked[name] = worst
     return checked
 
