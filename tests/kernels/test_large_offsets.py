@@ -257,7 +257,7 @@ def test_row_kernels_take_more_than_2_31_rows(backend: str, name: str) -> None:
     dimension, 65535 blocks, and were not launched at all.)"""
     factory = gpu_factory(backend, name)
     kernel_spec = spec(name)
-    config = kernel_spec.configure(2, torch.bfloat16)
+    config = kernel_spec.bind(2, torch.bfloat16)
     fixed = list(kernel_spec.example_inputs(config, 1, Inputs(0, "cuda"), {}))
     rows = [kernel_spec.inputs.index(row_input) for row_input in kernel_spec.row_inputs]
     out_dtype = kernel_spec.out_dtype(config)
@@ -290,7 +290,7 @@ def test_gated_kernels_take_a_quarter_million_tokens(backend: str, name: str) ->
     second dimension, whose 65535 blocks end at 262140 tokens; now every block lies along the first."""
     factory = gpu_factory(backend, name)
     need_free(8 * GiB, "262152 tokens of 4096 features")
-    config = spec(name).configure(4096, torch.bfloat16)
+    config = spec(name).bind(4096, torch.bfloat16)
     tokens = 2**18 + 8
     x = torch.randn(
         tokens, 2 * 4096, generator=torch.Generator("cuda").manual_seed(0), dtype=torch.bfloat16, device="cuda"
@@ -316,7 +316,7 @@ def test_rope_reads_a_cache_past_2_31_elements(backend: str, positions_dtype: to
     factory = gpu_factory(backend, "rope_tl")
     need_free(12 * GiB, "a rope cache of 2**31 + 8192 elements")
     cache_rows = 2**24 + 64
-    config = spec("rope_tl").configure(128, torch.bfloat16)
+    config = spec("rope_tl").bind(128, torch.bfloat16)
     generator = torch.Generator("cuda").manual_seed(0)
     cache = torch.randn(cache_rows, 128, generator=generator, dtype=torch.bfloat16, device="cuda")
     positions = torch.tensor([cache_rows - 1, cache_rows - 64, 2**24, 3], dtype=positions_dtype, device="cuda")

@@ -459,7 +459,7 @@ def test_rope_refuses_more_tokens_than_a_launch_has_blocks_before_touching_anyth
     from lazyops._errors import KernelInputError
 
     kernel = _RecordingKernel()
-    config = rope.spec.configure(2, torch.bfloat16)
+    config = rope.spec.bind(2, torch.bfloat16)
     launch = rope.rope_launch(config, {(torch.float32, torch.int64): kernel})
     tokens = 2**31
     positions = torch.empty(tokens, dtype=torch.int64, device="meta")

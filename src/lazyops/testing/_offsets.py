@@ -52,7 +52,7 @@ def check_large_offsets(
 
     spec = spec_of_kernel(case.kernel)
     device = device or ("cuda" if torch.cuda.is_available() else "cpu")
-    config = spec.configure(*case.args, **case.kwargs)
+    config = spec.bind(*case.args, **case.kwargs)
     kernel = case.build(factory)
     checked: dict[str, float] = {}
     layouts: list[tuple[str, int, Callable[..., tuple[tuple[Any, ...], Any, list[Any]]]]] = [
