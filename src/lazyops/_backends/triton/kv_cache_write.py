@@ -69,8 +69,8 @@ def _kv_cache_write_kernel(
     )
 
 
-@spec.implementation(device_type=launch_device(_kv_cache_write_kernel), strided_rows=True)
-def kv_cache_write_tl(config: KVCacheWriteConfig) -> Callable[..., None]:
+def build_write(config: KVCacheWriteConfig) -> Callable[..., None]:
+    """The launch ``write(key, value, key_cache, value_cache, slot_mapping, k_scale, v_scale)``, unchecked."""
     width = config.num_kv_heads * config.head_dim
     block = min(next_power_of_2(width), MAX_BLOCK)
     fp8 = config.cache_dtype is FP8_DTYPE
@@ -109,3 +109,8 @@ def kv_cache_write_tl(config: KVCacheWriteConfig) -> Callable[..., None]:
         )
 
     return write
+
+
+@spec.implementation(device_type=launch_device(_kv_cache_write_kernel), strided_rows=True)
+def kv_cache_write_tl(config: KVCacheWriteConfig) -> Callable[..., None]:
+    return build_write(config)
