@@ -58,12 +58,14 @@ class Tiles:
 
 #: The configurations by head dim (the next power of two): for prefill-like calls (many queries per sequence), big
 #: row tiles that reuse each key tile over many queries; for decode-like ones, 16 rows (a decode step's GROUP heads
-#: of one token, padded to what ``tl.dot`` takes) and long key tiles, to keep loads in flight. Starting points, not
-#: measured yet on an H200: ``benchmarks/attention.py --sweep`` times the alternatives in ``SWEEP``.
+#: of one token, padded to what ``tl.dot`` takes) and long key tiles, to keep loads in flight. Chosen so that none
+#: spills registers when compiled for sm_90 (Triton 3.9 on the host, ``triton.compile`` for ``GPUTarget("cuda", 90,
+#: 32)``: 172 / 227 / 254 registers for prefill at head dims 64 / 128 / 256, 76 / 111 / 149 for decode); not timed
+#: on an H200 yet: ``benchmarks/attention.py --sweep`` times the alternatives in ``SWEEP``.
 PREFILL_TILES = {
-    16: Tiles(128, 64, 4, 3),
-    32: Tiles(128, 64, 4, 3),
-    64: Tiles(128, 64, 4, 3),
+    16: Tiles(128, 64, 8, 3),
+    32: Tiles(128, 64, 8, 3),
+    64: Tiles(128, 64, 8, 3),
     128: Tiles(128, 64, 8, 3),
     256: Tiles(64, 64, 8, 2),
 }
@@ -74,10 +76,13 @@ DECODE_TILES = {
     128: Tiles(16, 64, 4, 3),
     256: Tiles(16, 32, 4, 3),
 }
+#: float32 (the CPU engine's dtype, served on a GPU for its exactness, not its speed): full-precision products run
+#: on the FMA units, where bigger tiles spill (128 x 64 x 128 spills 1.4 KB a thread); this one does not, up to 256.
+FLOAT32_TILES = Tiles(16, 32, 8, 2)
 #: Alternatives the GPU script sweeps (``benchmarks/attention.py --sweep``), by kind of call.
 SWEEP = {
-    "prefill": (Tiles(128, 64, 8, 3), Tiles(128, 128, 8, 2), Tiles(64, 64, 4, 3), Tiles(128, 32, 4, 4)),
-    "decode": (Tiles(16, 64, 4, 3), Tiles(16, 128, 4, 2), Tiles(16, 32, 4, 4), Tiles(16, 64, 8, 4)),
+    "prefill": (Tiles(128, 64, 8, 3), Tiles(128, 32, 4, 3), Tiles(64, 64, 4, 3), Tiles(128, 128, 8, 2)),
+    "decode": (Tiles(16, 64, 4, 3), Tiles(16, 32, 4, 3), Tiles(16, 64, 8, 3), Tiles(16, 128, 8, 3)),
 }
 #: A call takes the prefill tiles when its sequences average at least this many queries.
 PREFILL_QUERIES = 16
@@ -122,7 +127,9 @@ def plan(
     """The launch of a call of ``tokens`` query tokens over ``batch`` sequences (``block_table.shape[0]``): shapes
     and factory arguments only, so a CUDA graph's replays launch exactly what its capture did."""
     head = max(16, next_power_of_2(config.head_dim))
-    if tiles is None:
+    if tiles is None and config.dtype is torch.float32:
+        tiles = FLOAT32_TILES
+    elif tiles is None:
         prefill = batch == 0 or tokens >= PREFILL_QUERIES * batch
         tiles = (PREFILL_TILES if prefill else DECODE_TILES)[head]
     group = config.group
