@@ -77,6 +77,10 @@ class PagedAttentionConfig:
         return self.num_heads // self.num_kv_heads
 
 
+#: The most logits the reference holds at once (float64: 2 GiB).
+REFERENCE_LOGITS = 1 << 28
+
+
 # -- the definition ----------------------------------------------------------------------------------------------
 def paged_attention_reference(
     query: torch.Tensor,
@@ -109,16 +113,20 @@ def paged_attention_reference(
         blocks = block_table[b, : -(-length // block_size)].long()
         keys = gathered(key_cache, blocks, length, k_scale, query.dtype).repeat_interleave(group, dim=1)
         values = gathered(value_cache, blocks, length, v_scale, query.dtype).repeat_interleave(group, dim=1)
-        logits = torch.einsum("qhd,khd->hqk", rows[start:end], keys) * scale
-        if softcap:
-            logits = softcap * torch.tanh(logits / softcap)
-        positions = torch.arange(length - (end - start), length)[:, None]
-        key_positions = torch.arange(length)[None, :]
-        allowed = key_positions <= positions
-        if sliding_window:
-            allowed &= key_positions > positions - sliding_window
-        logits = logits.masked_fill(~allowed.to(logits.device), float("-inf"))
-        out[start:end] = torch.einsum("hqk,khd->qhd", torch.softmax(logits, dim=-1), values)
+        # queries in chunks, so that an engine-sized prefill's logits (heads x queries x keys) stay a few GiB
+        chunk = max(1, REFERENCE_LOGITS // (rows.shape[1] * length))
+        for first in range(start, end, chunk):
+            last = min(end, first + chunk)
+            logits = torch.einsum("qhd,khd->hqk", rows[first:last], keys) * scale
+            if softcap:
+                logits = softcap * torch.tanh(logits / softcap)
+            positions = torch.arange(length - (end - first), length - (end - last))[:, None]
+            key_positions = torch.arange(length)[None, :]
+            allowed = key_positions <= positions
+            if sliding_window:
+                allowed &= key_positions > positions - sliding_window
+            logits = logits.masked_fill(~allowed.to(logits.device), float("-inf"))
+            out[first:last] = torch.einsum("hqk,khd->qhd", torch.softmax(logits, dim=-1), values)
     return out.reshape(query.shape)
 
 
