@@ -8,6 +8,11 @@ absent rather than read, and the 3D kernel's split merged exactly however it is 
 from __future__ import annotations
 
 import dataclasses
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -410,3 +415,19 @@ def test_any_split_of_the_keys_merges_exactly(triton_kernels):
             testing.check_close(out, expected_of(config, inputs), config.dtype)
 
     check()
+
+
+def test_the_gpu_script_runs_on_the_host(tmp_path):
+    """``benchmarks/attention.py --smoke``: its checks, decode, prefill and sweep on tiny shapes, on the CPU (torch
+    and Triton's interpreter), writing both result files."""
+    root = Path(__file__).resolve().parents[2]
+    env = {**os.environ, "PYTHONPATH": str(root / "src"), "TRITON_INTERPRET": "1"}
+    command = [sys.executable, str(root / "benchmarks" / "attention.py"), "--smoke", "--sweep", "--out", str(tmp_path)]
+    result = subprocess.run(command, capture_output=True, text=True, env=env, timeout=600)
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
+    payload = json.loads((tmp_path / "attention.json").read_text())
+    assert payload["command"].endswith(f"--out {tmp_path}") and payload["commit"]
+    assert {check["status"] for check in payload["checks"]} == {"pass"}
+    parts = {(row["part"], row["impl"].split()[0]) for row in payload["rows"] if row["us"]}
+    assert {("decode", "lazyops"), ("prefill", "lazyops"), ("sweep", "Tiles(block_m=16,")} <= parts
+    assert "## The issue's goals" in (tmp_path / "attention.md").read_text()
