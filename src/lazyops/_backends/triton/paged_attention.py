@@ -60,7 +60,7 @@ class Tiles:
 #: row tiles that reuse each key tile over many queries; for decode-like ones, 16 rows (a decode step's GROUP heads
 #: of one token, padded to what ``tl.dot`` takes) and long key tiles, to keep loads in flight. Chosen so that none
 #: spills registers when compiled for sm_90 (``benchmarks/attention.py --registers``, on the host with Triton 3.9:
-#: 172 / 227 / 254 registers for prefill at head dims 64 / 128 / 256, 76 / 113 / 155 for decode); not timed on an
+#: 172 / 227 / 254 registers for prefill at head dims 64 / 128 / 256, 64 / 113 / 164 for decode); not timed on an
 #: H200 yet: ``benchmarks/attention.py --sweep`` times the alternatives in ``SWEEP``.
 PREFILL_TILES = {
     16: Tiles(128, 64, 8, 3),
@@ -294,8 +294,9 @@ def _attention_kernel(
             cell = token.to(tl.int64) * HEADS + head  # [T, Hq] position of the row
             tl.store(partial_max_ptr + cell * SEGMENTS + segment, maximum, mask=row_ok)
             tl.store(partial_sum_ptr + cell * SEGMENTS + segment, total, mask=row_ok)
-            partial = partial_out_ptr + (cell * SEGMENTS + segment)[:, None] * BLOCK_D + dims[None, :]
-            tl.store(partial, acc, mask=store_mask)
+            if tile_high > tile_low:  # an empty segment's output is never read (its maximum is -inf)
+                partial = partial_out_ptr + (cell * SEGMENTS + segment)[:, None] * BLOCK_D + dims[None, :]
+                tl.store(partial, acc, mask=store_mask)
         else:
             out = acc / tl.where(total > 0, total, 1.0)[:, None]  # nothing attended (bad values): 0, not 0 / 0
             out_offsets = token.to(tl.int64)[:, None] * out_row_stride + (head * HEAD_DIM)[:, None] + dims[None, :]
