@@ -12,13 +12,13 @@ over all heads, grouped-query heads sharing their kv head without a copy:
   the product with the values.
 
 A batch of decode steps only (one query per sequence, the engine's common call) takes one call for all its
-sequences: the keys of every sequence gathered up to the longest, the lengths as a mask, the keys and values past a
-sequence's end zeroed (a cache's unused slots may hold anything, NaN included, and a masked key's weight of 0 times
-NaN is NaN).
+sequences: each sequence's keys gathered slot by slot up to the longest, the lengths as a mask, and past a
+sequence's end its first key again rather than whatever the cache holds there (NaN included: a masked key's weight
+of 0 times NaN is NaN).
 
 Lengths and offsets are read on the host to slice per sequence, which on a GPU synchronises (this backend is the
 GPU's last fallback; the GPU backends read them in their kernels, and are what a CUDA graph captures). Having read
-them, it checks them on every device. The output is rounded once, from float32.
+them, it checks them on every device (on the host the spec's checks have). The output is rounded once, from float32.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from collections.abc import Callable
 import torch
 import torch.nn.functional as F
 
-from lazyops.specs._paged import FP8_DTYPE
+from lazyops.specs._paged import FP8_DTYPE, reads_values
 from lazyops.specs.paged_attention import PagedAttentionConfig, check_index_values, spec
 
 
@@ -85,27 +85,27 @@ def paged_attention_tl(config: PagedAttentionConfig) -> Callable[..., None]:
     ) -> torch.Tensor:
         """One query per sequence, every sequence at once: ``[B, Hq, D]``."""
         batch = len(lengths)
-        longest = max(lengths)
-        blocks = block_table[:, : -(-longest // block_size)].clamp(0, key_cache.shape[0] - 1).long()
-        span = torch.tensor(lengths, device=query.device)
-        positions = torch.arange(blocks.shape[1] * block_size, device=query.device)[None, :]
-        inside = positions < span[:, None]  # [B, keys]
-        attended = inside if not window else inside & (positions >= span[:, None] - window)
+        span = torch.tensor(lengths, device=query.device)[:, None]
+        positions = torch.arange(max(lengths), device=query.device)[None, :]
+        inside = positions < span  # [B, keys]
+        attended = inside if not window else inside & (positions >= span - window)
+        # each sequence's own slots, up to the longest; past its end, its first key again (a real one: a cache's
+        # unused slots may hold anything, NaN too, and a masked key's weight of 0 times NaN is NaN)
+        positions = torch.where(inside, positions, 0)
+        slots = block_table.gather(1, positions // block_size).long() * block_size + positions % block_size
 
         def gather(cache: torch.Tensor, cache_scale: torch.Tensor | None) -> torch.Tensor:
-            values = cache[blocks].view(batch, -1, kv_heads, head_dim).float()
+            values = cache.view(-1, kv_heads, head_dim)[slots].float()  # [B, keys, Hk, D]
             if fp8 and cache_scale is not None:
                 values = values * cache_scale.reshape(())
-            values = torch.where(inside[:, :, None, None], values, 0.0)  # past a sequence's end: anything, NaN too
             return values.transpose(1, 2)  # [B, Hk, keys, D]
 
         q = query.view(batch, heads, 1, head_dim).float()
         k, v = gather(key_cache, k_scale), gather(value_cache, v_scale)
         if not softcap:
             mask = attended[:, None, None, :]
-            return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=scale, enable_gqa=True).view(
-                batch, heads, head_dim
-            )
+            attended_out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=scale, enable_gqa=True)
+            return attended_out.view(batch, heads, head_dim)
         grouped = q.view(batch, kv_heads, group, head_dim)
         logits = torch.matmul(grouped, k.transpose(2, 3)).mul_(scale / softcap).tanh_().mul_(softcap)
         logits.masked_fill_(~attended[:, None, None, :], float("-inf"))
@@ -123,7 +123,8 @@ def paged_attention_tl(config: PagedAttentionConfig) -> Callable[..., None]:
         out: torch.Tensor,
     ) -> None:
         tokens = query.shape[0]
-        check_index_values(config, tokens, key_cache.shape[0], block_table, seq_lens, cu_seqlens_q)
+        if not reads_values(seq_lens, config.validate):  # the spec's checks have read them already otherwise
+            check_index_values(config, tokens, key_cache.shape[0], block_table, seq_lens, cu_seqlens_q)
         starts, lengths = cu_seqlens_q.tolist(), seq_lens.tolist()
         rows = out.view(tokens, heads, head_dim)
         if len(lengths) > 1 and tokens == len(lengths) and starts == list(range(tokens + 1)):
