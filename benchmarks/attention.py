@@ -37,7 +37,7 @@ import shlex
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -173,6 +173,10 @@ def bench_us(call: Callable[[], Any], device: str) -> float:
     return float(do_bench(call, warmup=25, rep=200, return_mode="median")) * 1e3
 
 
+def unmeasured() -> float:
+    raise RuntimeError("not measured")
+
+
 def timed(rows: list[Row], row: Row, measure: Callable[[], float], amount: float, unit: str) -> None:
     """Measure one cell into ``rows``; an implementation that cannot run gets its error instead of a time."""
     try:
@@ -234,33 +238,58 @@ def torch_module() -> Any:
     return torch
 
 
-def sdpa_calls(torch: Any, q: Any, k: Any, v: Any, mask: Any = None, causal: bool = False) -> dict[str, Any]:
-    """``{name: (call, note)}``: SDPA's flash and cuDNN backends on ``q[B, Hq, Lq, D]``, ``k``, ``v`` ``[B, Hk, L, D]``
-    with ``enable_gqa``, else on keys and values repeated to ``Hq`` heads (what the backend then reads is 4x)."""
+def sdpa_peers(torch: Any, q: Any, k: Any, v: Any, mask: Any = None, causal: bool = False) -> Iterator[Any]:
+    """``(name, call, note)`` for SDPA's flash and cuDNN backends on ``q[B, Hq, Lq, D]``, ``k``, ``v`` ``[B, Hk, L,
+    D]`` with ``enable_gqa``, else on keys and values repeated to ``Hq`` heads (what the backend then reads is the
+    group's multiple), made one at a time (a 256 x 32k repeat is 68 GB a tensor) and skipped where it cannot fit."""
     from torch.nn.attention import SDPBackend, sdpa_kernel
     from torch.nn.functional import scaled_dot_product_attention as sdpa
 
-    calls = {}
     for name, backend in (("SDPA flash", SDPBackend.FLASH_ATTENTION), ("SDPA cuDNN", SDPBackend.CUDNN_ATTENTION)):
 
         def call(q: Any = q, k: Any = k, v: Any = v, backend: Any = backend, gqa: bool = True) -> Any:
             with sdpa_kernel([backend]):
                 return sdpa(q, k, v, attn_mask=mask, is_causal=causal, enable_gqa=gqa)
 
-        note = ""
         try:
             call()
-        except RuntimeError:
+        except RuntimeError as refusal:
             group = q.shape[1] // k.shape[1]
+            needed = 2 * group * k.numel() * k.element_size()
+            if needed > 0.8 * torch.cuda.mem_get_info()[0]:
+                yield (
+                    name,
+                    None,
+                    f"no GQA here ({str(refusal).splitlines()[0][:80]}); repeated keys need {needed / 2**30:.0f} GiB",
+                )
+                continue
             wide_k, wide_v = k.repeat_interleave(group, 1), v.repeat_interleave(group, 1)
 
             def call(q: Any = q, k: Any = wide_k, v: Any = wide_v, backend: Any = backend, gqa: bool = False) -> Any:
                 with sdpa_kernel([backend]):
                     return sdpa(q, k, v, attn_mask=mask, is_causal=causal, enable_gqa=gqa)
 
-            note = "keys and values repeated to the query heads (no GQA in this backend)"
-        calls[name] = (call, note)
-    return calls
+            yield name, call, "keys and values repeated to the query heads (no GQA in this backend)"
+            del call, wide_k, wide_v
+            continue
+        yield name, call, ""
+
+
+def time_peers(
+    torch: Any,
+    rows: list[Row],
+    template: Row,
+    tensors: tuple[Any, Any, Any],
+    timing: Callable[..., float],
+    amount: float,
+    unit: str,
+    mask: Any = None,
+) -> None:
+    """Time each SDPA peer into ``rows`` (its tensors, repeated keys included, freed on return)."""
+    for name, call, note in sdpa_peers(torch, *tensors, mask=mask, causal=mask is None and template.part == "prefill"):
+        label = name + (" (lower-right causal)" if mask is not None else "")
+        row = dataclasses.replace(template, impl=label, note=note)
+        timed(rows, row, (lambda c=call: timing(torch, c, "cuda")) if call else unmeasured, amount, unit)
 
 
 # -- the parts -------------------------------------------------------------------------------------------------------
@@ -354,14 +383,7 @@ def decode(torch: Any, backends: list[str], args: argparse.Namespace, device: st
             k = torch.randn(batch, shape.kv_heads, context, shape.head_dim, dtype=dtype, device=device)
             v = torch.randn_like(k)
             if device == "cuda":
-                for name, (call, note) in sdpa_calls(torch, q, k, v).items():
-                    timed(
-                        rows,
-                        Row("decode", cell, name, note=note),
-                        lambda c=call: graph_us(torch, c, device),
-                        kv_bytes,
-                        "GB/s",
-                    )
+                time_peers(torch, rows, Row("decode", cell, ""), (q, k, v), graph_us, kv_bytes, "GB/s")
             if args.flex:
                 timed(
                     rows,
@@ -427,14 +449,8 @@ def prefill(torch: Any, backends: list[str], args: argparse.Namespace, device: s
         v = torch.randn_like(k)
         mask = causal_lower_right(new, length) if new != length else None
         if device == "cuda":
-            for name, (call, note) in sdpa_calls(torch, q, k, v, mask=mask, causal=mask is None).items():
-                timed(
-                    rows,
-                    Row("prefill", cell, name + (" (lower-right causal)" if mask is not None else ""), note=note),
-                    lambda c=call: bench_us(c, device),
-                    flops,
-                    "TFLOP/s",
-                )
+            timing = lambda torch, call, device: bench_us(call, device)  # noqa: E731
+            time_peers(torch, rows, Row("prefill", cell, ""), (q, k, v), timing, flops, "TFLOP/s", mask)
         if args.flex:
             timed(
                 rows,
