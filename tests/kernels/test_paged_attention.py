@@ -268,6 +268,39 @@ def test_a_call_compiles_fullgraph_and_matches_eager(kernels):
     torch.testing.assert_close(args[1], eager_args[1])  # the cache written in place by the compiled graph
 
 
+def test_a_call_exports(kernels):
+    """``torch.export``: both kernels are operators of the exported graph (an absent scale an empty tensor), and the
+    exported program writes the cache and attends as the eager call does."""
+    device = kernels.device
+    write = kernels.factory("kv_cache_write_tl")(2, 16, torch.float32, block_size=4)
+    attention = kernels.factory("paged_attention_tl")(4, 2, 16, torch.float32, block_size=4)
+
+    class Step(torch.nn.Module):
+        def forward(self, qkv, caches, slots, table, lengths, starts):
+            write(qkv[:, 64:96], qkv[:, 96:], caches[0], caches[1], slots)
+            return attention(qkv[:, :64], caches[0], caches[1], table, lengths, starts)
+
+    generator = torch.Generator().manual_seed(1)
+    args = [
+        torch.randn(3, 128, generator=generator),
+        torch.randn(2, 4, 4, 2, 16, generator=generator),
+        torch.tensor([9, 10, 3]),
+        torch.tensor([[1, 2, 3], [0, 3, 3]], dtype=torch.int32),
+        torch.tensor([11, 4], dtype=torch.int32),
+        torch.tensor([0, 2, 3], dtype=torch.int32),
+    ]
+    args = [arg.to(device) for arg in args]
+    exported = torch.export.export(Step(), tuple(arg.clone() for arg in args))
+    names = {str(node.target) for node in exported.graph.nodes if node.op == "call_function"}
+    backend = f"lazyops_{kernels.backend}"
+    assert {f"{backend}.kv_cache_write.default", f"{backend}.paged_attention.default"} <= names, names
+    eager_args, exported_args = [a.clone() for a in args], [a.clone() for a in args]
+    with torch.inference_mode():
+        expected = Step()(*eager_args)
+    torch.testing.assert_close(exported.module()(*exported_args), expected, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(exported_args[1], eager_args[1])
+
+
 def test_meta_tensors_are_checked_without_reading_values(kernels):
     if kernels.backend != "torch":
         pytest.skip("only the torch backend takes meta tensors")
