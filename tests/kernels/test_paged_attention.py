@@ -402,7 +402,7 @@ def test_ids_outside_the_cache_are_absent_keys_not_reads(triton_kernels):
     _, inputs, config = attention_call(triton_kernels, ((12, 1),), head_dim=16)
     table = inputs[3].clone()
     table[0, 1] = 10**6  # keys 4..7
-    out = torch.empty(1, 64)
+    out = torch.empty(1, 64, device=triton_kernels.device)
     build_attention(config)(inputs[0], inputs[1], inputs[2], table, *inputs[4:], out)
     keep = [0, 1, 2, 3, 8, 9, 10, 11]
     blocks = inputs[3][0].long()
@@ -419,10 +419,12 @@ def test_slots_outside_the_cache_are_skipped_not_written(triton_kernels):
     from lazyops._backends.triton.kv_cache_write import build_write
 
     write = build_write(WRITE.configure(2, 16, torch.float32, block_size=4))
-    key, value = torch.randn(3, 32), torch.randn(3, 32)
-    caches = torch.randn(2, 2, 4, 2, 16)
+    device = triton_kernels.device
+    key, value = torch.randn(3, 32, device=device), torch.randn(3, 32, device=device)
+    caches = torch.randn(2, 2, 4, 2, 16, device=device)
     before = caches.clone()
-    write(key, value, caches[0], caches[1], torch.tensor([8, 3, 2**40]), None, None)  # 8 slots: 8 and 2**40 past
+    slots = torch.tensor([8, 3, 2**40], device=device)  # 8 slots: 8 and 2**40 are past them
+    write(key, value, caches[0], caches[1], slots, None, None)
     assert torch.equal(caches.view(2, 8, 32)[:, 3], torch.stack([key[1], value[1]]))
     others = [0, 1, 2, 4, 5, 6, 7]
     assert torch.equal(caches.view(2, 8, 32)[:, others], before.view(2, 8, 32)[:, others])
@@ -443,8 +445,9 @@ def test_any_split_of_the_keys_merges_exactly(triton_kernels):
             inputs = list(ATTENTION.example_inputs(config, tokens, draw, case.geometry))
             if not tokens:
                 continue
-            out = torch.full((tokens, config.num_heads * config.head_dim), float("nan"), dtype=config.dtype)
-            launch(*inputs, out.to(triton_kernels.device))
+            width = config.num_heads * config.head_dim
+            out = torch.full((tokens, width), float("nan"), dtype=config.dtype, device=triton_kernels.device)
+            launch(*inputs, out)
             testing.check_close(out, expected_of(config, inputs), config.dtype)
 
     check()
