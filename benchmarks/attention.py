@@ -470,7 +470,7 @@ def sweep(torch: Any, args: argparse.Namespace, device: str, dtype: Any) -> list
 
     rows: list[Row] = []
     shape = Shape(**{k: SMOKE[k] for k in ("heads", "kv_heads", "head_dim", "block")}) if args.smoke else Shape()
-    config = spec.configure(shape.heads, shape.kv_heads, shape.head_dim, dtype, block_size=shape.block)
+    config = spec.bind(shape.heads, shape.kv_heads, shape.head_dim, dtype, block_size=shape.block)
     decode_cells = [(1, 40), (3, 16)] if args.smoke else [(1, 8192), (16, 8192), (64, 8192), (256, 8192)]
     for batch, context in decode_cells:
         inputs = paged_inputs(torch, shape, [context] * batch, [1] * batch, device, dtype)

@@ -42,7 +42,7 @@ def attention_call(
     """A kernel, the inputs of one call of ``batch`` (``(seq_len, q_len)`` per sequence; shuffled blocks, NaN in the
     unread slots), and its config."""
     args, kwargs = (heads, kv_heads, head_dim, dtype), {"block_size": 4, **options}
-    config = ATTENTION.configure(*args, **kwargs)
+    config = ATTENTION.bind(*args, **kwargs)
     tokens = sum(q for _, q in batch)
     geometry = {"batches": (batch,), "shuffle": True, "spare_blocks": 2, "table_fill": "minus_one"}
     inputs = list(ATTENTION.example_inputs(config, tokens, testing.Inputs(seed, kernels.device), geometry))
@@ -304,7 +304,7 @@ def test_a_call_exports(kernels):
 def test_meta_tensors_are_checked_without_reading_values(kernels):
     if kernels.backend != "torch":
         pytest.skip("only the torch backend takes meta tensors")
-    config = ATTENTION.configure(4, 2, 16, torch.float32, block_size=4)
+    config = ATTENTION.bind(4, 2, 16, torch.float32, block_size=4)
     meta = [
         torch.empty(3, 64, device="meta"),
         torch.empty(5, 4, 2, 16, device="meta"),
@@ -378,7 +378,7 @@ def test_the_launch_is_sized_from_shapes_only(triton_kernels, monkeypatch):
 def test_plans_depend_on_shapes_and_the_factory_only():
     from lazyops._backends.triton.paged_attention import Tiles, plan, segments_for
 
-    config = ATTENTION.configure(32, 8, 128, torch.bfloat16, block_size=16)
+    config = ATTENTION.bind(32, 8, 128, torch.bfloat16, block_size=16)
     assert segments_for(config, 132) == 32
     assert segments_for(dataclasses.replace(config, max_seq_len=1024), 132) == 4  # 256 keys a segment at least
     decode = plan(config, 1, 1, 32, 132)
@@ -388,9 +388,9 @@ def test_plans_depend_on_shapes_and_the_factory_only():
     prefill = plan(config, 8192, 1, 32, 132)
     assert prefill.segments == 1 and prefill.tiles.block_m == 128 and prefill.block_q == 32
     assert plan(config, 8192, 1, 32, 132, Tiles(64, 32, 4, 2)).block_q == 16
-    wide = ATTENTION.configure(16, 1, 64, torch.bfloat16, block_size=16)  # a group wider than 16 rows
+    wide = ATTENTION.bind(16, 1, 64, torch.bfloat16, block_size=16)  # a group wider than 16 rows
     assert plan(wide, 1, 1, 8, 132).tiles.block_m == 16
-    wider = ATTENTION.configure(32, 1, 64, torch.bfloat16, block_size=16)
+    wider = ATTENTION.bind(32, 1, 64, torch.bfloat16, block_size=16)
     assert plan(wider, 1, 1, 8, 132).tiles.block_m == 32 and plan(wider, 1, 1, 8, 132).block_q == 1
 
 
@@ -418,7 +418,7 @@ def test_slots_outside_the_cache_are_skipped_not_written(triton_kernels):
     """Unchecked (a GPU), a slot past the cache is skipped as a padding token is, not written out of bounds."""
     from lazyops._backends.triton.kv_cache_write import build_write
 
-    write = build_write(WRITE.configure(2, 16, torch.float32, block_size=4))
+    write = build_write(WRITE.bind(2, 16, torch.float32, block_size=4))
     device = triton_kernels.device
     key, value = torch.randn(3, 32, device=device), torch.randn(3, 32, device=device)
     caches = torch.randn(2, 2, 4, 2, 16, device=device)
@@ -438,7 +438,7 @@ def test_any_split_of_the_keys_merges_exactly(triton_kernels):
     @settings(max_examples=6, deadline=None)
     @given(case=ATTENTION.cases())
     def check(case: testing.Case) -> None:
-        config = ATTENTION.configure(*case.args, **case.kwargs)
+        config = ATTENTION.bind(*case.args, **case.kwargs)
         launch = build_attention(config, tiles=Tiles(16, 16, 4, 1), segments=8)
         for tokens in case.tokens:
             draw = testing.Inputs(case.seed, triton_kernels.device)

@@ -6,24 +6,23 @@ same shape, contiguous. A token's slot is ``block * block_size + offset``.
 
 The scales of an fp8 cache are one-element float32 tensors passed as keyword arguments (``k_scale=``, ``v_scale=``),
 read by the kernel on every launch, so that a CUDA graph replays with whatever they hold. Without an fp8 cache they
-are absent: ``None``, or an empty tensor, which is how an absent scale travels through the custom operator (its
-schema takes tensors only) and how the conformance kit's packed calls pass it.
+are absent: ``None`` (the custom operator's ``Tensor?``; an empty tensor is read as absent too).
 
-A spec here differs from a row kernel's in three ways the generic machinery (``KernelSpec``) does not know, handled
-by :class:`PagedSpec`: the scales are keyword arguments of the call; a query or key may be ``[T, H, D]`` or
-``[*T, H*D]``; and index values (block ids, lengths, slots) are checked by reading them on the host, which is free
-for CPU tensors and a device synchronisation elsewhere.
+A spec here differs from a row kernel's in two ways the generic machinery (``KernelSpec``) does not know, handled
+by :class:`PagedSpec`: a query or key may be ``[T, H, D]`` or ``[*T, H*D]``; and index values (block ids, lengths,
+slots) are checked by reading them on the host, which is free for CPU tensors and a device synchronisation
+elsewhere.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
 from typing import Any
 
 import torch
 
 from lazyops._errors import KernelInputError
+from lazyops.specs import _arguments as arguments
 from lazyops.specs import _checks as checks
 from lazyops.specs._spec import KernelSpec
 
@@ -43,7 +42,7 @@ def cache_dtype(factory: str, value: Any, dtype: torch.dtype) -> torch.dtype:
     if value is FP8_DTYPE or (isinstance(value, str) and value.lower().removeprefix("torch.") in FP8_NAMES):
         return FP8_DTYPE
     try:
-        resolved: torch.dtype | None = checks.canonical_dtype(factory, value)
+        resolved: torch.dtype | None = arguments.canonical_dtype(factory, value)
     except KernelInputError:
         resolved = None
     if resolved is not dtype:
@@ -153,14 +152,8 @@ def host(tensor: torch.Tensor) -> torch.Tensor:
 
 
 class PagedSpec(KernelSpec):
-    """A spec whose call takes the fp8 cache's scales as keyword arguments (``k_scale=``, ``v_scale=``), last in
-    :attr:`inputs`, and token-indexed tensors as ``[T, H, D]`` or ``[*T, H*D]``.
-
-    The generic kernel takes every input positionally and ``out=`` as its only keyword; the custom operator takes
-    tensors only. So the call a factory returns (:meth:`traceable`) accepts the scales by keyword (or, as the
-    conformance kit passes them, positionally), hands them on as trailing positional inputs, and under
-    ``torch.compile`` replaces an absent scale by an empty tensor, which every check and launch reads as absent.
-    """
+    """A spec whose call takes the fp8 cache's scales as keyword arguments (``k_scale=``, ``v_scale=``: declared
+    ``Other(..., keyword=True)``, absent as ``None``) and token-indexed tensors as ``[T, H, D]`` or ``[*T, H*D]``."""
 
     #: ``(inputs name, heads attribute of the config)`` of each token-indexed input (``("query", "num_heads")``)
     head_inputs: tuple[tuple[str, str], ...] = ()
@@ -174,14 +167,15 @@ class PagedSpec(KernelSpec):
         return tuple(laid)
 
     def check_aliasing(self, config: Any, *args: Any) -> None:
-        """The caches written in place share no element with another input of their dtype (absent scales skipped)."""
+        """The caches written in place share no element with another input, whatever its dtype (absent scales
+        skipped)."""
         from lazyops.specs._checks import overlap
 
         inputs = self.inputs
         for name in self.mutates:
             written = args[inputs.index(name)]
             for other_name, other in zip(inputs, args, strict=True):
-                if other_name == name or absent(other) or other.dtype is not written.dtype:
+                if other_name == name or absent(other):
                     continue
                 if overlap(written, other):
                     raise KernelInputError(
@@ -212,52 +206,6 @@ class PagedSpec(KernelSpec):
                     "pass a separate buffer"
                 )
 
-    def traceable(
-        self,
-        config: Any,
-        kernel: Callable[..., Any],
-        operator: Callable[..., Any],
-        operator_out: Callable[..., Any] | None = None,
-    ) -> Callable[..., Any]:
-        """The call a factory returns: the scales by keyword, the rest as :meth:`KernelSpec.traceable` does."""
-        call = super().traceable(config, kernel, operator, operator_out)
-        count = len(self.inputs)
-        positional = count - len(SCALES)
-        label = config.label
-        is_compiling = torch.compiler.is_compiling
-        flatten_out = self.returns == "out" and self.head_inputs
-        first_heads = getattr(config, self.head_inputs[0][1]) if self.head_inputs else 0
-        head_dim = getattr(config, "head_dim", 0)
-
-        def paged(*args: Any, k_scale: Any = None, v_scale: Any = None, out: Any = None) -> Any:
-            if len(args) == positional:
-                args = (*args, k_scale, v_scale)
-            elif len(args) != count or k_scale is not None or v_scale is not None:
-                raise KernelInputError(
-                    f"{label}: takes {positional} tensors positionally and k_scale=, v_scale= by keyword; got "
-                    f"{len(args)} positional arguments"
-                )
-            given = out
-            if flatten_out and out is not None and out.dim() == 3 and is_heads_form(args[0], first_heads, head_dim):
-                # ``[T, H, D]`` query and out: passed on as ``[T, H*D]`` rows, which the generic kernel writes
-                # whatever the row stride (it would flatten a 3-D out to ``[T*H, D]``, which a strided one is not).
-                try:
-                    flat = token_rows(args[0], first_heads, head_dim), token_rows(out, first_heads, head_dim)
-                except RuntimeError:  # heads not contiguous: the checks say so
-                    flat = None
-                if flat is not None:
-                    args, out = (flat[0], *args[1:]), flat[1]
-            if is_compiling():
-                device = args[0].device
-                args = tuple(
-                    torch.empty(0, dtype=torch.float32, device=device) if arg is None and index >= positional else arg
-                    for index, arg in enumerate(args)
-                )
-            returned = call(*args, out=out)
-            return given if given is not None else returned
-
-        paged.__name__ = paged.__qualname__ = call.__name__
-        paged.__doc__ = call.__doc__
-        paged.lazyops_config = config  # type: ignore[attr-defined]
-        paged.lazyops_operator = getattr(call, "lazyops_operator", operator)  # type: ignore[attr-defined]
-        return paged
+    def out_rows(self, config: Any, out: torch.Tensor) -> torch.Tensor:
+        """``out`` as ``[T, H*D]`` rows, whether given as ``[T, H, D]`` (rows strided or not) or ``[*T, H*D]``."""
+        return token_rows(out, getattr(config, self.head_inputs[0][1]), config.head_dim)

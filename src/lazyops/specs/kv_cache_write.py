@@ -15,8 +15,10 @@ from typing import Any, Protocol
 import torch
 
 from lazyops._errors import KernelInputError
+from lazyops.specs import _arguments as arguments
 from lazyops.specs import _checks as checks
 from lazyops.specs import _paged as paged
+from lazyops.specs._params import Other, Rows
 from lazyops.specs._spec import Example, Traffic
 
 
@@ -106,15 +108,20 @@ def check_slot_values(label: str, slot_mapping: torch.Tensor, slots: int) -> Non
 # -- the spec ------------------------------------------------------------------------------------------------------
 class KVCacheWriteSpec(paged.PagedSpec):
     name = "kv_cache_write_tl"
-    inputs = ("key", "value", "key_cache", "value_cache", "slot_mapping", "k_scale", "v_scale")
-    row_inputs = ("key", "value")
-    head_inputs = (("key", "num_kv_heads"), ("value", "num_kv_heads"))
-    mutates = ("key_cache", "value_cache")
-    results = ("key_cache", "value_cache")
-    returns = ("key_cache", "value_cache")
     kernel_type = KVCacheWriteKernel
+    # key and value: [T, Hk, D] or rows [*T, Hk*D] (checked here); the caches written in place, returned
+    params = (
+        Rows("key", width=None),
+        Rows("value", width=None),
+        Other("key_cache", mutated=True),
+        Other("value_cache", mutated=True),
+        Other("slot_mapping"),
+        Other("k_scale", keyword=True),
+        Other("v_scale", keyword=True),
+    )
+    head_inputs = (("key", "num_kv_heads"), ("value", "num_kv_heads"))
 
-    def configure(
+    def bind(
         self,
         num_kv_heads: int,
         head_dim: int,
@@ -142,13 +149,13 @@ class KVCacheWriteSpec(paged.PagedSpec):
         cache rather than write out of bounds, without a host read (which would synchronise every call).
         """
         name = self.name
-        num_kv_heads = checks.positive_int(name, "num_kv_heads", num_kv_heads)
-        head_dim = checks.positive_int(name, "head_dim", head_dim)
-        dtype = checks.canonical_dtype(name, dtype)
-        block_size = checks.positive_int(name, "block_size", block_size)
+        num_kv_heads = arguments.positive_int(name, "num_kv_heads", num_kv_heads)
+        head_dim = arguments.positive_int(name, "head_dim", head_dim)
+        dtype = arguments.canonical_dtype(name, dtype)
+        block_size = arguments.positive_int(name, "block_size", block_size)
         stored_dtype = paged.cache_dtype(name, cache_dtype, dtype)
         options = {"cache_dtype": stored_dtype} if stored_dtype is not dtype else {}
-        label = checks.describe(
+        label = arguments.describe(
             name, num_kv_heads=num_kv_heads, head_dim=head_dim, dtype=dtype, block_size=block_size, **options
         )
         return KVCacheWriteConfig(num_kv_heads, head_dim, dtype, block_size, stored_dtype, label)
@@ -183,12 +190,14 @@ class KVCacheWriteSpec(paged.PagedSpec):
         if paged.reads_values(slot_mapping, validate=False):
             check_slot_values(label, slot_mapping, key_cache.shape[0] * config.block_size)
 
-    def plain_predicate(self, config: KVCacheWriteConfig, *, strided_rows: bool) -> Callable[[tuple[Any, ...]], bool]:
+    def plain_predicate(
+        self, config: KVCacheWriteConfig, *, strided_rows: bool, device_type: str | None
+    ) -> Callable[[tuple[Any, ...]], bool]:
         """The engine call: ``key`` and ``value`` ``[T, Hk*D]`` rows with tokens (views of a packed ``qkv`` where the
         launch takes strided rows), contiguous caches of the configuration's shape and dtype, ``slot_mapping[T]``
         int64, the scales as the cache dtype wants them, one device, nothing requiring grad in grad mode, caches
         sharing no element with key or value; on the host, slots within the cache (read there, as the checks do)."""
-        return plain_write(config, strided_rows=strided_rows)
+        return plain_write(config, strided_rows=strided_rows, device_type=device_type)
 
     def reference(  # type: ignore[override]
         self,
@@ -235,8 +244,14 @@ class KVCacheWriteSpec(paged.PagedSpec):
 
 
 # -- the fast path -------------------------------------------------------------------------------------------------
-def plain_write(config: KVCacheWriteConfig, *, strided_rows: bool) -> Callable[[tuple[Any, ...]], bool]:
+def plain_write(
+    config: KVCacheWriteConfig, *, strided_rows: bool, device_type: str | None
+) -> Callable[[tuple[Any, ...]], bool]:
     tensor = torch.Tensor
+    inference_mode = torch.is_inference_mode_enabled
+    current_device = torch.cuda.current_device
+    on_cuda = device_type == "cuda"
+    other_kind = device_type if device_type not in (None, "cuda") else None
     float32 = torch.float32
     is_grad_enabled = torch.is_grad_enabled
     overlap = checks.overlap
@@ -264,9 +279,16 @@ def plain_write(config: KVCacheWriteConfig, *, strided_rows: bool) -> Callable[[
         if not tokens or not rows_ok(key, tokens) or not rows_ok(value, tokens):
             return False
         device = key.device
+        if on_cuda:
+            if not key.is_cuda or key.get_device() != current_device():
+                return False
+        elif other_kind is not None and device.type != other_kind:
+            return False
         for cache in (key_cache, value_cache):
             if type(cache) is not tensor or cache.dtype is not stored_dtype or cache.dim() != 4:
                 return False
+            if cache.is_inference() and not inference_mode():
+                return False  # written under torch.inference_mode() by the checked path
             if cache.shape[1:] != cache_shape or not cache.is_contiguous() or cache.device != device:
                 return False
         if key_cache.shape[0] != value_cache.shape[0]:
@@ -288,7 +310,7 @@ def plain_write(config: KVCacheWriteConfig, *, strided_rows: bool) -> Callable[[
             for arg in (key, value, key_cache, value_cache, k_scale, v_scale)
         ):
             return False
-        if stored_dtype is dtype and any(overlap(c, x) for c in (key_cache, value_cache) for x in (key, value)):
+        if any(overlap(c, x) for c in (key_cache, value_cache) for x in (key, value, slots)):
             return False
         if overlap(key_cache, value_cache):
             return False

@@ -19,8 +19,10 @@ from typing import Any, Protocol
 import torch
 
 from lazyops._errors import KernelInputError
+from lazyops.specs import _arguments as arguments
 from lazyops.specs import _checks as checks
 from lazyops.specs import _paged as paged
+from lazyops.specs._params import Other, Out, Rows
 from lazyops.specs._spec import Example, Traffic
 
 
@@ -223,15 +225,24 @@ def check_call(
 # -- the spec ------------------------------------------------------------------------------------------------------
 class PagedAttentionSpec(paged.PagedSpec):
     name = "paged_attention_tl"
-    inputs = ("query", "key_cache", "value_cache", "block_table", "seq_lens", "cu_seqlens_q", "k_scale", "v_scale")
-    row_inputs = ("query",)
+    kernel_type = PagedAttentionKernel
+    # query: [T, Hq, D] or rows [*T, Hq*D] (checked here); the rest checked here too
+    params = (
+        Rows("query", width=None),
+        Other("key_cache"),
+        Other("value_cache"),
+        Other("block_table"),
+        Other("seq_lens"),
+        Other("cu_seqlens_q"),
+        Other("k_scale", keyword=True),
+        Other("v_scale", keyword=True),
+    )
+    out = Out(like="query")
     head_inputs = (("query", "num_heads"),)
     #: a block table's width is the caller's (any number of entries past what a sequence uses)
     free_widths = ("block_table",)
-    out_like = "query"
-    kernel_type = PagedAttentionKernel
 
-    def configure(
+    def bind(
         self,
         num_heads: int,
         num_kv_heads: int,
@@ -275,20 +286,22 @@ class PagedAttentionSpec(paged.PagedSpec):
         reads or writes out of bounds: a block id outside the cache or past the table's row is a missing key.
         """
         name = self.name
-        num_heads = checks.positive_int(name, "num_heads", num_heads)
-        num_kv_heads = checks.positive_int(name, "num_kv_heads", num_kv_heads)
-        head_dim = checks.positive_int(name, "head_dim", head_dim)
-        dtype = checks.canonical_dtype(name, dtype)
-        block_size = checks.positive_int(name, "block_size", block_size)
-        max_seq_len = checks.positive_int(name, "max_seq_len", max_seq_len)
+        num_heads = arguments.positive_int(name, "num_heads", num_heads)
+        num_kv_heads = arguments.positive_int(name, "num_kv_heads", num_kv_heads)
+        head_dim = arguments.positive_int(name, "head_dim", head_dim)
+        dtype = arguments.canonical_dtype(name, dtype)
+        block_size = arguments.positive_int(name, "block_size", block_size)
+        max_seq_len = arguments.positive_int(name, "max_seq_len", max_seq_len)
         if num_heads % num_kv_heads:
             raise KernelInputError(
                 f"{name}: num_heads={num_heads} is not a multiple of num_kv_heads={num_kv_heads}; grouped-query "
                 "attention shares each kv head among num_heads // num_kv_heads query heads"
             )
-        resolved_scale = 1.0 / math.sqrt(head_dim) if scale is None else checks.positive_float(name, "scale", scale)
-        window = 0 if sliding_window in (None, 0) else checks.positive_int(name, "sliding_window", sliding_window)
-        cap = 0.0 if softcap in (None, 0, 0.0) else checks.positive_float(name, "softcap", softcap)
+        resolved_scale = (
+            1.0 / math.sqrt(head_dim) if scale is None else arguments.finite_float(name, "scale", scale, positive=True)
+        )
+        window = 0 if sliding_window in (None, 0) else arguments.positive_int(name, "sliding_window", sliding_window)
+        cap = 0.0 if softcap in (None, 0, 0.0) else arguments.finite_float(name, "softcap", softcap, positive=True)
         stored = paged.cache_dtype(name, cache_dtype, dtype)
         options: dict[str, Any] = {}
         if max_seq_len != 32768:
@@ -303,7 +316,7 @@ class PagedAttentionSpec(paged.PagedSpec):
             options["cache_dtype"] = stored
         if validate:
             options["validate"] = True
-        label = checks.describe(
+        label = arguments.describe(
             name,
             num_heads=num_heads,
             num_kv_heads=num_kv_heads,
@@ -335,13 +348,15 @@ class PagedAttentionSpec(paged.PagedSpec):
             )
         check_call(config, *args)
 
-    def plain_predicate(self, config: PagedAttentionConfig, *, strided_rows: bool) -> Callable[[tuple[Any, ...]], bool]:
+    def plain_predicate(
+        self, config: PagedAttentionConfig, *, strided_rows: bool, device_type: str | None
+    ) -> Callable[[tuple[Any, ...]], bool]:
         """The engine call: ``query`` ``[T, Hq*D]`` rows with tokens (a slice of a packed ``qkv`` where the launch
         takes strided rows), contiguous caches of the configuration's shape and dtype, int32 ``block_table[B, n]``
         with contiguous rows, ``seq_lens[B]``, ``cu_seqlens_q[B + 1]``, the scales as the cache dtype wants them,
         one device, nothing requiring grad in grad mode; where the index values are read (on the host, or with
         ``validate``), values the checks accept."""
-        return plain_attention(config, strided_rows=strided_rows)
+        return plain_attention(config, strided_rows=strided_rows, device_type=device_type)
 
     def reference(  # type: ignore[override]
         self,
@@ -392,8 +407,13 @@ class PagedAttentionSpec(paged.PagedSpec):
 
 
 # -- the fast path -------------------------------------------------------------------------------------------------
-def plain_attention(config: PagedAttentionConfig, *, strided_rows: bool) -> Callable[[tuple[Any, ...]], bool]:
+def plain_attention(
+    config: PagedAttentionConfig, *, strided_rows: bool, device_type: str | None
+) -> Callable[[tuple[Any, ...]], bool]:
     tensor = torch.Tensor
+    current_device = torch.cuda.current_device
+    on_cuda = device_type == "cuda"
+    other_kind = device_type if device_type not in (None, "cuda") else None
     is_grad_enabled = torch.is_grad_enabled
     int32, float32 = torch.int32, torch.float32
     width = config.num_heads * config.head_dim
@@ -417,6 +437,11 @@ def plain_attention(config: PagedAttentionConfig, *, strided_rows: bool) -> Call
             if not strided_rows or (step != 1 and width > 1) or (tokens > 1 and row_step < width):
                 return False
         device = query.device
+        if on_cuda:
+            if not query.is_cuda or query.get_device() != current_device():
+                return False
+        elif other_kind is not None and device.type != other_kind:
+            return False
         for cache in (key_cache, value_cache):
             if type(cache) is not tensor or cache.dtype is not stored_dtype or cache.dim() != 4:
                 return False
