@@ -274,7 +274,7 @@ def kernel_calls(name: str, device: str, smoke: bool) -> tuple[Any, tuple[Any, .
     # on a CPU, a GEMM at the engine's size would time the arithmetic, not the call: clamped to 256
     small = smoke or (short == "matmul" and not device.startswith("cuda"))
     chosen = harness.engine().example(name, torch.bfloat16, small=small)
-    config = kernel_spec.configure(*chosen.args, **chosen.kwargs)
+    config = kernel_spec.bind(*chosen.args, **chosen.kwargs)
     args = tuple(kernel_spec.example_inputs(config, 1, Inputs(0, device), chosen.geometry))
     noop = kernel_spec.implementation(
         lambda config: lambda *launched: None,

@@ -111,7 +111,7 @@ def memory_bound() -> list[str]:
     for name in kernel_names():
         chosen = bench.example(name)
         kernel_spec = spec(name)
-        config = kernel_spec.configure(*chosen.args, **chosen.kwargs)
+        config = kernel_spec.bind(*chosen.args, **chosen.kwargs)
         if kernel_spec.traffic(config, 1, chosen.geometry).bound != "compute":
             found.append(name.removesuffix("_tl"))
     return found

@@ -355,7 +355,7 @@ def traffic_bytes(shape: Shape, tokens: int, dtype: Any) -> int:
         ("rope_tl", (shape.head_dim, dtype), rope_geometry),
     ]
     return sum(
-        spec(name).traffic(spec(name).configure(*args), tokens, geometry).bytes for name, args, geometry in parts
+        spec(name).traffic(spec(name).bind(*args), tokens, geometry).bytes for name, args, geometry in parts
     )
 
 

@@ -227,7 +227,7 @@ def example(kernel: str, dtype: Any = "bfloat16", *, small: bool = False) -> Any
         {key: clamp(value) for key, value in full.geometry.items()},
     )
     try:
-        spec.configure(*shrunk.args, **shrunk.kwargs)
+        spec.bind(*shrunk.args, **shrunk.kwargs)
     except Exception:  # noqa: BLE001 - the spec has constraints the clamp broke: time the full size instead
         return full
     return shrunk
@@ -257,7 +257,7 @@ def implementations(
     impls = []
     for backend, problem in backend_status(backends).items():
         impls.extend(_backend_impl(backend, name, problem))
-    impls.append(Impl(EAGER, "peer", lambda chosen: eager_call(spec, _configure(spec, chosen))))
+    impls.append(Impl(EAGER, "peer", lambda chosen: eager_call(spec, _bind(spec, chosen))))
     if compile:
         # one compiled call per configuration, shared by every timing of it: each size compiles once, not once a mode
         made: dict[Any, Any] = {}
@@ -265,7 +265,7 @@ def implementations(
         def compiled(chosen: Any) -> Any:
             key = (chosen.args, tuple(sorted(chosen.kwargs.items())))
             if key not in made:
-                made[key] = torch.compile(own_code(eager_call(spec, _configure(spec, chosen))), dynamic=False)
+                made[key] = torch.compile(own_code(eager_call(spec, _bind(spec, chosen))), dynamic=False)
             return made[key]
 
         impls.append(Impl(COMPILED, "peer", compiled))
@@ -273,13 +273,13 @@ def implementations(
         impls.append(Impl(peer_name, "peer", _peer(spec, build)))
     if same_bytes_copy:
         chosen = example(name)
-        if spec.traffic(_configure(spec, chosen), 1, chosen.geometry).bound != "compute":
+        if spec.traffic(_bind(spec, chosen), 1, chosen.geometry).bound != "compute":
             impls.append(Impl(SAME_BYTES_COPY, "ceiling", lambda chosen: _same_bytes_copy(spec, chosen)))
     return impls
 
 
 def _peer(spec: Any, build: PeerBuilder) -> Callable[[Any], Any]:
-    return lambda chosen: build(_configure(spec, chosen))
+    return lambda chosen: build(_bind(spec, chosen))
 
 
 def own_code(fn: Callable[..., Any]) -> Callable[..., Any]:
@@ -292,7 +292,7 @@ def own_code(fn: Callable[..., Any]) -> Callable[..., Any]:
 
 def _same_bytes_copy(spec: Any, chosen: Any) -> Peer:
     """A copy of the bytes ``spec``'s kernel moves on the inputs it is given: half of them read, half written."""
-    config = _configure(spec, chosen)
+    config = _bind(spec, chosen)
     token_input = spec.inputs.index(spec.row_inputs[0])
 
     def buffers(*args: Any) -> tuple[Any, Any]:
@@ -501,7 +501,7 @@ def measure(
     name, dtype, device = kernel_name(kernel), _dtype(dtype), default_device(device)
     spec = spec_of(name)
     chosen = example(name, dtype, small=small)
-    config = _configure(spec, chosen)
+    config = _bind(spec, chosen)
     described = describe(name, dtype, small=small)
     built = {impl.name: _build(impl, chosen) for impl in impls}
     rotate = (ROTATE_BYTES if device.startswith("cuda") else 0) if rotate_bytes is None else rotate_bytes
@@ -576,7 +576,7 @@ def host_time(
     name, dtype, device = kernel_name(kernel), _dtype(dtype), default_device(device)
     spec = spec_of(name)
     chosen = example(name, dtype, small=small)
-    config = _configure(spec, chosen)
+    config = _bind(spec, chosen)
     described = describe(name, dtype, small=small)
     args = _input_sets(spec, config, chosen, 1, device, 0)[0]
     current: dict[str, Row] = {}
@@ -622,7 +622,7 @@ def graph_time(
     name, dtype, device = kernel_name(kernel), _dtype(dtype), default_device(device)
     spec = spec_of(name)
     chosen = example(name, dtype, small=small)
-    config = _configure(spec, chosen)
+    config = _bind(spec, chosen)
     described = describe(name, dtype, small=small)
     built = {impl.name: _build(impl, chosen) for impl in impls}
     rows: list[Row] = []
@@ -718,7 +718,7 @@ def rank(rows: Sequence[Row]) -> None:
 
 
 def _dtype(dtype: Any) -> torch.dtype:
-    from lazyops.specs._checks import canonical_dtype
+    from lazyops.specs._arguments import canonical_dtype
 
     return canonical_dtype("lazyops bench", dtype)
 
@@ -736,8 +736,8 @@ def _short(kernel: str) -> str:
     return kernel.removesuffix("_tl")
 
 
-def _configure(spec: Any, chosen: Any) -> Any:
-    return spec.configure(*chosen.args, **chosen.kwargs)
+def _bind(spec: Any, chosen: Any) -> Any:
+    return spec.bind(*chosen.args, **chosen.kwargs)
 
 
 def describe(kernel: str, dtype: Any = "bfloat16", *, small: bool = False) -> str:

@@ -66,7 +66,7 @@ def test_the_eager_peer_is_the_spec(kernel):
     kernel_spec = spec(kernel)
 
     def factory(*args, **kwargs):
-        return _bench.eager_call(kernel_spec, kernel_spec.configure(*args, **kwargs))
+        return _bench.eager_call(kernel_spec, kernel_spec.bind(*args, **kwargs))
 
     chosen = _bench.example(kernel, torch.float32, small=True)
     check_case(factory, Case(kernel, chosen.args, dict(chosen.kwargs), (1, 5), 0, dict(chosen.geometry)), device="cpu")
@@ -167,7 +167,7 @@ def test_same_bytes_copy_moves_what_the_kernel_moves_and_is_never_a_peer(kernel)
     impls = _bench.implementations(kernel, ["torch"], same_bytes_copy=True)
     ceilings = [impl for impl in impls if impl.kind == "ceiling"]
     chosen = _bench.example(kernel, small=True)
-    config = spec(kernel).configure(*chosen.args, **chosen.kwargs)
+    config = spec(kernel).bind(*chosen.args, **chosen.kwargs)
     if spec(kernel).traffic(config, 1, chosen.geometry).bound == "compute":
         assert ceilings == []  # a GEMM's ceiling is its FLOPs, not a copy
         return

@@ -16,7 +16,7 @@ def tolerance_of(kernel: str) -> float:
 
     kernel_spec = spec(kernel)
     example = kernel_spec.benchmark(torch.float32)
-    return testing.TOLERANCE[kernel_spec.out_dtype(kernel_spec.configure(*example.args, **example.kwargs))]
+    return testing.TOLERANCE[kernel_spec.out_dtype(kernel_spec.bind(*example.args, **example.kwargs))]
 
 
 def test_doctor_runs_and_checks_every_kernel_here(env):

@@ -87,9 +87,10 @@ def test_span_of_a_dense_view_is_its_bytes() -> None:
 
 
 def test_a_cuda_backend_refuses_tensors_elsewhere_by_name() -> None:
+    from lazyops.specs._engine import kernel_of
     from lazyops.specs.rmsnorm import spec
 
-    config = spec.configure(8, torch.float32)
-    kernel = spec.guarded(config, lambda x, weight: x, "cuda")
+    config = spec.bind(8, torch.float32)
+    kernel = kernel_of(spec, config, lambda x, weight: x, "test", "cuda", strided_rows=False, writes_out=False)
     with pytest.raises(KernelInputError, match=r"rmsnorm_tl\(.*the inputs are on cpu; .*take cuda tensors"):
         kernel(torch.randn(2, 8), torch.randn(8))

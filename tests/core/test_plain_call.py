@@ -17,6 +17,7 @@ from lazyops._errors import KernelInputError  # noqa: E402
 from lazyops.specs import kernel_names  # noqa: E402
 from lazyops.specs import spec as kernel_spec  # noqa: E402
 from lazyops.specs._checks import overlap  # noqa: E402
+from lazyops.specs._engine import kernel_of  # noqa: E402
 from lazyops.testing._compare import Inputs  # noqa: E402
 
 #: the factory arguments of a small configuration, where the first positional one is not the width
@@ -25,12 +26,12 @@ SMALL = {"matmul_tl": (8, 16)}
 
 def small_config(spec: Any, dtype: Any) -> Any:
     """The spec's configuration at a small width (the defects do not depend on the size)."""
-    return spec.configure(*SMALL.get(spec.name, (16,)), dtype)
+    return spec.bind(*SMALL.get(spec.name, (16,)), dtype)
 
 
 def predicate(spec: Any, config: Any) -> Any:
     """The spec's fast-path predicate for a launch that takes dense rows only (the strictest)."""
-    return spec.plain_predicate(config, strided_rows=False)
+    return spec.plain_predicate(config, strided_rows=False, device_type=None)
 
 
 #: every spec with a fast path: all the built-in ones
@@ -128,9 +129,8 @@ def with_defect(spec: Any, config: Any, args: list[Any], defect: str | None, ind
 def is_plain(spec: Any, args: list[Any]) -> bool:
     """What the fast path's launch assumes: every token-indexed input of the rank the launch takes (2-D: rows; rope's
     positions 1-D), dense, with tokens; no written input sharing an element with another input."""
-    ranks = spec.flat_ranks or (2,) * len(spec.row_inputs)
-    for name, rank in zip(spec.row_inputs, ranks, strict=True):
-        arg = args[spec.inputs.index(name)]
+    for position, rank in spec.flat_ranks():
+        arg = args[position]
         if arg.dim() != rank or not arg.is_contiguous() or arg.shape[0] == 0:
             return False
     for name in spec.mutates:
@@ -176,7 +176,7 @@ def test_a_plain_call_skips_the_full_checks(name: str, writes_out: bool, monkeyp
             return None
         return spec.output(config, *args)
 
-    kernel = spec.guarded(config, launch, None, writes_out=writes_out)
+    kernel = kernel_of(spec, config, launch, "test", None, strided_rows=False, writes_out=writes_out)
     args = engine_call(spec, config, 3, seed=0)
     returned = kernel(*args)
     assert (checked, launched) == ([], [len(args) + (writes_out and returns_out)])
@@ -252,7 +252,7 @@ def test_rope_takes_a_packed_qkv_on_the_fast_path_only_where_the_launch_takes_st
     packed = torch.zeros(3, query.shape[1] + 2 * key.shape[1], dtype=query.dtype)
     q, k = packed[:, : query.shape[1]], packed[:, query.shape[1] : query.shape[1] + key.shape[1]]
     assert not q.is_contiguous() and not k.is_contiguous()
-    accepts = spec.plain_predicate(config, strided_rows=strided_rows)
+    accepts = spec.plain_predicate(config, strided_rows=strided_rows, device_type=None)
     assert accepts((positions, q, k, cache)) is strided_rows
     assert accepts((positions, query, key, cache))
     assert not accepts((positions, q, q, cache)), "query and key the same elements"
@@ -261,5 +261,5 @@ def test_rope_takes_a_packed_qkv_on_the_fast_path_only_where_the_launch_takes_st
 def test_a_layout_without_token_indexed_inputs_is_refused_with_the_way_out() -> None:
     from lazyops.specs._checks import fixed_input, plain_call
 
-    with pytest.raises(ValueError, match="no token-indexed input.*rows_input.*return None"):
+    with pytest.raises(ValueError, match="no token-indexed input.*Rows.*return None"):
         plain_call((fixed_input((4,), torch.float32),))

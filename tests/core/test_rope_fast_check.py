@@ -82,7 +82,7 @@ def calls(draw: st.DrawFn) -> tuple:
 @given(calls())
 def test_the_fast_accept_never_accepts_a_refused_call(drawn: tuple) -> None:
     defect, call = drawn
-    config = rope.spec.configure(HEAD_DIM, torch.float32)
+    config = rope.spec.bind(HEAD_DIM, torch.float32)
     fast = rope._engine_call(config, *call)
     with mock.patch.object(rope, "_engine_call", lambda *args: False):
         try:
@@ -96,7 +96,7 @@ def test_the_fast_accept_never_accepts_a_refused_call(drawn: tuple) -> None:
 
 
 def test_the_engine_call_takes_the_fast_accept() -> None:
-    config = rope.spec.configure(128, torch.bfloat16)
+    config = rope.spec.bind(128, torch.bfloat16)
     qkv = torch.zeros(4, 48 * 128, dtype=torch.bfloat16)
     call = (torch.arange(4), qkv[:, : 32 * 128], qkv[:, 32 * 128 : 40 * 128], torch.zeros(64, 128))
     assert rope._engine_call(config, *call)

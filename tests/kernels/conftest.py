@@ -72,7 +72,7 @@ class Harness:
             @self.settings(host_examples=host_examples, examples=examples)
             @given(case=kernel_spec.cases())
             def run(case: testing.Case) -> None:
-                config = kernel_spec.configure(*case.args, **case.kwargs)
+                config = kernel_spec.bind(*case.args, **case.kwargs)
                 count = testing.rows(tokens, kernel_spec.token_elements(config, case.geometry), 20_000)
                 draw = testing.Inputs(case.seed, self.device)
                 args = kernel_spec.example_inputs(config, count, draw, case.geometry)

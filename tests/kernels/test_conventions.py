@@ -51,7 +51,7 @@ def test_rope_takes_heads_as_their_own_dimension(kernels):
     positions = torch.arange(5, device=kernels.device)
     cache = torch.randn(16, 64, generator=generator).to(kernels.device)
     expected = [t.reshape(5, -1).double() for t in (query, key)]
-    expected = spec("rope_tl").reference(spec("rope_tl").configure(64, torch.float32), positions, *expected, cache)
+    expected = spec("rope_tl").reference(spec("rope_tl").bind(64, torch.float32), positions, *expected, cache)
     value_before = qkv[:, 6:].clone()
     returned = kernel(positions, query, key, cache)
     assert returned[0] is query and returned[1] is key
@@ -214,7 +214,6 @@ def test_a_launch_that_takes_strides_receives_the_callers_views(kernels, name, m
     """Where a backend declares ``strided_rows`` (and ``writes_out``), nothing is copied: its launch gets the very
     views of the packed buffers (their storage and strides) and writes the results where they lie, leaving the
     buffers' other columns alone. Triton is checked down to its kernel launches."""
-    from lazyops.specs._spec import KernelSpec
 
     conventions = kernels.factory(name).lazyops_conventions
     if not conventions["strided_rows"]:
@@ -237,16 +236,18 @@ def test_a_launch_that_takes_strides_receives_the_callers_views(kernels, name, m
 
         monkeypatch.setattr(Launcher, "__call__", recording_launch)
     else:
-        guarded = KernelSpec.guarded
+        from lazyops.specs import _engine
 
-        def recording_guarded(self: Any, config: Any, launch: Any, *rest: Any, **options: Any) -> Any:
+        kernel_of = _engine.kernel_of
+
+        def recording_kernel_of(spec: Any, config: Any, launch: Any, *rest: Any, **options: Any) -> Any:
             def recorded(*values: Any) -> Any:
                 record(*values)
                 return launch(*values)
 
-            return guarded(self, config, recorded, *rest, **options)
+            return kernel_of(spec, config, recorded, *rest, **options)
 
-        monkeypatch.setattr(KernelSpec, "guarded", recording_guarded)
+        monkeypatch.setattr(_engine, "kernel_of", recording_kernel_of)
     kernel = kernels.factory(name)(*factory_args)
     views = [args[kernel_spec.inputs.index(row)] for row in kernel_spec.row_inputs if row != "positions"]
     if out is not None and conventions["writes_out"]:
@@ -256,7 +257,7 @@ def test_a_launch_that_takes_strides_receives_the_callers_views(kernels, name, m
         for base in {id(view._base): view._base for view in views if view._base is not None}.values()
     ]
     expected = kernel_spec.reference(
-        kernel_spec.configure(*factory_args), *(a.double() if a.is_floating_point() else a for a in args)
+        kernel_spec.bind(*factory_args), *(a.double() if a.is_floating_point() else a for a in args)
     )
 
     result = kernel(*args) if out is None else kernel(*args, out=out)

@@ -42,7 +42,7 @@ def test_rmsnorm_fp8_off_the_cpu(dtype: torch.dtype, offset: float) -> None:
     x, _, weight, scale = inputs(dtype, 1)
     if offset:
         weight = weight - 0.75  # Gemma's weight is stored less 1
-    config = norm_spec.configure(N, dtype, weight_offset=offset)
+    config = norm_spec.bind(N, dtype, weight_offset=offset)
     (expected,) = norm_spec.reference(config, x.double(), weight.double(), scale.double())
     kernel = rmsnorm_fp8_tl(N, dtype, weight_offset=offset)
     on_cpu = relative(kernel(x, weight, scale), expected)
@@ -54,7 +54,7 @@ def test_rmsnorm_fp8_off_the_cpu(dtype: torch.dtype, offset: float) -> None:
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_add_rmsnorm_fp8_off_the_cpu(dtype: torch.dtype) -> None:
     x, residual, weight, scale = inputs(dtype, 2)
-    config = add_spec.configure(N, dtype)
+    config = add_spec.bind(N, dtype)
     expected, expected_residual = add_spec.reference(
         config, x.double(), residual.double(), weight.double(), scale.double()
     )

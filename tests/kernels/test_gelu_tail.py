@@ -46,7 +46,7 @@ def test_every_element_is_within_tolerance_on_negative_gates(kernels, approximat
     x = torch.stack([gates, torch.full_like(gates, 1.5)], dim=-1).to(dtype)  # 400 rows of one feature
     kernel = kernels.factory("gelu_and_mul_tl")(1, dtype, approximate=approximate)
     got = kernel(x.to(kernels.device)).double().cpu()
-    config = spec.configure(1, dtype, approximate=approximate)
+    config = spec.bind(1, dtype, approximate=approximate)
     (expected,) = spec.reference(config, x.double())  # the definition, in its cancellation-free float64 forms
     relative = ((got - expected).abs() / expected.abs()).flatten()
     worst = int(relative.argmax())
@@ -62,7 +62,7 @@ def test_the_torch_float32_route_for_other_devices_computes_the_same(approximate
 
     gates = torch.linspace(-5.0, 5.0, 401, dtype=torch.float64)
     x = torch.stack([gates, torch.full_like(gates, 1.5)], dim=-1)
-    (expected,) = spec.reference(spec.configure(1, torch.float32, approximate=approximate), x)
+    (expected,) = spec.reference(spec.bind(1, torch.float32, approximate=approximate), x)
     kernel = gelu_and_mul_tl(1, torch.float32, approximate=approximate)
     for got in (kernel(x.float()), plain(kernel(*off_the_cpu(x.float())))):
         relative = ((got.double() - expected).abs() / expected.abs()).max()

@@ -31,7 +31,7 @@ def as_python(expression: str):
 
 def reference(spec, **kwargs) -> list[float]:
     x = torch.tensor([[g, 1.5] for g in GATES], dtype=torch.float64)
-    (y,) = spec.reference(spec.configure(1, torch.float32, **kwargs), x)
+    (y,) = spec.reference(spec.bind(1, torch.float32, **kwargs), x)
     return y.flatten().tolist()
 
 

@@ -29,7 +29,7 @@ def test_rows_of_two_features_are_drawn_as_well_conditioned_as_wide_ones(kernels
     from lazyops.specs.layernorm import MEAN_SHIFT, spec
     from lazyops.testing import Inputs
 
-    config = spec.configure(2, torch.float32, eps=1e-6)
+    config = spec.bind(2, torch.float32, eps=1e-6)
     x = spec.example_inputs(config, 35, Inputs(1, "cpu"), {})[0].double()
     torch.testing.assert_close(x.mean(-1), MEAN_SHIFT * x.std(-1, correction=0), rtol=1e-5, atol=1e-6)
     factory = kernels.factory("layernorm_tl")

@@ -81,10 +81,10 @@ def test_the_cpu_rotates_in_blocks_of_tokens_as_in_one(monkeypatch, is_neox):
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
 @pytest.mark.parametrize("is_neox", [True, False])
 def test_the_torch_backends_complex_rotation_is_the_float32_rotation(dtype, is_neox):
-    """``GPU_ROTATION = "complex"`` (pairs as complex64, one multiplication) computes what the float32 rotation
+    """The GPU's rotation (pairs as complex64, one multiplication) computes what the CPU's float32 rotation
     computes, to float32 rounding: checked here on the host, where both functions run as they do on a GPU. A
     token outside the cache (``cos + i sin = 1``) keeps its features exactly."""
-    from lazyops._backends.torch.rope import rotate, rotate_complex
+    from lazyops._backends.torch.rope import rotate_all, turn_all
     from lazyops.testing._compare import check_each
 
     generator = torch.Generator().manual_seed(7)
@@ -95,7 +95,7 @@ def test_the_torch_backends_complex_rotation_is_the_float32_rotation(dtype, is_n
     cos, sin = angle.cos(), angle.sin()
     cos[0], sin[0] = 1.0, 0.0  # the first token: outside the cache
     expected, got = heads.clone().unflatten(-1, shape), heads.clone().unflatten(-1, shape)
-    rotate(expected, cos.unsqueeze(pair_dim), sin, pair_dim)
-    rotate_complex(got, torch.complex(cos, sin), pair_dim)
+    rotate_all((expected,), cos.unsqueeze(pair_dim), sin, pair_dim)
+    turn_all((got,), torch.complex(cos, sin), pair_dim)
     check_each(got, expected.double(), dtype, "complex rotation")
     assert torch.equal(got[0], heads[0].unflatten(-1, shape)), "a token outside the cache changed"

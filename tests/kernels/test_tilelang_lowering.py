@@ -76,7 +76,7 @@ def test_every_program_a_factory_compiles_lowers_for_any_token_count(name: str, 
 
     kernel_spec = spec(name)
     example = kernel_spec.benchmark(dtype)
-    config = kernel_spec.configure(*example.args, **example.kwargs)
+    config = kernel_spec.bind(*example.args, **example.kwargs)
     module = importlib.import_module(f"lazyops._backends.tilelang.{name.removesuffix('_tl')}")
     programs = module.programs(config)
     assert programs, f"{name}: programs() compiles nothing"
@@ -160,7 +160,7 @@ def assert_float8_vector_stores(source: str, dtype: str, n: int) -> None:
     [(4096, "bfloat16", 0.0), (1000, "float16", 1.0), (5000, "float32", 0.0), (40000, "bfloat16", 1.0)],
 )
 def test_rmsnorm_fp8_is_the_rmsnorm_program_with_vector_float8_stores(n: int, dtype: str, offset: float) -> None:
-    (build,) = rmsnorm_fp8.programs(rmsnorm_fp8.spec.configure(n, dtype, weight_offset=offset)).values()
+    (build,) = rmsnorm_fp8.programs(rmsnorm_fp8.spec.bind(n, dtype, weight_offset=offset)).values()
     source = lower(build())
     assert_dynamic_tokens(source)
     assert "AllReduce" in source
@@ -170,7 +170,7 @@ def test_rmsnorm_fp8_is_the_rmsnorm_program_with_vector_float8_stores(n: int, dt
 
 @pytest.mark.parametrize(("n", "dtype"), [(4096, "bfloat16"), (1000, "float16"), (40000, "bfloat16")])
 def test_add_rmsnorm_fp8_is_the_add_rmsnorm_program_with_vector_float8_stores(n: int, dtype: str) -> None:
-    (build,) = add_rmsnorm_fp8.programs(add_rmsnorm_fp8.spec.configure(n, dtype, 1e-5)).values()
+    (build,) = add_rmsnorm_fp8.programs(add_rmsnorm_fp8.spec.bind(n, dtype, 1e-5)).values()
     source = lower(build())
     assert_dynamic_tokens(source)
     assert "residual[" in source or "residual +" in source, "the kernel must write the residual back"
@@ -430,7 +430,7 @@ def test_decode_programs_lower(n: int, k: int, dtype: str) -> None:
     """The decode variants: a tensor-core product per k-slice fed by TMA, float32 partials stored with the token
     count as a bound, then a reduce that adds them in slice order and casts; or, where the tiles alone fill the
     GPU (one slice), the plain tiled program with the decode tile."""
-    config = matmul.spec.configure(n, k, dtype)
+    config = matmul.spec.bind(n, k, dtype)
     plans = matmul.split_plans(config)
     assert [plan.max_m for plan in plans] == [16, 64, 128]
     for plan in plans:
@@ -461,12 +461,12 @@ def test_decode_programs_lower(n: int, k: int, dtype: str) -> None:
 
 
 def test_float32_gets_no_split_k() -> None:
-    assert matmul.split_plans(matmul.spec.configure(4096, 4096, "float32")) == ()
+    assert matmul.split_plans(matmul.spec.bind(4096, 4096, "float32")) == ()
 
 
 def test_decode_tiles_fit_a_99_kib_gpu() -> None:
     """sm_86 / sm_89 give a block 99 KiB: the decode tiles drop stages until they fit, and still lower."""
-    for plan in matmul.split_plans(matmul.spec.configure(4096, 4096, "bfloat16"), 84, 99 * 1024):
+    for plan in matmul.split_plans(matmul.spec.bind(4096, 4096, "bfloat16"), 84, 99 * 1024):
         assert plan.tile.stages >= 2
         assert plan.tile.shared_bytes(2, 4) <= 99 * 1024 - matmul.EPILOGUE_RESERVE
         program = (

@@ -50,7 +50,7 @@ def test_the_factory_keeps_a_block_a_tile_because_persistence_measured_slower() 
     assert len(plain) == 7 and len(persistent) == 4 * 7
     assert all(r["us"] > plain[(r["m"], r["n"], r["k"])] for r in persistent)
     assert matmul.LARGE.persistent == 0 and matmul.SMALL.persistent == 0
-    for plan in matmul.split_plans(matmul.spec.configure(4096, 4096, "bfloat16")):
+    for plan in matmul.split_plans(matmul.spec.bind(4096, 4096, "bfloat16")):
         assert plan.tile.persistent == 0
 
 

@@ -40,7 +40,7 @@ def plan_for(m: int, plans: tuple) -> matmul.SplitK:
 
 def h200_plan(m: int, n: int, k: int) -> matmul.SplitK:
     """The plan for ``m`` tokens of a bfloat16 ``[k, n]`` weight on an H200."""
-    return plan_for(m, matmul.split_plans(matmul.spec.configure(n, k, "bfloat16"), H200_SMS, H200_SHARED_MEMORY))
+    return plan_for(m, matmul.split_plans(matmul.spec.bind(n, k, "bfloat16"), H200_SMS, H200_SHARED_MEMORY))
 
 
 def plan_key(plan: matmul.SplitK) -> tuple[int, int, int, int, int]:
@@ -161,9 +161,9 @@ def test_up_to_16_tokens_narrow_weights_take_the_unsplit_narrow_tile_its_sweep_m
 def test_only_weights_whose_unsplit_tiles_fill_most_sms_go_unsplit() -> None:
     """NARROW_16 runs unsplit only where its tiles give at least 3/8 of the SMs a block (64 of 132 at n = 4096, the
     measured case); a much narrower weight with a long k keeps the split plan that fills the SMs."""
-    unsplit = matmul.split_plans(matmul.spec.configure(3200, 14336, "bfloat16"), H200_SMS)[0]
+    unsplit = matmul.split_plans(matmul.spec.bind(3200, 14336, "bfloat16"), H200_SMS)[0]
     assert unsplit.tile == matmul.NARROW_16 and unsplit.split == 1
-    narrow = matmul.split_plans(matmul.spec.configure(1024, 14336, "bfloat16"), H200_SMS)[0]
+    narrow = matmul.split_plans(matmul.spec.bind(1024, 14336, "bfloat16"), H200_SMS)[0]
     assert narrow.tile == matmul.SPLIT_16 and narrow.split > 1
 
 
@@ -189,11 +189,11 @@ def test_the_narrow_tiles_need_their_stages_of_room() -> None:
     """NARROW_64's six stages take 144 KiB and NARROW_128's five 160 KiB: a 99 KiB block (sm_86, sm_89) keeps the
     plans that fit there, whatever the weight, and an A100's 108 SMs make 4096 columns a wide weight (64 x 128
     tiles at 128 tokens fill more than half of them). On the H200 both narrow tiles run unsplit at n = 4096."""
-    plans = matmul.split_plans(matmul.spec.configure(4096, 4096, "bfloat16"), 84, 99 * 1024)
+    plans = matmul.split_plans(matmul.spec.bind(4096, 4096, "bfloat16"), 84, 99 * 1024)
     assert plans[1].tile.block_n == matmul.SPLIT_64.block_n and plans[-1].tile.block_k == 64  # fitted: fewer stages
-    plans = matmul.split_plans(matmul.spec.configure(4096, 4096, "bfloat16"), 108, 163 * 1024)
+    plans = matmul.split_plans(matmul.spec.bind(4096, 4096, "bfloat16"), 108, 163 * 1024)
     assert matmul.NARROW_64 not in {plan.tile for plan in plans} and plans[-1].tile != matmul.NARROW_128
-    plans = matmul.split_plans(matmul.spec.configure(4096, 4096, "bfloat16"), H200_SMS)
+    plans = matmul.split_plans(matmul.spec.bind(4096, 4096, "bfloat16"), H200_SMS)
     assert plans[0].tile == matmul.NARROW_16 and plans[0].split == 1
     assert plans[1].tile == matmul.NARROW_64 and plans[1].split == 1
     assert plans[-1].tile == matmul.NARROW_128 and plans[-1].split == 1
@@ -229,7 +229,7 @@ def test_the_plan_picks_a_measured_tiling_near_the_best_in_every_swept_cell() ->
     shared_memory=st.sampled_from([99 * 1024, 163 * 1024, 227 * 1024]),
 )
 def test_every_plan_fits_and_covers_k_once(n: int, k: int, sm_count: int, shared_memory: int) -> None:
-    for plan in matmul.split_plans(matmul.spec.configure(n, k, "bfloat16"), sm_count, shared_memory):
+    for plan in matmul.split_plans(matmul.spec.bind(n, k, "bfloat16"), sm_count, shared_memory):
         tile = plan.tile
         # a pipeline that fits the device's shared memory (two stages at least)
         assert tile.stages >= 2
@@ -303,7 +303,7 @@ def test_the_full_row_large_tile_is_built_only_where_tma_keeps_the_producer_warp
 
     from lazyops.specs.matmul import spec
 
-    config = spec.configure(n, k, getattr(torch, dtype))
+    config = spec.bind(n, k, getattr(torch, dtype))
     (tile,) = [tile for (name, tile) in matmul.programs(config, 227 * 1024) if name == "large"]
     hopper = TvmTarget({"kind": "cuda", "arch": "sm_90a"})
     with hopper:

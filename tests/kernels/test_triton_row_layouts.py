@@ -25,7 +25,7 @@ def warps_of_launch(monkeypatch, quantize: bool) -> int:
             seen.update(options)
 
     monkeypatch.setattr(rmsnorm_module, "Launcher", Recorder)
-    config = fp8_spec.configure(4096, torch.bfloat16)
+    config = fp8_spec.bind(4096, torch.bfloat16)
     rmsnorm_module.norm_launch(config, quantize=quantize)
     return seen["num_warps"]
 

@@ -111,7 +111,7 @@ def canonical(kernel: str, args: str | None) -> str:
 
         if has_spec(kernel):
             positional, keywords = parse_arguments(args)
-            return str(spec(kernel).configure(*positional, **keywords).label)
+            return str(spec(kernel).bind(*positional, **keywords).label)
     except Exception:  # noqa: BLE001 - unreadable or refused: still a distinct configuration, named as traced
         pass
     return args

@@ -203,7 +203,7 @@ def oversized(job: Job, tokens: tuple[int, ...], limit: int) -> str | None:
         return None
     kernel_spec = spec(job.kernel)
     try:
-        config = kernel_spec.configure(*job.args, **job.kwargs)
+        config = kernel_spec.bind(*job.args, **job.kwargs)
     except Exception:  # noqa: BLE001 - arguments the factory refuses: building it says why, in the job's row
         return None
     moved = kernel_spec.traffic(config, max(tokens), geometry(job, kernel_spec, config)).bytes
@@ -265,7 +265,7 @@ def call(job: Job, kernel: Any, tokens: tuple[int, ...]) -> None:
     if not has_spec(job.kernel):
         return  # a third-party kernel without a spec: lazyops cannot make its inputs
     kernel_spec = spec(job.kernel)
-    config = kernel_spec.configure(*job.args, **job.kwargs)
+    config = kernel_spec.bind(*job.args, **job.kwargs)
     shape = geometry(job, kernel_spec, config)
     device = default_device(job.backend or "torch")
     with torch.inference_mode():

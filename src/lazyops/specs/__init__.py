@@ -16,9 +16,23 @@ import importlib
 import os
 
 from lazyops._manifest import read_manifest
-from lazyops.specs._spec import Example, KernelSpec, RowConfig, Traffic  # no torch: only under TYPE_CHECKING there
+from lazyops.specs._arguments import RowConfig
+from lazyops.specs._params import Fixed, Other, Out, Rows
+from lazyops.specs._spec import Example, KernelSpec, Traffic  # no torch: only under TYPE_CHECKING there
 
-__all__ = ["Example", "KernelSpec", "RowConfig", "Traffic", "has_spec", "kernel_names", "spec"]
+__all__ = [
+    "Example",
+    "Fixed",
+    "KernelSpec",
+    "Other",
+    "Out",
+    "RowConfig",
+    "Rows",
+    "Traffic",
+    "has_spec",
+    "kernel_names",
+    "spec",
+]
 
 
 _kernel_names: tuple[str, ...] | None = None  # the manifest is a file of the installed package: read once

@@ -16,54 +16,6 @@ from lazyops._errors import KernelInputError
 if TYPE_CHECKING:
     import torch
 
-    from lazyops.specs._spec import RowConfig
-
-#: The dtypes every kernel supports, by the names accepted for them.
-_DTYPE_NAMES = {
-    "float32": "float32",
-    "fp32": "float32",
-    "float": "float32",
-    "float16": "float16",
-    "fp16": "float16",
-    "half": "float16",
-    "bfloat16": "bfloat16",
-    "bf16": "bfloat16",
-}
-SUPPORTED_DTYPES = ("float32", "float16", "bfloat16")
-
-
-def canonical_dtype(factory: str, dtype: Any) -> torch.dtype:
-    """``dtype`` as a ``torch.dtype``; accepts ``torch.float32``/``float16``/``bfloat16`` or their names."""
-    import torch
-
-    if isinstance(dtype, torch.dtype):
-        name = str(dtype).removeprefix("torch.")
-    elif isinstance(dtype, str):
-        name = _DTYPE_NAMES.get(dtype.lower().removeprefix("torch."), dtype)
-    else:
-        raise KernelInputError(
-            f"{factory}: dtype must be a torch.dtype or its name, got {type(dtype).__name__} {dtype!r}; "
-            f"use one of {', '.join(SUPPORTED_DTYPES)}"
-        )
-    if name not in SUPPORTED_DTYPES:
-        raise KernelInputError(f"{factory}: dtype {dtype!r} is not supported; use one of {', '.join(SUPPORTED_DTYPES)}")
-    canonical: torch.dtype = getattr(torch, name)
-    return canonical
-
-
-def positive_int(factory: str, param: str, value: Any) -> int:
-    """``value`` as an ``int`` > 0; bools and floats are refused, since ``n=True`` or ``n=4096.0`` is a bug."""
-    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-        raise KernelInputError(f"{factory}: {param} must be a positive int, got {value!r}")
-    return int(value)
-
-
-def positive_float(factory: str, param: str, value: Any) -> float:
-    """``value`` as a positive, finite ``float``: ``eps=inf`` would make every output zero, silently."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < math.inf:
-        raise KernelInputError(f"{factory}: {param} must be a positive finite float, got {value!r}")
-    return float(value)
-
 
 def check_tensor(
     kernel: str,
@@ -176,7 +128,7 @@ def rows_of(tensor: torch.Tensor) -> torch.Tensor:
 def check_kind(
     kernel: str, arg: str, tensor: Any, dtype: torch.dtype | tuple[torch.dtype, ...], device: torch.device | None
 ) -> None:
-    if not isinstance(tensor, _TENSOR or _tensor_type()):
+    if not isinstance(tensor, _TENSOR or tensor_type()):
         raise KernelInputError(f"{kernel}: {arg} must be a torch.Tensor, got {type(tensor).__name__}")
     found = tensor.dtype
     if found is not dtype and (type(dtype) is not tuple or found not in dtype):
@@ -268,7 +220,7 @@ _FAKE_TENSOR: Any = None
 def _is_fake(tensor: torch.Tensor) -> bool:
     """A tensor ``torch.compile`` traces with: it has no memory of its own to compare."""
     global _FAKE_TENSOR
-    if type(tensor) is _tensor_type():
+    if type(tensor) is tensor_type():
         return False
     if _FAKE_TENSOR is None:
         from torch._subclasses.fake_tensor import FakeTensor
@@ -291,6 +243,32 @@ def _row_form(tensor: torch.Tensor) -> tuple[int, int] | None:
     return None if stride is None else (stride, width)
 
 
+def rows_apart(a: torch.Tensor, b: torch.Tensor, *dense: torch.Tensor) -> bool:
+    """Whether the row tensors ``a`` and ``b`` (``[rows, width]``, unit last stride: rope's query and key, as
+    ``_engine_call`` accepted them) share no element with each other or with the ``dense`` tensors: the fast path's
+    aliasing test, exact for two slices of one packed buffer, in one frame (:func:`overlap` is the general one).
+    """
+    size = a.element_size()
+    a_rows, a_width = a.shape
+    b_rows, b_width = b.shape
+    a_step, b_step = a.stride(0), b.stride(0)
+    a_start, b_start = a.data_ptr(), b.data_ptr()
+    a_end = a_start + ((a_rows - 1) * a_step + a_width) * size
+    b_end = b_start + ((b_rows - 1) * b_step + b_width) * size
+    if a_start < b_end and b_start < a_end:  # interleaved: apart only as distinct columns of one row stride
+        if a_step != b_step or a_rows != b_rows or a_step < a_width or b.element_size() != size:
+            return False
+        period = a_step * size
+        if _arcs_intersect(a_start % period, a_width * size, b_start % period, b_width * size, period):
+            return False
+    for other in dense:
+        start = other.data_ptr()
+        end = start + other.nbytes
+        if (start < a_end and a_start < end) or (start < b_end and b_start < end):
+            return False
+    return True
+
+
 def _arcs_intersect(a: int, a_len: int, b: int, b_len: int, period: int) -> bool:
     d = (b - a) % period
     return d < a_len or (period - d) < b_len
@@ -303,7 +281,7 @@ def _wrong_shape(kernel: str, arg: str, sizes: Any, shape: tuple[int | str, ...]
 _TENSOR: Any = None
 
 
-def _tensor_type() -> Any:
+def tensor_type() -> Any:
     """``torch.Tensor``, imported on first need (this module is imported before torch may be)."""
     global _TENSOR
     if _TENSOR is None:
@@ -322,28 +300,6 @@ def same_size(kernel: str, what: str, sizes: dict[str, int]) -> None:
         raise KernelInputError(f"{kernel}: {what} differs between arguments ({found}); they must be equal")
 
 
-def check_device(kernel: str, tensor: torch.Tensor, *, cuda: bool) -> None:
-    """Refuse a tensor on the wrong kind of device before a launch touches it."""
-    if cuda and tensor.device.type != "cuda":
-        raise KernelInputError(f"{kernel}: inputs must be CUDA tensors, got a tensor on {tensor.device}")
-    if not cuda and tensor.device.type != "cpu":
-        raise KernelInputError(f"{kernel}: inputs must be CPU tensors here, got a tensor on {tensor.device}")
-
-
-def row_config(factory: str, n: Any, dtype: Any) -> RowConfig:
-    """``factory(n, dtype)``'s arguments, checked and normalised (see :class:`lazyops.specs._spec.RowConfig`)."""
-    from lazyops.specs._spec import RowConfig
-
-    n = positive_int(factory, "n", n)
-    dtype = canonical_dtype(factory, dtype)
-    return RowConfig(n, dtype, describe(factory, n=n, dtype=dtype))
-
-
-def describe(factory: str, **config: Any) -> str:
-    """``rmsnorm_tl(n=4096, dtype=torch.bfloat16)``: how a kernel names itself in errors."""
-    return f"{factory}({', '.join(f'{key}={value!r}' for key, value in config.items())})"
-
-
 #: How one input of a plain call looks (see :func:`plain_call`): its dtype, and either ``width`` (a token-indexed
 #: input, ``[tokens, width]``) or ``shape`` (any other input, exactly that shape).
 PlainInput = tuple[Any, int | None, tuple[int, ...] | None]
@@ -359,31 +315,35 @@ def fixed_input(shape: tuple[int, ...], dtype: torch.dtype) -> PlainInput:
     return (dtype, None, shape)
 
 
-def plain_call(layout: tuple[PlainInput, ...], written: tuple[int, ...] = ()) -> Any:
+def plain_call(layout: tuple[PlainInput, ...], written: tuple[int, ...] = (), device_type: str | None = None) -> Any:
     """A predicate over a call's packed arguments that recognises, in a few attribute reads, the call engines make
     on every step: every input a dense tensor of its dtype on the first input's device, none requiring grad while
     grad mode is on, the token-indexed ones ``[tokens, width]`` with the same ``tokens > 0``, the others of their
-    exact shape, and each ``written`` input sharing no byte with any other input of its dtype.
+    exact shape, each ``written`` input sharing no byte with any other input (whatever its dtype) and writable here
+    (not an inference tensor outside ``torch.inference_mode()``), and the device one of ``device_type`` (the
+    current one, for CUDA: a launch goes to the current device).
 
-    It is the kernel's fast path, its layout declared by ``KernelSpec.plain_layout``: where it answers True, the
-    full checks would accept the call and the launch needs no adaptation; where it answers False (or raises, for a
+    It is the kernel's fast path, its layout declared by the spec's parameters: where it answers True, the full
+    checks would accept the call and the launch needs no adaptation; where it answers False (or raises, for a
     non-tensor), the call takes the full checks, which accept it or say what is wrong. So it may refuse what the
     checks accept (a strided view, a 3-D input), never the reverse; ``tests/core/test_plain_call.py`` holds it to that.
 
     Its cost is the kernel's host cost on every step, so it reads each attribute once and loops over nothing it can
     unroll: the first token-indexed input is read on its own, the others and the fixed inputs in two loops over
-    ``(position, dtype, width or shape)`` (``benchmarks/NOTES.md``, "The plain call's host cost").
+    ``(position, dtype, width or shape)``.
     """
     import torch
 
     is_grad_enabled = torch.is_grad_enabled
+    inference_mode = torch.is_inference_mode_enabled
+    current_device = torch.cuda.current_device
     count = len(layout)
     rows = tuple((index, dtype, width) for index, (dtype, width, _) in enumerate(layout) if width is not None)
     fixed = tuple((index, dtype, shape) for index, (dtype, width, shape) in enumerate(layout) if width is None)
     if not rows:
         raise ValueError(
-            f"plain_call{layout!r}: no token-indexed input to count the tokens by; declare one with rows_input(), "
-            "or let the spec's plain_layout return None (no fast path)"
+            f"plain_call{layout!r}: no token-indexed input to count the tokens by; declare one with Rows, or let "
+            "the spec's plain_layout return None (no fast path)"
         )
     (first_index, first_dtype, first_width), other_rows = rows[0], rows[1:]
     # Each input's byte count once its shape is checked, ``tokens * per_token + fixed``: dense tensors span exactly
@@ -392,12 +352,12 @@ def plain_call(layout: tuple[PlainInput, ...], written: tuple[int, ...] = ()) ->
         ((width or 0) * dtype.itemsize, 0 if width is not None else math.prod(shape or ()) * dtype.itemsize)
         for dtype, width, shape in layout
     )
-    # each written input with every other input, whatever its dtype (a view(dtype) of it is the same memory)
     written_against = tuple(
         (index, *spans[index], tuple((other, *spans[other]) for other in range(count) if other != index))
         for index in written
     )
-    inference_mode = torch.is_inference_mode_enabled
+    on_cuda = device_type == "cuda"
+    other_kind = device_type if device_type not in (None, "cuda") else None
 
     def accepts(args: tuple[Any, ...]) -> bool:
         if len(args) != count:
@@ -411,6 +371,11 @@ def plain_call(layout: tuple[PlainInput, ...], written: tuple[int, ...] = ()) ->
             return False
         tokens = sizes[0]
         if tokens <= 0:
+            return False
+        if on_cuda:  # ``is_cuda``: a flag read, where ``device.type`` builds a device object
+            if not first.is_cuda or first.get_device() != current_device():
+                return False
+        elif other_kind is not None and first.device.type != other_kind:
             return False
         if count == 1:
             return True
@@ -431,7 +396,7 @@ def plain_call(layout: tuple[PlainInput, ...], written: tuple[int, ...] = ()) ->
         for index, per_token, fixed_bytes, others in written_against:  # dense tensors: one byte range each
             target = args[index]
             if target.is_inference() and not inference_mode():
-                return False  # the checked path writes it under torch.inference_mode()
+                return False  # written under torch.inference_mode() by the checked path
             start = target.data_ptr()
             end = start + tokens * per_token + fixed_bytes
             for other, other_per_token, other_fixed_bytes in others:

@@ -3,19 +3,21 @@
 The compiler cannot trace into a Triton launcher's argument binding or a TileLang kernel handle; it can keep an
 opaque operator in its graph when it knows the operator's schema (which arguments it mutates), and a fake
 implementation that gives the output's shape and dtype without running anything. So every kernel of every
-backend, third-party ones included, is registered once as ``lazyops_<backend>::<kernel>`` with:
+backend, third-party ones included, is the operator ``lazyops_<backend>::<kernel>`` while it is traced:
 
 - the kernel's tensors as arguments, those the spec lists in ``mutates`` declared as written (``Tensor(a!)``),
-  and its static configuration (the spec's config fields: sizes, dtype, flags) as scalar arguments;
+  and its static configuration (the configuration's fields: sizes, dtype, flags) as scalar arguments;
 - a real implementation that builds (once per configuration) and calls the backend's kernel;
 - a fake implementation that runs the spec's checks on the fake tensors and returns an empty output.
 
 A kernel that returns a new tensor has a second operator, ``<kernel>_out``, for calls given ``out=``: it writes
 ``out`` (declared mutated) and returns nothing, since an operator may not return an alias of its argument.
 
-The eager path never goes through it: the dispatcher adds 16 to 42 µs a call on a 2-core CPU
-(``benchmarks/dispatcher_cost.py``), more than a whole kernel launch should cost. The kernel routes through the
-operator only while ``torch.compiler.is_compiling()``.
+Operators are registered on first use, while the compiler traces a kernel's call, not when a factory is built:
+a program that never compiles registers nothing. What makes that possible inside a trace is
+:func:`ensure_operators`, which the compiler runs once as it finds it (marked as having a constant result) rather
+than tracing into ``torch.library``. What is kept from a factory call is the factory itself, once per (backend,
+kernel), so that a compiled graph can build the kernel of any configuration it was traced with.
 """
 
 from __future__ import annotations
@@ -26,6 +28,8 @@ import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from lazyops._errors import KernelInputError
+
 if TYPE_CHECKING:
     from lazyops.specs._spec import KernelSpec
 
@@ -33,10 +37,11 @@ if TYPE_CHECKING:
 _SCHEMA_TYPES = {bool: "bool", int: "int", float: "float", str: "str"}
 
 _lock = threading.Lock()
+#: (backend, kernel) -> (spec, factory): every factory ``spec.implementation`` made, known by its names
+_factories: dict[tuple[str, str], tuple[KernelSpec, Callable[..., Any]]] = {}
+#: (backend, kernel) -> (operator, its out= form or None), once registered
+_registered: dict[tuple[str, str], tuple[Any, Any]] = {}
 _libraries: dict[str, Any] = {}
-_registered: dict[tuple[str, str], tuple[Callable[..., Any], Callable[..., Any] | None]] = {}
-#: kernels built by the factories, by (backend, kernel, configuration values): what the operator calls
-_kernels: dict[tuple[Any, ...], Callable[..., Any]] = {}
 
 
 def namespace_of(backend: str) -> str:
@@ -46,7 +51,7 @@ def namespace_of(backend: str) -> str:
 
 def backend_of_module(module: str) -> str:
     """The backend a kernel module belongs to: ``lazyops._backends.<name>.<kernel>`` for the built-ins, else the
-    top-level package of a third-party backend."""
+    top-level package of a third-party backend (whose operators are ``lazyops_<package>::<kernel>``)."""
     parts = module.split(".")
     if parts[:2] == ["lazyops", "_backends"] and len(parts) > 2:
         return parts[2]
@@ -56,6 +61,19 @@ def backend_of_module(module: str) -> str:
 def static_fields(config: Any) -> list[str]:
     """The configuration values that become operator arguments (everything but the human-readable label)."""
     return [field.name for field in dataclasses.fields(config) if field.name != "label"]
+
+
+def config_values(config: Any) -> tuple[Any, ...]:
+    return tuple(getattr(config, name) for name in static_fields(config))
+
+
+def stem(spec: KernelSpec) -> str:
+    return spec.name.removesuffix("_tl")
+
+
+def know(backend: str, spec: KernelSpec, factory: Callable[..., Any]) -> None:
+    """Remember the factory of ``spec`` in ``backend`` (done when the factory is made, at the module's import)."""
+    _factories[(backend, spec.name)] = (spec, factory)
 
 
 def schema(spec: KernelSpec, config: Any, *, with_out: bool = False) -> str:
@@ -75,52 +93,74 @@ def schema(spec: KernelSpec, config: Any, *, with_out: bool = False) -> str:
             raise TypeError(f"{spec.name}: config field {name}={value!r} has no operator schema type")
         scalars.append(f"{kind} {name}")
     returns = "Tensor" if spec.returns == "out" and not with_out else "()"
-    name = stem(spec) + ("_out" if with_out else "")
-    return f"{name}({', '.join(tensors + scalars)}) -> {returns}"
+    return f"{stem(spec) + ('_out' if with_out else '')}({', '.join(tensors + scalars)}) -> {returns}"
 
 
-def stem(spec: KernelSpec) -> str:
-    return spec.name.removesuffix("_tl")
+def ensure_operators(backend: str, kernel: str, example_config: Any) -> int:
+    """Register ``kernel``'s operators in ``backend`` if they are not yet; returns 1 (a constant for the compiler).
+
+    Called while ``torch.compile`` traces a kernel: the compiler runs it as it is instead of tracing into it
+    (the attribute below is what ``torch._dynamo.assume_constant_result`` sets), and the operator it registers is
+    then looked up by name as any ``torch.ops`` operator is."""
+    operators(_factories[(backend, kernel)][0], backend, example_config)
+    return 1
 
 
-def config_values(config: Any) -> tuple[Any, ...]:
-    return tuple(getattr(config, name) for name in static_fields(config))
+ensure_operators._dynamo_marked_constant = True  # type: ignore[attr-defined]
 
 
-def operators(
-    spec: KernelSpec, backend: str, config: Any, kernel: Callable[..., Any], build: Callable[[Any], Callable[..., Any]]
-) -> tuple[Callable[..., Any], Callable[..., Any] | None]:
+def operator_route(spec: KernelSpec, config: Any, backend: str) -> Callable[[tuple[Any, ...], Any], Any]:
+    """``through_operator(args, out)``: the kernel's call while the compiler traces it, as its custom operator."""
+    import torch
+
+    values = config_values(config)
+    name, label = spec.name, config.label
+    namespace = namespace_of(backend)
+    returns_out = spec.returns == "out"
+    returned = () if returns_out else tuple(spec.inputs.index(input_name) for input_name in spec.returns)
+
+    def through_operator(args: tuple[Any, ...], out: Any) -> Any:
+        ensure_operators(backend, name, config)
+        operators = getattr(torch.ops, namespace)
+        if out is not None:
+            if not returns_out:
+                raise KernelInputError(f"{label}: takes no out= (it writes its inputs in place)")
+            getattr(operators, stem(spec) + "_out").default(*args, out, *values)
+            return out
+        result = getattr(operators, stem(spec)).default(*args, *values)
+        return result if returns_out else tuple(args[index] for index in returned)
+
+    return through_operator
+
+
+def operators(spec: KernelSpec, backend: str, example_config: Any = None) -> tuple[Any, Any]:
     """The registered operators of ``spec`` in ``backend``: the kernel's, and (for a kernel that returns a new
-    tensor) its ``out=`` form; registered on first request, idempotent.
-
-    ``kernel`` is the checked kernel the factory just built for ``config``: the operators' real implementations
-    call it for that configuration. ``build(config)`` makes one for a configuration no factory call built in this
-    process (a graph exported elsewhere, say).
-    """
+    tensor) its ``out=`` form; registered on first request, idempotent. ``example_config`` gives the schema's
+    scalar types (any configuration of the kernel will do; the benchmark's is used when none is given)."""
     key = (backend, spec.name)
-    _kernels[(backend, spec.name, config_values(config))] = kernel
     with _lock:
         if key in _registered:
             return _registered[key]
         import torch
 
+        if example_config is None:
+            example = spec.benchmark(torch.float32)
+            example_config = spec.bind(*example.args, **example.kwargs)
+        factory = _factories[key][1]
         namespace = namespace_of(backend)
         library = _libraries.get(namespace)
         if library is None:
             library = _libraries[namespace] = torch.library.Library(namespace, "FRAGMENT")
-        names = static_fields(config)
+        names = static_fields(example_config)
         count = len(spec.inputs)
         returns_out = spec.returns == "out"
+        built: dict[tuple[Any, ...], Callable[..., Any]] = {}  # the kernels this operator ran, by configuration
 
         def kernel_for(values: tuple[Any, ...]) -> Callable[..., Any]:
-            built = _kernels.get((backend, spec.name, values))
-            if built is None:
-                with _lock:
-                    built = _kernels.get((backend, spec.name, values))
-                    if built is None:
-                        built = build(spec.configure(**dict(zip(names, values, strict=True))))
-                        _kernels[(backend, spec.name, values)] = built
-            return built
+            kernel = built.get(values)
+            if kernel is None:
+                kernel = built.setdefault(values, factory(**dict(zip(names, values, strict=True))))
+            return kernel
 
         def real(*args: Any) -> Any:
             result = kernel_for(tuple(args[count:]))(*args[:count])
@@ -128,21 +168,21 @@ def operators(
 
         def fake(*args: Any) -> Any:
             tensors, values = args[:count], args[count:]
-            config_of_call = spec.configure(**dict(zip(names, values, strict=True)))
-            spec.check(config_of_call, *tensors)
-            return spec.output(config_of_call, *tensors) if returns_out else None
+            config = spec.bind(**dict(zip(names, values, strict=True)))
+            spec.check(config, *tensors)
+            return spec.output(config, *tensors) if returns_out else None
 
         def real_out(*args: Any) -> None:
             kernel_for(tuple(args[count + 1 :]))(*args[:count], out=args[count])
 
         def fake_out(*args: Any) -> None:
             tensors, out, values = args[:count], args[count], args[count + 1 :]
-            config_of_call = spec.configure(**dict(zip(names, values, strict=True)))
-            spec.check(config_of_call, *tensors)
-            spec.check_out(config_of_call, out, *tensors)
+            config = spec.bind(**dict(zip(names, values, strict=True)))
+            spec.check(config, *tensors)
+            spec.check_out(config, out, *tensors)
 
         def register(name: str, with_out: bool, implementation: Any, fake_implementation: Any) -> Any:
-            library.define(schema(spec, config, with_out=with_out))
+            library.define(schema(spec, example_config, with_out=with_out))
             library.impl(name, implementation, "CompositeExplicitAutograd")
             torch.library.register_fake(f"{namespace}::{name}", fake_implementation, lib=library)
             return getattr(getattr(torch.ops, namespace), name).default

@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any, Protocol
+from typing import Protocol
 
 import torch
 
-from lazyops.specs import _checks as checks
-from lazyops.specs._spec import Example, KernelSpec, Traffic
-from lazyops.specs.rmsnorm import RMSNormConfig, norm_config, rmsnorm_reference
+from lazyops.specs._norm import WEIGHT, NormConfig, NormSpec, rmsnorm_reference
+from lazyops.specs._params import Out, Rows
+
+#: the configuration of ``add_rmsnorm_tl`` (the family's)
+AddRMSNormConfig = NormConfig
 
 
 class AddRMSNormKernel(Protocol):
@@ -23,80 +24,27 @@ class AddRMSNormKernel(Protocol):
         ...
 
 
-#: the same options as rmsnorm's (n, dtype, eps, weight_dtype, weight_offset)
-AddRMSNormConfig = RMSNormConfig
+class AddRMSNormSpec(NormSpec):
+    """``residual += x``, then RMSNorm of the sum with ``weight[n]``.
 
+    Returns ``kernel(x[..., n], residual[..., n], weight[n], *, out=None) -> y[..., n]``; ``residual`` is updated
+    in place to ``x + residual`` (rounded to ``dtype``), the norm is taken of the float32 sum. ``weight_dtype`` and
+    ``weight_offset`` are as for ``rmsnorm_tl`` (``weight_offset=1.0``: Gemma). ``out`` may be ``x`` itself
+    (vLLM's and FlashInfer's fused add-RMSNorm write the norm over the input).
+    """
 
-class AddRMSNormSpec(KernelSpec):
     name = "add_rmsnorm_tl"
-    inputs = ("x", "residual", "weight")
-    row_inputs = ("x", "residual")
-    out_like = "x"
-    mutates = ("residual",)
-    out_aliases = ("x",)
-    results = ("out", "residual")
     kernel_type = AddRMSNormKernel
-
-    def configure(
-        self,
-        n: int,
-        dtype: torch.dtype | str,
-        eps: float = 1e-6,
-        *,
-        weight_dtype: torch.dtype | str | None = None,
-        weight_offset: float = 0.0,
-    ) -> AddRMSNormConfig:
-        """``residual += x``, then RMSNorm of the sum with ``weight[n]``.
-
-        Returns ``kernel(x[..., n], residual[..., n], weight[n], *, out=None) -> y[..., n]``; ``residual`` is
-        updated in place to ``x + residual`` (rounded to ``dtype``), the norm is taken of the float32 sum.
-        ``weight_dtype`` and ``weight_offset`` are as for ``rmsnorm_tl`` (``weight_offset=1.0``: Gemma). ``out``
-        may be ``x`` itself (vLLM's and FlashInfer's fused add-RMSNorm write the norm over the input).
-        """
-        return norm_config(self.name, n, dtype, eps, weight_dtype, weight_offset)
-
-    def check(self, config: AddRMSNormConfig, x: Any, residual: Any, weight: Any) -> None:
-        label, n, dtype = config.label, config.n, config.dtype
-        checks.check_rows(label, "x", x, width=n, dtype=dtype)
-        checks.check_rows(label, "residual", residual, width=n, dtype=dtype, device=x.device)
-        checks.check_tensor(label, "weight", weight, shape=(n,), dtype=config.weight_dtype, device=x.device)
-        checks.same_leading(label, "x", x, "residual", residual)
-
-    def plain_layout(self, config: AddRMSNormConfig) -> tuple[checks.PlainInput, ...]:
-        rows = checks.rows_input(config.n, config.dtype)
-        return (rows, rows, checks.fixed_input((config.n,), config.weight_dtype))
+    # a residual stream runs wider than the activation added to it
+    params = (Rows("x"), Rows("residual", mutated=True, scale=4.0), WEIGHT)
+    out = Out(like="x", may_alias="x")
 
     def reference(  # type: ignore[override]
-        self, config: AddRMSNormConfig, x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor
+        self, config: NormConfig, x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """``(y, residual after the call)``: RMSNorm of ``x + residual``, and that sum."""
         total = x + residual
         return rmsnorm_reference(total, weight, config.eps, config.weight_offset), total
-
-    def cases(self) -> Any:
-        from lazyops.testing import strategies
-
-        return strategies.row_cases(self.name, strategies.epsilons(), **strategies.norm_options())
-
-    def example_inputs(
-        self, config: AddRMSNormConfig, tokens: int, draw: Any, geometry: Mapping[str, Any]
-    ) -> tuple[Any, ...]:
-        n, dtype = config.n, config.dtype
-        return (
-            draw.randn(tokens, n, dtype=dtype),
-            draw.randn(tokens, n, dtype=dtype, scale=4.0),
-            draw.randn(n, dtype=config.weight_dtype),
-        )
-
-    def token_elements(self, config: AddRMSNormConfig, geometry: Mapping[str, Any]) -> int:
-        return config.n
-
-    def traffic(self, config: AddRMSNormConfig, tokens: int, geometry: Mapping[str, Any]) -> Traffic:
-        # x and residual read, residual and y written, the weight read once
-        return Traffic(bytes=4 * tokens * config.n * config.dtype.itemsize + config.n * config.weight_dtype.itemsize)
-
-    def benchmark(self, dtype: torch.dtype) -> Example:
-        return Example((4096, dtype))
 
 
 spec = AddRMSNormSpec()

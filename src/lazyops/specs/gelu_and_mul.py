@@ -8,7 +8,7 @@ from typing import Any, Protocol
 import torch
 
 from lazyops._errors import KernelInputError
-from lazyops.specs import _checks as checks
+from lazyops.specs import _arguments as arguments
 from lazyops.specs._gated import GatedSpec
 from lazyops.specs._spec import Example
 
@@ -76,21 +76,21 @@ class GeluAndMulSpec(GatedSpec):
     name = "gelu_and_mul_tl"
     kernel_type = GeluAndMulKernel
 
-    def configure(self, n: int, dtype: torch.dtype | str, approximate: str = "none") -> GeluAndMulConfig:
+    def bind(self, n: int, dtype: torch.dtype | str, approximate: str = "none") -> GeluAndMulConfig:
         """The gate of a GeGLU MLP: ``x[M, 2n]`` holds the gate then the up projection.
 
         Returns ``kernel(x[..., 2n], *, out=None) -> y[..., n] = gelu(x[..., :n], approximate) * x[..., n:]`` in
         ``dtype``; the math runs in float32. ``approximate`` is ``"none"`` (the erf form) or ``"tanh"``, as in
         ``torch.nn.functional.gelu``.
         """
-        n = checks.positive_int(self.name, "n", n)
-        dtype = checks.canonical_dtype(self.name, dtype)
+        n = arguments.positive_int(self.name, "n", n)
+        dtype = arguments.canonical_dtype(self.name, dtype)
         if approximate not in APPROXIMATIONS:
             raise KernelInputError(
                 f"{self.name}: approximate must be one of {', '.join(map(repr, APPROXIMATIONS))}, got {approximate!r}"
             )
         return GeluAndMulConfig(
-            n, dtype, approximate, checks.describe(self.name, n=n, dtype=dtype, approximate=approximate)
+            n, dtype, approximate, arguments.describe(self.name, n=n, dtype=dtype, approximate=approximate)
         )
 
     def activation(self, config: GeluAndMulConfig, gate: torch.Tensor) -> torch.Tensor:

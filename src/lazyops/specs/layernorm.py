@@ -9,15 +9,15 @@ activations, as LayerNorm checkpoints often keep them (FlashInfer's ``layernorm`
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
 import torch
 
-from lazyops.specs import _checks as checks
-from lazyops.specs._spec import Example, KernelSpec, Traffic
-from lazyops.specs.rmsnorm import describe_norm, norm_options
+from lazyops.specs import _arguments as arguments
+from lazyops.specs._norm import norm_label, weight_options
+from lazyops.specs._params import Fixed, Out, Rows
+from lazyops.specs._spec import Example, KernelSpec
 
 #: How far off zero the examples' rows are centred, in standard deviations: far enough that a variance taken as
 #: ``mean(x**2) - mean(x)**2`` in float32 loses about four bits (a relative error near 6e-6 at n = 40000, against
@@ -57,15 +57,26 @@ def layernorm_reference(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tenso
     return centred * torch.rsqrt(variance + eps) * weight.to(x.dtype) + bias.to(x.dtype)
 
 
+def off_centre_rows(draw: Any, config: LayerNormConfig, tokens: int, geometry: Any) -> torch.Tensor:
+    """Activations off zero mean (as a residual stream is): the variance must survive the centring. Each row
+    centred at :data:`MEAN_SHIFT` of its own spread, so every row is as hard as the next and none harder."""
+    x = draw.randn(tokens, config.n, dtype=torch.float32)
+    spread = x.std(dim=-1, correction=0, keepdim=True)
+    rows: torch.Tensor = (x - x.mean(dim=-1, keepdim=True) + MEAN_SHIFT * spread).to(config.dtype)
+    return rows
+
+
 class LayerNormSpec(KernelSpec):
     name = "layernorm_tl"
-    inputs = ("x", "weight", "bias")
-    row_inputs = ("x",)
-    out_like = "x"
-    out_aliases = ("x",)
     kernel_type = LayerNormKernel
+    params = (
+        Rows("x", draw=off_centre_rows),
+        Fixed("weight", shape=("n",), dtype="weight_dtype"),
+        Fixed("bias", shape=("n",), dtype="weight_dtype"),
+    )
+    out = Out(like="x", may_alias="x")
 
-    def configure(
+    def bind(
         self,
         n: int,
         dtype: torch.dtype | str,
@@ -81,22 +92,11 @@ class LayerNormSpec(KernelSpec):
         ``dtype``; float32 under 16-bit activations). ``x`` may have any leading dimensions and strided rows;
         ``out`` (same shape, ``dtype``) may be ``x`` itself.
         """
-        n = checks.positive_int(self.name, "n", n)
-        dtype = checks.canonical_dtype(self.name, dtype)
-        eps = checks.positive_float(self.name, "eps", eps)
-        weight_dtype, _ = norm_options(self.name, dtype, weight_dtype, 0.0)
-        return LayerNormConfig(n, dtype, eps, weight_dtype, describe_norm(self.name, n, dtype, eps, weight_dtype, 0.0))
-
-    def check(self, config: LayerNormConfig, x: Any, weight: Any, bias: Any) -> None:
-        checks.check_rows(config.label, "x", x, width=config.n, dtype=config.dtype)
-        for name, parameter in (("weight", weight), ("bias", bias)):
-            checks.check_tensor(
-                config.label, name, parameter, shape=(config.n,), dtype=config.weight_dtype, device=x.device
-            )
-
-    def plain_layout(self, config: LayerNormConfig) -> tuple[checks.PlainInput, ...]:
-        parameter = checks.fixed_input((config.n,), config.weight_dtype)
-        return (checks.rows_input(config.n, config.dtype), parameter, parameter)
+        n = arguments.positive_int(self.name, "n", n)
+        dtype = arguments.canonical_dtype(self.name, dtype)
+        eps = arguments.finite_float(self.name, "eps", eps, positive=True)
+        weight_dtype, _ = weight_options(self.name, dtype, weight_dtype, 0.0)
+        return LayerNormConfig(n, dtype, eps, weight_dtype, norm_label(self.name, n, dtype, eps, weight_dtype, 0.0))
 
     def reference(  # type: ignore[override]
         self, config: LayerNormConfig, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor
@@ -108,28 +108,6 @@ class LayerNormSpec(KernelSpec):
 
         weight_dtypes = strategies.norm_options()["weight_dtype"]
         return strategies.row_cases(self.name, strategies.epsilons(), weight_dtype=weight_dtypes)
-
-    def example_inputs(
-        self, config: LayerNormConfig, tokens: int, draw: Any, geometry: Mapping[str, Any]
-    ) -> tuple[Any, ...]:
-        # Activations off zero mean (as a residual stream is): the variance must survive the centring. Each row
-        # centred at MEAN_SHIFT of its own spread, so every row is as hard as the next and none harder.
-        x = draw.randn(tokens, config.n, dtype=torch.float32)
-        spread = x.std(dim=-1, correction=0, keepdim=True)
-        x = (x - x.mean(dim=-1, keepdim=True) + MEAN_SHIFT * spread).to(config.dtype)
-        return (
-            x,
-            draw.randn(config.n, dtype=config.weight_dtype),
-            draw.randn(config.n, dtype=config.weight_dtype),
-        )
-
-    def token_elements(self, config: LayerNormConfig, geometry: Mapping[str, Any]) -> int:
-        return config.n
-
-    def traffic(self, config: LayerNormConfig, tokens: int, geometry: Mapping[str, Any]) -> Traffic:
-        return Traffic(
-            bytes=2 * tokens * config.n * config.dtype.itemsize + 2 * config.n * config.weight_dtype.itemsize
-        )
 
     def benchmark(self, dtype: torch.dtype) -> Example:
         return Example((4096, dtype))

@@ -8,7 +8,8 @@ from typing import Any, Protocol
 
 import torch
 
-from lazyops.specs import _checks as checks
+from lazyops.specs import _arguments as arguments
+from lazyops.specs._params import Fixed, Out, Rows
 from lazyops.specs._spec import Example, KernelSpec, Traffic
 
 #: Sizes below, at and past the usual tile sides (16 to 128), odd ones, and k not a multiple of any tile.
@@ -36,30 +37,20 @@ class MatmulConfig:
 
 class MatmulSpec(KernelSpec):
     name = "matmul_tl"
-    inputs = ("a", "b")
-    row_inputs = ("a",)
     kernel_type = MatmulKernel
+    params = (Rows("a", width="k"), Fixed("b", shape=("k", "n")))
+    out = Out(width="n")
 
-    def configure(self, n: int, k: int, dtype: torch.dtype | str) -> MatmulConfig:
+    def bind(self, n: int, k: int, dtype: torch.dtype | str) -> MatmulConfig:
         """A GEMM with the weight's shape fixed: ``a[M, k] @ b[k, n]``.
 
         Returns ``kernel(a[..., k], b[k, n], *, out=None) -> c[..., n]`` in ``dtype``; products accumulate in
         float32. ``a`` may have any leading dimensions and strided rows.
         """
-        n = checks.positive_int(self.name, "n", n)
-        k = checks.positive_int(self.name, "k", k)
-        dtype = checks.canonical_dtype(self.name, dtype)
-        return MatmulConfig(n, k, dtype, checks.describe(self.name, n=n, k=k, dtype=dtype))
-
-    def check(self, config: MatmulConfig, a: Any, b: Any) -> None:
-        checks.check_rows(config.label, "a", a, width=config.k, dtype=config.dtype)
-        checks.check_tensor(config.label, "b", b, shape=(config.k, config.n), dtype=config.dtype, device=a.device)
-
-    def plain_layout(self, config: MatmulConfig) -> tuple[checks.PlainInput, ...]:
-        return (checks.rows_input(config.k, config.dtype), checks.fixed_input((config.k, config.n), config.dtype))
-
-    def out_width(self, config: MatmulConfig) -> int:
-        return config.n
+        n = arguments.positive_int(self.name, "n", n)
+        k = arguments.positive_int(self.name, "k", k)
+        dtype = arguments.canonical_dtype(self.name, dtype)
+        return MatmulConfig(n, k, dtype, arguments.describe(self.name, n=n, k=k, dtype=dtype))
 
     def reference(self, config: MatmulConfig, a: torch.Tensor, b: torch.Tensor) -> tuple[torch.Tensor]:  # type: ignore[override]
         return (a @ b,)
@@ -80,18 +71,12 @@ class MatmulSpec(KernelSpec):
             strategies.seeds(),
         )
 
-    def example_inputs(
-        self, config: MatmulConfig, tokens: int, draw: Any, geometry: Mapping[str, Any]
-    ) -> tuple[Any, ...]:
-        return draw.randn(tokens, config.k, dtype=config.dtype), draw.randn(config.k, config.n, dtype=config.dtype)
-
     def token_elements(self, config: MatmulConfig, geometry: Mapping[str, Any]) -> int:
         return max(1, config.n * config.k // PRODUCTS_PER_ELEMENT)
 
     def traffic(self, config: MatmulConfig, tokens: int, geometry: Mapping[str, Any]) -> Traffic:
-        n, k = config.n, config.k
-        moved = (tokens * k + k * n + tokens * n) * config.dtype.itemsize
-        return Traffic(bytes=moved, flops=2 * tokens * n * k, bound="compute")
+        moved = super().traffic(config, tokens, geometry).bytes
+        return Traffic(bytes=moved, flops=2 * tokens * config.n * config.k, bound="compute")
 
     def benchmark(self, dtype: torch.dtype) -> Example:
         return Example((4096, 4096, dtype))

@@ -10,7 +10,9 @@ from typing import Any, Protocol
 import torch
 
 from lazyops._errors import KernelInputError
+from lazyops.specs import _arguments as arguments
 from lazyops.specs import _checks as checks
+from lazyops.specs._params import Other, Rows
 from lazyops.specs._spec import Example, KernelSpec, Traffic
 
 
@@ -149,15 +151,21 @@ def _engine_call(config: RopeConfig, positions: Any, query: Any, key: Any, cos_s
 
 class RopeSpec(KernelSpec):
     name = "rope_tl"
-    inputs = ("positions", "query", "key", "cos_sin_cache")
-    row_inputs = ("positions", "query", "key")
-    flat_ranks = (1, 2, 2)
-    mutates = ("query", "key")
-    results = ("query", "key")
-    returns = ("query", "key")
     kernel_type = RopeKernel
+    # query and key hold any number of heads: their width is checked here, against head_dim
+    params = (
+        Other("positions"),
+        Rows("query", width=None, mutated=True),
+        Rows("key", width=None, mutated=True),
+        Other("cos_sin_cache"),
+    )
+    # the positions are indexed by token too ([*T], flattened to [tokens])
+    row_inputs = ("positions", "query", "key")
 
-    def configure(self, head_dim: int, dtype: torch.dtype | str, is_neox: bool = True) -> RopeConfig:
+    def flat_ranks(self) -> tuple[tuple[int, int], ...]:
+        return ((0, 1), (1, 2), (2, 2))
+
+    def bind(self, head_dim: int, dtype: torch.dtype | str, is_neox: bool = True) -> RopeConfig:
         """Rotary embedding over the first ``r`` features of every head, in place.
 
         Returns ``kernel(positions[M], query[M, Hq*head_dim], key[M, Hk*head_dim], cos_sin_cache[P, r])
@@ -168,11 +176,11 @@ class RopeSpec(KernelSpec):
         own (``query[*T, Hq, head_dim]``), and ``query`` and ``key`` may be row-strided views, as the slices of
         a packed ``qkv[M, (Hq + 2 Hk) * head_dim]`` are: they are rotated where they lie, nothing is copied.
         """
-        head_dim = checks.positive_int(self.name, "head_dim", head_dim)
-        dtype = checks.canonical_dtype(self.name, dtype)
+        head_dim = arguments.positive_int(self.name, "head_dim", head_dim)
+        dtype = arguments.canonical_dtype(self.name, dtype)
         is_neox = bool(is_neox)
         return RopeConfig(
-            head_dim, dtype, is_neox, checks.describe(self.name, head_dim=head_dim, dtype=dtype, is_neox=is_neox)
+            head_dim, dtype, is_neox, arguments.describe(self.name, head_dim=head_dim, dtype=dtype, is_neox=is_neox)
         )
 
     def check(self, config: RopeConfig, positions: Any, query: Any, key: Any, cos_sin_cache: Any) -> None:
@@ -205,12 +213,19 @@ class RopeSpec(KernelSpec):
                 f"head_dim={head_dim} (each row is r/2 cosines then r/2 sines)"
             )
 
-    def plain_predicate(self, config: RopeConfig, *, strided_rows: bool) -> Callable[[tuple[Any, ...]], bool]:
-        """The engine call (:func:`_engine_call`), its rows dense unless the launch takes strided ones, with what
-        the full path checks besides: no input requiring grad in grad mode, and neither written input sharing an
-        element with another input of its dtype (``_checks.overlap``: exact for a packed ``qkv``'s slices)."""
+    def plain_predicate(
+        self, config: RopeConfig, *, strided_rows: bool, device_type: str | None
+    ) -> Callable[[tuple[Any, ...]], bool]:
+        """The engine call (:func:`_engine_call`), its rows dense unless the launch takes strided ones, on a device
+        the launch takes, with what the full path checks besides: no input requiring grad in grad mode, query and
+        key writable here (no inference tensor outside inference mode), and neither sharing an element with another
+        input (``_checks.overlap``: exact for a packed ``qkv``'s slices)."""
         is_grad_enabled = torch.is_grad_enabled
-        overlap = checks.overlap
+        inference_mode = torch.is_inference_mode_enabled
+        rows_apart = checks.rows_apart
+        current_device = torch.cuda.current_device
+        on_cuda = device_type == "cuda"
+        other_kind = device_type if device_type not in (None, "cuda") else None
 
         def accepts(args: tuple[Any, ...]) -> bool:
             if len(args) != 4:
@@ -220,15 +235,16 @@ class RopeSpec(KernelSpec):
                 return False
             if not strided_rows and not (query.is_contiguous() and key.is_contiguous()):
                 return False
+            if on_cuda:
+                if not query.is_cuda or query.get_device() != current_device():
+                    return False
+            elif other_kind is not None and query.device.type != other_kind:
+                return False
             if is_grad_enabled() and (query.requires_grad or key.requires_grad or cache.requires_grad):
                 return False
-            if (query.is_inference() or key.is_inference()) and not torch.is_inference_mode_enabled():
-                return False  # the checked path writes them under torch.inference_mode()
-            if overlap(query, key):
+            if (query.is_inference() or key.is_inference()) and not inference_mode():
                 return False
-            return not (
-                overlap(query, cache) or overlap(key, cache) or overlap(query, positions) or overlap(key, positions)
-            )
+            return rows_apart(query, key, positions, cache)
 
         return accepts
 

@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-from typing import Any, Protocol
+from typing import Protocol
 
 import torch
 
-from lazyops.specs import _checks as checks
+from lazyops.specs._arguments import RowConfig, row_config
 from lazyops.specs._gated import GatedSpec
-from lazyops.specs._spec import RowConfig
 
 
 class SiluAndMulKernel(Protocol):
@@ -28,21 +27,16 @@ class SiluAndMulSpec(GatedSpec):
     name = "silu_and_mul_tl"
     kernel_type = SiluAndMulKernel
 
-    def configure(self, n: int, dtype: torch.dtype | str) -> RowConfig:
+    def bind(self, n: int, dtype: torch.dtype | str) -> RowConfig:
         """The gate of a SwiGLU MLP: ``x[..., 2n]`` holds the gate then the up projection.
 
         Returns ``kernel(x[..., 2n], *, out=None) -> y[..., n] = silu(x[..., :n]) * x[..., n:]`` in ``dtype``; the
         math runs in float32.
         """
-        return checks.row_config(self.name, n, dtype)
+        return row_config(self.name, n, dtype)
 
     def activation(self, config: RowConfig, gate: torch.Tensor) -> torch.Tensor:
         return torch.nn.functional.silu(gate)
-
-    def cases(self) -> Any:
-        from lazyops.testing import strategies
-
-        return strategies.row_cases(self.name)
 
 
 spec = SiluAndMulSpec()

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import Any, Protocol
 
 import torch
 
-from lazyops.specs import _checks as checks
-from lazyops.specs._spec import Example, KernelSpec, RowConfig, Traffic
+from lazyops.specs._arguments import RowConfig, row_config
+from lazyops.specs._params import Out, Rows
+from lazyops.specs._spec import Example, KernelSpec
 
 #: How the conformance examples mask logits with ``-inf`` (attention masks do this routinely): nowhere, one entry,
 #: a span, the whole first ``block`` entries (the first pass of a looping kernel), all but one entry, the whole row
@@ -29,28 +29,42 @@ class SoftmaxKernel(Protocol):
 SoftmaxConfig = RowConfig
 
 
+def masked_logits(draw: Any, config: SoftmaxConfig, tokens: int, geometry: Any) -> torch.Tensor:
+    """Logits of spread 3, every other row masked with ``-inf`` as ``geometry["mask"]`` says (:data:`MASKS`)."""
+    x = draw.randn(tokens, config.n, dtype=torch.float32, scale=3.0, device="cpu")
+    mask = geometry.get("mask", "none")
+    n = config.n
+    for row in range(0, tokens, 2):
+        if mask == "one":
+            x[row, int(draw.randint(n, dtype=torch.int64, device="cpu"))] = float("-inf")
+        elif mask == "span":
+            start, length = (int(v) for v in draw.randint(n, 2, dtype=torch.int64, device="cpu"))
+            x[row, start : start + length + 1] = float("-inf")
+        elif mask == "block":
+            x[row, : geometry["block"]] = float("-inf")
+        elif mask == "all-but-one":
+            keep = int(draw.randint(n, dtype=torch.int64, device="cpu"))
+            x[row, :keep] = x[row, keep + 1 :] = float("-inf")
+        elif mask == "all":
+            x[row] = float("-inf")
+    logits: torch.Tensor = x.to(config.dtype).to(draw.device)
+    return logits
+
+
 class SoftmaxSpec(KernelSpec):
     name = "softmax_tl"
-    inputs = ("x",)
-    row_inputs = ("x",)
-    out_like = "x"
-    out_aliases = ("x",)
     kernel_type = SoftmaxKernel
+    params = (Rows("x", draw=masked_logits),)
+    out = Out(like="x", may_alias="x")
 
-    def configure(self, n: int, dtype: torch.dtype | str) -> RowConfig:
+    def bind(self, n: int, dtype: torch.dtype | str) -> RowConfig:
         """Softmax over the last dimension of ``x[M, n]``.
 
         Returns ``kernel(x[..., n], *, out=None) -> y[..., n]`` in ``dtype``; the math runs in float32. ``-inf``
         logits get 0, and a row that is all ``-inf`` gives NaN, as ``torch.softmax`` does. ``x`` may have any
         leading dimensions and strided rows; ``out`` may be ``x`` itself.
         """
-        return checks.row_config(self.name, n, dtype)
-
-    def check(self, config: SoftmaxConfig, x: Any) -> None:
-        checks.check_rows(config.label, "x", x, width=config.n, dtype=config.dtype)
-
-    def plain_layout(self, config: SoftmaxConfig) -> tuple[checks.PlainInput, ...]:
-        return (checks.rows_input(config.n, config.dtype),)
+        return row_config(self.name, n, dtype)
 
     def reference(self, config: SoftmaxConfig, x: torch.Tensor) -> tuple[torch.Tensor]:  # type: ignore[override]
         return (torch.softmax(x, dim=-1),)
@@ -62,33 +76,6 @@ class SoftmaxSpec(KernelSpec):
 
         masks = st.fixed_dictionaries({"mask": st.sampled_from(MASKS), "block": st.sampled_from([1024, 4096, 16384])})
         return strategies.row_cases(self.name, geometry=masks)
-
-    def example_inputs(
-        self, config: SoftmaxConfig, tokens: int, draw: Any, geometry: Mapping[str, Any]
-    ) -> tuple[Any, ...]:
-        x = draw.randn(tokens, config.n, dtype=torch.float32, scale=3.0, device="cpu")
-        mask = geometry.get("mask", "none")
-        n = config.n
-        for row in range(0, tokens, 2):
-            if mask == "one":
-                x[row, int(draw.randint(n, dtype=torch.int64, device="cpu"))] = float("-inf")
-            elif mask == "span":
-                start, length = (int(v) for v in draw.randint(n, 2, dtype=torch.int64, device="cpu"))
-                x[row, start : start + length + 1] = float("-inf")
-            elif mask == "block":
-                x[row, : geometry["block"]] = float("-inf")
-            elif mask == "all-but-one":
-                keep = int(draw.randint(n, dtype=torch.int64, device="cpu"))
-                x[row, :keep] = x[row, keep + 1 :] = float("-inf")
-            elif mask == "all":
-                x[row] = float("-inf")
-        return (x.to(config.dtype).to(draw.device),)
-
-    def token_elements(self, config: SoftmaxConfig, geometry: Mapping[str, Any]) -> int:
-        return config.n
-
-    def traffic(self, config: SoftmaxConfig, tokens: int, geometry: Mapping[str, Any]) -> Traffic:
-        return Traffic(bytes=2 * tokens * config.n * config.dtype.itemsize)
 
     def benchmark(self, dtype: torch.dtype) -> Example:
         return Example((4096, dtype))

@@ -68,7 +68,7 @@ def reference(kernel: str) -> Callable[..., Any]:
     def float64_reference(*tensors: Any, **factory_arguments: Any) -> Any:
         import torch
 
-        config = kernel_spec.configure(**factory_arguments)
+        config = kernel_spec.bind(**factory_arguments)
         results = kernel_spec.reference(
             config, *(t.double() if isinstance(t, torch.Tensor) and t.is_floating_point() else t for t in tensors)
         )

@@ -143,7 +143,7 @@ def judge_case(
     spec = spec_of_kernel(case.kernel)
     device = device or ("cuda" if torch.cuda.is_available() else "cpu")
     max_elements = max_elements or default_max_elements(device)
-    config = spec.configure(*case.args, **case.kwargs)
+    config = spec.bind(*case.args, **case.kwargs)
     kernel = case.build(factory)
     draw = Inputs(case.seed, device)
     worst = 0.0

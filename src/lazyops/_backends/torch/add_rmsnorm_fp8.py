@@ -13,8 +13,9 @@ from collections.abc import Callable
 import torch
 
 from lazyops._backends.torch.rmsnorm import inverse_rms, norm_weight
-from lazyops._backends.torch.rmsnorm_fp8 import quantize, quantize_on_device, rms_norm_float32
+from lazyops._backends.torch.rmsnorm_fp8 import quantize_on_device, rms_norm_float32
 from lazyops.specs.add_rmsnorm_fp8 import AddRMSNormFP8Config, spec
+from lazyops.specs.rmsnorm_fp8 import FP8_DTYPE, FP8_MAX
 
 
 @spec.implementation(strided_rows=True)
@@ -25,13 +26,15 @@ def add_rmsnorm_fp8_tl(config: AddRMSNormFP8Config) -> Callable[..., torch.Tenso
     def add_rmsnorm_fp8(
         x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, scale: torch.Tensor
     ) -> torch.Tensor:
+        if offset:
+            weight = norm_weight(weight, offset)
         if not x.is_cpu:
             residual.add_(x)
-            return quantize_on_device(residual, norm_weight(weight, offset), scale, n, eps)
+            return quantize_on_device(residual, weight, scale, n, eps)
         upcast = x.float()
         # one new float32 tensor, whatever the dtype (x stays as it was)
         total = upcast.add_(residual) if upcast is not x else torch.add(x, residual)
         residual.copy_(total)
-        return quantize(rms_norm_float32(total, norm_weight(weight, offset), inverse), scale)
+        return rms_norm_float32(total, weight, inverse).div_(scale).clamp_(-FP8_MAX, FP8_MAX).to(FP8_DTYPE)
 
     return add_rmsnorm_fp8

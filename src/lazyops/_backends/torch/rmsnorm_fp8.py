@@ -32,11 +32,6 @@ def rms_norm_float32(
     return torch.mul(upcast, inverse(upcast)).mul_(weight)
 
 
-def quantize(y: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
-    """``y`` (float32, a tensor of the caller's own) divided by ``scale``, saturated and converted to float8."""
-    return y.div_(scale).clamp_(-FP8_MAX, FP8_MAX).to(FP8_DTYPE)
-
-
 def quantize_on_device(x: torch.Tensor, weight: torch.Tensor, scale: torch.Tensor, n: int, eps: float) -> torch.Tensor:
     """The route off the CPU (see the module's docstring): ``x[M, n]`` (rows may be strided), ``weight`` with its
     offset applied."""
@@ -54,8 +49,10 @@ def rmsnorm_fp8_tl(config: RMSNormFP8Config) -> Callable[..., torch.Tensor]:
     inverse = inverse_rms(n, eps)
 
     def rmsnorm_fp8(x: torch.Tensor, weight: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
+        if offset:
+            weight = norm_weight(weight, offset)
         if x.is_cpu:
-            return quantize(rms_norm_float32(x, norm_weight(weight, offset), inverse), scale)
-        return quantize_on_device(x, norm_weight(weight, offset), scale, n, eps)
+            return rms_norm_float32(x, weight, inverse).div_(scale).clamp_(-FP8_MAX, FP8_MAX).to(FP8_DTYPE)
+        return quantize_on_device(x, weight, scale, n, eps)
 
     return rmsnorm_fp8
