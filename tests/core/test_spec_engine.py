@@ -38,5 +38,25 @@ def test_a_spec_written_for_lazyops_0_1_fails_with_the_way_to_move():
             inputs = ("x",)
             row_inputs = ("x",)
 
-            def configure(self, n, dtype):  # noqa: ANN001, ANN201
+            def configure(self, n, dtype):
                 return None
+
+
+def test_two_modules_making_one_kernel_for_one_backend_name_are_refused():
+    """Their operators would be one: a compiled graph would run whichever was made first."""
+    import torch
+
+    from lazyops.specs.softmax import spec
+
+    def made_in(module: str):
+        def build(config):
+            return lambda x: torch.softmax(x, -1)
+
+        build.__module__ = module
+        return build
+
+    first, second = made_in("somepackage.fast.softmax"), made_in("somepackage.slow.softmax")
+    spec.implementation(first)
+    with pytest.raises(ValueError, match=r"already made by somepackage\.fast\.softmax.*backend="):
+        spec.implementation(second)
+    spec.implementation(second, backend="slow")  # the way out

@@ -72,7 +72,17 @@ def stem(spec: KernelSpec) -> str:
 
 
 def know(backend: str, spec: KernelSpec, factory: Callable[..., Any]) -> None:
-    """Remember the factory of ``spec`` in ``backend`` (done when the factory is made, at the module's import)."""
+    """Remember the factory of ``spec`` in ``backend`` (done when the factory is made, at the module's import).
+
+    Two modules may not claim one (backend, kernel): their operators would be one, and a compiled graph would run
+    whichever was made first. Re-importing the same module (a reload) replaces its own factory."""
+    known = _factories.get((backend, spec.name))
+    if known is not None and known[1].__module__ != factory.__module__:
+        raise ValueError(
+            f"{factory.__module__}: {spec.name} of backend {backend!r} is already made by {known[1].__module__}; "
+            "two backends in one top-level package share its operator namespace: give this one its own with "
+            f"@spec.implementation(backend='<its registered name>')"
+        )
     _factories[(backend, spec.name)] = (spec, factory)
 
 
