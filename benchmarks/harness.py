@@ -523,5 +523,5 @@ def through_operator(kernel: Any) -> Callable[..., Any]:
     what an eager call would cost if it were not routed around the dispatcher."""
     from lazyops.specs._ops import config_values
 
-    operator, values = kernel.lazyops_operator, config_values(kernel.lazyops_config)
+    operator, values = kernel.lazyops_operators()[0], config_values(kernel.lazyops_config)
     return lambda *args: operator(*args, *values)

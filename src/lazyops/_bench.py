@@ -744,7 +744,7 @@ def describe(kernel: str, dtype: Any = "bfloat16", *, small: bool = False) -> st
     """The configuration :func:`measure` times, in words: ``rope_tl(head_dim=128, ...) with query_heads=32, ...``."""
     name = kernel_name(kernel)
     chosen = example(name, dtype, small=small)
-    label = _configure(spec_of(name), chosen).label
+    label = _bind(spec_of(name), chosen).label
     geometry = ", ".join(
         f"{key}={_dtype_name(v) if isinstance(v, torch.dtype) else v}" for key, v in chosen.geometry.items()
     )
