@@ -271,13 +271,16 @@ def _read(path: str) -> str:
         raise _error(path, None, "no such file") from None
     except OSError as error:
         raise _error(path, None, f"cannot be opened ({error.strerror or error})") from None
-    with os.fdopen(descriptor, "rb") as opened:
-        status = os.fstat(opened.fileno())
+    try:
+        status = os.fstat(descriptor)
         if not stat.S_ISREG(status.st_mode):
             raise _error(path, None, f"not a regular file (a {_file_kind(status.st_mode)})")
         if status.st_size > MAX_BYTES:
             raise _error(path, None, f"{status.st_size:,} bytes, more than a plan's limit of {MAX_BYTES:,}")
-        raw = opened.read(MAX_BYTES + 1)
+        with os.fdopen(descriptor, "rb", closefd=False) as opened:
+            raw = opened.read(MAX_BYTES + 1)
+    finally:
+        os.close(descriptor)
     if len(raw) > MAX_BYTES:  # it grew while being read
         raise _error(path, None, f"more than a plan's limit of {MAX_BYTES:,} bytes")
     try:

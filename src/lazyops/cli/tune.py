@@ -122,10 +122,9 @@ def _listed(counts: Sequence[int]) -> str:
 def choose(candidates: Mapping[str, Candidate], default: str | None = None) -> tuple[str, Switch | None]:
     """The backend a plan names for one configuration, and the switch below a token count if there is one.
 
-    ``candidates`` are the figures of every backend that passed its check (µs and spread per token count), in the
-    order ties between non-defaults are broken in; ``default`` is the backend the configuration resolves to
-    without a plan. See the module's docstring for the rule; :func:`tie` and :func:`clearly_faster` are its two
-    comparisons.
+    ``candidates`` are the figures of every backend that passed its check (µs and spread per token count);
+    ``default`` is the backend the configuration resolves to without a plan. See the module's docstring for the
+    rule; :func:`tie` and :func:`clearly_faster` are its two comparisons.
     """
     if not candidates:
         raise ValueError("no candidate to choose from")
@@ -154,8 +153,8 @@ def choose(candidates: Mapping[str, Candidate], default: str | None = None) -> t
 
 def fastest(candidates: Mapping[str, Candidate], tokens: Sequence[int], default: str | None) -> str:
     """The fastest candidate by total time at ``tokens``, or ``default`` where it ties with that one."""
-    names = list(candidates)
-    quickest = min(names, key=lambda name: (_total(candidates[name], tokens), names.index(name)))
+    # an exact tie between two non-defaults goes to the first name: the same answer whatever order they came in
+    quickest = min(candidates, key=lambda name: (_total(candidates[name], tokens), name))
     if default is None or default not in candidates:
         return quickest
     return default if tie(candidates[default], candidates[quickest], tokens) else quickest
