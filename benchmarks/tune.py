@@ -63,30 +63,36 @@ def main(argv: list[str] | None = None) -> int:
     steps: list[dict[str, Any]] = []
     started = time.perf_counter()
 
-    trace.unlink(missing_ok=True)  # the trace appends: a fresh one per run
+    def finish() -> Path:
+        """The result files as the steps so far left them: a run cut short keeps what it measured."""
+        rows = layer_rows(out / "tune_layer.json")
+        env = harness.environment(device) | {
+            "steps": [{key: value for key, value in step.items() if key != "stdout"} for step in steps],
+            "tokens": tokens,
+            "workloads": workloads,
+            "elapsed_s": round(time.perf_counter() - started),
+        }
+        first, second = [*runs, None, None][:2]
+        records = [*choices(first), *differences(first, second), *comparisons(rows)]
+        return harness.write(out, "tune", TITLE, env, records, render(env, runs, records))
+
+    for stale in (trace, out / "tune_layer.json", out / "tune_layer.md"):
+        stale.unlink(missing_ok=True)  # the trace appends, and a layer run that fails must not leave the last one's
     traced = {"LAZYOPS_TRACE": str(trace), "LAZYOPS_TRACE_ARGS": "1"}
+    runs: list[dict[str, Any] | None] = []
     steps.append(run("trace", [*script("layer.py"), *common, "--workloads", workloads, "--build-only"], traced))
     tune_command = ["--from-trace", str(trace), "--tokens", ",".join(map(str, tokens))]
     tune_command += ["--rounds", str(options.rounds or (1 if options.smoke else 5))]
     tune_command += ["--backends", backends] if backends else []
-    runs = []
     for index, plan in enumerate(plans, 1):
         step = run(f"tune {index}", ["lazyops", "tune", *tune_command, "--output", str(plan), "--json"])
         steps.append(step)
         runs.append(json.loads(step.pop("stdout")) if step["status"] in (0, 1) else None)
+        finish()
     layer_run = [*script("layer.py"), *common, *chosen, "--workloads", workloads, "--plan", str(plans[0])]
     steps.append(run("layer", [*layer_run, "--out", str(out), "--name", "tune_layer"]))
-
-    rows = layer_rows(out / "tune_layer.json")
-    env = harness.environment(device) | {
-        "steps": [{key: value for key, value in step.items() if key != "stdout"} for step in steps],
-        "tokens": tokens,
-        "workloads": workloads,
-        "elapsed_s": round(time.perf_counter() - started),
-    }
-    records = [*choices(runs[0]), *differences(runs[0], runs[1]), *comparisons(rows)]
-    written = harness.write(out, "tune", TITLE, env, records, render(env, runs, records))
-    print(f"wrote {written} and its .json in {env['elapsed_s']} s")
+    written = finish()
+    print(f"wrote {written} and its .json in {time.perf_counter() - started:.0f} s")
     return 0 if all(step["status"] in (0, 1) for step in steps) else 1
 
 

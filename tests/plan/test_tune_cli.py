@@ -195,3 +195,15 @@ def test_list_and_doctor_show_the_plan_in_force(env, tmp_path):
 
     del env["LAZYOPS_PLAN"]
     assert json.loads(lazyops_cli("list", "--json", env=env).stdout)["plan"] is None
+
+
+def test_a_traced_configuration_is_timed_on_the_benchmark_geometry_scaled_to_it():
+    import torch
+
+    from lazyops.cli.tune import traced_geometry
+    from lazyops.specs import spec
+
+    geometry = traced_geometry("rope_tl", spec("rope_tl").bind(64, torch.bfloat16, False))
+    # the rotary part follows the head; the heads and the cache are the benchmark's (a trace does not record them)
+    assert geometry["rotary_dim"] == 64 and geometry["query_heads"] == 32 and geometry["cache_rows"] == 32768
+    assert traced_geometry("rmsnorm_tl", spec("rmsnorm_tl").bind(64, torch.bfloat16)) == {}

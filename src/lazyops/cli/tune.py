@@ -380,16 +380,19 @@ def _add(found: dict[str, Configuration], kernel: str, config: Any, geometry: di
 
 
 def traced_geometry(kernel: str, config: Any) -> dict[str, Any]:
-    """The inputs' geometry beyond the configuration (rope's heads and cache): the benchmark's, no size above the
-    configuration's largest (as ``lazyops warmup`` builds a traced configuration's inputs)."""
+    """The inputs' geometry beyond the configuration (rope's heads and cache), which a trace does not record: the
+    benchmark's, where a size tied to the configuration (equal to the benchmark configuration's largest size: rope's
+    rotary part, the whole head) follows the traced configuration and the others (heads, cache rows) stay."""
     from lazyops import _plan
     from lazyops.cli.warmup import _integers
     from lazyops.specs import spec
 
-    largest = max(_integers(_plan.factory_arguments(config).values()), default=None)
+    example = spec(kernel).benchmark(config.dtype)
+    theirs = max(_integers((*example.args, *example.kwargs.values())), default=None)
+    ours = max(_integers(_plan.factory_arguments(config).values()), default=None)
     return {
-        key: min(value, largest) if largest and isinstance(value, int) and not isinstance(value, bool) else value
-        for key, value in spec(kernel).benchmark(config.dtype).geometry.items()
+        key: ours if value == theirs and isinstance(value, int) and not isinstance(value, bool) else value
+        for key, value in example.geometry.items()
     }
 
 
