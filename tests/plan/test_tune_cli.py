@@ -9,6 +9,7 @@ import os
 import re
 
 import pytest
+import torch
 from plan_support import a_plan, lazyops_cli
 
 from lazyops import _plan
@@ -134,8 +135,6 @@ def test_tune_takes_each_distinct_configuration_of_a_trace_once(env, tmp_path):
     ],
 )
 def test_tune_bad_input_is_one_line_and_exit_2(arguments, message, tmp_path, capsys, monkeypatch):
-    import torch
-
     if "--timing" in arguments and torch.cuda.is_available():
         pytest.skip("this machine has a CUDA device")
     monkeypatch.chdir(tmp_path)
@@ -198,8 +197,6 @@ def test_list_and_doctor_show_the_plan_in_force(env, tmp_path):
 
 
 def test_a_traced_configuration_is_timed_on_the_benchmark_geometry_scaled_to_it():
-    import torch
-
     from lazyops.cli.tune import traced_geometry
     from lazyops.specs import spec
 
@@ -207,3 +204,21 @@ def test_a_traced_configuration_is_timed_on_the_benchmark_geometry_scaled_to_it(
     # the rotary part follows the head; the heads and the cache are the benchmark's (a trace does not record them)
     assert geometry["rotary_dim"] == 64 and geometry["query_heads"] == 32 and geometry["cache_rows"] == 32768
     assert traced_geometry("rmsnorm_tl", spec("rmsnorm_tl").bind(64, torch.bfloat16)) == {}
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA graphs and do_bench need a GPU")
+@pytest.mark.parametrize("timing", ["auto", "stream", "host"])
+def test_on_a_gpu_every_way_of_timing_times_every_backend_that_runs(env, tmp_path, timing):
+    out = tmp_path / "plan.json"
+    result = lazyops_cli(
+        "tune", "rmsnorm", "matmul", "--tokens", "1,64", "--rounds", "2", "--timing", timing, "--output", str(out),
+        "--json", env=env,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stdout + result.stderr
+    report = json.loads(result.stdout)
+    assert report["timing"]["method"] == {"auto": "cuda-graph"}.get(timing, timing)
+    plan = _plan.load(out)
+    assert _plan.applies_here(plan) == []
+    for entry in plan.entries:
+        assert set(entry.candidates) == set(plan.environment["backends"]), entry.rejected
+        assert all(set(figures.us) == {1, 64} for figures in entry.candidates.values())

@@ -63,6 +63,8 @@ NEAR_TIE = 0.02
 #: the most calls captured and replays: enough to average launches, few enough that 8192 tokens stay quick.
 GRAPH_SAMPLE_S = 0.004
 MAX_CAPTURES, MAX_REPLAYS = 50, 20
+#: The most back-to-back calls of a host sample (the calls engines make at one token take a few µs each).
+MAX_HOST_CALLS = 3000
 #: One host sample's time (torch.utils.benchmark's blocked_autorange) and one stream sample's (do_bench).
 HOST_SAMPLE_S, STREAM_SAMPLE_S = 0.005, 0.01
 OUTPUT = "lazyops-plan.json"
@@ -539,36 +541,41 @@ def time_at(
 
 
 def sampler(kernel: Callable[..., Any], args: tuple[Any, ...], device: str, method: str) -> Callable[[], list[float]]:
-    """What :func:`lazyops._bench.interleave` calls for one sample of ``kernel(*args)``, µs per call."""
+    """What :func:`lazyops._bench.interleave` calls for one sample of ``kernel(*args)``, µs per call: per call in a
+    CUDA graph, do_bench's stream time, or back-to-back calls timed on the host (``blocked_autorange`` for a kernel
+    on the CPU; for one on a GPU, what the host pays per launch, one synchronize at the end)."""
     import torch
 
     from lazyops import _bench
 
     with torch.inference_mode():
         kernel(*args)  # the first call compiles and specialises (Triton): outside every figure
-        if device.startswith("cuda"):
-            torch.cuda.synchronize()
         if method == "cuda-graph":
-            captures, replays = graph_counts(kernel, args)
-            return _bench.graph_sampler(kernel, [args], captures, replays)
+            captures, replays = counts(kernel, args, device, GRAPH_SAMPLE_S, MAX_CAPTURES)
+            return _bench.graph_sampler(kernel, [args], captures, max(1, min(MAX_REPLAYS, replays // captures)))
+        if method == "host" and device.startswith("cuda"):
+            calls, _ = counts(kernel, args, device, HOST_SAMPLE_S, MAX_HOST_CALLS)
+            return _bench.host_sampler(kernel, args, device, calls)
         budget = STREAM_SAMPLE_S if method == "stream" else HOST_SAMPLE_S
         return _bench.stream_sampler(kernel, [args], device, budget)
 
 
-def graph_counts(kernel: Callable[..., Any], args: tuple[Any, ...]) -> tuple[int, int]:
-    """Calls to capture and replays for one CUDA-graph sample of about :data:`GRAPH_SAMPLE_S`, from three eager
-    calls' time (an upper bound of a replayed call's): 50 and several replays for a launch-sized call, one call
-    replayed a few times for a GEMM of 8192 tokens."""
+def counts(
+    kernel: Callable[..., Any], args: tuple[Any, ...], device: str, budget_s: float, most: int
+) -> tuple[int, int]:
+    """How many calls take about ``budget_s``, at most ``most`` and at least one, from three calls' time (eager:
+    an upper bound of a replayed call's), and how many calls the whole budget holds: for a CUDA graph, 50 captured
+    and several replays for a launch-sized call, one call replayed a few times for a GEMM of 8192 tokens."""
     import torch
 
     started = time.perf_counter()
     for _ in range(3):
         kernel(*args)
-    torch.cuda.synchronize()
-    each = max((time.perf_counter() - started) / 3, 1e-6)
-    captures = max(1, min(MAX_CAPTURES, math.ceil(GRAPH_SAMPLE_S / each)))
-    replays = max(1, min(MAX_REPLAYS, math.ceil(GRAPH_SAMPLE_S / (each * captures))))
-    return captures, replays
+    if device.startswith("cuda"):
+        torch.cuda.synchronize()
+    each = max((time.perf_counter() - started) / 3, 1e-7)
+    calls = math.ceil(budget_s / each)
+    return max(1, min(most, calls)), max(1, calls)
 
 
 def _one_line(error: BaseException, *, with_type: bool = True) -> str:
