@@ -65,11 +65,12 @@ def main(argv: list[str] | None = None) -> int:
 
     def finish() -> Path:
         """The result files as the steps so far left them: a run cut short keeps what it measured."""
-        rows = layer_rows(out / "tune_layer.json")
+        rows, planned = layer_rows(out / "tune_layer.json")
         env = harness.environment(device) | {
             "steps": [{key: value for key, value in step.items() if key != "stdout"} for step in steps],
             "tokens": tokens,
             "workloads": workloads,
+            "plan_resolved": planned,
             "elapsed_s": round(time.perf_counter() - started),
         }
         first, second = [*runs, None, None][:2]
@@ -87,7 +88,7 @@ def main(argv: list[str] | None = None) -> int:
     for index, plan in enumerate(plans, 1):
         step = run(f"tune {index}", ["lazyops", "tune", *tune_command, "--output", str(plan), "--json"])
         steps.append(step)
-        runs.append(json.loads(step.pop("stdout")) if step["status"] in (0, 1) else None)
+        runs.append(report_of(step.pop("stdout")) if step["status"] in (0, 1) else None)
         finish()
     layer_run = [*script("layer.py"), *common, *chosen, "--workloads", workloads, "--plan", str(plans[0])]
     steps.append(run("layer", [*layer_run, "--out", str(out), "--name", "tune_layer"]))
@@ -218,10 +219,24 @@ def _gap(config: dict[str, Any], backends: list[str]) -> float | None:
     return max(totals) / min(totals) - 1
 
 
-def layer_rows(path: Path) -> list[dict[str, Any]]:
+def report_of(stdout: str) -> dict[str, Any] | None:
+    """``lazyops tune --json``'s report: the JSON object its stdout ends with (a library may print a line before
+    it), or None."""
+    start = stdout.find("{") if stdout.startswith("{") else stdout.find("\n{") + 1
+    try:
+        report: dict[str, Any] = json.loads(stdout[start:])
+    except ValueError:
+        return None
+    return report
+
+
+def layer_rows(path: Path) -> tuple[list[dict[str, Any]], list[str]]:
+    """The timed rows of ``layer.py``'s result, and where its plan layer's kernels resolved (its header)."""
     if not path.exists():
-        return []
-    return [row for row in json.loads(path.read_text())["rows"] if row.get("kind") != "bound"]
+        return [], []
+    result = json.loads(path.read_text())
+    rows = [row for row in result["rows"] if row.get("kind") != "bound"]
+    return rows, result["environment"].get("plan", {}).get("resolved", [])
 
 
 def comparisons(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -327,7 +342,10 @@ def render(env: dict[str, Any], runs: list[Any], records: list[dict[str, Any]]) 
         "somewhere)",
         "",
         "Best single over plan: the fastest `lazyops <backend>` layer's µs over the plan's (> 1: the plan is faster); "
-        "eager against eager, compiled against compiled. All rows: `tune_layer.md`.",
+        "eager against eager, compiled against compiled. All rows: `tune_layer.md`. Where the plan's layer took each "
+        "kernel (`lazyops.which` with the plan in force: the reason is `plan` where the plan decided):",
+        "",
+        *(f"- {line}" for line in env["plan_resolved"] or ["(the layer did not run)"]),
         "",
     ]
     compared = [r for r in records if r["kind"] == "layer"]

@@ -254,7 +254,7 @@ def main(args: argparse.Namespace) -> int:
     else:
         configurations, skipped = benchmark_configurations(kernels, args.dtype, small=not (on_gpu or args.full_size))
     for configuration in configurations:
-        configuration.default = default_backend(configuration.kernel)
+        configuration.default = default_backend(configuration)
 
     started = time.perf_counter()
     steps = len(configurations) * (len(candidates) + len(tokens))
@@ -398,12 +398,19 @@ def traced_geometry(kernel: str, config: Any) -> dict[str, Any]:
     }
 
 
-def default_backend(kernel: str) -> str | None:
-    """The backend ``kernel`` resolves to now, without a plan's say (None: it resolves nowhere)."""
+def default_backend(configuration: Configuration) -> str | None:
+    """The backend ``configuration`` resolves to now, by the configuration in force (None: it resolves nowhere): per
+    configuration where ``lazyops.which`` answers for one (a backend may decline it), else per kernel name."""
+    import inspect
+
     import lazyops
 
+    takes = inspect.signature(lazyops.which).parameters.values()
+    per_configuration = any(parameter.kind is inspect.Parameter.VAR_KEYWORD for parameter in takes)
     try:
-        return lazyops.which(kernel).backend
+        if per_configuration:
+            return lazyops.which(configuration.kernel, **configuration.arguments).backend
+        return lazyops.which(configuration.kernel).backend
     except lazyops.KernelUnavailableError:
         return None
 
