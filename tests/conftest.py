@@ -9,16 +9,6 @@ from pathlib import Path
 
 import pytest
 
-# lazyops' on-disk cache (lazyops._cache) goes to a folder of this run, which subprocesses inherit: the tests must
-# neither depend on nor leave records in the user's cache.
-if "LAZYOPS_CACHE_DIR" not in os.environ:
-    import atexit
-    import shutil
-    import tempfile
-
-    os.environ["LAZYOPS_CACHE_DIR"] = tempfile.mkdtemp(prefix="lazyops-test-cache-")
-    atexit.register(shutil.rmtree, os.environ["LAZYOPS_CACHE_DIR"], ignore_errors=True)
-
 import lazyops
 
 # The lazyops this test run imports (the checkout's src/ unless PYTHONPATH points elsewhere): subprocesses get the
@@ -83,8 +73,7 @@ class BackendFactory:
         env = {
             k: v
             for k, v in os.environ.items()
-            if (not k.startswith("LAZYOPS_") or k == "LAZYOPS_CACHE_DIR")
-            and k not in ("RANK", "LOCAL_RANK", "EAGER_IMPORT")
+            if not k.startswith("LAZYOPS_") and k not in ("RANK", "LOCAL_RANK", "EAGER_IMPORT")
         }
         env["PYTHONPATH"] = os.pathsep.join([str(self.root), SRC])
         env.update(variables)

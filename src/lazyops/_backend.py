@@ -25,11 +25,10 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
-import os
 import sys
 
 from lazyops._errors import BackendError
-from lazyops._manifest import KernelList, ManifestError, read_kernel_list, stub_beside
+from lazyops._manifest import Manifest, ManifestError, is_kernel_name, read_manifest, stub_beside
 from lazyops._once import Once, OnceCycleError
 
 TYPE_CHECKING = False  # typing's own constant would cost importing typing on the first access
@@ -41,57 +40,41 @@ if TYPE_CHECKING:
 
     T = TypeVar("T")
 
-Manifest = dict[str, tuple["str | None", str]]
-
 
 class Backend:
     """A registered backend, loaded on demand; every method is idempotent and thread-safe."""
 
-    def __init__(self, name: str, module: str, origin: str, install_hint: str, *, stub: str | None = None) -> None:
+    def __init__(self, name: str, module: str, origin: str, install_hint: str) -> None:
         self.name = name
         self.module_name = module
         self.origin = origin  # "built-in", or the distribution that registered it
         self.install_hint = install_hint
-        # Where the stub is known without asking the import system (a built-in's, inside lazyops itself): finding a
-        # package's spec costs 80-160 µs, importing its parent package too.
-        self._known_stub = stub
-        self._manifest: Once[KernelList] = Once(f"reading the kernel list of backend {name!r}")
+        self._manifest: Once[Manifest] = Once(f"reading the kernel list of backend {name!r}")
         self._module: Once[ModuleType] = Once(f"loading backend {name!r}")
         self._exports: frozenset[str] | None = None
-        self._kernels: KernelList | None = None
 
     def __repr__(self) -> str:
         return f"<lazyops backend {self.name!r}: {self.module_name} ({self.origin})>"
 
     # -- the kernel list ---------------------------------------------------------------------------------------
-    def kernel_list(self) -> KernelList:
-        """The kernels the backend exports: from its stub (through the on-disk cache), or by importing a package
-        that has none. What resolution asks, by ``in``: answered without a set of the names."""
-        kernels = self._kernels
-        if kernels is None:  # kept outside the Once as well: resolution asks often, and a read needs no lock
-            kernels = self._kernels = self._once(self._manifest, self._read_kernel_list)
-        return kernels
+    def manifest(self) -> Manifest:
+        """``{kernel: (submodule or None, attribute)}``; reads the stub, or imports a package that has none."""
+        return self._once(self._manifest, self._read_manifest)
 
     def exports(self) -> frozenset[str]:
         exports = self._exports
-        if exports is None:  # kept: tools ask for it many times, and it may hold thousands of names
-            exports = self._exports = frozenset(self.kernel_list())
+        if exports is None:  # kept: resolution asks for it on every first access
+            exports = self._exports = frozenset(self.manifest())
         return exports
 
-    def manifest(self) -> Manifest:
-        """``{kernel: (submodule or None, attribute)}``; reads the stub, or imports a package that has none."""
-        return self.kernel_list().manifest()
-
-    def _read_kernel_list(self) -> KernelList:
-        stub = self._known_stub if self._known_stub and os.path.exists(self._known_stub) else None
-        stub = stub or stub_beside(self._find_spec().origin)
+    def _read_manifest(self) -> Manifest:
+        stub = stub_beside(self._find_spec().origin)
         if stub is None:
             module = self.load()
-            names = (name for name in dir(module) if name.endswith("_tl") and not name.startswith("_"))
-            return KernelList.of({name: (None, name) for name in names})
+            return {name: (None, name) for name in dir(module) if is_kernel_name(name)}
         try:
-            return read_kernel_list(stub)
-        except (ManifestError, SyntaxError, OSError) as error:
+            return read_manifest(stub)
+        except (ManifestError, SyntaxError, OSError, UnicodeDecodeError) as error:
             raise BackendError(
                 f"backend {self.name!r} has an unusable kernel list: {error}", backend=self.name
             ) from error
@@ -201,7 +184,7 @@ class Backend:
     # -- kernels -----------------------------------------------------------------------------------------------
     def kernel(self, kernel: str) -> Any:
         """The backend's own factory object for ``kernel``; raises ``BackendError`` if it cannot run here."""
-        submodule, attribute = self.kernel_list().where(kernel)
+        submodule, attribute = self.manifest()[kernel]
         module = self.load()
         reason = self.unavailable_reason()
         if reason:

@@ -20,6 +20,19 @@ if TYPE_CHECKING:
 _TRUE = frozenset({"1", "true", "yes", "on"})
 _FALSE = frozenset({"0", "false", "no", "off", ""})
 
+#: Every environment variable lazyops reads, with what it does: the one list behind the misspelling check
+#: (``unknown_variables``) and ``lazyops doctor``'s table.
+VARIABLES = {
+    "LAZYOPS_BACKEND": "the selected backend, or a priority chain",
+    "LAZYOPS_FALLBACK": "kernels that must come from the platform default",
+    "LAZYOPS_STRICT": "no fallback of any kind",
+    "LAZYOPS_VERBOSE": "name every inherited kernel; print on every rank",
+    "LAZYOPS_TRACE": "the file the construction trace is appended to",
+    "LAZYOPS_TRACE_ARGS": "trace the construction arguments too",
+    "EAGER_IMPORT": "resolve every kernel at import",
+    "RANK": "this process's data-parallel rank: only rank 0 prints",
+    "LOCAL_RANK": "the rank, where RANK is not set",
+}
 
 _VARIABLE_OF = {"backend": "LAZYOPS_BACKEND", "fallback": "LAZYOPS_FALLBACK", "strict": "LAZYOPS_STRICT"}
 """The environment variable behind each ``configure()`` argument."""
@@ -207,30 +220,23 @@ def parse_rank(environ: Mapping[str, str]) -> int:
     return 0
 
 
-#: Every ``LAZYOPS_*`` variable lazyops reads (it reads ``RANK``, ``LOCAL_RANK`` and ``EAGER_IMPORT`` too).
-VARIABLES = (
-    "LAZYOPS_BACKEND",
-    "LAZYOPS_FALLBACK",
-    "LAZYOPS_STRICT",
-    "LAZYOPS_VERBOSE",
-    "LAZYOPS_TRACE",
-    "LAZYOPS_TRACE_ARGS",
-    "LAZYOPS_CACHE_DIR",
-)
-
-
 def unknown_variables(environ: Mapping[str, str]) -> list[tuple[str, str | None]]:
-    """The ``LAZYOPS_*`` variables of ``environ`` that lazyops does not read, sorted, each with the known one
-    nearest to it (``None`` when none is near): ``LAZYOPS_BAKEND`` would otherwise be ignored in silence."""
-    unknown = sorted(name for name in environ if name.startswith("LAZYOPS_") and name not in VARIABLES)
+    """Each ``LAZYOPS_*`` variable (any case) of ``environ`` that lazyops does not read, sorted, with the known
+    variable nearest to it (``None`` when none is near).
+
+    A misspelt variable would otherwise be ignored without a word. Not an error: one environment may serve several
+    versions of lazyops, and a newer one's variable is unknown to an older one.
+    """
+    prefix = len("LAZYOPS_")
+    unknown = sorted(name for name in environ if name[:prefix].upper() == "LAZYOPS_" and name not in VARIABLES)
     if not unknown:
         return []
-    import difflib  # only when there is something to suggest: a few milliseconds
+    import difflib  # only when there is something to suggest
 
-    # Compared without the prefix they all share, which would make any two names look alike.
-    known = {name.removeprefix("LAZYOPS_"): name for name in VARIABLES}
-    nearest = [difflib.get_close_matches(name.removeprefix("LAZYOPS_"), known, n=1) for name in unknown]
-    return [(name, known[close[0]] if close else None) for name, close in zip(unknown, nearest, strict=True)]
+    # Compared without the prefix that all of them share, which would make every name look near every other.
+    known = {name[prefix:]: name for name in VARIABLES if name.startswith("LAZYOPS_")}
+    nearest = {name: difflib.get_close_matches(name[prefix:].upper(), known, n=1) for name in unknown}
+    return [(name, known[nearest[name][0]] if nearest[name] else None) for name in unknown]
 
 
 def settings_from_environment(environ: Mapping[str, str]) -> Settings:

@@ -25,12 +25,16 @@ from __future__ import annotations
 
 import _thread
 import os
-from collections.abc import Set  # imported by lazyops._config anyway
 
-from lazyops._config import Settings, apply_overrides, environment_without_overridden, settings_from_environment
+from lazyops._config import (
+    Settings,
+    apply_overrides,
+    environment_without_overridden,
+    settings_from_environment,
+    unknown_variables,
+)
 from lazyops._errors import BackendError, KernelUnavailableError
 from lazyops._errors import hide_in_pytest_tracebacks as __tracebackhide__  # noqa: F401
-from lazyops._manifest import KernelList
 from lazyops._once import OnceCycleError, fork_safe
 from lazyops._platform import platform_default
 from lazyops._registry import Registry
@@ -40,12 +44,10 @@ from lazyops._resolve import INHERITED, Resolution, resolve, unknown_kernel_erro
 # (_notices), the summary (_report), tracing (_trace) and the wrapper (_wrap) are imported where first needed.
 TYPE_CHECKING = False  # typing's own constant would cost importing typing on the first access
 if TYPE_CHECKING:
-    from collections.abc import Callable, Iterator, Mapping, MutableMapping
+    from collections.abc import Callable, Mapping, MutableMapping
     from typing import Any
 
-    from lazyops._backend import Backend
     from lazyops._notices import Notices
-    from lazyops._registry import RefusedBackend
     from lazyops._trace import Tracer
 
 
@@ -54,10 +56,6 @@ class InstalledUniverse:
 
     Its memos are computed without a lock (reading a kernel list may import a stub-less backend) and published
     whole; two threads computing one at once compute the same thing.
-
-    ``known_kernels()`` is a view (``KnownKernels``), not a set: the first access asks it one question (is this
-    name a kernel at all?), which the first backend that lists the name answers, so a backend of 10,000 kernels
-    is searched, not turned into a set.
     """
 
     def __init__(self, registry: Registry, default: Callable[[], str]) -> None:
@@ -66,10 +64,6 @@ class InstalledUniverse:
         self._default: str | None = None
         self._known: frozenset[str] | None = None
         self._sorted: tuple[str, ...] | None = None
-        # Each backend's kernels as far as the known set counts them: None for one that cannot list them
-        # (it contributes no names, as one broken plugin must not take the namespace down).
-        self._counted: dict[str, Set[str] | None] = {}
-        self._view = KnownKernels(self)
 
     @property
     def backends(self) -> tuple[str, ...]:
@@ -81,136 +75,42 @@ class InstalledUniverse:
             self._default = self._default_probe()
         return self._default
 
-    def exports(self, backend: str) -> Set[str]:
-        return _kernels_of(self.registry[backend])
+    def exports(self, backend: str) -> frozenset[str]:
+        return self.registry[backend].exports()
 
     @property
     def complete(self) -> bool:
         """Whether ``known_kernels()`` is final (not an answer given from inside a backend's own loading)."""
         return self._known is not None
 
-    def kernel_names(self) -> tuple[str, ...]:
-        """``known_kernels()`` sorted, kept once final: ``dir(lazyops)`` and ``lazyops.kernels()`` ask often.
-
-        Built from each backend's own sorted list, the largest first as it is, the others' names it lacks added
-        and the whole sorted again: nearly sorted input, which Python's sort merges in linear time.
-        """
-        names = self._sorted
-        if names is None:
-            lists, complete = self.counted_lists()
-            lists.sort(key=len, reverse=True)
-            merged = [*_names_of(lists[0]), *_added_by_smaller(lists)] if lists else []
-            merged.sort()
-            names = tuple(merged)
-            if complete:
-                self._sorted = names
-                if self._known is None:
-                    self._known = frozenset(names)
-        return names
-
-    def known_kernels(self) -> KnownKernels:
-        return self._view
-
-    def counted_lists(self) -> tuple[list[Set[str]], bool]:
-        """The kernel list of every backend that can list its kernels, and whether that answer is final."""
-        lists: list[Set[str]] = []
-        complete = True
-        for backend in self.registry:
-            kernels, final = self.counted(backend)
-            complete = complete and final
-            if kernels is not None:
-                lists.append(kernels)
-        return lists, complete
-
-    def counted(self, backend: Backend | RefusedBackend) -> tuple[Set[str] | None, bool]:
-        """``backend``'s kernels as the known set counts them (``None``: none), and whether that is final."""
-        if backend.name in self._counted:
-            return self._counted[backend.name], True
-        try:
-            kernels: Set[str] | None = _kernels_of(backend)
-        except BackendError as error:
-            # A backend that cannot list its kernels only fails when it is selected; here it just contributes no
-            # names. Asked from inside that backend's own loading, the answer is not one to keep.
-            if isinstance(error.__cause__, OnceCycleError):
-                return None, False
-            kernels = None
-        self._counted[backend.name] = kernels
-        return kernels, True
-
-    def union(self) -> frozenset[str]:
+    def known_kernels(self) -> frozenset[str]:
+        """Every kernel name any backend exports; a backend that cannot list its kernels contributes none (it
+        fails when it is selected: one broken plugin must not take the namespace down)."""
         known = self._known
         if known is not None:
             return known
-        lists, complete = self.counted_lists()
-        names = frozenset().union(*lists)
-        if complete:
-            self._known = names
+        names: set[str] = set()
+        final = True
+        for backend in self.registry:
+            try:
+                names.update(backend.exports())
+            except BackendError as error:
+                # Asked from inside that backend's own loading (a stub-less one listing its kernels): the answer
+                # lacks its names, so it is not one to keep.
+                final = final and not isinstance(error.__cause__, OnceCycleError)
+        known = frozenset(names)
+        if final:
+            self._known = known
+        return known
+
+    def kernel_names(self) -> tuple[str, ...]:
+        """``known_kernels()`` sorted, kept once final: ``dir(lazyops)`` and ``lazyops.kernels()`` ask often."""
+        names = self._sorted
+        if names is None:
+            names = tuple(sorted(self.known_kernels()))
+            if self.complete:
+                self._sorted = names
         return names
-
-
-class KnownKernels(Set[str]):
-    """Every kernel name any known backend exports, as a view over the backends' kernel lists.
-
-    ``in`` asks the backends in order and stops at the first that lists the name; ``len`` counts without building
-    the union (the largest list's size, plus what the others add); ``outside(lists)`` gives the kernels none of
-    ``lists`` exports by walking only the other backends' lists. Iteration builds the union once.
-    """
-
-    def __init__(self, universe: InstalledUniverse) -> None:
-        self._universe = universe
-
-    def __contains__(self, name: object) -> bool:
-        universe = self._universe
-        known = universe._known
-        if known is not None:
-            return name in known
-        for backend in universe.registry:
-            kernels, _ = universe.counted(backend)
-            if kernels is not None and name in kernels:
-                return True
-        return False
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self._universe.union())
-
-    def __len__(self) -> int:
-        known = self._universe._known
-        if known is not None:
-            return len(known)
-        lists, _ = self._universe.counted_lists()
-        lists.sort(key=len, reverse=True)
-        return len(lists[0]) + sum(1 for _ in _added_by_smaller(lists)) if lists else 0
-
-    def outside(self, excluded: list[Set[str]]) -> frozenset[str]:
-        """The known kernels that none of ``excluded`` (backends' own kernel lists) exports."""
-        lists, _ = self._universe.counted_lists()
-        return frozenset(
-            name
-            for kernels in lists
-            if not any(kernels is other for other in excluded)
-            for name in kernels
-            if not any(name in other for other in excluded)
-        )
-
-
-def _kernels_of(backend: Backend | RefusedBackend) -> Set[str]:
-    """A backend's kernel list; a backend object without ``kernel_list`` (a test's double) gives its exports."""
-    kernel_list = getattr(backend, "kernel_list", None)
-    return kernel_list() if kernel_list is not None else backend.exports()
-
-
-def _added_by_smaller(lists: list[Set[str]]) -> Iterator[str]:
-    """The names of ``lists[1:]`` that no earlier list holds, each once (``lists`` largest first: the walk is over
-    the small lists, each name asked of the large ones)."""
-    for index, kernels in enumerate(lists[1:], start=1):
-        for name in kernels:
-            if not any(name in larger for larger in lists[:index]):
-                yield name
-
-
-def _names_of(kernels: Set[str]) -> tuple[str, ...] | list[str]:
-    """The names of one backend's kernel list in sorted order (a ``KernelList`` keeps them so)."""
-    return kernels.names() if isinstance(kernels, KernelList) else sorted(kernels)
 
 
 class _Configured:
@@ -433,18 +333,25 @@ class Namespace:
         self.notices.emit(line, verbose=True, rank=0)  # every rank: each writes its own file
 
     def _summarise(self, generation: int, settings: Settings) -> None:
-        """The first resolution's one line, when the chain is anything but the platform default alone."""
+        """The first resolution's lines: each misspelt variable, and how much of the chain is missing when the
+        chain is anything but the platform default alone."""
         with self._lock:
             if self._summarised or generation != self._generation:
                 return
             self._summarised = True
-        if settings.chain is None:
-            return  # the platform default alone: nothing was asked for that could be missing
-        from lazyops._notices import summary_line
+        lines: list[str | None] = []
+        unknown = unknown_variables(self._environ)
+        if unknown:
+            from lazyops._notices import unknown_variable_line
 
-        line = summary_line(settings, self.universe())
-        if line is not None:
-            self.notices.emit(line, verbose=settings.verbose, rank=settings.rank)
+            lines += [unknown_variable_line(name, nearest) for name, nearest in unknown]
+        if settings.chain is not None:  # else the platform default alone: nothing asked for can be missing
+            from lazyops._report import build_report
+
+            lines.append(build_report(settings, self.universe()).summary_line())
+        for line in lines:
+            if line is not None:
+                self.notices.emit(line, verbose=settings.verbose, rank=settings.rank)
 
     def resolve_all(self) -> tuple[str, ...]:
         """Resolve every known kernel; when all resolved, enter the fast state. Returns the kernels that could not.

@@ -10,14 +10,8 @@ from __future__ import annotations
 import _thread
 import sys
 
-from lazyops._errors import KernelUnavailableError
+from lazyops._config import VARIABLES
 from lazyops._once import fork_safe
-from lazyops._resolve import chain_of, resolve
-
-TYPE_CHECKING = False  # typing's own constant would cost importing typing on the first access
-if TYPE_CHECKING:
-    from lazyops._config import Settings
-    from lazyops._namespace import InstalledUniverse
 
 
 class Notices:
@@ -46,43 +40,8 @@ def inherited_line(kernel: str, source: str, lacking: tuple[str, ...]) -> str:
     )
 
 
-def summary_line(settings: Settings, universe: InstalledUniverse) -> str | None:
-    """The first resolution's line, when the chain is anything but the platform default alone (else ``None``).
-
-    ``Report.summary_line`` tells the same from a full report; this resolves only the kernels the chain lacks, and
-    counts and finds them without a set of every kernel (``KnownKernels``), so that a first access costs about the
-    same with ten kernels or ten thousand in the chain.
-    """
-    if settings.chain is None:
-        return None
-    chain, default = chain_of(settings, universe), universe.default
-    known = universe.known_kernels()
-    lacking: dict[str, str | None] = {}
-    for kernel in sorted(known.outside([universe.exports(backend) for backend in chain])):
-        try:
-            lacking[kernel] = resolve(kernel, settings, universe).backend
-        except KernelUnavailableError:
-            lacking[kernel] = None
-    return summary_text(chain, default, settings.strict, settings.verbose, len(known), lacking)
-
-
-def summary_text(
-    chain: tuple[str, ...], default: str, strict: bool, verbose: bool, total: int, lacking: dict[str, str | None]
-) -> str | None:
-    """How much of the selection is missing: ``lacking`` maps each kernel the chain lacks to where it comes from
-    instead (``None``: nowhere); ``None`` when the chain is the platform default alone."""
-    if chain == (default,):
-        return None
-    selected = f"backend {','.join(chain)!r}" + (" (strict)" if strict else "")
-    if not lacking:
-        return f"lazyops: {selected} provides all {total} known kernels"
-    by_source: dict[str | None, list[str]] = {}
-    for kernel, source in lacking.items():
-        by_source.setdefault(source, []).append(kernel)
-    parts = []
-    for source, kernels in by_source.items():
-        where = f"inherited from {source!r}" if source else "unavailable (KernelUnavailableError)"
-        names = ", ".join(kernels) if verbose or len(kernels) == 1 else f"{kernels[0]} and {len(kernels) - 1} more"
-        parts.append(f"{len(kernels)} {where}: {names}")
-    hint = "" if verbose or all(len(k) == 1 for k in by_source.values()) else " (LAZYOPS_VERBOSE=1 names them all)"
-    return f"lazyops: {selected} lacks {len(lacking)} of {total} known kernels; {'; '.join(parts)}{hint}"
+def unknown_variable_line(name: str, nearest: str | None) -> str:
+    """The line for a ``LAZYOPS_*`` variable lazyops does not read (``_config.unknown_variables``)."""
+    known = ", ".join(variable for variable in VARIABLES if variable.startswith("LAZYOPS_"))
+    hint = f"did you mean {nearest}?" if nearest else f"the variables lazyops reads are {known}"
+    return f"lazyops: {name} is not a lazyops variable and is ignored; {hint}"

@@ -13,7 +13,6 @@ from dataclasses import dataclass
 
 from lazyops._config import Settings
 from lazyops._errors import BackendError, KernelUnavailableError
-from lazyops._notices import summary_text
 from lazyops._resolve import INHERITED, Universe, chain_of, resolve
 
 UNAVAILABLE = "unavailable"
@@ -48,10 +47,28 @@ class Report:
         return {k.kernel: k.backend for k in self.kernels if k.reason in (INHERITED, UNAVAILABLE)}
 
     def summary_line(self) -> str | None:
-        """The first resolution's line: how much of the selection is missing; ``None`` for the platform default."""
-        if self.chain_is_default:
+        """The first resolution's line: how much of the selection is missing; ``None`` when the chain is the
+        platform default alone."""
+        if self.chain_is_default or self.chain == (self.default,):
             return None
-        return summary_text(self.chain, self.default, self.strict, self.verbose, len(self.kernels), self.lacking())
+        selected = f"backend {','.join(self.chain)!r}" + (" (strict)" if self.strict else "")
+        lacking = self.lacking()
+        if not lacking:
+            return f"lazyops: {selected} provides all {len(self.kernels)} known kernels"
+        by_source: dict[str | None, list[str]] = {}
+        for kernel, source in lacking.items():
+            by_source.setdefault(source, []).append(kernel)
+        parts = []
+        for source, kernels in by_source.items():
+            where = f"inherited from {source!r}" if source else "unavailable (KernelUnavailableError)"
+            names = (
+                ", ".join(kernels) if self.verbose or len(kernels) == 1 else f"{kernels[0]} and {len(kernels) - 1} more"
+            )
+            parts.append(f"{len(kernels)} {where}: {names}")
+        shortened = not self.verbose and any(len(kernels) > 1 for kernels in by_source.values())
+        hint = " (LAZYOPS_VERBOSE=1 names them all)" if shortened else ""
+        total = len(self.kernels)
+        return f"lazyops: {selected} lacks {len(lacking)} of {total} known kernels; {'; '.join(parts)}{hint}"
 
 
 def build_report(settings: Settings, universe: Universe, *, refused: tuple[str, ...] = ()) -> Report:

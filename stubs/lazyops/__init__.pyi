@@ -156,10 +156,10 @@ def add_rmsnorm_tl(
 ) -> _AddRMSNormKernel:
     """``residual += x``, then RMSNorm of the sum with ``weight[n]``.
 
-    Returns ``kernel(x[..., n], residual[..., n], weight[n], *, out=None) -> y[..., n]``; ``residual`` is
-    updated in place to ``x + residual`` (rounded to ``dtype``), the norm is taken of the float32 sum.
-    ``weight_dtype`` and ``weight_offset`` are as for ``rmsnorm_tl`` (``weight_offset=1.0``: Gemma). ``out``
-    may be ``x`` itself (vLLM's and FlashInfer's fused add-RMSNorm write the norm over the input).
+    Returns ``kernel(x[..., n], residual[..., n], weight[n], *, out=None) -> y[..., n]``; ``residual`` is updated
+    in place to ``x + residual`` (rounded to ``dtype``), the norm is taken of the float32 sum. ``weight_dtype`` and
+    ``weight_offset`` are as for ``rmsnorm_tl`` (``weight_offset=1.0``: Gemma). ``out`` may be ``x`` itself
+    (vLLM's and FlashInfer's fused add-RMSNorm write the norm over the input).
     """
 
 
@@ -293,8 +293,8 @@ def rmsnorm_tl(
 
     Returns ``kernel(x[..., n], weight[n], *, out=None) -> y[..., n]`` in ``dtype``; the math runs in float32.
     ``weight`` is in ``weight_dtype`` (default: ``dtype``; float32 for Gemma-style checkpoints) and scales as
-    ``weight_offset + weight`` (``weight_offset=1.0`` is Gemma's RMSNorm). ``x`` may have any leading
-    dimensions and strided rows; ``out`` (same shape, ``dtype``) may be ``x`` itself.
+    ``weight_offset + weight`` (``weight_offset=1.0`` is Gemma's RMSNorm). ``x`` may have any leading dimensions
+    and strided rows; ``out`` (same shape, ``dtype``) may be ``x`` itself.
     """
 
 

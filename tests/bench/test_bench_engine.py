@@ -141,8 +141,8 @@ def test_the_compiled_peer_has_a_code_object_of_its_own():
     """Dynamo keeps at most 8 compiled variants of one code object and then runs it eagerly, silently: every
     kernel's compiled peer must not share the eager call's code, or a run over every kernel times eager code."""
     spec_a, spec_b = spec("rmsnorm_tl"), spec("softmax_tl")
-    eager_a = _bench.eager_call(spec_a, spec_a.configure(64, torch.float32))
-    eager_b = _bench.eager_call(spec_b, spec_b.configure(64, torch.float32))
+    eager_a = _bench.eager_call(spec_a, spec_a.bind(64, torch.float32))
+    eager_b = _bench.eager_call(spec_b, spec_b.bind(64, torch.float32))
     assert eager_a.__code__ is eager_b.__code__  # the reason for the test
     own_a, own_b = _bench.own_code(eager_a), _bench.own_code(eager_b)
     assert own_a.__code__ is not own_b.__code__ is not eager_a.__code__

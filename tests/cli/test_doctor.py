@@ -136,4 +136,6 @@ def test_unknown_variables_are_the_lazyops_ones_it_does_not_read_with_the_neares
 
     environ = {"LAZYOPS_BAKEND": "triton", "LAZYOPS_STRICT": "1", "LAZYOPS_ZZZ": "", "PATH": "/bin", "LAZYOPS": "1"}
     assert unknown_variables(environ) == [("LAZYOPS_BAKEND", "LAZYOPS_BACKEND"), ("LAZYOPS_ZZZ", None)]
-    assert unknown_variables({"LAZYOPS_CACHE_DIR": "/tmp", "LAZYOPS_TRACE_ARGS": "1"}) == []
+    assert unknown_variables({"LAZYOPS_TRACE_ARGS": "1"}) == []
+    # gone with the disk cache: named, with no near known variable to suggest
+    assert unknown_variables({"LAZYOPS_CACHE_DIR": "/tmp"}) == [("LAZYOPS_CACHE_DIR", None)]

@@ -70,8 +70,10 @@ def test_ci_runs_the_readme_test_command():
 
 def test_eager_import_with_a_bad_configuration_is_one_line_and_exit_2(fake_backends):
     env = fake_backends.env(EAGER_IMPORT="1", LAZYOPS_BACKEND="nope")
-    for command in ([sys.executable, "-m", "lazyops", "list"],
-                    [sys.executable, "-c", "import sys; from lazyops.__main__ import main; sys.exit(main(['list']))"]):
+    for command in (
+        [sys.executable, "-m", "lazyops", "list"],
+        [sys.executable, "-c", "import sys; from lazyops.__main__ import main; sys.exit(main(['list']))"],
+    ):
         result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300)
         assert result.returncode == 2, result.stderr
         assert len(result.stderr.strip().splitlines()) == 1, result.stderr  # one line, no traceback
@@ -95,7 +97,9 @@ def test_which_of_a_public_function_says_it_is_not_a_kernel(fake_backends):
 
 
 def test_list_survives_a_backend_whose_unavailable_reason_raises(fake_backends):
-    fake_backends.make("flaky", ["alpha_tl"], init_code="def unavailable_reason():\n    raise RuntimeError('driver exploded')\n")
+    fake_backends.make(
+        "flaky", ["alpha_tl"], init_code="def unavailable_reason():\n    raise RuntimeError('driver exploded')\n"
+    )
     result = lazyops_cli("list", env=fake_backends.env())
     assert result.returncode == 0 and "Traceback" not in result.stderr, result.stderr
     assert "flaky broken backend 'flaky': its unavailable_reason() raised RuntimeError: driver exploded" in " ".join(

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from lazyops._errors import BackendError
 
 KERNELS = ["alpha_tl", "beta_tl", "gamma_tl", "delta_tl", "eps_tl"]
-PROBES = KERNELS + ["_private", "__wrapped__", "zeta_tl", "alpah_tl"]
+PROBES = [*KERNELS, "_private", "__wrapped__", "zeta_tl", "alpah_tl"]
 BACKENDS = ["torch", "triton", "tilelang", "ext", "vendor"]
 BOOLEAN_TEXTS = ["", "0", "1", "true", "False", "YES", "off", "On", "2", "maybe"]
 
@@ -33,7 +33,7 @@ class ModelUniverse:
 @st.composite
 def universes(draw) -> ModelUniverse:
     others = draw(st.lists(st.sampled_from(BACKENDS[1:]), unique=True, min_size=2, max_size=4))
-    order = ["torch"] + others
+    order = ["torch", *others]
     # The reference usually has most kernels, others fewer: the shape of a real install, and it makes every
     # rule of the order (inherited from the default vs. from the reference especially) come up often.
     exports = {b: frozenset(k for k in KERNELS if draw(st.integers(0, 9)) < (8 if b == "torch" else 5)) for b in order}
@@ -181,7 +181,9 @@ def fake_namespace(universe: ModelUniverse, env: dict[str, str], *, hook: bool =
 
     backends = [FakeBackend(b, universe.exports[b], b in universe.broken) for b in universe.order]
     module_dict: dict = {}
-    namespace = Namespace(module_dict, environ=env, discover=lambda: Registry(backends), default=lambda: universe.default)
+    namespace = Namespace(
+        module_dict, environ=env, discover=lambda: Registry(backends), default=lambda: universe.default
+    )
     if hook:
 
         def __getattr__(name: str):

@@ -9,7 +9,7 @@ import pytest
 from lazyops._backend import Backend
 from lazyops._errors import BackendError
 from lazyops._namespace import Namespace
-from lazyops._registry import EntryPointSpec, Registry, installed_entry_points
+from lazyops._registry import Registry, installed_entry_points
 
 
 def namespace_for(env=None) -> tuple[Namespace, dict]:
@@ -19,7 +19,7 @@ def namespace_for(env=None) -> tuple[Namespace, dict]:
 
 def test_entry_point_backend_is_discovered_and_selected(fake_backends):
     fake_backends.make("ext", ["alpha_tl", "rmsnorm_tl"])
-    assert any(spec.name == "ext" for spec in installed_entry_points())
+    assert ("ext", "lazyops_fake_ext", "fake-ext") in installed_entry_points()
     namespace, module_dict = namespace_for({"LAZYOPS_BACKEND": "ext"})
     assert namespace.backend_names()[:3] == ("torch", "triton", "tilelang")
     assert "ext" in namespace.backend_names()
@@ -116,7 +116,7 @@ def test_failing_import_is_chained_and_the_namespace_recovers_after_configure(fa
 
 
 def test_two_distributions_claiming_one_name_are_both_refused_naming_both():
-    specs = [EntryPointSpec("ext", "a.backend", "dist-a"), EntryPointSpec("ext", "b.backend", "dist-b")]
+    specs = [("ext", "a.backend", "dist-a"), ("ext", "b.backend", "dist-b")]
     registry = Registry.discover(specs)
     with pytest.raises(BackendError, match="claimed twice: by dist-a and dist-b"):
         registry["ext"].exports()
@@ -124,24 +124,25 @@ def test_two_distributions_claiming_one_name_are_both_refused_naming_both():
 
 
 def test_a_third_party_claiming_a_builtin_name_is_refused_and_the_builtin_stays():
-    registry = Registry.discover([EntryPointSpec("torch", "rogue.backend", "rogue")])
+    registry = Registry.discover([("torch", "rogue.backend", "rogue")])
     assert registry["torch"].module_name == "lazyops._backends.torch"
     (refused,) = registry.refused
     assert "claimed by built-in and by rogue" in refused.reason and "the built-in stays in use" in refused.reason
 
 
 @pytest.mark.parametrize(
-    "spec, message",
+    "entry_point, message",
     [
-        (EntryPointSpec("Bad-Name", "x.y", "d"), "lowercase letters"),
-        (EntryPointSpec("ok", "x.y:attr", "d"), "module path"),
+        (("Bad-Name", "x.y", "d"), "lowercase letters"),
+        (("ok", "x.y:attr", "d"), "module path"),
     ],
 )
-def test_malformed_entry_points_are_refused_on_use(spec, message):
-    registry = Registry.discover([spec])
+def test_malformed_entry_points_are_refused_on_use(entry_point, message):
+    registry = Registry.discover([entry_point])
+    name = entry_point[0]
     with pytest.raises(BackendError, match=message):
-        registry[spec.name].load()
-    assert [refused.name for refused in registry.refused] == [spec.name]
+        registry[name].load()
+    assert [refused.name for refused in registry.refused] == [name]
 
 
 def test_environment_selects_registered_names_only_never_module_paths(fake_backends):

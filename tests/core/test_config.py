@@ -2,12 +2,18 @@
 
 from __future__ import annotations
 
+import ast
+import copy
+import pickle
+import re
+from pathlib import Path
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
 from lazyops import ConfigError
-from lazyops._config import parse_bool, parse_chain, settings_from_environment
+from lazyops._config import VARIABLES, Settings, parse_bool, parse_chain, settings_from_environment, unknown_variables
 
 TRUE_WORDS = ["1", "true", "yes", "on"]
 FALSE_WORDS = ["0", "false", "no", "off", ""]
@@ -16,7 +22,7 @@ FALSE_WORDS = ["0", "false", "no", "off", ""]
 def any_case(words):
     return st.sampled_from(words).flatmap(
         lambda word: st.lists(st.booleans(), min_size=len(word), max_size=len(word)).map(
-            lambda upper: "".join(c.upper() if u else c for c, u in zip(word, upper))
+            lambda upper: "".join(c.upper() if u else c for c, u in zip(word, upper, strict=True))
         )
     )
 
@@ -60,3 +66,57 @@ def test_settings_are_immutable():
     settings = settings_from_environment({})
     with pytest.raises(AttributeError, match="cannot assign"):
         settings.strict = True
+
+
+def test_settings_behave_as_a_frozen_dataclass():
+    settings = Settings(chain=("triton",), fallback=frozenset({"rope_tl"}))
+    same_value = Settings(chain=("triton",), fallback=frozenset({"rope_tl"}), origin={"backend": "elsewhere"})
+    assert settings == same_value and hash(settings) == hash(same_value)  # origin is not part of the value
+    assert settings != settings.replace(strict=True)
+    assert repr(settings) == (
+        "Settings(chain=('triton',), fallback=frozenset({'rope_tl'}), strict=False, verbose=False, trace=None, "
+        "trace_args=False, rank=0)"
+    )
+    with pytest.raises(AttributeError):
+        settings.strict = True  # type: ignore[misc]
+    changed = settings.replace(strict=True, origin={"strict": "configure(strict=...)"})
+    assert changed.strict and changed.origin["strict"] == "configure(strict=...)"
+    assert changed.origin["backend"] == "LAZYOPS_BACKEND"
+    with pytest.raises(TypeError):
+        settings.replace(colour="blue")
+    for clone in (pickle.loads(pickle.dumps(changed)), copy.copy(changed), copy.deepcopy(changed)):
+        assert clone == changed and dict(clone.origin) == dict(changed.origin)
+
+
+def test_unknown_variables_are_named_with_the_nearest_known_one():
+    environ = {
+        "LAZYOPS_BAKEND": "triton",
+        "lazyops_strict": "1",  # names are case-sensitive: this one is ignored too
+        "LAZYOPS_CACHE_DIR": "~/cache",  # an older lazyops' variable: nothing near it now
+        "LAZYOPS_BACKEND": "torch",
+        "PATH": "/bin",
+        "EAGER_IMPORT": "0",
+    }
+    assert unknown_variables(environ) == [
+        ("LAZYOPS_BAKEND", "LAZYOPS_BACKEND"),
+        ("LAZYOPS_CACHE_DIR", None),
+        ("lazyops_strict", "LAZYOPS_STRICT"),
+    ]
+    assert unknown_variables({name: "" for name in VARIABLES}) == []
+
+
+def test_every_variable_lazyops_reads_is_in_the_one_table():
+    """The names written in lazyops' core modules (the command line keeps its own) are the table's, so a new
+    variable cannot be read without being known to the misspelling check."""
+    src = Path(__file__).resolve().parents[2] / "src" / "lazyops"
+    written = {
+        node.value
+        for path in src.glob("*.py")
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
+        if isinstance(node, ast.Constant)
+        and isinstance(node.value, str)
+        and re.fullmatch(r"LAZYOPS_[A-Z_]*[A-Z]", node.value)
+    }
+    assert written and written <= set(VARIABLES)
+    variables = {name for name in VARIABLES if name.startswith("LAZYOPS_")}
+    assert variables <= written, "a variable in the table that no module reads"

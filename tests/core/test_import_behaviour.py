@@ -8,19 +8,18 @@ import textwrap
 import pytest
 
 from fresh_interpreter import run_python
-
 from lazyops.specs import kernel_names
 
 # __future__ too: `from __future__ import annotations` is a real import, about 0.3 ms, in a module `import lazyops` runs.
 HEAVY = ["torch", "numpy", "triton", "tilelang", "lazy_loader", "importlib.metadata", "typing", "inspect", "__future__"]
 BUILTIN_BACKENDS = ["lazyops._backends.torch", "lazyops._backends.triton", "lazyops._backends.tilelang"]
 
-REPORT_MODULES = """
+REPORT_MODULES = f"""
 import json, sys
 def report(**extra):
-    names = {HEAVY!r} + {BUILTIN!r}
+    names = {HEAVY!r} + {BUILTIN_BACKENDS!r}
     print(json.dumps(dict(loaded=sorted(n for n in names if n in sys.modules), **extra)))
-""".format(HEAVY=HEAVY, BUILTIN=BUILTIN_BACKENDS)
+"""
 
 
 def loaded_after(code: str, env: dict) -> dict:
@@ -109,12 +108,16 @@ def test_partial_port_prints_one_summary_and_one_notice_per_inherited_kernel(fak
     )
     assert "LAZYOPS_VERBOSE=1" in lines[0]
     assert lines[1] == "--resolved--"
-    assert lines[2:] == ["lazyops: softmax_tl runs from 'torch' (inherited): the selected backend 'ext' does not export it"]
+    assert lines[2:] == [
+        "lazyops: softmax_tl runs from 'torch' (inherited): the selected backend 'ext' does not export it"
+    ]
 
 
 def test_verbose_summary_names_every_inherited_kernel(fake_backends):
     fake_backends.make("ext", ["rmsnorm_tl"])
-    result = run_python("import lazyops; lazyops.rmsnorm_tl", fake_backends.env(LAZYOPS_BACKEND="ext", LAZYOPS_VERBOSE="1"))
+    result = run_python(
+        "import lazyops; lazyops.rmsnorm_tl", fake_backends.env(LAZYOPS_BACKEND="ext", LAZYOPS_VERBOSE="1")
+    )
     assert ", ".join(sorted(set(kernel_names()) - {"rmsnorm_tl"})) in result.stderr
 
 
@@ -209,3 +212,22 @@ def test_strict_summary_is_printed_even_when_the_first_access_raises(fake_backen
         f"{len(lacking)} unavailable (KernelUnavailableError): {lacking[0]} and {len(lacking) - 1} more "
         "(LAZYOPS_VERBOSE=1 names them all)"
     )
+
+
+@pytest.mark.parametrize("rank, prints", [("0", True), ("1", False)])
+def test_a_misspelt_variable_is_named_once_at_the_first_resolution(fake_backends, rank, prints):
+    code = """
+    import sys, lazyops, lazyops._platform
+    lazyops._platform.platform_default = lambda: "torch"  # a GPU's default backend may print lines of its own
+    print("--imported--", file=sys.stderr)
+    lazyops.rmsnorm_tl; lazyops.softmax_tl
+    lazyops.configure(); lazyops.rmsnorm_tl
+    """
+    result = run_python(code, fake_backends.env(LAZYOPS_BAKEND="triton", LAZYOPS_CACHE_DIR="/tmp", RANK=rank))
+    assert result.returncode == 0, result.stderr
+    expected = [
+        "lazyops: LAZYOPS_BAKEND is not a lazyops variable and is ignored; did you mean LAZYOPS_BACKEND?",
+        "lazyops: LAZYOPS_CACHE_DIR is not a lazyops variable and is ignored; the variables lazyops reads are "
+        "LAZYOPS_BACKEND, LAZYOPS_FALLBACK, LAZYOPS_STRICT, LAZYOPS_VERBOSE, LAZYOPS_TRACE, LAZYOPS_TRACE_ARGS",
+    ]
+    assert result.stderr.strip().splitlines() == ["--imported--", *(expected if prints else [])]

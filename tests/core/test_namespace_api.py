@@ -4,21 +4,29 @@ from __future__ import annotations
 
 import inspect
 import json
+import re
 import sys
 import threading
 
 import pytest
 
 import lazyops
-from lazyops import _api
-from lazyops import BackendError, ConfigError, KernelUnavailableError
+from lazyops import BackendError, ConfigError, KernelUnavailableError, _api
 
 
 @pytest.fixture
 def ns(monkeypatch):
     """The real ``lazyops`` module, as just imported, with no LAZYOPS_* variable set."""
-    for variable in ("LAZYOPS_BACKEND", "LAZYOPS_FALLBACK", "LAZYOPS_STRICT", "LAZYOPS_VERBOSE", "LAZYOPS_TRACE",
-                     "LAZYOPS_TRACE_ARGS", "RANK", "LOCAL_RANK"):
+    for variable in (
+        "LAZYOPS_BACKEND",
+        "LAZYOPS_FALLBACK",
+        "LAZYOPS_STRICT",
+        "LAZYOPS_VERBOSE",
+        "LAZYOPS_TRACE",
+        "LAZYOPS_TRACE_ARGS",
+        "RANK",
+        "LOCAL_RANK",
+    ):
         monkeypatch.delenv(variable, raising=False)
     _api.reset()
     yield lazyops
@@ -33,7 +41,7 @@ def test_public_error_classes_have_the_promised_bases():
 
 def test_configure_validates_at_once_and_a_refusal_changes_nothing(ns):
     before = ns.rmsnorm_tl
-    with pytest.raises(ConfigError, match="configure\\(backend=...\\) names backend 'nope'"):
+    with pytest.raises(ConfigError, match=re.escape("configure(backend=...) names backend 'nope'")):
         ns.configure(backend="nope")
     assert vars(ns)["rmsnorm_tl"] is before
     assert ns.which("rmsnorm_tl").backend == "torch"

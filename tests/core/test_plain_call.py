@@ -261,5 +261,5 @@ def test_rope_takes_a_packed_qkv_on_the_fast_path_only_where_the_launch_takes_st
 def test_a_layout_without_token_indexed_inputs_is_refused_with_the_way_out() -> None:
     from lazyops.specs._checks import fixed_input, plain_call
 
-    with pytest.raises(ValueError, match="no token-indexed input.*Rows.*return None"):
+    with pytest.raises(ValueError, match=r"no token-indexed input.*Rows.*return None"):
         plain_call((fixed_input((4,), torch.float32),))

@@ -31,7 +31,7 @@ def test_finding_tilelang_does_not_import_it(fake_backends):
     """
     result = run_python(code, fake_backends.env())
     assert result.returncode == 0, result.stderr
-    installed, imported, _ = result.stdout.split()
+    _installed, imported, _ = result.stdout.split()
     assert imported == "False"
 
 

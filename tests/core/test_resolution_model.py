@@ -6,9 +6,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
+from model import BACKENDS, KERNELS, PROBES, environments, fake_namespace, model_resolve, read_attribute, universes
 
 from lazyops import BackendError, ConfigError, KernelUnavailableError
-from model import BACKENDS, KERNELS, PROBES, environments, fake_namespace, model_resolve, read_attribute, universes
 
 quiet = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
@@ -32,7 +32,8 @@ def test_which_agrees_with_the_model(data, universe):
     env = data.draw(environments(universe))
     namespace, _, _ = fake_namespace(universe, env)
     for kernel in data.draw(st.lists(st.sampled_from(PROBES), min_size=1, max_size=6)):
-        assert outcome_of(lambda: namespace.which(kernel)) == model_resolve(universe, env, kernel), (kernel, env)
+        got = outcome_of(lambda kernel=kernel: namespace.which(kernel))
+        assert got == model_resolve(universe, env, kernel), (kernel, env)
 
 
 def resolve_all_against_the_model(namespace, module_dict, universe, env, broken) -> None:
@@ -70,7 +71,7 @@ def test_access_agrees_with_the_model_and_caches(fast, data, universe):
                 read_attribute(module_dict, kernel)
             assert kernel not in module_dict  # a failure is never cached: the next access tries again
             continue
-        got = outcome_of(lambda: _access(namespace, module_dict, kernel))
+        got = outcome_of(lambda kernel=kernel: _access(namespace, module_dict, kernel))
         assert got == expected, (kernel, env)
         if got[0] == "ok":
             resolved = module_dict[kernel]
@@ -121,11 +122,11 @@ class NamespaceMachine(RuleBasedStateMachine):
     def model_env(self) -> dict[str, str]:
         return {**self.env, **self.overrides}
 
-    @rule(backend=st.one_of(st.none(), st.lists(st.sampled_from(BACKENDS + ["nope"]), min_size=1, max_size=3)))
+    @rule(backend=st.one_of(st.none(), st.lists(st.sampled_from([*BACKENDS, "nope"]), min_size=1, max_size=3)))
     def configure_backend(self, backend):
         self._configure("LAZYOPS_BACKEND", "backend", backend, ",".join(backend) if backend else "")
 
-    @rule(fallback=st.lists(st.sampled_from(KERNELS + ["zeta_tl"]), max_size=2))
+    @rule(fallback=st.lists(st.sampled_from([*KERNELS, "zeta_tl"]), max_size=2))
     def configure_fallback(self, fallback):
         self._configure("LAZYOPS_FALLBACK", "fallback", fallback, ",".join(fallback))
 

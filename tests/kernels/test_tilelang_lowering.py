@@ -53,7 +53,7 @@ def kernel_signature(source: str) -> str:
 
 
 def assert_dynamic_tokens(source: str) -> None:
-    assert "int M" in kernel_signature(source), "the token count must be a runtime parameter of the kernel"
+    assert re.search(r"\bint(64_t)? M\b", kernel_signature(source)), "the token count must be a kernel parameter"
 
 
 # --- every kernel ---------------------------------------------------------------------------------------------
@@ -82,7 +82,9 @@ def test_every_program_a_factory_compiles_lowers_for_any_token_count(name: str, 
     assert programs, f"{name}: programs() compiles nothing"
     for variant, build in programs.items():
         source = lower(build())
-        assert "int M" in kernel_signature(source), f"{name} {variant}: the token count must be a runtime parameter"
+        assert re.search(r"\bint(64_t)? M\b", kernel_signature(source)), (
+            f"{name} {variant}: the token count must be a runtime parameter"
+        )
 
 
 # --- row-wise kernels ------------------------------------------------------------------------------------------
@@ -165,7 +167,7 @@ def test_rmsnorm_fp8_is_the_rmsnorm_program_with_vector_float8_stores(n: int, dt
     assert_dynamic_tokens(source)
     assert "AllReduce" in source
     assert_float8_vector_stores(source, dtype, n)
-    assert "int x_stride" in kernel_signature(source) and "int y_stride" in kernel_signature(source)
+    assert "int64_t x_stride" in kernel_signature(source) and "int64_t y_stride" in kernel_signature(source)
 
 
 @pytest.mark.parametrize(("n", "dtype"), [(4096, "bfloat16"), (1000, "float16"), (40000, "bfloat16")])
@@ -244,9 +246,9 @@ def test_rope_lowers_to_vector_loads_without_barriers(
     source = lower(rope.rope_program(head_dim, dtype, is_neox, cache_dtype, positions))
     signature = kernel_signature(source)
     # Token count, head counts, cache length and rotary width all vary at run time.
-    assert signature.count("int ") >= 5, signature
+    assert len(re.findall(r"\bint(64_t)? ", signature)) >= 5, signature
     for stride in ("positions_stride", "query_stride", "key_stride"):
-        assert f"int {stride}" in signature, signature
+        assert f"int64_t {stride}" in signature, signature
     vector = "float4" if dtype == "float32" else "uint4"
     for tensor in ("query", "key"):
         loads = len(re.findall(rf"= \*\({vector}\*\)\({tensor} \+", source)) + len(
@@ -320,7 +322,7 @@ def test_row_programs_index_rows_by_their_stride_with_vector_accesses(make, buff
     source = lower(make(n, "bfloat16"))
     signature = kernel_signature(source)
     for buffer in buffers:
-        assert f"int {buffer}_stride" in signature, signature
+        assert f"int64_t {buffer}_stride" in signature, signature
         # Streamed rows (n > 16384) write add_rmsnorm's y 8 bytes at a time, as they did before strides.
         widths = ("uint4",) if plan_rows(n, "bfloat16").resident else ("uint4", "uint2")
         assert any(f"*({vector}*)({buffer} + " in source for vector in widths), (
@@ -383,6 +385,91 @@ def test_in_place_inputs_copied_for_the_launch_are_copied_back() -> None:
     launch_with_copies(kernel, (query, key), written=(0, 1), row_multiples=(8, 8))
     assert bool((query == 1).all()) and bool((key == 2).all())
     assert bool((qkv[:, 16] == 0).all()) and bool((qkv[:, 33:] == 0).all())
+
+
+# --- offsets past 2**31 elements (issue 27.2) --------------------------------------------------------------------
+
+#: Every program with a run-time token count and row strides, with the tensors whose strides it takes: resident rows
+#: (one and several a block), streamed rows, the float8 outputs, the gated activations, rope in both styles.
+PROGRAMS_WITH_ROW_STRIDES = {
+    "rmsnorm 4096": (lambda: rmsnorm.rmsnorm_program(4096, "bfloat16", 1e-6), ("x", "y")),
+    "rmsnorm 128": (lambda: rmsnorm.rmsnorm_program(128, "float32", 1e-6), ("x", "y")),
+    "rmsnorm 40000": (lambda: rmsnorm.rmsnorm_program(40000, "bfloat16", 1e-6), ("x", "y")),
+    "rmsnorm_fp8 4096": (
+        lambda: rmsnorm.rmsnorm_program(4096, "bfloat16", 1e-6, out_dtype=rmsnorm_fp8.FP8),
+        ("x", "y"),
+    ),
+    "add_rmsnorm 1000": (lambda: add_rmsnorm.add_rmsnorm_program(1000, "float16", 1e-6), ("x", "residual", "y")),
+    "add_rmsnorm 40000": (lambda: add_rmsnorm.add_rmsnorm_program(40000, "bfloat16", 1e-6), ("x", "residual", "y")),
+    "add_rmsnorm_fp8 4096": (
+        lambda: add_rmsnorm.add_rmsnorm_program(4096, "bfloat16", 1e-6, out_dtype=add_rmsnorm_fp8.FP8),
+        ("x", "residual", "y"),
+    ),
+    "layernorm 128": (lambda: layernorm.layernorm_program(128, "bfloat16", 1e-5), ("x", "y")),
+    "layernorm 40000": (lambda: layernorm.layernorm_program(40000, "bfloat16", 1e-5), ("x", "y")),
+    "softmax 1000": (lambda: softmax.softmax_program(1000, "bfloat16"), ("x", "y")),
+    "softmax 40000": (lambda: softmax.softmax_program(40000, "float32"), ("x", "y")),
+    "silu_and_mul 5": (lambda: silu_and_mul.silu_and_mul_program(5, "bfloat16"), ("x", "y")),
+    "silu_and_mul 14336": (lambda: silu_and_mul.silu_and_mul_program(14336, "bfloat16"), ("x", "y")),
+    "gelu_and_mul 1000": (lambda: gelu_and_mul.gelu_and_mul_program(1000, "float16", False), ("x", "y")),
+    "rope neox": (
+        lambda: rope.rope_program(128, "bfloat16", True, "float32", "int64"),
+        ("positions", "query", "key"),
+    ),
+    "rope interleaved": (
+        lambda: rope.rope_program(80, "float16", False, "float16", "int32"),
+        ("positions", "query", "key"),
+    ),
+}
+
+
+@pytest.mark.parametrize("program", PROGRAMS_WITH_ROW_STRIDES)
+def test_token_counts_and_row_strides_reach_the_kernel_in_64_bits(program: str) -> None:
+    """On an H200 a row stride of 2**31 elements or more made the TileLang kernels read and write out of bounds:
+    the strides were declared int32, and TileLang narrows a tensor's 64-bit stride to the declared type on the
+    host, without a check. Now the token count and every row stride are 64-bit kernel parameters, and no row index
+    is computed from a 32-bit block index (one that is wraps past 2**31 rows, and its comparison with ``M`` with
+    it)."""
+    make, tensors = PROGRAMS_WITH_ROW_STRIDES[program]
+    source = lower(make())
+    signature = kernel_signature(source)
+    assert "int64_t M" in signature, signature
+    for tensor in tensors:
+        assert f"int64_t {tensor}_stride" in signature, signature
+    assert "(int)blockIdx" not in source, "a block index is used in 32 bits"
+
+
+@pytest.mark.parametrize(
+    "make",
+    [silu_and_mul.silu_and_mul_program, lambda n, dtype: gelu_and_mul.gelu_and_mul_program(n, dtype, tanh=True)],
+)
+@pytest.mark.parametrize("n", (5, 4096, 14336))
+def test_gated_programs_lay_every_block_along_the_grids_first_dimension(make, n: int) -> None:
+    """The gated activations' token blocks lay along the grid's second dimension, which holds 65535 blocks: a call
+    of more than 262140 tokens of 4096 features was not launched. The first holds 2**31 - 1."""
+    source = lower(make(n, "bfloat16"))
+    assert "blockIdx.y" not in source and "blockIdx.z" not in source
+    if n % 8 == 0:
+        assert "*(uint4*)(x + " in source, "the gate and up projection are still read 16 bytes at a time"
+
+
+def test_rope_refuses_more_tokens_than_a_launch_has_blocks_before_touching_anything() -> None:
+    """Rope launches a thread block per token; a grid holds at most 2**31 - 1 along its first dimension, and past
+    2**32 a launcher narrowing the count would run a truncated grid. Meta tensors: the refusal reads only shapes."""
+    from lazyops._errors import KernelInputError
+
+    kernel = _RecordingKernel()
+    config = rope.spec.bind(2, torch.bfloat16)
+    launch = rope.rope_launch(config, {(torch.float32, torch.int64): kernel})
+    tokens = 2**31
+    positions = torch.empty(tokens, dtype=torch.int64, device="meta")
+    query = torch.empty(tokens, 2, dtype=torch.bfloat16, device="meta")
+    cache = torch.empty(16, 2, dtype=torch.float32, device="meta")
+    with pytest.raises(KernelInputError, match=r"rope_tl\(.*\): query has 2147483648 rows, more than the 2147483647"):
+        launch(positions, query, query.clone(), cache)
+    assert kernel.seen == [], "nothing may be launched"
+    launch(positions[: tokens - 1], query[: tokens - 1], query[: tokens - 1].clone(), cache)
+    assert kernel.seen, "a call within the grid's limit launches"
 
 
 # --- matmul ----------------------------------------------------------------------------------------------------

@@ -25,24 +25,17 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from lazyops import _config
 from lazyops.cli._errors import FOUND_PROBLEMS, OK, USAGE
 from lazyops.cli._status import BROKEN, RUNS, BackendStatus, one_line
 
 HELP = "versions, device, backends, configuration, and every kernel checked against float64"
 
-#: The variables lazyops reads, with a short meaning for the configuration table.
+#: The variables the configuration table shows: lazyops' own (``_config.VARIABLES``, its one table, with their
+#: meanings) and Triton's switch to its interpreter, which decides whether that backend runs on a CPU.
 VARIABLES = {
-    "LAZYOPS_BACKEND": "selected backend or chain",
-    "LAZYOPS_FALLBACK": "kernels forced to the default",
-    "LAZYOPS_STRICT": "no fallback of any kind",
-    "LAZYOPS_VERBOSE": "name every inherited kernel",
-    "LAZYOPS_TRACE": "construction trace file",
-    "LAZYOPS_TRACE_ARGS": "trace the arguments too",
-    "LAZYOPS_CACHE_DIR": "where stub and entry-point records are kept",
-    "LAZYOPS_PLAN": "the plan in force (lazyops tune)",
-    "LAZYOPS_PLAN_STRICT": "a plan that does not apply is an error",
-    "EAGER_IMPORT": "resolve everything at import",
-    "TRITON_INTERPRET": "Triton on the CPU",
+    **{name: meaning for name, meaning in _config.VARIABLES.items() if name not in ("RANK", "LOCAL_RANK")},
+    "TRITON_INTERPRET": "Triton on the CPU (Triton's own variable)",
 }
 #: The check's token counts: one token (the decode step) and a few rows, so both paths of a kernel run.
 TOKENS = (1, 7)
@@ -398,7 +391,7 @@ def device() -> str:
 
 def read_configuration(report: Report) -> None:
     """The variables as set, each malformed one as a problem (all of them, not just the first), then the whole."""
-    from lazyops import _api, _config
+    from lazyops import _api
     from lazyops._errors import ConfigError
 
     environ = os.environ
@@ -447,7 +440,7 @@ def _add_problem(report: Report, error: Exception) -> None:
 
 def _check_chain_alone(report: Report, value: str | None) -> None:
     """The backend names, validated even when another variable is malformed (settings stop at the first)."""
-    from lazyops import _api, _config
+    from lazyops import _api
     from lazyops._errors import ConfigError
 
     try:

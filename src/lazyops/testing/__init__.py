@@ -7,6 +7,8 @@ the yardstick every backend is measured against. Nothing in this package re-impl
   raises ``AssertionError`` listing what failed; with the ``lazyops_backend`` fixture of the pytest plugin, one
   test checks every backend that runs on the machine.
 - :func:`check_case` runs one example (a :class:`Case`) of one kernel against a factory.
+- :func:`check_large_offsets` runs one example with its rows, or its unused batch dimension, 2**31 elements or
+  more apart: what a kernel computing offsets in 32 bits gets wrong (the kit runs it after each kernel's cases).
 - :data:`REFERENCES` maps each kernel to its float64 reference; :mod:`lazyops.testing.strategies` holds the
   hypothesis strategies (shapes, dtypes, token counts, whole cases).
 - Each kernel's cases, reference and traffic live in its spec (``lazyops.specs.rmsnorm``...): the kit holds the
@@ -31,6 +33,7 @@ from lazyops.testing._conformance import (
     run_conformance,
     signature_mismatch,
 )
+from lazyops.testing._offsets import check_large_offsets
 
 __all__ = [
     "DTYPES",
@@ -44,6 +47,7 @@ __all__ = [
     "check_case",
     "check_close",
     "check_each",
+    "check_large_offsets",
     "default_device",
     "poison",
     "reference",

@@ -21,6 +21,7 @@ from lazyops.testing import strategies
 from lazyops.testing._case import Case
 from lazyops.testing._compare import TOLERANCE, Inputs, check_close, check_each, poison, rows
 from lazyops.testing._layout import lay_out
+from lazyops.testing._offsets import check_large_offsets
 
 PASSED = "passed"
 FAILED = "FAILED"
@@ -38,8 +39,10 @@ class KernelResult:
     worst_dtype: Any = None
     #: why it failed: the exception, as ``Type: message``
     message: str = ""
-    #: the smallest failing example hypothesis found (rerun it with ``check_case``)
+    #: the smallest failing example hypothesis found (rerun it with ``rerun``)
     case: Case | None = None
+    #: the ``lazyops.testing`` function that reruns ``case``
+    rerun: str = "check_case"
 
 
 @dataclass
@@ -92,7 +95,7 @@ class ConformanceReport:
             lines.append(f"  FAILED        {result.kernel}: {result.message}")
             if result.case is not None:
                 lines.append(f"                smallest failing case: {result.case}")
-                lines.append(f"                rerun it: lazyops.testing.check_case(factory, {result.case!r})")
+                lines.append(f"                rerun it: lazyops.testing.{result.rerun}(factory, {result.case!r})")
         if self.not_exported:
             lines.append(f"  not exported  {', '.join(self.not_exported)}")
         if self.unchecked:
@@ -219,10 +222,11 @@ def run_conformance(
     ``backend`` is a registered name (built-in, or third-party through the ``lazyops.backends`` entry point). For
     each kernel: the factory's signature must be the reference's (parameter names, kinds and defaults), then
     hypothesis draws up to ``max_examples`` cases (shapes, dtypes, token counts, seeds) and :func:`check_case`
-    runs each. ``kernels`` limits the check to those names. A kernel the backend does not export is listed in the
-    report, not failed: a partial port is a state, not an error (pass ``kernels=`` to insist on some). ``device``
-    defaults to CUDA where torch sees it; ``max_elements`` caps an input's size (smaller on the host); ``seed`` makes
-    the drawn cases reproducible.
+    runs each, then :func:`~lazyops.testing.check_large_offsets` runs the last with its rows 2**31 elements and more
+    apart (views of a 4 GiB buffer only on a CUDA device with 16 GiB free). ``kernels`` limits the check to those
+    names. A kernel the backend does not export is listed in the report, not failed: a partial port is a state, not
+    an error (pass ``kernels=`` to insist on some). ``device`` defaults to CUDA where torch sees it;
+    ``max_elements`` caps an input's size (smaller on the host); ``seed`` makes the drawn cases reproducible.
 
     Returns the :class:`ConformanceReport` (its ``str`` is a readable table) when nothing failed.
     """
@@ -309,7 +313,21 @@ def _check_kernel(
         result.status = FAILED
         result.message = _one_error(error)
         result.case = current[0] if current else None
+    if result.status == PASSED and current:
+        _check_offsets_past_int32(factory, current[0], device, result)
     return result
+
+
+def _check_offsets_past_int32(factory: Callable[..., Any], case: Case, device: str, result: KernelResult) -> None:
+    """The last drawn case again, its rows (or unused dimensions) 2**31 elements and more apart
+    (:func:`~lazyops.testing.check_large_offsets`; rows that far apart only where the device has the memory)."""
+    try:
+        check_large_offsets(factory, case, device=device)
+    except Exception as error:  # noqa: BLE001 - as above: the kernel's failure, reported with the case
+        result.status = FAILED
+        result.message = f"offsets past 2**31 elements: {_one_error(error)}"
+        result.case = case
+        result.rerun = "check_large_offsets"
 
 
 def _one_error(error: BaseException) -> str:

@@ -29,6 +29,13 @@ TL_DTYPES = {"float32": "float32", "float16": "float16", "bfloat16": "bfloat16"}
 #: TileLang's name for ``torch.float8_e4m3fn``, the fp8 norms' output (its ``float8_e4m3`` is the same format
 #: on NVIDIA, but says less).
 FP8 = "float8_e4m3fn"
+#: The type of the run-time sizes the row-wise programs and rope take: the token count ``M`` and the row strides.
+#: TileLang binds a dynamic size as the type it is declared with, narrowing the tensor's 64-bit size or stride on
+#: the host without a check: declared int32, a row stride of 2**31 elements or more wrapped negative and the kernel
+#: read and wrote outside its tensors (issue 27). In int64 every row offset is computed in 64 bits, the row index
+#: from the block index included (TileLang already widens an address that may pass 2**31, but not a row index
+#: compared with ``M``).
+INDEX = "int64"
 
 #: Base-address alignment the compiled kernels may assume. TileLang vectorises global accesses up to 16 bytes
 #: and declares its buffers with TVM's default 64-byte data alignment; a contiguous view that starts

@@ -15,7 +15,7 @@ from typing import Any
 import tilelang.language as T
 
 from lazyops._backends.tilelang._rows import RowPlan, plan_rows, vector_elements
-from lazyops._backends.tilelang._runtime import F32, compiled, launch_out_of_place, tl_dtype
+from lazyops._backends.tilelang._runtime import F32, INDEX, compiled, launch_out_of_place, tl_dtype
 from lazyops.specs.layernorm import LayerNormConfig, spec
 
 
@@ -26,9 +26,9 @@ def layernorm_program(
     plan = plan or plan_rows(n, dtype)
     weight_dtype = weight_dtype or dtype
     rows, cols, chunks = plan.block_rows, plan.block_cols, plan.chunks
-    M = T.dynamic("M")
+    M = T.dynamic("M", INDEX)
     # Row strides: multiples of `vec` elements (the launch copies other layouts), so rows take 16-byte vectors.
-    x_stride, y_stride = T.dynamic("x_stride, y_stride")
+    x_stride, y_stride = T.dynamic("x_stride, y_stride", INDEX)
     vec = vector_elements(n, dtype)
 
     if plan.resident:

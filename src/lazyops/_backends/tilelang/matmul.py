@@ -32,6 +32,7 @@ from typing import Any
 import tilelang.language as T
 import torch
 
+from lazyops._backends._grid import MAX_GRID_YZ, refuse_rows
 from lazyops._backends.tilelang._runtime import ALIGNMENT, F32, aligned, compiled, direct, require_gpu, tl_dtype
 from lazyops.specs.matmul import MatmulConfig, spec
 
@@ -391,8 +392,15 @@ def matmul_tl(config: MatmulConfig) -> Callable[..., None]:
         for plan in split_plans(config, sm_count, shared_memory)
     ]
 
+    # The tiled programs' row blocks lie along their grid's second dimension, at most 65535 of them; a product of
+    # more than 65535 small tiles' rows has tiles enough for the large one.
+    most_rows = MAX_GRID_YZ * large.block_m
+    why = f"65535 blocks of {large.block_m} rows along the second dimension of the TileLang kernel's grid"
+
     def matmul(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor) -> None:
         m = a.shape[0]
+        if m > most_rows:
+            refuse_rows(config.label, "a", m, most_rows, why)
         a, b = aligned(a), aligned(b)
         # A caller's out may be a view at a misaligned address: the kernel writes an aligned temporary instead.
         c = out if out.data_ptr() % ALIGNMENT == 0 else torch.empty_like(out, memory_format=torch.contiguous_format)

@@ -33,8 +33,9 @@ from typing import Any
 import tilelang.language as T
 import torch
 
+from lazyops._backends._grid import MAX_GRID_X, refuse_rows
 from lazyops._backends.tilelang._rows import ITEMSIZE, vector_elements
-from lazyops._backends.tilelang._runtime import F32, compiled, direct, launch_with_copies, tl_dtype
+from lazyops._backends.tilelang._runtime import F32, INDEX, compiled, direct, launch_with_copies, tl_dtype
 from lazyops.specs.rope import RopeConfig, spec
 
 THREADS = 128
@@ -62,8 +63,11 @@ def rope_program(
     :func:`rope_alignment` elements, which the launch guarantees), so one compiled kernel serves every model
     that shares a head size, packed ``qkv`` views included.
     """
-    M, Hq, Hk, P, R = T.dynamic("M, Hq, Hk, P, R")
-    positions_stride, query_stride, key_stride = T.dynamic("positions_stride, query_stride, key_stride")
+    # The token count and the cache's length in 64 bits, as the row strides (see INDEX); the head counts and the
+    # rotary width are bounded by a row's width.
+    M, P = T.dynamic("M, P", INDEX)
+    Hq, Hk, R = T.dynamic("Hq, Hk, R")
+    positions_stride, query_stride, key_stride = T.dynamic("positions_stride, query_stride, key_stride", INDEX)
     vec = vector_elements(head_dim, dtype)
     # Pairs one lane rotates: neox, a vector of first halves and its partner vector; interleaved, one vector.
     pairs = vec if is_neox else max(1, vec // 2)
@@ -212,6 +216,8 @@ def rope_launch(config: RopeConfig, kernels: dict[tuple[torch.dtype, torch.dtype
 
     def rope(positions: torch.Tensor, query: torch.Tensor, key: torch.Tensor, cos_sin_cache: torch.Tensor) -> None:
         tokens = positions.shape[0]
+        if tokens > MAX_GRID_X:
+            refuse_rows(config.label, "query", tokens, MAX_GRID_X, "a thread block per token")
         # -1 cannot be inferred for a tensor of no heads
         heads = (
             query.view(tokens, query.shape[1] // head_dim, head_dim),

@@ -9,7 +9,7 @@ from typing import Any
 import tilelang.language as T
 
 from lazyops._backends.tilelang._rows import next_power_of_two, vector_elements
-from lazyops._backends.tilelang._runtime import F32, compiled, launch_out_of_place, tl_dtype
+from lazyops._backends.tilelang._runtime import F32, INDEX, compiled, launch_out_of_place, tl_dtype
 from lazyops.specs.silu_and_mul import SiluAndMulConfig, spec
 
 #: Outputs one thread block writes: 256 threads at 16 values each, enough bytes in flight per block to stream.
@@ -26,16 +26,21 @@ def silu_and_mul_program(n: int, dtype: str) -> Any:
     """
     cols = min(next_power_of_two(n), MAX_BLOCK_COLS)
     rows = TILE // cols
-    M = T.dynamic("M")
+    col_blocks = -(-n // cols)
+    M = T.dynamic("M", INDEX)
     # Row strides: multiples of `vec` elements (the launch copies other layouts), so rows take 16-byte vectors.
-    x_stride, y_stride = T.dynamic("x_stride, y_stride")
+    x_stride, y_stride = T.dynamic("x_stride, y_stride", INDEX)
     vec = vector_elements(n, dtype)
 
     @T.prim_func
     def main(x: T.StridedTensor((M, 2 * n), (x_stride, 1), dtype), y: T.StridedTensor((M, n), (y_stride, 1), dtype)):
         T.assume(x_stride % vec == 0)
         T.assume(y_stride % vec == 0)
-        with T.Kernel(T.ceildiv(n, cols), T.ceildiv(M, rows), threads=THREADS) as (bx, by):
+        # One grid dimension: the token blocks on the second stopped at 65535 (262140 tokens of 1024 features or
+        # more); the blocks keep their order, a token block's feature blocks side by side.
+        with T.Kernel(T.ceildiv(M, rows) * col_blocks, threads=THREADS) as block:
+            by = block // col_blocks
+            bx = block % col_blocks
             for i, j in T.Parallel(rows, cols):
                 row = by * rows + i
                 col = bx * cols + j

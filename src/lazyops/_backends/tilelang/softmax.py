@@ -9,7 +9,7 @@ from typing import Any
 import tilelang.language as T
 
 from lazyops._backends.tilelang._rows import RowPlan, plan_rows, vector_elements
-from lazyops._backends.tilelang._runtime import F32, compiled, launch_out_of_place, tl_dtype
+from lazyops._backends.tilelang._runtime import F32, INDEX, compiled, launch_out_of_place, tl_dtype
 from lazyops.specs.softmax import SoftmaxConfig, spec
 
 #: exp(x) = exp2(x * log2(e)): exp2 is a single hardware instruction plus a little range handling, expf more.
@@ -20,9 +20,9 @@ def softmax_program(n: int, dtype: str, plan: RowPlan | None = None) -> Any:
     """The TileLang program ``main(x[M, n], y[M, n])`` for a dynamic token count ``M``."""
     plan = plan or plan_rows(n, dtype)
     rows, cols, chunks = plan.block_rows, plan.block_cols, plan.chunks
-    M = T.dynamic("M")
+    M = T.dynamic("M", INDEX)
     # Row strides: multiples of `vec` elements (the launch copies other layouts), so rows take 16-byte vectors.
-    x_stride, y_stride = T.dynamic("x_stride, y_stride")
+    x_stride, y_stride = T.dynamic("x_stride, y_stride", INDEX)
     vec = vector_elements(n, dtype)
     neg_inf = -T.infinity(F32)
 

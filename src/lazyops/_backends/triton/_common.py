@@ -9,6 +9,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+import triton
+import triton.language as tl
+
 #: The widest row (a power of two) that one program holds in registers at once. Up to this width a row is read
 #: once and kept; a wider row is walked in ``LOOP_BLOCK`` pieces, twice, which costs a second read but never
 #: spills registers. 16384 float32 values over 16 warps is 32 registers a thread.
@@ -27,6 +30,17 @@ class RowLayout:
     rows: int
     single_pass: bool
     num_warps: int
+
+
+@triton.jit
+def program_rows(M, ROWS: tl.constexpr):
+    """The rows program ``program_id(0)`` of a row-wise kernel takes: the first, in 64 bits (past 2**31 rows
+    ``program_id * ROWS`` wraps in 32 bits, and the kernel would read and write rows before its tensors), and how
+    many of its ``ROWS`` lie within ``M``, in 32. Kernels move their pointers to the first row and keep the per-row
+    vectors 32-bit: a 64-bit row vector took softmax over rows of 128 from 61 to 90 registers a thread (ptxas,
+    sm_90a), this form to 56."""
+    first = tl.program_id(0).to(tl.int64) * ROWS
+    return first, tl.minimum(M - first, ROWS).to(tl.int32)
 
 
 def cdiv(a: int, b: int) -> int:

@@ -12,7 +12,7 @@ from collections.abc import Callable
 import triton
 import triton.language as tl
 
-from lazyops._backends.triton._common import gated_launch, launch_device
+from lazyops._backends.triton._common import gated_launch, launch_device, program_rows
 from lazyops.specs import gelu_and_mul as gelu_spec
 from lazyops.specs.gelu_and_mul import GeluAndMulConfig, spec
 
@@ -53,10 +53,13 @@ def _gelu_and_mul_kernel(
     ROWS: tl.constexpr,
     TANH: tl.constexpr,
 ):
-    rows = tl.program_id(0) * ROWS + tl.arange(0, ROWS)
+    first, count = program_rows(M, ROWS)
+    lanes = tl.arange(0, ROWS)
     cols = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)[None, :]
-    keep = (rows < M)[:, None] & (cols < N)
-    rows = rows.to(tl.int64)[:, None]
+    keep = (lanes < count)[:, None] & (cols < N)
+    x_ptr += first * x_row_stride
+    y_ptr += first * y_row_stride
+    rows = lanes.to(tl.int64)[:, None]
     gate = tl.load(x_ptr + rows * x_row_stride + cols, mask=keep, other=0.0).to(tl.float32)
     up = tl.load(x_ptr + rows * x_row_stride + N + cols, mask=keep, other=0.0).to(tl.float32)
     if TANH:

@@ -20,7 +20,7 @@ import torch
 import triton
 import triton.language as tl
 
-from lazyops._backends.triton._common import cdiv, launch_device, row_layout
+from lazyops._backends.triton._common import cdiv, launch_device, program_rows, row_layout
 from lazyops._backends.triton._launch import Launcher
 from lazyops.specs.layernorm import LayerNormConfig, spec
 
@@ -40,10 +40,13 @@ def _layernorm_kernel(
     ROWS: tl.constexpr,
     SINGLE_PASS: tl.constexpr,
 ):
-    rows = tl.program_id(0) * ROWS + tl.arange(0, ROWS)
-    row_ok = rows < M
+    first, count = program_rows(M, ROWS)
+    lanes = tl.arange(0, ROWS)
+    row_ok = lanes < count
     # Rows past M re-read the last row (never stored), so no row needs a row mask on its loads.
-    row = tl.minimum(rows, M - 1).to(tl.int64)[:, None]
+    row = tl.minimum(lanes, count - 1).to(tl.int64)[:, None]
+    x_ptr += first * x_row_stride
+    y_ptr += first * y_row_stride
     x_row = x_ptr + row * x_row_stride
     y_row = y_ptr + row * y_row_stride
     if SINGLE_PASS:

@@ -27,6 +27,7 @@ import torch
 import triton
 import triton.language as tl
 
+from lazyops._backends._grid import refuse_rows
 from lazyops._backends.triton._common import cdiv, interpreting, launch_device, next_power_of_2
 from lazyops._backends.triton._launch import Launcher
 from lazyops.specs.matmul import MatmulConfig, spec
@@ -163,10 +164,11 @@ def _sum_slices_kernel(partial_ptr, c_ptr, M, c_row_stride, N: tl.constexpr, SPL
     # The float32 partials of split-K, added in slice order (the same bits every run), cast once. The workspace
     # is contiguous, c's rows are c_row_stride apart (a division by the constant N finds an element's row).
     offsets = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
-    mask = offsets < M * N
+    size = M.to(tl.int64) * N  # one slice's elements, and the slices' offsets, in 64 bits
+    mask = offsets < size
     acc = tl.zeros([BLOCK], dtype=tl.float32)
     for s in tl.static_range(SPLIT):
-        acc += tl.load(partial_ptr + s * M * N + offsets, mask=mask, other=0.0)
+        acc += tl.load(partial_ptr + s * size + offsets, mask=mask, other=0.0)
     c_offsets = (offsets // N) * c_row_stride + offsets % N
     tl.store(c_ptr + c_offsets, acc.to(c_ptr.dtype.element_ty), mask=mask)
 
@@ -216,6 +218,11 @@ HOPPER_SHARED_MEMORY = 227 * 1024
 #: Shared memory left to Triton beyond the pipeline's stages (the epilogue's layout conversion, barriers), so that
 #: a tiling fitted to a 99 KiB device (sm_86, sm_89) compiles there.
 EPILOGUE_RESERVE = 8 * 1024
+#: The most rows one call takes: the pointer kernel's row index (``pid_m * BLOCK_M`` plus a lane) and TMA's tile
+#: coordinates are 32-bit, and Triton hands a descriptor's sizes over as 32-bit integers; with tiles of at most 128
+#: rows every row index stays below 2**31 up to here. A 64-bit row index took the 128 x 128 bfloat16 tile from 183
+#: to 255 registers a thread (ptxas, sm_90a), so a larger call, a thin product of over two billion rows, is refused.
+MAX_ROWS = 2**31 - 128
 #: The reduce kernel's block: 1024 float32 values, 4 warps, a float4 a thread per slice per pass.
 SUM_BLOCK = 1024
 #: ``build_matmul`` remembers its launch plan for each token count up to this one (an engine's decode batches and
@@ -357,14 +364,19 @@ def tiling(
 
 @spec.implementation(device_type=launch_device(_matmul_kernel), strided_rows=True, writes_out=True)
 def matmul_tl(config: MatmulConfig) -> Callable[..., None]:
-    return build_matmul(config.n, config.k, config.dtype)
+    return build_matmul(config.n, config.k, config.dtype, label=config.label)
 
 
 def build_matmul(
-    n: int, k: int, dtype: torch.dtype, choose: Callable[[int, int, int, torch.dtype, int, int], Tiling] = tiling
+    n: int,
+    k: int,
+    dtype: torch.dtype,
+    choose: Callable[[int, int, int, torch.dtype, int, int], Tiling] = tiling,
+    label: str = "matmul_tl",
 ) -> Callable[[torch.Tensor, torch.Tensor, torch.Tensor], None]:
     """The launch ``matmul(a, b, out)`` for a ``[k, n]`` weight, its tiles picked per token count by ``choose``
-    (:func:`tiling`; ``benchmarks/gemm_decode_sweep.py`` passes fixed tilings to time them)."""
+    (:func:`tiling`; ``benchmarks/gemm_decode_sweep.py`` passes fixed tilings to time them); ``label`` names the
+    kernel in a refusal."""
     upcast = interpreting(_matmul_kernel) and dtype != torch.float32
     if interpreting(_matmul_kernel):
         sm_count, shared_memory = 132, HOPPER_SHARED_MEMORY
@@ -471,6 +483,8 @@ def build_matmul(
     plans: dict[int, tuple[Callable[..., None], int, int, Launcher | None, Callable[..., None] | None]] = {}
 
     def plan(m: int) -> tuple[Callable[..., None], int, int, Launcher | None, Callable[..., None] | None]:
+        if m > MAX_ROWS:  # here, not on every call: token counts up to PLAN_CACHE_MAX_M find their plan cached
+            refuse_rows(label, "a", m, MAX_ROWS, "the Triton kernels index rows and address tiles in 32 bits")
         tiles = choose(m, n, k, dtype, sm_count, shared_memory)
         if tiles.tma and not (tma_capable and dtype.itemsize == 2 and (n * dtype.itemsize) % 16 == 0):
             tiles = through_pointers(tiles)

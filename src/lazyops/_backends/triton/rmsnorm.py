@@ -15,7 +15,7 @@ import torch
 import triton
 import triton.language as tl
 
-from lazyops._backends.triton._common import cdiv, interpreting, launch_device, row_layout
+from lazyops._backends.triton._common import cdiv, interpreting, launch_device, program_rows, row_layout
 from lazyops._backends.triton._fp8 import to_output
 from lazyops._backends.triton._launch import Launcher
 from lazyops.specs.rmsnorm import RMSNormConfig, spec
@@ -39,10 +39,13 @@ def _rmsnorm_kernel(
     QUANTIZE: tl.constexpr,
     EXACT_ROUNDING: tl.constexpr,
 ):
-    rows = tl.program_id(0) * ROWS + tl.arange(0, ROWS)
-    row_ok = rows < M
+    first, count = program_rows(M, ROWS)
+    lanes = tl.arange(0, ROWS)
+    row_ok = lanes < count
     # Rows past M re-read the last row (never stored), so no row needs a row mask on its loads.
-    row = tl.minimum(rows, M - 1).to(tl.int64)[:, None]
+    row = tl.minimum(lanes, count - 1).to(tl.int64)[:, None]
+    x_ptr += first * x_row_stride
+    y_ptr += first * y_row_stride
     x_base = row * x_row_stride
     y_base = row * y_row_stride
     inverse_scale = 1.0

@@ -8,6 +8,7 @@ import torch
 import triton
 import triton.language as tl
 
+from lazyops._backends._grid import MAX_GRID_X, refuse_rows
 from lazyops._backends.triton._common import interpreting, launch_device, next_power_of_2, warps_for
 from lazyops._backends.triton._launch import Launcher
 from lazyops.specs.rope import RopeConfig, check_positions_in_cache, spec
@@ -138,6 +139,8 @@ def rope_tl(config: RopeConfig) -> Callable[..., tuple[torch.Tensor, torch.Tenso
         positions: torch.Tensor, query: torch.Tensor, key: torch.Tensor, cos_sin_cache: torch.Tensor
     ) -> tuple[torch.Tensor, torch.Tensor]:
         m = positions.shape[0]
+        if m > MAX_GRID_X:
+            refuse_rows(label, "query", m, MAX_GRID_X, "a program per token")
         cache_rows = cos_sin_cache.shape[0]
         if interpret:
             check_positions_in_cache(label, positions, cache_rows)

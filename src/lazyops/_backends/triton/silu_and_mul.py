@@ -7,7 +7,7 @@ from collections.abc import Callable
 import triton
 import triton.language as tl
 
-from lazyops._backends.triton._common import gated_launch, launch_device
+from lazyops._backends.triton._common import gated_launch, launch_device, program_rows
 from lazyops.specs.silu_and_mul import SiluAndMulConfig, spec
 
 
@@ -22,10 +22,13 @@ def _silu_and_mul_kernel(
     BLOCK_N: tl.constexpr,
     ROWS: tl.constexpr,
 ):
-    rows = tl.program_id(0) * ROWS + tl.arange(0, ROWS)
+    first, count = program_rows(M, ROWS)
+    lanes = tl.arange(0, ROWS)
     cols = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)[None, :]
-    keep = (rows < M)[:, None] & (cols < N)
-    rows = rows.to(tl.int64)[:, None]
+    keep = (lanes < count)[:, None] & (cols < N)
+    x_ptr += first * x_row_stride
+    y_ptr += first * y_row_stride
+    rows = lanes.to(tl.int64)[:, None]
     gate = tl.load(x_ptr + rows * x_row_stride + cols, mask=keep, other=0.0).to(tl.float32)
     up = tl.load(x_ptr + rows * x_row_stride + N + cols, mask=keep, other=0.0).to(tl.float32)
     y = gate / (1.0 + tl.exp(-gate)) * up

@@ -8,7 +8,7 @@ import torch
 import triton
 import triton.language as tl
 
-from lazyops._backends.triton._common import cdiv, launch_device, row_layout
+from lazyops._backends.triton._common import cdiv, launch_device, program_rows, row_layout
 from lazyops._backends.triton._launch import Launcher
 from lazyops.specs.softmax import SoftmaxConfig, spec
 
@@ -25,11 +25,14 @@ def _softmax_kernel(
     ROWS: tl.constexpr,
     SINGLE_PASS: tl.constexpr,
 ):
-    rows = tl.program_id(0) * ROWS + tl.arange(0, ROWS)
-    row_ok = rows < M
+    first, count = program_rows(M, ROWS)
+    lanes = tl.arange(0, ROWS)
+    row_ok = lanes < count
     # Rows past M re-read the last row instead of loading a masked row of -inf (whose softmax is NaN); their
     # results are never stored.
-    row = tl.minimum(rows, M - 1).to(tl.int64)[:, None]
+    row = tl.minimum(lanes, count - 1).to(tl.int64)[:, None]
+    x_ptr += first * x_row_stride
+    y_ptr += first * y_row_stride
     x_base = row * x_row_stride
     y_base = row * y_row_stride
     if SINGLE_PASS:
