@@ -383,9 +383,7 @@ def traffic_bytes(shape: Shape, tokens: int, dtype: Any) -> int:
         ("silu_and_mul_tl", (shape.mlp, dtype), {}),
         ("rope_tl", (shape.head_dim, dtype), rope_geometry),
     ]
-    return sum(
-        spec(name).traffic(spec(name).bind(*args), tokens, geometry).bytes for name, args, geometry in parts
-    )
+    return sum(spec(name).traffic(spec(name).bind(*args), tokens, geometry).bytes for name, args, geometry in parts)
 
 
 def float32_reference(shape: Shape, weights: dict[str, Any], inputs: tuple[Any, ...], phase: str, device: str) -> Any:
