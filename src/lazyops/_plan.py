@@ -230,7 +230,8 @@ def differences(plan: Plan, here: Mapping[str, Any]) -> list[str]:
     recorded = plan.environment
     for name in LOCKED:
         if recorded.get(name) != here.get(name):
-            found.append(f"{name}: plan {_shown(recorded.get(name))}, here {_shown(here.get(name))}")
+            missing = "none (no CUDA device)" if name == "capability" else "not installed"
+            found.append(f"{name}: plan {_shown(recorded.get(name), missing)}, here {_shown(here.get(name), missing)}")
     theirs, ours = recorded.get("backends", {}), here.get("backends", {})
     for name in theirs:
         if theirs[name] != ours.get(name):
@@ -238,8 +239,8 @@ def differences(plan: Plan, here: Mapping[str, Any]) -> list[str]:
     return found
 
 
-def _shown(value: Any) -> str:
-    return "not installed" if value is None else str(value)
+def _shown(value: Any, missing: str = "not installed") -> str:
+    return missing if value is None else str(value)
 
 
 def applies_here(plan: Plan) -> list[str]:

@@ -256,7 +256,7 @@ def test_differences_name_each_thing_that_differs_and_only_that():
     )
     assert _plan.differences(elsewhere, here) == [
         "device: plan NVIDIA H200, here cpu",
-        "capability: plan 9.0, here not installed",
+        "capability: plan 9.0, here none (no CUDA device)",
         "triton: plan 3.6.0, here 3.9.0",
         "tilelang: plan 0.1.15, here not installed",
         "backend fast: plan 1.0, here not installed",
