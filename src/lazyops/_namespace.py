@@ -288,7 +288,7 @@ class Namespace:
             from lazyops import _plan  # only with a plan: it reads the device and the versions
 
             plan = _plan.load(settings.plan)
-            differences = _plan.differences(plan, _plan.environment_here(self.universe().backends))
+            differences = _plan.applies_here(plan)
             if differences:
                 line = (
                     f"the plan {settings.plan} was made elsewhere or is stale ({'; '.join(differences)}); kernels "
