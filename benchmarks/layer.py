@@ -486,10 +486,7 @@ def resolved(shape: Shape, dtype: Any) -> list[str]:
     ]
     found = []
     for kernel, args in calls:
-        try:
-            resolution = lazyops.which(kernel, *args)
-        except TypeError:  # a lazyops whose which() answers per kernel name only (before issue 30)
-            resolution = lazyops.which(kernel)
+        resolution = lazyops.which(kernel, *args)
         found.append(f"{spec(kernel).bind(*args).label}: {resolution.backend} ({resolution.reason})")
     return found
 

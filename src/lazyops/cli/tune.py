@@ -399,18 +399,12 @@ def traced_geometry(kernel: str, config: Any) -> dict[str, Any]:
 
 
 def default_backend(configuration: Configuration) -> str | None:
-    """The backend ``configuration`` resolves to now, by the configuration in force (None: it resolves nowhere): per
-    configuration where ``lazyops.which`` answers for one (a backend may decline it), else per kernel name."""
-    import inspect
-
+    """The backend ``configuration`` resolves to now, by the settings in force (a backend may decline it; a plan
+    already in force counts), or None where it resolves nowhere."""
     import lazyops
 
-    takes = inspect.signature(lazyops.which).parameters.values()
-    per_configuration = any(parameter.kind is inspect.Parameter.VAR_KEYWORD for parameter in takes)
     try:
-        if per_configuration:
-            return lazyops.which(configuration.kernel, **configuration.arguments).backend
-        return lazyops.which(configuration.kernel).backend
+        return lazyops.which(configuration.kernel, **configuration.arguments).backend
     except lazyops.KernelUnavailableError:
         return None
 
