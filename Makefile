@@ -6,12 +6,13 @@ PYTHON ?= $(if $(wildcard .venv/bin/python),.venv/bin/python,python3)
 # the checkout's lazyops, after whatever PYTHONPATH already names (the H200's wheel folder first)
 export PYTHONPATH := $(if $(PYTHONPATH),$(PYTHONPATH):)$(CURDIR)/src
 
-.PHONY: help test lint gpu-results gpu-kernels gpu-gemm gpu-layer gpu-host cpu-results
+.PHONY: help test lint gpu-results gpu-kernels gpu-gemm gpu-layer gpu-host gpu-tune cpu-results
 
 help:
 	@echo "make test         the whole test suite (CI: bash scripts/test.sh installs, lints, then runs it)"
 	@echo "make lint         ruff and ruff format on src/ and benchmarks/, mypy on src/"
 	@echo "make gpu-results  every GPU result file into benchmarks/results/<gpu>/ (about 8 minutes on one H200)"
+	@echo "make gpu-tune     lazyops tune on the decoder layer's trace, twice, then the layer by its plan (GPU)"
 	@echo "make cpu-results  the CPU result files into benchmarks/results/cpu/"
 
 test:
@@ -40,6 +41,13 @@ gpu-layer:
 
 gpu-host:
 	$(PYTHON) benchmarks/host.py --parts calls
+
+# lazyops tune on the Llama decoder layer's trace (twice: the second run checks that the choices reproduce), then the
+# layer run by the plan beside each backend's: results/<gpu>/tune.{md,json}, tune_layer.*, the trace and both plans.
+# One device call of a few minutes. TUNE passes options: `make gpu-tune TUNE="--smoke --device cpu --out /tmp/t"` runs
+# the same steps on a CPU with tiny shapes (tests/plan/test_tune_script.py).
+gpu-tune:
+	$(PYTHON) benchmarks/tune.py $(TUNE)
 
 cpu-results:
 	$(PYTHON) benchmarks/host.py

@@ -3,6 +3,8 @@
     python benchmarks/layer.py --ceiling             # on the H200: results/h200/layer.{md,json}
     python benchmarks/layer.py --workloads prefill-1024,decode-16 --backend triton
     python benchmarks/layer.py --smoke --ceiling --device cpu --out /tmp/l   # the script's logic, tiny shapes
+    python benchmarks/layer.py --plan plan.json      # adds the layer of lazyops' namespace resolving by a plan
+    LAZYOPS_TRACE=t.jsonl LAZYOPS_TRACE_ARGS=1 python benchmarks/layer.py --build-only   # the layer's trace
 
 The layer (hidden 4096; 32 query and 8 KV heads of 128; MLP 14336; neox rope over a float32 cos/sin cache), in an
 engine's order: rmsnorm, QKV GEMM, rope, attention, O GEMM, add_rmsnorm (the residual, updated in place), gate-up
@@ -22,6 +24,13 @@ Workloads: prefill of 1024 and 8192 tokens (stream time, ``do_bench``, the L2 fl
 output and residual are first checked against the torch layer in float32 (four times a kernel's bf16 tolerance:
 a layer chains about ten roundings); a wrong one is an error, not a figure. Goals: lazyops >= 1.15x torch.compile
 at prefill, >= 1.0x at decode.
+
+``--plan FILE`` adds ``lazyops plan`` (and its compiled twin): the layer's kernels taken from lazyops' namespace
+(``lazyops.rmsnorm_tl(...)``, as an engine takes them) with ``LAZYOPS_PLAN=FILE`` and ``LAZYOPS_PLAN_STRICT=1`` (a
+plan that does not apply here stops the run rather than measure the default), so each configuration comes from the
+backend ``lazyops tune`` chose for it; the result's header names where each one resolved. ``--build-only`` builds
+those namespace kernels and stops: under ``LAZYOPS_TRACE`` and ``LAZYOPS_TRACE_ARGS=1``, the layer's trace, which
+``lazyops tune --from-trace`` reads (``benchmarks/tune.py`` does both).
 
 ``--ceiling`` adds, at prefill, the layer's *skeleton* per GEMM provider: the same layer with its GEMMs and its
 attention, every memory-bound kernel made free (timed as a layer: a layer runs faster than the sum of its parts
@@ -44,6 +53,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import harness
 
 EAGER, COMPILED = "torch eager", "torch.compile"
+#: The row of ``--plan``: the layer's kernels from lazyops' namespace, resolved by the plan.
+PLANNED = "lazyops plan"
 GOALS = {"prefill": 1.15, "decode": 1.0}
 #: A layer chains about ten bf16 roundings where one kernel has one: judged at four times a kernel's tolerance.
 TOLERANCE_FACTOR = 4
@@ -182,18 +193,31 @@ def torch_ops(shape: Shape, attention: Attention) -> Ops:
 
 def lazyops_ops(backend: str, shape: Shape, dtype: Any, attention: Attention) -> Ops:
     """Every kernel from ``backend``'s own factories (``lazyops.<backend>.<kernel>``), built once."""
-    add_rmsnorm = harness.factory(backend, "add_rmsnorm_tl")(shape.hidden, dtype, shape.eps)
-    matmul = harness.factory(backend, "matmul_tl")
+    return ops_from(lambda kernel: harness.factory(backend, kernel), shape, dtype, attention)
+
+
+def namespace_ops(shape: Shape, dtype: Any, attention: Attention) -> Ops:
+    """Every kernel from lazyops' namespace (``lazyops.<kernel>``), as an engine takes them: each configuration
+    resolved by the configuration in force (``LAZYOPS_BACKEND``, ``LAZYOPS_PLAN``), and traced by ``LAZYOPS_TRACE``."""
+    import lazyops
+
+    return ops_from(lambda kernel: getattr(lazyops, kernel), shape, dtype, attention)
+
+
+def ops_from(factory: Callable[[str], Any], shape: Shape, dtype: Any, attention: Attention) -> Ops:
+    """The layer's kernels, each built once from ``factory(kernel name)``."""
+    add_rmsnorm = factory("add_rmsnorm_tl")(shape.hidden, dtype, shape.eps)
+    matmul = factory("matmul_tl")
 
     def add_rmsnorm_in_place(x: Any, residual: Any, weight: Any) -> tuple[Any, Any]:
         return add_rmsnorm(x, residual, weight), residual
 
     return Ops(
-        rmsnorm=harness.factory(backend, "rmsnorm_tl")(shape.hidden, dtype, shape.eps),
+        rmsnorm=factory("rmsnorm_tl")(shape.hidden, dtype, shape.eps),
         add_rmsnorm=add_rmsnorm_in_place,
         # query and key go in as the views of the QKV output they are, rotated where they lie, as engines call it
-        rope=harness.factory(backend, "rope_tl")(shape.head_dim, dtype, True),
-        silu_and_mul=harness.factory(backend, "silu_and_mul_tl")(shape.mlp, dtype),
+        rope=factory("rope_tl")(shape.head_dim, dtype, True),
+        silu_and_mul=factory("silu_and_mul_tl")(shape.mlp, dtype),
         qkv=matmul(shape.q_size + 2 * shape.kv_size, shape.hidden, dtype),
         o=matmul(shape.hidden, shape.q_size, dtype),
         gate_up=matmul(2 * shape.mlp, shape.hidden, dtype),
@@ -293,13 +317,18 @@ class Impl:
     problem: str | None = None
 
 
-def implementations(shape: Shape, dtype: Any, device: str, status: dict, ceiling: bool) -> list[Impl]:
+def implementations(
+    shape: Shape, dtype: Any, device: str, status: dict, ceiling: bool, plan: bool = False
+) -> list[Impl]:
     """What to time; each implementation's kernels are built once and shared by every workload and its compiled
-    twin."""
+    twin. ``plan``: the layer of lazyops' namespace too (``LAZYOPS_PLAN`` set by ``main``)."""
     import functools
 
     natural = functools.cache(lambda: torch_ops(shape, attention_for(None, shape, dtype, device)))
     impls = [Impl(EAGER, "peer", natural), Impl(COMPILED, "peer", natural, compiled=True)]
+    if plan:
+        planned = functools.cache(lambda: namespace_ops(shape, dtype, attention_for(None, shape, dtype, device)))
+        impls += [Impl(PLANNED, "lazyops", planned), Impl(f"{PLANNED} + torch.compile", "lazyops", planned, True)]
     skeletons = [Impl("skeleton, cuBLAS GEMMs", "skeleton", lambda: skeleton(natural()))] if ceiling else []
     for backend, problem in status.items():
         own = functools.cache(lambda b=backend: lazyops_ops(b, shape, dtype, attention_for(b, shape, dtype, device)))
@@ -354,9 +383,7 @@ def traffic_bytes(shape: Shape, tokens: int, dtype: Any) -> int:
         ("silu_and_mul_tl", (shape.mlp, dtype), {}),
         ("rope_tl", (shape.head_dim, dtype), rope_geometry),
     ]
-    return sum(
-        spec(name).traffic(spec(name).bind(*args), tokens, geometry).bytes for name, args, geometry in parts
-    )
+    return sum(spec(name).traffic(spec(name).bind(*args), tokens, geometry).bytes for name, args, geometry in parts)
 
 
 def float32_reference(shape: Shape, weights: dict[str, Any], inputs: tuple[Any, ...], phase: str, device: str) -> Any:
@@ -431,12 +458,51 @@ def bound(rows: list[dict], shape: Shape, tokens: int, copy: Any) -> dict:
     }
 
 
+def use_plan(path: Path) -> None:
+    """Make lazyops resolve by the plan in ``path``, strictly: a plan that does not apply here (another device or
+    version) is an error, not a layer of the default backends measured under the plan's name."""
+    import os
+
+    if not path.is_file():
+        sys.exit(f"--plan {path}: no such file; make one with `lazyops tune --from-trace TRACE --output {path}`")
+    os.environ["LAZYOPS_PLAN"] = str(path)
+    os.environ["LAZYOPS_PLAN_STRICT"] = "1"
+
+
+def resolved(shape: Shape, dtype: Any) -> list[str]:
+    """Where each kernel configuration of the layer resolves: ``rmsnorm_tl(n=4096, ...): triton (plan)``."""
+    import lazyops
+    from lazyops.specs import spec
+
+    calls = [
+        ("rmsnorm_tl", (shape.hidden, dtype, shape.eps)),
+        ("add_rmsnorm_tl", (shape.hidden, dtype, shape.eps)),
+        ("rope_tl", (shape.head_dim, dtype, True)),
+        ("silu_and_mul_tl", (shape.mlp, dtype)),
+        ("matmul_tl", (shape.q_size + 2 * shape.kv_size, shape.hidden, dtype)),
+        ("matmul_tl", (shape.hidden, shape.q_size, dtype)),
+        ("matmul_tl", (2 * shape.mlp, shape.hidden, dtype)),
+        ("matmul_tl", (shape.hidden, shape.mlp, dtype)),
+    ]
+    found = []
+    for kernel, args in calls:
+        resolution = lazyops.which(kernel, *args)
+        found.append(f"{spec(kernel).bind(*args).label}: {resolution.backend} ({resolution.reason})")
+    return found
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = harness.parser(__doc__)
     parser.add_argument("--workloads", help=f"comma list of prefill-<tokens>, decode-<batch> (default {WORKLOADS})")
     parser.add_argument("--ceiling", action="store_true", help="the skeletons, the bound and the floor at prefill")
     parser.add_argument("--name", default="layer", help="the result files' stem (default layer)")
+    parser.add_argument("--plan", type=Path, help="also time the layer of lazyops' namespace under this plan")
+    parser.add_argument(
+        "--build-only", action="store_true", help="build the namespace's kernels and stop (record a trace with it)"
+    )
     options = parser.parse_args(argv)
+    if options.plan:
+        use_plan(options.plan)
     device = harness.start(options)
     import torch
 
@@ -448,15 +514,21 @@ def main(argv: list[str] | None = None) -> int:
     ]
     longest = max([tokens for phase, tokens in workloads if phase == "prefill"] + [shape.context + 1])
     shape = dataclasses.replace(shape, rope_rows=max(shape.rope_rows, 1 << (longest - 1).bit_length()))
+    if options.build_only:
+        namespace_ops(shape, torch.bfloat16, attention_for(None, shape, torch.bfloat16, device))
+        print("built the layer's kernels from lazyops' namespace:", ", ".join(resolved(shape, torch.bfloat16)))
+        return 0
     status = harness.backends(options.backend)
     status = {name: problem for name, problem in status.items() if problem is None or options.backend}
-    impls = implementations(shape, torch.bfloat16, device, status, options.ceiling)
+    impls = implementations(shape, torch.bfloat16, device, status, options.ceiling, plan=options.plan is not None)
     env = harness.environment(device) | {"shape": dataclasses.asdict(shape)}
     env["tolerance"] = TOLERANCE_FACTOR * TOLERANCE[torch.bfloat16]
     env["backends"] = {name: problem or "runs" for name, problem in harness.backends(options.backend).items()}
     env["attention"] = {
         name or "torch": attention_for(name, shape, torch.bfloat16, device).name for name in [None, *status]
     }
+    if options.plan:
+        env["plan"] = {"file": str(options.plan), "resolved": resolved(shape, torch.bfloat16)}
     copy = harness.engine().copy_ceiling(16 if options.smoke else 256, device=device) if options.ceiling else None
     out, started, rows, bounds = options.out or harness.folder(device), time.perf_counter(), [], []
     for phase, tokens in workloads:

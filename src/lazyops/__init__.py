@@ -115,18 +115,21 @@ def __dir__() -> list[str]:
     return sorted([*kernels, *sorted(others)])
 
 
-def configure(backend: "Any" = _UNSET, fallback: "Any" = _UNSET, strict: "Any" = _UNSET) -> "Settings":
-    """Set the backend chain, the fallback list or strict mode from code, as the environment variables do.
+def configure(
+    backend: "Any" = _UNSET, fallback: "Any" = _UNSET, strict: "Any" = _UNSET, plan: "Any" = _UNSET
+) -> "Settings":
+    """Set the backend chain, the fallback list, strict mode or the plan from code, as the environment variables do.
 
     ``backend`` is a name, a comma list or a list or tuple of names (a priority chain), or ``None`` for the
     platform default; ``fallback`` the kernel names that must come from the platform default; ``strict`` forbids
-    every fallback. Arguments left out keep their current values. The whole configuration is validated at once
-    (``ConfigError``, nothing changed, if it is wrong), and every resolved kernel is dropped, so the next access
-    resolves afresh. Returns the settings now in force.
+    every fallback; ``plan`` is a plan file's path (``lazyops tune``), or ``None`` for none. Arguments left out keep
+    their current values. The whole configuration is validated at once (``ConfigError``, nothing changed, if it is
+    wrong), and every resolved kernel is dropped, so the next access resolves afresh. Returns the settings now in
+    force.
     """
     given = {
         key: value
-        for key, value in (("backend", backend), ("fallback", fallback), ("strict", strict))
+        for key, value in (("backend", backend), ("fallback", fallback), ("strict", strict), ("plan", plan))
         if value is not _UNSET
     }
     return _state().configure(**given)
@@ -145,13 +148,17 @@ def resolve_all() -> tuple[str, ...]:
     return _state().resolve_all()
 
 
-def which(name: str) -> "Resolution":
-    """Where ``name`` resolves now and why (``.backend``, ``.reason``), without importing or calling anything.
+def which(name: str, *args: "Any", **kwargs: "Any") -> "Resolution":
+    """Where ``name`` resolves now and why (``.backend``, ``.reason``), without calling its factory.
 
     ``.reason`` is ``"selected"`` (from the chain), ``"fallback-list"`` (forced to the platform default by
-    ``LAZYOPS_FALLBACK``) or ``"inherited"`` (the chain lacks it). Raises as the access would.
+    ``LAZYOPS_FALLBACK``) or ``"inherited"`` (the chain lacks it). Given the factory's arguments
+    (``lazyops.which("rmsnorm_tl", 4096, torch.bfloat16)``), it answers for that configuration, which may also be
+    ``"declined"`` (a backend before it in the order does not serve the configuration: ``.declined`` says who and
+    why) or ``"plan"`` (the plan in force names the backend); that asks the backends' kernel modules whether they
+    serve it. Raises as the access would.
     """
-    return _state().which(name)
+    return _state().which(name, *args, **kwargs)
 
 
 def backends() -> tuple[str, ...]:

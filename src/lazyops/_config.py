@@ -29,12 +29,19 @@ VARIABLES = {
     "LAZYOPS_VERBOSE": "name every inherited kernel; print on every rank",
     "LAZYOPS_TRACE": "the file the construction trace is appended to",
     "LAZYOPS_TRACE_ARGS": "trace the construction arguments too",
+    "LAZYOPS_PLAN": "a plan file (lazyops tune): the backend of each configuration it names",
+    "LAZYOPS_PLAN_STRICT": "a plan made elsewhere or stale is an error, not a warning",
     "EAGER_IMPORT": "resolve every kernel at import",
     "RANK": "this process's data-parallel rank: only rank 0 prints",
     "LOCAL_RANK": "the rank, where RANK is not set",
 }
 
-_VARIABLE_OF = {"backend": "LAZYOPS_BACKEND", "fallback": "LAZYOPS_FALLBACK", "strict": "LAZYOPS_STRICT"}
+_VARIABLE_OF = {
+    "backend": "LAZYOPS_BACKEND",
+    "fallback": "LAZYOPS_FALLBACK",
+    "strict": "LAZYOPS_STRICT",
+    "plan": "LAZYOPS_PLAN",
+}
 """The environment variable behind each ``configure()`` argument."""
 
 
@@ -52,8 +59,20 @@ class Settings:
     first kernel access, for what these few methods do.
     """
 
-    __slots__ = ("chain", "fallback", "origin", "rank", "strict", "trace", "trace_args", "verbose")
-    _VALUE = ("chain", "fallback", "strict", "verbose", "trace", "trace_args", "rank")  # compared, hashed, shown
+    __slots__ = (
+        "chain",
+        "fallback",
+        "origin",
+        "plan",
+        "plan_strict",
+        "rank",
+        "strict",
+        "trace",
+        "trace_args",
+        "verbose",
+    )
+    # compared, hashed, shown
+    _VALUE = ("chain", "fallback", "strict", "verbose", "trace", "trace_args", "rank", "plan", "plan_strict")
 
     chain: tuple[str, ...] | None
     fallback: frozenset[str]
@@ -62,6 +81,9 @@ class Settings:
     trace: str | None
     trace_args: bool
     rank: int
+    #: the plan file's path (``LAZYOPS_PLAN``), read and checked against this machine when the settings are read
+    plan: str | None
+    plan_strict: bool
     origin: Mapping[str, str]
 
     def __init__(
@@ -73,10 +95,12 @@ class Settings:
         trace: str | None = None,
         trace_args: bool = False,
         rank: int = 0,
+        plan: str | None = None,
+        plan_strict: bool = False,
         origin: Mapping[str, str] | None = None,
     ) -> None:
         origin = dict(_VARIABLE_OF) if origin is None else origin
-        values = (chain, fallback, strict, verbose, trace, trace_args, rank)
+        values = (chain, fallback, strict, verbose, trace, trace_args, rank, plan, plan_strict)
         for name, value in zip(self._VALUE, values, strict=True):
             object.__setattr__(self, name, value)
         object.__setattr__(self, "origin", origin)
@@ -260,13 +284,25 @@ def settings_from_environment(environ: Mapping[str, str]) -> Settings:
         trace=trace,
         trace_args=parse_bool("LAZYOPS_TRACE_ARGS", environ.get("LAZYOPS_TRACE_ARGS", "")),
         rank=rank,
+        plan=parse_plan("LAZYOPS_PLAN", environ.get("LAZYOPS_PLAN")),
+        plan_strict=parse_bool("LAZYOPS_PLAN_STRICT", environ.get("LAZYOPS_PLAN_STRICT", "")),
     )
+
+
+def parse_plan(source: str, value: object) -> str | None:
+    """A plan's path (``None`` or empty: no plan); the file itself is read with the rest, by ``_plan.load``."""
+    if value is None or (isinstance(value, str) and not value.strip()):
+        return None
+    if not isinstance(value, (str, os.PathLike)):
+        raise ConfigError(f"{source}: a plan is a file's path (made by `lazyops tune`), got {type(value).__name__}")
+    return os.path.expanduser(os.fspath(value))
 
 
 _PARSE_ARGUMENT = {
     "backend": ("chain", parse_chain),
     "fallback": ("fallback", parse_fallback),
     "strict": ("strict", parse_strict),
+    "plan": ("plan", parse_plan),
 }
 
 

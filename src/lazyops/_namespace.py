@@ -33,12 +33,12 @@ from lazyops._config import (
     settings_from_environment,
     unknown_variables,
 )
-from lazyops._errors import BackendError, KernelUnavailableError
+from lazyops._errors import BackendError, ConfigError, KernelUnavailableError
 from lazyops._errors import hide_in_pytest_tracebacks as __tracebackhide__  # noqa: F401
 from lazyops._once import OnceCycleError, fork_safe
 from lazyops._platform import platform_default
 from lazyops._registry import Registry
-from lazyops._resolve import INHERITED, Resolution, resolve, unknown_kernel_error, validate
+from lazyops._resolve import INHERITED, PLAN, Resolution, resolve, unknown_kernel_error, validate
 
 # Only what the first access of a kernel from the platform default needs is imported above; the printed lines
 # (_notices), the summary (_report), tracing (_trace) and the wrapper (_wrap) are imported where first needed.
@@ -154,6 +154,9 @@ class Namespace:
         #: the module's ``__getattr__`` while resolve_all() has taken it out of the dict (the fast state), else None
         self._hidden_getattr: Any = None
         self._notices: Notices | None = None
+        #: the plan in force (``None``: none, or one that does not apply here) and the generation it was read for
+        self._plan: Any = None
+        self._plan_generation = -1
         #: what EAGER_IMPORT's resolution raised when lazyops was imported for its own tools (see lazyops._eager)
         self.eager_error: BaseException | None = None
         fork_safe(self)
@@ -272,12 +275,110 @@ class Namespace:
         self._tracer = None
         self._summarised = False
 
+    def plan(self) -> Any:
+        """The plan in force (``_plan.Plan``), read and checked against this machine once per configuration; ``None``
+        without ``LAZYOPS_PLAN``, or where the plan does not apply here (said once; ``LAZYOPS_PLAN_STRICT=1``
+        raises the ``ConfigError`` instead)."""
+        generation, settings = self._current()
+        with self._lock:
+            if self._plan_generation == generation:
+                return self._plan
+        plan = None
+        if settings.plan is not None:
+            from lazyops import _plan  # only with a plan: it reads the device and the versions
+
+            plan = _plan.load(settings.plan)
+            differences = _plan.applies_here(plan)
+            if differences:
+                line = (
+                    f"the plan {settings.plan} was made elsewhere or is stale ({'; '.join(differences)}); kernels "
+                    "resolve as without a plan. Make it again here with `lazyops tune`"
+                )
+                if settings.plan_strict:
+                    raise ConfigError(f"{line} (LAZYOPS_PLAN_STRICT=1 makes this an error)")
+                self.announce(f"lazyops: {line}")
+                plan = None
+        with self._lock:
+            if generation == self._generation:
+                self._plan, self._plan_generation = plan, generation
+        return plan
+
     # -- resolution --------------------------------------------------------------------------------------------
-    def which(self, kernel: str) -> Resolution:
+    def which(self, kernel: str, *args: Any, **kwargs: Any) -> Resolution:
         if not isinstance(kernel, str):
             raise TypeError(f"lazyops.which() takes a kernel name, got {type(kernel).__name__}")
         self._check_name(kernel)
-        return resolve(kernel, self.settings(), self.universe())
+        if not args and not kwargs:
+            return resolve(kernel, self.settings(), self.universe())
+        resolution = resolve(kernel, self.settings(), self.universe())
+        spec = self.spec_of(kernel, self.factory(resolution.backend, kernel))
+        if spec is None:
+            raise TypeError(
+                f"lazyops.which({kernel!r}, ...): lazyops has no spec of {kernel} to read a configuration with; ask "
+                f"lazyops.which({kernel!r}) for the kernel's backend"
+            )
+        return self.resolve_configuration(kernel, spec.bind(*args, **kwargs))[0]
+
+    def spec_of(self, kernel: str, factory: Any) -> Any:
+        """The spec a configuration of ``kernel`` is read with: the factory's own, else lazyops' (or ``None``)."""
+        spec = getattr(factory, "lazyops_spec", None)
+        if spec is None:
+            from lazyops.specs import has_spec
+            from lazyops.specs import spec as spec_of_kernel
+
+            spec = spec_of_kernel(kernel) if has_spec(kernel) else None
+        return spec
+
+    def factory(self, backend: str, kernel: str) -> Any:
+        """``backend``'s own factory of ``kernel`` (``BackendError`` if it cannot run here)."""
+        return self.universe().registry[backend].kernel(kernel)
+
+    def resolve_configuration(self, kernel: str, config: Any) -> tuple[Resolution, Any]:
+        """Where one configuration of ``kernel`` resolves (the order, with each backend's ``supports`` and the plan
+        in force), and the plan's entry for it (``None`` if the plan names none)."""
+        settings = self.settings()
+        plan = self.plan()
+        entry = None
+        if plan is not None:
+            from lazyops import _plan
+
+            entry = _plan.lookup(plan, kernel, config)
+        planned = None if entry is None else entry.choice
+
+        def serves(backend: str) -> str | None:
+            supports = getattr(self.factory(backend, kernel), "lazyops_supports", None)
+            return supports(config) if supports is not None else None
+
+        resolution = resolve(kernel, settings, self.universe(), serves=serves, planned=planned, label=config.label)
+        if planned is not None and resolution.reason != PLAN:
+            from lazyops._dispatch import stale_plan_entry
+
+            self.announce(stale_plan_entry(kernel, config.label, planned, resolution, settings.plan_strict))
+            entry = None
+        return resolution, entry
+
+    def announce(self, line: str) -> None:
+        """Print ``line`` once per process (rank 0 unless verbose)."""
+        settings = self.settings()
+        self.notices.emit(line, verbose=settings.verbose, rank=settings.rank)
+
+    def traced(self, factory: Any, resolution: Resolution) -> Any:
+        """``factory``, wrapped to trace its constructions where tracing is on."""
+        tracer = self._tracer
+        if tracer is None:
+            return factory
+        from lazyops._wrap import ResolvedFactory
+
+        return ResolvedFactory(factory, resolution, on_first_call=None, tracer=tracer)
+
+    def _per_configuration(self, kernel: str, factory: Any) -> bool:
+        """Whether ``kernel``'s configurations may resolve elsewhere than ``factory``'s backend: its backend may
+        decline one, or the plan in force names some. (Outside the lock: reading the plan reads a file.)"""
+        if getattr(factory, "lazyops_supports", None) is None:
+            plan = self.plan()
+            if plan is None or not any(entry.kernel == kernel for entry in plan.entries):
+                return False
+        return self.spec_of(kernel, factory) is not None
 
     def _check_name(self, kernel: str) -> None:
         # Private and unknown names fail before the configuration is read: tools probe such names (copy's
@@ -300,11 +401,20 @@ class Namespace:
             universe = self.universe()
             resolution = resolve(kernel, settings, universe)
             factory = universe.registry[resolution.backend].kernel(kernel)  # the backend's code runs here
+            configured = None
+            if self._per_configuration(kernel, factory):
+                from lazyops._dispatch import ConfiguredFactory  # before the lock: no import waits for a lock of ours
+
+                configured = ConfiguredFactory(self, kernel, factory, resolution)
             with self._lock:
                 if generation != self._generation:
                     continue  # configure() ran meanwhile: resolve again under what is in force now
                 if kernel not in self._stored:  # the first thread to get here stores; every thread returns that
-                    self._dict[kernel] = self._wrap(factory, resolution, settings)
+                    if configured is not None:
+                        self._start_tracing(settings)
+                        self._dict[kernel] = configured
+                    else:
+                        self._dict[kernel] = self._wrap(factory, resolution, settings)
                     self._stored.add(kernel)
                 return self._dict[kernel]
 
@@ -319,15 +429,19 @@ class Namespace:
                 line = inherited_line(resolution.kernel, resolution.backend, resolution.lacking)
                 self.notices.emit(line, verbose=settings.verbose, rank=settings.rank)
 
-        if settings.trace and self._tracer is None:
-            from lazyops._trace import Tracer
-
-            self._tracer = Tracer(settings.trace, settings.trace_args, settings.rank, self._report_trace_failure)
+        self._start_tracing(settings)
         if announce is None and self._tracer is None:
             return factory
         from lazyops._wrap import ResolvedFactory
 
         return ResolvedFactory(factory, resolution, on_first_call=announce, tracer=self._tracer)
+
+    def _start_tracing(self, settings: Settings) -> None:
+        """The tracer of this generation, made on the first resolution that needs it. Called with the lock held."""
+        if settings.trace and self._tracer is None:
+            from lazyops._trace import Tracer
+
+            self._tracer = Tracer(settings.trace, settings.trace_args, settings.rank, self._report_trace_failure)
 
     def _report_trace_failure(self, line: str) -> None:
         self.notices.emit(line, verbose=True, rank=0)  # every rank: each writes its own file

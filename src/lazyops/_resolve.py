@@ -10,6 +10,11 @@ here), and the *reference* (``torch``: it implements every kernel, so it is the 
 chain lacks is *inherited* from the default or the reference, never silently: the namespace wraps it so that its
 first call says so, and the first resolution prints how many kernels the chain lacks (``_report``). A partial port
 is never mistaken for a complete one; strict means no fallback of any kind.
+
+The same order answers for one *configuration* of a kernel (``resolve(..., serves=..., planned=...)``): a backend
+that exports the kernel may still decline a configuration it cannot serve (``serves(backend)`` gives its reason),
+and the order then goes on as if that backend lacked the kernel; a plan (``lazyops tune``) may name the backend for
+the configuration, which comes first wherever it serves it (within the chain, in strict mode).
 """
 
 from __future__ import annotations
@@ -20,7 +25,7 @@ from lazyops._errors import hide_in_pytest_tracebacks as __tracebackhide__  # no
 
 TYPE_CHECKING = False  # typing's own constant would cost importing typing on the first access
 if TYPE_CHECKING:
-    from collections.abc import Set
+    from collections.abc import Callable, Set
     from typing import Protocol
 else:  # the protocol is for type checkers; at run time a plain base will do
     Protocol = object
@@ -30,6 +35,10 @@ REFERENCE = "torch"
 SELECTED = "selected"
 FALLBACK_LIST = "fallback-list"
 INHERITED = "inherited"
+#: a backend before this one in the order declined the configuration (``Resolution.declined`` says who and why)
+DECLINED = "declined"
+#: the plan in force names this backend for the configuration
+PLAN = "plan"
 
 
 class Universe(Protocol):
@@ -54,17 +63,27 @@ class Resolution:
     """Where a kernel comes from and why: what ``lazyops.which`` returns.
 
     ``chain`` is the chain in force; ``lacking`` the selected backends that do not export the kernel (non-empty
-    exactly when it is inherited or forced by the fallback list).
+    exactly when it is inherited or forced by the fallback list); ``declined`` the backends that export it but
+    declined the configuration asked about, each with its reason, in the order they were asked.
     """
 
-    __slots__ = ("backend", "chain", "kernel", "lacking", "reason")
+    __slots__ = ("backend", "chain", "declined", "kernel", "lacking", "reason")
 
-    def __init__(self, kernel: str, backend: str, reason: str, chain: tuple[str, ...], lacking: tuple[str, ...]):
+    def __init__(
+        self,
+        kernel: str,
+        backend: str,
+        reason: str,
+        chain: tuple[str, ...],
+        lacking: tuple[str, ...],
+        declined: tuple[tuple[str, str], ...] = (),
+    ):
         self.kernel = kernel
         self.backend = backend
         self.reason = reason
         self.chain = chain
         self.lacking = lacking
+        self.declined = declined
 
     def __repr__(self) -> str:
         return f"Resolution(kernel={self.kernel!r}, backend={self.backend!r}, reason={self.reason!r})"
@@ -138,8 +157,20 @@ def validate(settings: Settings, universe: Universe) -> None:
             )
 
 
-def resolve(kernel: str, settings: Settings, universe: Universe) -> Resolution:
+def resolve(
+    kernel: str,
+    settings: Settings,
+    universe: Universe,
+    *,
+    serves: Callable[[str], str | None] | None = None,
+    planned: str | None = None,
+    label: str | None = None,
+) -> Resolution:
     """Where ``kernel`` comes from under ``settings``; the order of docs/design.md, step by step.
+
+    For one configuration (``label`` names it in messages): ``serves(backend)`` is ``None`` where ``backend`` serves
+    it, else its reason for declining (asked only of backends that export the kernel, in the order's order, and at
+    most once each); ``planned`` is the backend the plan in force names for it. Without them, every exporter serves.
 
     Raises ``AttributeError`` for a private or unknown name and ``KernelUnavailableError`` for a known kernel that
     nothing allowed can supply. ``settings`` must have passed ``validate``.
@@ -149,25 +180,75 @@ def resolve(kernel: str, settings: Settings, universe: Universe) -> Resolution:
     if kernel not in universe.known_kernels():
         raise unknown_kernel_error(kernel, universe)
     chain = chain_of(settings, universe)
+    declined: dict[str, str] = {}
+
+    def takes(backend: str) -> bool:
+        if backend not in universe.backends or kernel not in universe.exports(backend):
+            return False
+        if backend in declined:
+            return False
+        reason = serves(backend) if serves is not None else None
+        if reason:
+            declined[backend] = reason
+            return False
+        return True
+
+    def found(backend: str, reason: str, lacking: tuple[str, ...]) -> Resolution:
+        return Resolution(kernel, backend, reason, chain, lacking, tuple(declined.items()))
+
+    def lacking() -> tuple[str, ...]:
+        return tuple(backend for backend in chain if kernel not in universe.exports(backend))
+
+    if planned is not None and (not settings.strict or planned in chain) and takes(planned):
+        return found(planned, PLAN, ())
+    # the platform default, then the reference: the fallback list's source, and the sources of inheritance
+    sources = tuple(dict.fromkeys((universe.default, REFERENCE)))
     if kernel in settings.fallback:
-        lacking = tuple(backend for backend in chain if kernel not in universe.exports(backend))
-        return Resolution(kernel, universe.default, FALLBACK_LIST, chain, lacking)
-    for backend in chain:
-        if kernel in universe.exports(backend):
-            return Resolution(kernel, backend, SELECTED, chain, ())
-    if not settings.strict:
-        for source in (universe.default, REFERENCE):
-            if source in universe.backends and kernel in universe.exports(source):
-                return Resolution(kernel, source, INHERITED, chain, chain)
+        for source in sources:
+            if takes(source):
+                return found(source, DECLINED if declined else FALLBACK_LIST, lacking())
+    else:
+        for backend in chain:
+            if takes(backend):
+                return found(backend, DECLINED if declined else SELECTED, ())
+        if not settings.strict:
+            for source in sources:
+                if takes(source):
+                    return found(source, DECLINED if declined else INHERITED, lacking())
+    raise unavailable_error(kernel, settings, universe, chain, declined, label)
+
+
+def unavailable_error(
+    kernel: str,
+    settings: Settings,
+    universe: Universe,
+    chain: tuple[str, ...],
+    declined: dict[str, str],
+    label: str | None,
+) -> KernelUnavailableError:
     available_in = tuple(backend for backend in universe.backends if _exports_safely(universe, backend, kernel))
+    what = f"kernel {kernel!r}" if label is None else label
+    if declined:
+        reasons = "; ".join(f"{backend!r} declines it: {reason}" for backend, reason in declined.items())
+        others = [backend for backend in available_in if backend not in declined]
+        way_out = (
+            f"Add {' or '.join(map(repr, others))} to LAZYOPS_BACKEND, or use a configuration those backends serve."
+            if others
+            else "No installed backend serves this configuration; use one they serve."
+        )
+        if settings.strict and others:
+            way_out += " Or unset LAZYOPS_STRICT to let it come from elsewhere."
+        return KernelUnavailableError(
+            kernel, ",".join(chain), available_in, f"{what} is not served here: {reasons}. {way_out}"
+        )
     mode = (
         "strict mode allows no fallback" if settings.strict else "neither the platform default nor the reference has it"
     )
-    raise KernelUnavailableError(
+    return KernelUnavailableError(
         kernel,
         ",".join(chain),
         available_in,
-        f"kernel {kernel!r} is not available from backend {','.join(chain)!r} and {mode}; "
+        f"{what} is not available from backend {','.join(chain)!r} and {mode}; "
         f"it is available in: {', '.join(available_in) or 'no loadable backend'}. "
         + (
             "Add one of those to LAZYOPS_BACKEND, or unset LAZYOPS_STRICT to inherit it."

@@ -53,9 +53,10 @@ PUBLIC_FUNCTIONS = {
         "    backend: str | Iterable[str] | None = ...,\n"
         "    fallback: str | Iterable[str] | None = ...,\n"
         "    strict: bool = ...,\n"
+        "    plan: str | PathLike[str] | None = ...,\n"
         ") -> Settings:"
     ),
-    "which": "def which(name: str) -> Resolution:",
+    "which": "def which(name: str, *args: Any, **kwargs: Any) -> Resolution:",
     "backends": "def backends() -> tuple[str, ...]:",
     "kernels": "def kernels() -> tuple[str, ...]:",
     "resolve_all": "def resolve_all() -> tuple[str, ...]:",
@@ -65,7 +66,11 @@ PUBLIC_ERRORS = ("BackendError", "ConfigError", "KernelInputError", "KernelUnava
 #: exists, type checkers read it instead of ``__init__.py``, so what it leaves out does not exist for them.
 PRIVATE_FUNCTIONS: dict[str, str] = {}
 #: What the stub imports besides the modules its kernels' annotations need (those are collected as it is written).
-TYPING_IMPORTS = ("from collections.abc import Iterable", "from typing import Protocol, type_check_only")
+TYPING_IMPORTS = (
+    "from collections.abc import Iterable",
+    "from os import PathLike",
+    "from typing import Any, Protocol, type_check_only",
+)
 LAZYOPS_IMPORTS = (
     "from lazyops._config import Settings",
     "from lazyops._errors import (\n" + "".join(f"    {name} as {name},\n" for name in PUBLIC_ERRORS) + ")",

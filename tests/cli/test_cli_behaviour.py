@@ -82,7 +82,7 @@ def test_without_the_cli_extra_the_error_says_what_to_install(env, tmp_path):
 
 # -- the same options, help and mistakes for every subcommand (issue 27.8) -----------------------------------------
 #: The least each subcommand needs on its command line.
-REQUIRED_ARGUMENTS = {"which": ["rmsnorm_tl"], "trace": ["trace.jsonl"]}
+REQUIRED_ARGUMENTS = {"which": ["rmsnorm_tl"], "trace": ["trace.jsonl"], "plan": ["check", "plan.json"]}
 
 
 def test_every_subcommand_takes_debug_and_has_a_description():

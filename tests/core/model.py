@@ -202,3 +202,79 @@ def read_attribute(module_dict: dict, name: str):
     if "__getattr__" in module_dict:
         return module_dict["__getattr__"](name)
     raise AttributeError(f"module 'fake' has no attribute {name!r}", name=name, obj=None)
+
+
+# -- configurations: declines and plans ------------------------------------------------------------------------------
+#: Configurations of a kernel, as the model sees them: a few labels (the real ones are bound factory arguments).
+CONFIGS = ["c0", "c1", "c2"]
+
+
+@st.composite
+def declines(draw, universe: ModelUniverse) -> dict[str, frozenset[tuple[str, str]]]:
+    """For each backend, the (kernel, configuration) pairs it declines: often none, sometimes a few."""
+    return {
+        backend: frozenset(
+            (kernel, config)
+            for kernel in universe.exports[backend]
+            for config in CONFIGS
+            if draw(st.integers(0, 9)) < 3
+        )
+        for backend in universe.order
+    }
+
+
+@st.composite
+def plans(draw, universe: ModelUniverse) -> dict[tuple[str, str], str]:
+    """A plan: the backend named for some (kernel, configuration) pairs, any installed backend (it may not serve)."""
+    return {
+        (kernel, config): draw(st.sampled_from(universe.order))
+        for kernel in KERNELS
+        for config in CONFIGS
+        if draw(st.integers(0, 9)) < 3
+    }
+
+
+def model_resolve_config(
+    universe: ModelUniverse,
+    env: dict[str, str],
+    kernel: str,
+    config: str,
+    declined: dict[str, frozenset[tuple[str, str]]],
+    plan: dict[tuple[str, str], str],
+) -> tuple:
+    """The order of docs/design.md for one configuration, from the text: a backend serves a configuration when it
+    exports the kernel and does not decline it; the plan's backend comes first where it serves (in strict mode, only
+    from within the chain); otherwise the order goes on as if a decliner lacked the kernel, and the reason is
+    "declined" when a backend asked before the chosen one declined."""
+    if kernel.startswith("_") or kernel not in universe.known:
+        return ("AttributeError",)
+    try:
+        chain, fallback, strict = model_settings(universe, env)
+    except ModelConfigError:
+        return ("ConfigError",)
+    effective = chain if chain is not None else [universe.default]
+    sources = [universe.default] if universe.default == "torch" else [universe.default, "torch"]
+    asked: list[str] = []
+
+    def serves(backend: str) -> bool:
+        return kernel in universe.exports[backend] and (kernel, config) not in declined[backend]
+
+    def chosen(backend: str, reason: str) -> tuple:
+        declined_before = any(kernel in universe.exports[b] and not serves(b) for b in asked)
+        return ("ok", backend, "declined" if declined_before and reason != "plan" else reason)
+
+    planned = plan.get((kernel, config))
+    if planned is not None and (not strict or planned in effective):
+        if serves(planned):
+            return chosen(planned, "plan")
+        asked.append(planned)
+    if kernel in fallback:
+        phases = [(sources, "fallback-list")]
+    else:
+        phases = [(effective, "selected")] + ([] if strict else [(sources, "inherited")])
+    for backends, reason in phases:
+        for backend in backends:
+            if serves(backend):
+                return chosen(backend, reason)
+            asked.append(backend)
+    return ("unavailable", tuple(b for b in universe.order if kernel in universe.exports[b]))

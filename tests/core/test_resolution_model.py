@@ -186,3 +186,58 @@ class NamespaceMachine(RuleBasedStateMachine):
 
 NamespaceMachine.TestCase.settings = settings(max_examples=150, stateful_step_count=25, deadline=None)
 test_namespace_state_machine = NamespaceMachine.TestCase
+
+
+# -- one configuration: declines and plans ---------------------------------------------------------------------------
+class _PureUniverse:
+    """The ``_resolve.Universe`` of a model universe, for the pure order (no namespace, no fake imports)."""
+
+    def __init__(self, universe) -> None:
+        self.universe = universe
+
+    @property
+    def backends(self):
+        return tuple(self.universe.order)
+
+    @property
+    def default(self):
+        return self.universe.default
+
+    def exports(self, backend):
+        return self.universe.exports[backend]
+
+    def known_kernels(self):
+        return self.universe.known
+
+
+@quiet
+@given(data=st.data(), universe=universes())
+def test_resolving_a_configuration_agrees_with_the_model(data, universe):
+    """The order with declines and a plan, on random universes: ``_resolve.resolve(..., serves, planned)`` against
+    ``model_resolve_config``, which is written from the contract's text."""
+    from model import CONFIGS, declines, model_resolve_config, plans
+
+    from lazyops._config import Settings, settings_from_environment
+    from lazyops._resolve import resolve, validate
+
+    env = data.draw(environments(universe))
+    declined, plan = data.draw(declines(universe)), data.draw(plans(universe))
+    pure = _PureUniverse(universe)
+    for kernel in data.draw(st.lists(st.sampled_from(PROBES), min_size=1, max_size=4)):
+        config = data.draw(st.sampled_from(CONFIGS))
+        asked: list[str] = []
+
+        def serves(backend, kernel=kernel, config=config, asked=asked):
+            asked.append(backend)
+            return "declined in the model" if (kernel, config) in declined[backend] else None
+
+        def real(kernel=kernel, config=config, serves=serves):
+            if kernel.startswith("_") or kernel not in pure.known_kernels():
+                return resolve(kernel, Settings(), pure)  # names are refused before the settings are read
+            settings = settings_from_environment(env)
+            validate(settings, pure)
+            return resolve(kernel, settings, pure, serves=serves, planned=plan.get((kernel, config)), label=config)
+
+        got = outcome_of(real)
+        assert got == model_resolve_config(universe, env, kernel, config, declined, plan), (kernel, config, env)
+        assert len(asked) == len(set(asked)), f"a backend was asked twice: {asked}"

@@ -12,6 +12,7 @@ import os
 import sys
 from typing import Any
 
+import pytest
 import torch
 
 import lazyops
@@ -68,3 +69,88 @@ def test_the_engine_call_passes_through_few_lazyops_frames(kernels: Any, kernel:
         call(*inputs)  # the first call compiles (Triton) and fills caches: not what an engine's step pays
         frames = lazyops_frames(lambda: call(*inputs))
     assert len(frames) <= PLAIN_FRAMES, frames
+
+
+# --- the launches a GPU takes, counted on this machine with stand-ins for what only a GPU has ------------------
+
+
+class _Binary:
+    """A compiled Triton kernel as ``Launcher`` hands it its arguments (``CompiledKernel``'s launch attributes)."""
+
+    function, packed_metadata = "function", "metadata"
+
+    def __init__(self) -> None:
+        self.launches = 0
+
+    def launch_metadata(self, grid: Any, stream: Any, *values: Any) -> None:
+        return None
+
+    def run(self, *arguments: Any) -> None:
+        self.launches += 1
+
+
+class JITFunction:
+    """A ``@triton.jit`` kernel of a row kernel's signature (the class name is what ``Launcher`` recognises):
+    ``kernel[grid](...)`` compiles, that is returns a new binary."""
+
+    arg_names = ("x_ptr", "y_ptr", "M", "x_row_stride", "y_row_stride", "N", "ROWS")
+    do_not_specialize = ("M",)
+
+    def __init__(self) -> None:
+        self.binaries: list[_Binary] = []
+
+    def __getitem__(self, grid: Any) -> Any:
+        def run(*args: Any, **kwargs: Any) -> _Binary:
+            self.binaries.append(_Binary())
+            return self.binaries[-1]
+
+        return run
+
+
+def test_the_triton_launchers_direct_path_is_one_frame() -> None:
+    """On a GPU a specialization's later launches go straight to its compiled binary (``Launcher``'s direct path;
+    Triton's interpreter, above, takes the ordinary path): one lazyops frame, as there, so the counts above hold on
+    a GPU too. The stand-ins are the JIT function, its binary and the driver; the launcher and Triton's launch
+    hooks are the real ones."""
+    from types import SimpleNamespace
+
+    pytest.importorskip("triton")
+    from lazyops._backends.triton._launch import Launcher, _knobs
+
+    if _knobs is None:
+        pytest.skip("a Triton without knobs takes the ordinary path only")
+    kernel = JITFunction()
+    launcher = Launcher(kernel, {"N": 4096, "ROWS": 1}, num_warps=8)
+    active = SimpleNamespace(get_current_device=lambda: 0, get_current_stream=lambda device: None)
+    launcher._driver = SimpleNamespace(active=active)
+    x, out = torch.zeros(1, 4096), torch.zeros(1, 4096)
+    launcher((1,), x, out, 1, 4096, 4096)  # the first launch of a specialization compiles
+    frames = lazyops_frames(lambda: launcher((1,), x, out, 1, 4096, 4096))
+    (binary,) = kernel.binaries
+    assert binary.launches == 1, "the second launch went to the compiled binary"
+    assert frames == ["_backends/triton/_launch.py:__call__"]
+
+
+def test_tilelangs_launches_are_one_frame() -> None:
+    """A TileLang kernel's launch calls the compiled executable (C, through TVM's FFI) from the closure the kernel
+    calls: one lazyops frame for the row kernels and rope where every argument is taken as it lies. The stand-in
+    is the executable."""
+    pytest.importorskip("tilelang")
+    from lazyops._backends.tilelang import rope
+    from lazyops._backends.tilelang._runtime import launch_out_of_place
+    from lazyops.specs.rmsnorm import spec as rmsnorm_spec
+
+    launched: list[int] = []
+
+    def executable(*args: Any) -> None:
+        launched.append(len(args))
+
+    launch = launch_out_of_place(rmsnorm_spec, executable, row_multiple=8)
+    x, weight, out = torch.ones(1, 4096), torch.ones(4096), torch.ones(1, 4096)
+    assert lazyops_frames(lambda: launch(x, weight, out)) == ["_backends/tilelang/_runtime.py:launch"]
+
+    rotate = rope.rope_launch(rope.spec.bind(128, torch.bfloat16), {(torch.float32, torch.int64): executable})
+    positions, cache = torch.zeros(1, dtype=torch.int64), torch.ones(16, 128)
+    query, key = torch.ones(1, 32 * 128, dtype=torch.bfloat16), torch.ones(1, 8 * 128, dtype=torch.bfloat16)
+    assert lazyops_frames(lambda: rotate(positions, query, key, cache)) == ["_backends/tilelang/rope.py:rope"]
+    assert launched == [3, 4], "both launched the executable"

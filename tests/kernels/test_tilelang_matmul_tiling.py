@@ -238,9 +238,11 @@ def test_every_plan_fits_and_covers_k_once(n: int, k: int, sm_count: int, shared
         steps = -(-k // tile.block_k)
         assert plan.split >= 1 and plan.steps * plan.split >= steps > plan.steps * (plan.split - 1)
         if plan.split > 1:
-            assert plan.steps >= matmul.MIN_SLICE_STEPS
+            assert plan.steps >= matmul.DEFAULT_TABLE.min_slice_steps
             # no more blocks than one wave of the device's block slots
-            slots = sm_count * max(1, min(matmul.MAX_BLOCKS_PER_SM, shared_memory // tile.shared_bytes(2, 4)))
+            slots = sm_count * max(
+                1, min(matmul.DEFAULT_TABLE.max_blocks_per_sm, shared_memory // tile.shared_bytes(2, 4))
+            )
             assert tile.tiles(plan.max_m, n) * plan.split <= slots
 
 

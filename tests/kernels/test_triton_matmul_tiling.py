@@ -19,7 +19,9 @@ pytest.importorskip("triton")
 
 from gemm_sweeps import timed_cells  # tests/kernels is on sys.path (pytest prepends it)
 
-from lazyops._backends.triton.matmul import EPILOGUE_RESERVE, MIN_SLICE_STEPS, MIN_TILE, Tiling, tiling
+from lazyops._backends.triton.matmul import DEFAULT_TABLE, EPILOGUE_RESERVE, MIN_TILE, Tiling, tiling
+
+MIN_SLICE_STEPS = DEFAULT_TABLE.min_slice_steps
 
 SWEEP = Path(__file__).resolve().parents[2] / "benchmarks" / "results" / "h200" / "sweeps" / "gemm_decode_sweep.json"
 H200_SMS = 132

@@ -1,4 +1,5 @@
-"""The ``lazyops`` subcommands: ``doctor``, ``list``, ``which``, ``bench``, ``warmup``, ``trace`` and ``stubs``.
+"""The ``lazyops`` subcommands: ``doctor``, ``list``, ``which``, ``bench``, ``warmup``, ``trace``, ``tune``,
+``plan`` and ``stubs``.
 
 One module per subcommand, each with ``HELP`` (its one-line summary), ``add_arguments(parser)`` and
 ``main(args) -> exit status``, its docstring the ``--help`` description; ``_output`` renders for all of them (rich
@@ -29,6 +30,8 @@ SUBCOMMANDS = {
     "bench": "bench",
     "warmup": "warmup",
     "trace": "trace",
+    "tune": "tune",
+    "plan": "plan",
     "stubs": "stubs",
 }
 

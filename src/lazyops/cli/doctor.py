@@ -124,6 +124,8 @@ class Report:
         self.backends: list[BackendReport] = []
         self.kernels: list[KernelReport] = []
         self.dtype = ""
+        #: the plan LAZYOPS_PLAN names: its path, entries, and whether it applies here (None: no plan)
+        self.plan: str | None = None
 
     # -- the verdict -------------------------------------------------------------------------------------------
     def failures(self) -> list[str]:
@@ -176,6 +178,7 @@ class Report:
                 "platform_default": self.default,
                 "problems": self.config_problems,
                 "warnings": self.config_warnings,
+                "plan": self.plan,
             },
             "backends": [
                 {
@@ -242,6 +245,8 @@ class Report:
                 " (the platform default)" if self.chain == (self.default,) else f"; platform default: {self.default}"
             )
             out.line(f"  chain: {','.join(self.chain)}{default}", "; strict" if self.strict else "")
+        if self.plan is not None:
+            out.line("  plan: ", self.plan)
         for problem in self.config_problems:
             out.line(("  problem: ", "fail"), problem)
         for warning in self.config_warnings:
@@ -320,6 +325,9 @@ def diagnose(args: argparse.Namespace, out: Any) -> Report:
         return report
     wanted = _wanted_backends(args.backend, names)
     read_configuration(report)
+    from lazyops._plan import plan_status
+
+    report.plan = plan_status()
     report.device = device()
     if not report.chain and not report.config_problems:
         report.chain = (report.default,)

@@ -30,9 +30,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def main(args: argparse.Namespace) -> int:
     from lazyops import _api
+    from lazyops._plan import plan_status
     from lazyops.cli._status import backend_status
 
     report = _api.report()
+    plan = plan_status()
     statuses = {name: backend_status(name) for name in report.backends}
     rows: list[dict[str, Any]] = [
         {
@@ -48,6 +50,7 @@ def main(args: argparse.Namespace) -> int:
         listing = {
             "chain": list(report.chain),
             "strict": report.strict,
+            "plan": plan,
             "backends": {b.name: "ok" if b.runs else b.sentence() for b in statuses.values()},
             "kernels": rows,
             "refused_entry_points": list(report.refused),
@@ -56,7 +59,7 @@ def main(args: argparse.Namespace) -> int:
     else:
         from lazyops.cli._output import Output
 
-        render(Output(), report, statuses)
+        render(Output(), report, statuses, plan)
     return verdict(report, statuses)
 
 
@@ -75,9 +78,11 @@ def verdict(report: Any, statuses: dict[str, BackendStatus]) -> int:
     )
 
 
-def render(out: Any, report: Any, statuses: dict[str, BackendStatus]) -> None:
+def render(out: Any, report: Any, statuses: dict[str, BackendStatus], plan: str | None = None) -> None:
     strict = "; strict" if report.strict else ""
     out.line(("lazyops list", "head"), f": chain {','.join(report.chain)}{strict}; platform default {report.default}")
+    if plan is not None:
+        out.line("plan (LAZYOPS_PLAN): ", plan)
 
     out.heading("Backends")
     rows = [[b.name, (b.status, "ok" if b.runs else "warn"), b.reason or ""] for b in statuses.values()]

@@ -37,6 +37,7 @@ def implementation(
     backend: str | None,
     strided_rows: bool,
     writes_out: bool,
+    supports: Callable[[Any], str | None] | None = None,
 ) -> Callable[..., Any]:
     """The public factory of ``spec`` whose kernels call ``build(config)``'s launch (see
     ``KernelSpec.implementation``). The factory keeps ``build``'s module and takes the spec's name, so it pickles by
@@ -48,6 +49,14 @@ def implementation(
 
     def factory(*args: Any, **kwargs: Any) -> Any:
         config = spec.bind(*args, **kwargs)
+        if supports is not None:
+            reason = supports(config)
+            if reason:
+                raise KernelInputError(
+                    f"{config.label}: backend {owner!r} does not serve this configuration: {reason}; through "
+                    f"lazyops.{spec.name} it comes from the next backend that does (lazyops.which({spec.name!r}, "
+                    "...) says which)"
+                )
         return kernel_of(spec, config, build(config), owner, device_type, **conventions)
 
     factory.__name__ = factory.__qualname__ = spec.name
@@ -58,6 +67,8 @@ def implementation(
     factory.lazyops_spec = spec  # type: ignore[attr-defined]
     factory.lazyops_backend = owner  # type: ignore[attr-defined]
     factory.lazyops_conventions = conventions  # type: ignore[attr-defined]
+    if supports is not None:
+        factory.lazyops_supports = supports  # type: ignore[attr-defined]
     _ops.know(owner, spec, factory)
     return factory
 

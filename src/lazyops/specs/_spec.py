@@ -144,6 +144,7 @@ class KernelSpec:
         backend: str | None = None,
         strided_rows: bool = False,
         writes_out: bool = False,
+        supports: Callable[[Any], str | None] | None = None,
     ) -> Any:
         """Decorator: ``build(config) -> launch`` becomes the public factory of this kernel.
 
@@ -162,6 +163,11 @@ class KernelSpec:
         - ``writes_out``: it is ``launch(*inputs, out)`` and writes the result into ``out`` (a ``[rows, width]``
           view). Without it, ``launch(*inputs)`` returns a new tensor of its own, copied into a caller's ``out=``.
 
+        ``supports(config)``: ``None`` where the launch serves the configuration, else why not (``"head_dim 96:
+        the tiles take 64, 128 or 256"``). A configuration it declines goes on down the backend chain to the next
+        backend that serves it, as a kernel a backend lacks does (``lazyops.which(name, *args)`` says where); the
+        factory called with one directly refuses it with that reason.
+
         See ``lazyops.specs._engine`` for how a call runs.
         """
         from lazyops.specs._engine import implementation
@@ -174,6 +180,7 @@ class KernelSpec:
                 backend=backend,
                 strided_rows=strided_rows,
                 writes_out=writes_out,
+                supports=supports,
             )
 
         return decorate if build is None else decorate(build)

@@ -18,9 +18,9 @@ MAX_RESIDENT = 16384
 MAX_THREADS = 1024
 MIN_THREADS = 128
 VECTOR_BYTES = 16
-#: 16-byte vectors each thread loads per row. Measured on an H200 (bf16, n = 4096; benchmarks/tilelang_tune.py):
-#: 4 (128 threads a row) against 1 (512 threads) gives softmax 4027 against 3063 GB/s at M = 32768 and every
-#: row kernel 6-15% more at M = 1024; more loads in flight per thread, fewer threads in each block reduction.
+#: 16-byte vectors each thread loads per row: 4 (128 threads for a row of 4096) against 1 (512 threads) keeps more
+#: loads in flight a thread and fewer threads in each block's reduction, measured faster for every row kernel on an
+#: H200 (docs/decisions/006-row-kernel-layouts.md).
 VECTORS_PER_THREAD = 4
 ITEMSIZE = {"float32": 4, "float16": 2, "bfloat16": 2}
 

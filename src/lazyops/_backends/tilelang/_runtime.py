@@ -193,8 +193,7 @@ def direct(kernel: Any) -> Callable[..., Any]:
     the arguments, finds the device, walks the parameters to allocate outputs and prepares the device (for NPUs
     only), then calls the executable. Every program here takes its outputs as arguments (no ``out_idx``), so on
     CUDA all of that ends in ``executable(*args)``, with the executable's own checks of every argument's shape,
-    dtype and device. The wrapper's own time was about a tenth of a call's host time under cProfile on the H200
-    (``benchmarks/results/host_cost.md`` before and after this change).
+    dtype and device. The wrapper's own time was about a tenth of a call's host time under cProfile on the H200.
     Anything else (another adapter or TileLang version, outputs the adapter allocates) keeps the ordinary call.
     """
     adapter: Any = getattr(kernel, "adapter", None)
@@ -215,21 +214,15 @@ def launch_with_copies(
     kernel: Any, args: Sequence[torch.Tensor], written: Sequence[int] = (), row_multiples: Sequence[int] | None = None
 ) -> None:
     """Launch ``kernel(*args)``, where the arguments at the positions in ``written`` are written (in place, or an
-    ``out``).
+    ``out``), swapping each argument the program cannot take as it is (misaligned, or a row stride off the multiple
+    in ``row_multiples``, see :func:`launchable`) for a contiguous copy; the written ones are copied back
+    afterwards, so the caller's tensors hold the result whatever their layout. An ``out`` that is an input
+    (``out_aliases``) is swapped exactly when that input is, so the program still reads every element of a row
+    before writing it.
 
-    An argument the program cannot take as it is (misaligned, or a row stride off the multiple in
-    ``row_multiples``, see :func:`launchable`) is swapped for a contiguous copy; the written ones are copied back
-    afterwards, so the caller's tensors hold the result whatever their layout (the copies cost a little, only in
-    those rare cases). An ``out`` that is an input (``out_aliases``) is swapped exactly when that input is, so
-    the program still reads every element of a row before writing it.
-    """
+    The launches call this only when an argument needs a copy (rare: the copies cost a little), and the kernel
+    directly otherwise, so that the common call is one frame."""
     multiples = row_multiples or (1,) * len(args)
-    for arg, multiple in zip(args, multiples, strict=True):  # the common case: every argument as it is
-        if arg.data_ptr() % ALIGNMENT or (multiple != 1 and arg.dim() > 1 and arg.stride(0) % multiple):
-            break
-    else:
-        kernel(*args)
-        return
     launch = [launchable(arg, multiple) for arg, multiple in zip(args, multiples, strict=True)]
     kernel(*launch)
     for index in written:
@@ -249,6 +242,10 @@ def launch_out_of_place(
     kernel = direct(kernel)
 
     def launch(*args: torch.Tensor) -> None:
-        launch_with_copies(kernel, args, out_index, multiples)
+        for arg, multiple in zip(args, multiples, strict=True):
+            if arg.data_ptr() % ALIGNMENT or (multiple != 1 and arg.dim() > 1 and arg.stride(0) % multiple):
+                launch_with_copies(kernel, args, out_index, multiples)
+                return
+        kernel(*args)
 
     return launch

@@ -15,8 +15,8 @@ tiles alone do not fill the GPU a split-K pair (:func:`split_k_program`, :func:`
 multiplies a ``[bm, bn]`` tile over one slice of ``k`` (TMA loads, ``mma``/``wgmma``) and stores its float32
 partial sum into ``partial[split, M, n]``; a second kernel adds the ``split`` partials in slice order and casts.
 Exact to float32 accumulation (the partials are float32, no 16-bit intermediate) and deterministic (no atomics:
-the same inputs give the same bits). The tiles and the slice count (:func:`plan_split`) come from
-``benchmarks/gemm_decode_sweep.py --backend tilelang``, which times tilings in CUDA graphs on an H200. On a narrow
+the same inputs give the same bits). The tiles are data, one table per device in ``configs/matmul.json`` (timed in
+CUDA graphs on an H200: docs/decisions/004 and 005); the slice count is :func:`plan_split`'s rule. On a narrow
 weight (its 64 x 128 tiles leave half the SMs idle: n = 4096 on an H200) narrower tiles with deeper pipelines beat
 splitting ``k``, so there each bucket runs one tiled program, no partials and no second launch (``NARROW_16``,
 ``NARROW_64``, ``NARROW_128``; :func:`split_plans`).
@@ -25,14 +25,17 @@ splitting ``k``, so there each bucket runs one tiled program, no partials and no
 # No ``from __future__ import annotations``: TileLang evaluates the T.Tensor annotations of a prim_func,
 # and string annotations could not see the builder's local sizes and dtypes.
 
+import functools
 from collections.abc import Callable
 from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import Any
 
 import tilelang.language as T
 import torch
 
 from lazyops._backends._grid import MAX_GRID_YZ, refuse_rows
+from lazyops._backends._tuned import device_table
 from lazyops._backends.tilelang._runtime import ALIGNMENT, F32, aligned, compiled, direct, require_gpu, tl_dtype
 from lazyops.specs.matmul import MatmulConfig, spec
 
@@ -65,75 +68,61 @@ class Tile:
         return pipeline + staged
 
 
-# Measured on an H200 (bf16, [M, 4096] x [4096, 4096]; benchmarks/tilelang_tune.py): 128x256 tiles reach
-# 625-636 TFLOP/s from M = 1024 (128x128: 477-497); for M <= 128 the 64x64x128 tile is fastest (180 TFLOP/s at
-# M = 128, 24 us at M = 1), since it spreads a decode-sized problem over more SMs. Then
-# benchmarks/gemm_large_sweep.py (gemm_large_sweep_tilelang.md, H200, M = 1024 and 8192 and 8192^3): the 128x256
-# tile with each warpgroup on 64 full rows (one m64n256 wgmma) and its result staged in shared memory for a TMA
-# store ran at 0.95-1.01x cuBLAS (geometric mean 0.976) where the square split with direct stores ran at
-# 0.86-0.96x (0.906): the stores from the accumulators, four bytes a thread at a time, were most of the gap.
-LARGE = Tile(128, 256, 64, 3, 256, warp_policy="full_row", shared_epilogue=True)
-#: For GPUs with less than LARGE's 208 KiB of shared memory per block (sm_86, sm_89: 99 KiB).
-LARGE_LOW_SMEM = Tile(128, 128, 64, 3, 256)
-SMALL = Tile(64, 64, 128, 3, 128)
-#: Float32 on CUDA cores: a 128x128 tile gives each of 256 threads a 16x4 block of accumulators.
-LARGE_F32 = Tile(128, 128, 16, 3, 256)
-SMALL_F32 = Tile(64, 64, 16, 3, 128)
-
-
-#: Decode tiles, the fastest of ``benchmarks/results/gemm_decode_sweep_tilelang.md`` (H200, in CUDA graphs). M <= 16:
-#: a 16-row tile (``mma.sync`` m16n8k16, no 64-row wgmma waste) over 128 columns, 128-deep k-steps, 4 stages (144
-#: KiB of shared memory: one block an SM). (M <= 128 was a 64-row wgmma tile over 256 columns, 64-deep k-steps, 4
-#: stages: now SPLIT_128_LOW_SMEM, below.)
-SPLIT_16 = Tile(16, 128, 128, 4, 128)
-#: M <= 16 for narrow weights (SPLIT_64's tiles, counted at 128 tokens, leave half the SMs idle; as NARROW_64 and
-#: NARROW_128 below) whose tiles still give 3/8 of the SMs a block: 16 x 64 x 128, 6 stages (120 KiB), never split:
-#: one launch, no partials. At n = 4096 that is 64 blocks for 132 SMs, and still faster than filling them by
-#: splitting k, whose partials and reduce cost more.
-#: ``gemm_decode_sweep_tilelang_narrow16.md`` (H200, in CUDA graphs): 10.74 / 10.95 µs at M = 1 / 16 on 4096 x 4096
-#: against SPLIT_16's 11.47 / 12.05 (split 4) and cuBLAS's 12.42 / 13.15; 30.06 / 30.04 at k = 14336 against 29.67 /
-#: 30.71 and 31.24 / 31.70. At (14336, 4096) SPLIT_16 unsplit stayed faster (29.11 / 29.56 against 31.46 / 31.31).
-NARROW_16 = Tile(16, 64, 128, 6, 128)
-#: M <= 64 (``gemm_decode_sweep_tilelang_tma.md``, the 64-row tilings with their results staged in shared memory
-#: for a TMA store): 64 x 128 x 64, 4 stages, the float32 partials stored through shared memory (128 KiB: one block
-#: an SM). At M = 64 it took 13.4 / 33.6 / 30.4 µs against the M <= 128 plan's 16.5 / 36.6 / 33.5 and cuBLAS's
-#: 11.2 / 35.1 / 31.1 for (n, k) = (4096, 4096) / (4096, 14336) / (14336, 4096). At M = 128 the same tile was
-#: slower than the 64 x 256 plan of then at two of the three shapes (41.3 against 39.1 µs, 44.2 against 34.9).
-SPLIT_64 = Tile(64, 128, 64, 4, 128, shared_epilogue=True)
-#: M <= 64 for narrow weights (as NARROW_128 below: SPLIT_64's tiles, counted at 128 tokens, leave half the SMs
-#: idle): 64 x 32 x 128, 6 stages (144 KiB: one block an SM), storing from its accumulators, split by the slot rule
-#: (at n = 4096 its 128 tiles fill the SMs alone: no split, no reduce, one launch).
-#: ``gemm_decode_sweep_tilelang_narrow32.md`` (H200, in CUDA graphs, M = 64): 11.63 / 32.35 µs at (n, k) = (4096,
-#: 4096) / (4096, 14336) against SPLIT_64's 13.41 / 33.47 and cuBLAS's 11.19 / 34.91, the fastest candidate at 4096
-#: x 4096 and within 0.7 % of it at k = 14336 (64 x 32 x 256, 4 stages: 32.12). At (14336, 4096) SPLIT_64 stayed
-#: faster than every 32-column tiling (30.35 against 41.40 µs: 448 tiles are 3.4 waves).
-NARROW_64 = Tile(64, 32, 128, 6, 128)
-#: M <= 128 (``gemm_decode_sweep_tilelang_rows128.md``, 128-row tilings at M = 128): one 128-row block holds the
-#: whole batch, so each slice of the weight is read once (two 64-row blocks read it twice, the second time from
-#: L2); 128 x 128 x 64, 4 stages, two consumer warpgroups, the float32 partials stored through shared memory, split
-#: by the slot rule (4 / 4 / 1). 16.1 / 37.6 / 34.5 µs against the 64 x 256 plan's 17.6 / 39.1 / 34.8 and cuBLAS's
-#: 13.4 / 36.3 / 33.4 ((n, k) = (4096, 4096) / (4096, 14336) / (14336, 4096)); the fastest candidate of each cell.
-SPLIT_128 = Tile(128, 128, 64, 4, 256, shared_epilogue=True)
-#: ... where it does not fit (two stages and its staged partial take 128 KiB: a 99 KiB sm_86 / sm_89 block): the
-#: 64 x 256 tile storing from its accumulators, the M <= 128 plan before it.
-SPLIT_128_LOW_SMEM = Tile(64, 256, 64, 4, 128)
-#: M <= 128 where two 64-row blocks of 64 x 128 tiles leave half the SMs idle (a weight of n <= 4224 on an H200):
-#: 64 x 64 x 128, 5 stages (160 KiB: one block an SM), storing from its accumulators, split by the slot rule (at
-#: n = 4096 its 128 tiles fill the SMs alone: no split, so no reduce and no second launch).
-#: ``gemm_decode_sweep_tilelang_narrow.md`` (H200, in CUDA graphs, M = 128): 12.60 / 35.27 µs at (n, k) = (4096,
-#: 4096) / (4096, 14336) against the plan of then's 15.35 / 36.09 (64 x 128 x 128, 4 stages, split 2, which had
-#: replaced SPLIT_128 there after ``gemm_decode_sweep_tilelang_mid.md``) and cuBLAS's 13.63 / 36.75: the fastest
-#: candidate of both cells. At (14336, 4096), 224 tiles, SPLIT_128 stayed faster than every 64-wide tiling (33.46
-#: against 43.56 µs). (At M = 64 this tile, split 2 by the slot rule, took 13.38 / 33.37 µs: NARROW_64 serves there.)
-NARROW_128 = Tile(64, 64, 128, 5, 128)
 #: The reduce kernel: one row of 4 * 64 float32 columns a block (a float4 a thread per partial).
 REDUCE_COLUMNS = 256
 REDUCE_THREADS = 64
-MAX_BLOCKS_PER_SM = 4
-#: A k-slice is at least this many k-steps (a shorter one spends its time filling the pipeline).
-MIN_SLICE_STEPS = 2
 #: Shared memory a block leaves to TileLang's own use (barriers, the epilogue) when stages are fitted.
 EPILOGUE_RESERVE = 8 * 1024
+#: The tiles' table (``configs/matmul.json``), one per device.
+TABLES = Path(__file__).with_name("configs") / "matmul.json"
+
+
+@dataclass(frozen=True)
+class TileTable:
+    """One device's table of ``configs/matmul.json``, each tile named by what it serves (docs/decisions/004 and
+    005 say why each won its sweep):
+
+    - ``large``, ``small``: beyond 128 tokens, ``large`` once its tiles give every other SM a block (128 x 256,
+      each consumer warpgroup on 64 full rows, the result staged for a TMA store); ``large_low_smem`` where
+      ``large`` does not fit a block's shared memory (sm_86, sm_89); ``large_f32``, ``small_f32`` on CUDA cores.
+    - ``split_16``, ``split_64``, ``split_128``: the decode tiles up to 16, 64 and 128 tokens, split along ``k`` by
+      :func:`plan_split`; ``split_128_low_smem`` where ``split_128`` does not fit.
+    - ``narrow_16``, ``narrow_64``, ``narrow_128``: the same buckets on a narrow weight (:func:`split_plans`):
+      narrower tiles, deeper pipelines, where splitting ``k`` would cost partials and a reduce.
+
+    And the split-K rule's two tuned numbers: a k-slice of at least ``min_slice_steps`` k-steps (a shorter one
+    spends its time filling the pipeline), at most ``max_blocks_per_sm`` blocks counted an SM.
+    """
+
+    large: Tile
+    large_low_smem: Tile
+    small: Tile
+    large_f32: Tile
+    small_f32: Tile
+    split_16: Tile
+    narrow_16: Tile
+    split_64: Tile
+    narrow_64: Tile
+    split_128: Tile
+    split_128_low_smem: Tile
+    narrow_128: Tile
+    min_slice_steps: int
+    max_blocks_per_sm: int
+
+
+@functools.cache
+def tile_table(device: str | None = None) -> TileTable:
+    """The tiles for the GPU named ``device`` (``torch.cuda.get_device_name()``), or the default table."""
+    table = device_table(TABLES, device)
+    tiles: dict[str, Any] = {name: Tile(**fields) for name, fields in table["tiles"].items()}
+    return TileTable(**tiles, **table["split_k"])
+
+
+#: The default table (the H200's), and its tiles under the names docs/decisions/ gives them.
+DEFAULT_TABLE = tile_table()
+LARGE, LARGE_LOW_SMEM, SMALL = DEFAULT_TABLE.large, DEFAULT_TABLE.large_low_smem, DEFAULT_TABLE.small
+SPLIT_16, SPLIT_64, SPLIT_128 = DEFAULT_TABLE.split_16, DEFAULT_TABLE.split_64, DEFAULT_TABLE.split_128
+NARROW_16, NARROW_64, NARROW_128 = DEFAULT_TABLE.narrow_16, DEFAULT_TABLE.narrow_64, DEFAULT_TABLE.narrow_128
 
 
 @dataclass(frozen=True)
@@ -162,30 +151,34 @@ def fitted(tile: Tile, shared_memory: int) -> Tile:
     return replace(tile, stages=stages)
 
 
-def plan_split(tile: Tile, max_m: int, n: int, k: int, sm_count: int = 132, shared_memory: int = 227 * 1024) -> SplitK:
+def plan_split(
+    tile: Tile,
+    max_m: int,
+    n: int,
+    k: int,
+    sm_count: int = 132,
+    shared_memory: int = 227 * 1024,
+    table: TileTable = DEFAULT_TABLE,
+) -> SplitK:
     """Split ``k`` so that the tiles times the slices fill every SM's block slots once: ``split = slots //
-    tiles``, tiles counted at ``max_m`` tokens, slots the SMs times the blocks their shared memory holds.
-
-    Measured on an H200 (``gemm_decode_sweep_tilelang.md``, µs in CUDA graphs, cuBLAS in brackets): [1, 4096] x
-    [4096, 4096] in 32 tiles, split 4: 11.5 (12.5), split 8 (a second wave) 13.7, no split 13.8; [16, 4096] x
-    [4096, 14336] split 4: 30.4 (31.7); [1, 4096] x [4096, 14336] in 112 tiles, no split: 29.1 (30.6), split 2:
-    31.9. At M = 128 the 64 x 256 tile with that rule: 17.4 (13.6), 34.6 (32.5), 38.8 (36.3), each the fastest
-    tiling measured there but one within 1.5 %.
+    tiles``, tiles counted at ``max_m`` tokens, slots the SMs times the blocks their shared memory holds (at most
+    ``table.max_blocks_per_sm``), slices of at least ``table.min_slice_steps`` k-steps. A second wave of slices,
+    or none where one wave would fill the slots, measured slower on an H200 (docs/decisions/004-gemm-decode-tiles.md).
     """
     tile = fitted(tile, shared_memory)
     k_steps = -(-k // tile.block_k)
-    slots = sm_count * max(1, min(MAX_BLOCKS_PER_SM, shared_memory // tile.shared_bytes(2, 4)))
-    wanted = max(1, min(slots // tile.tiles(max_m, n), k_steps // MIN_SLICE_STEPS))
+    slots = sm_count * max(1, min(table.max_blocks_per_sm, shared_memory // tile.shared_bytes(2, 4)))
+    wanted = max(1, min(slots // tile.tiles(max_m, n), k_steps // table.min_slice_steps))
     steps = -(-k_steps // wanted)
     return SplitK(tile, steps, -(-k_steps // steps), max_m)
 
 
-def tiles_for(dtype: str, shared_memory: int = 227 * 1024) -> tuple[Tile, Tile]:
+def tiles_for(dtype: str, shared_memory: int = 227 * 1024, table: TileTable = DEFAULT_TABLE) -> tuple[Tile, Tile]:
     """The (small, large) tile shapes for ``dtype`` on a GPU with ``shared_memory`` bytes per block."""
     if dtype == F32:
-        return SMALL_F32, LARGE_F32
-    large = LARGE if LARGE.shared_bytes(2) <= shared_memory else LARGE_LOW_SMEM
-    return SMALL, large
+        return table.small_f32, table.large_f32
+    large = table.large if table.large.shared_bytes(2) <= shared_memory else table.large_low_smem
+    return table.small, large
 
 
 def large_for(large: Tile, n: int, k: int, itemsize: int) -> Tile:
@@ -319,48 +312,51 @@ def reduce_program(n: int, dtype: str, split: int) -> Any:
     return main
 
 
-def split_plans(config: MatmulConfig, sm_count: int = 132, shared_memory: int = 227 * 1024) -> tuple[SplitK, ...]:
+def split_plans(
+    config: MatmulConfig, sm_count: int = 132, shared_memory: int = 227 * 1024, table: TileTable = DEFAULT_TABLE
+) -> tuple[SplitK, ...]:
     """The split-K variants for ``config``, by the largest M each serves; none for float32 (FFMA path)."""
     if config.dtype == torch.float32:
         return ()
     n, k = config.n, config.k
-    rows_128 = SPLIT_128 if fits_shared(fitted(SPLIT_128, shared_memory), shared_memory) else SPLIT_128_LOW_SMEM
-    rows_16 = plan_split(SPLIT_16, 16, n, k, sm_count, shared_memory)
-    rows_64 = SPLIT_64
-    # SPLIT_64's 64 x 128 tiles, counted at 128 tokens: half the SMs or fewer means a narrow weight, whose tiles
+    split_128, split_64 = table.split_128, table.split_64
+    narrow_16, narrow_64, narrow_128 = table.narrow_16, table.narrow_64, table.narrow_128
+    rows_128 = split_128 if fits_shared(fitted(split_128, shared_memory), shared_memory) else table.split_128_low_smem
+    rows_16 = plan_split(table.split_16, 16, n, k, sm_count, shared_memory, table)
+    rows_64 = split_64
+    # split_64's 64 x 128 tiles, counted at 128 tokens: half the SMs or fewer means a narrow weight, whose tiles
     # are better made narrower than split along k (no partials, no reduce, one launch)
-    if SPLIT_64.tiles(128, n) <= sm_count // 2:
+    if split_64.tiles(128, n) <= sm_count // 2:
         # unsplit only where its tiles give most SMs a block, as at n = 4096 (64 for 132); much narrower weights
         # (not measured) keep the split plan, which fills the SMs
-        unsplit_fills = NARROW_16.tiles(16, n) * 8 >= sm_count * 3
-        if unsplit_fills and fits_shared(NARROW_16, shared_memory):
-            rows_16 = SplitK(NARROW_16, -(-k // NARROW_16.block_k), 1, 16)
-        if fits_shared(NARROW_64, shared_memory):
-            rows_64 = NARROW_64
-        if fits_shared(NARROW_128, shared_memory):
-            rows_128 = NARROW_128
+        unsplit_fills = narrow_16.tiles(16, n) * 8 >= sm_count * 3
+        if unsplit_fills and fits_shared(narrow_16, shared_memory):
+            rows_16 = SplitK(narrow_16, -(-k // narrow_16.block_k), 1, 16)
+        if fits_shared(narrow_64, shared_memory):
+            rows_64 = narrow_64
+        if fits_shared(narrow_128, shared_memory):
+            rows_128 = narrow_128
     return (
         rows_16,
-        plan_split(rows_64, 64, n, k, sm_count, shared_memory),
-        plan_split(rows_128, 128, n, k, sm_count, shared_memory),
+        plan_split(rows_64, 64, n, k, sm_count, shared_memory, table),
+        plan_split(rows_128, 128, n, k, sm_count, shared_memory, table),
     )
 
 
 def programs(
-    config: MatmulConfig, shared_memory: int | None = None, sm_count: int = 132
+    config: MatmulConfig, shared_memory: int | None = None, sm_count: int = 132, table: TileTable = DEFAULT_TABLE
 ) -> dict[tuple[str, Any], Callable[[], Any]]:
     """The programs the factory compiles for ``config``, by variant: a small and a large tile, and in half
     precision one per decode size: its plain tiled program, or a split-K pair (product, reduce)."""
-    small, large = (
-        tiles_for(tl_dtype(config.dtype), shared_memory) if shared_memory else tiles_for(tl_dtype(config.dtype))
-    )
+    dtype_name = tl_dtype(config.dtype)
+    small, large = tiles_for(dtype_name, shared_memory, table) if shared_memory else tiles_for(dtype_name, table=table)
     n, k, dtype = config.n, config.k, config.dtype
     large = large_for(large, n, k, dtype.itemsize)
     built: dict[tuple[str, Any], Callable[[], Any]] = {
         ("small", small): _builder(n, k, dtype, small, sm_count),
         ("large", large): _builder(n, k, dtype, large, sm_count),
     }
-    for plan in split_plans(config, sm_count, shared_memory or 227 * 1024):
+    for plan in split_plans(config, sm_count, shared_memory or 227 * 1024, table):
         if plan.split == 1:
             built[(f"decode{plan.max_m}", plan.tile)] = _builder(n, k, dtype, plan.tile, sm_count)
             continue
@@ -380,16 +376,17 @@ def matmul_tl(config: MatmulConfig) -> Callable[..., None]:
     require_gpu(config.label)
     properties = torch.cuda.get_device_properties(torch.cuda.current_device())
     shared_memory = getattr(properties, "shared_memory_per_block_optin", 0) or 99 * 1024
-    large = tiles_for(tl_dtype(dtype), shared_memory)[1]
+    table = tile_table(properties.name)
+    large = tiles_for(tl_dtype(dtype), shared_memory, table)[1]
     sm_count = properties.multi_processor_count
-    built = compiled(config.label, programs(config, shared_memory, sm_count))
+    built = compiled(config.label, programs(config, shared_memory, sm_count, table))
     kernel_of = {name: direct(kernel) for (name, _), kernel in built.items()}  # by variant name, as programs() keys
     small_kernel, large_kernel = kernel_of["small"], kernel_of["large"]
     decode = [
         (plan.max_m, plan.split, kernel_of[f"decode{plan.max_m}"], None)
         if plan.split == 1
         else (plan.max_m, plan.split, kernel_of[f"split{plan.max_m}"], kernel_of[f"reduce{plan.max_m}"])
-        for plan in split_plans(config, sm_count, shared_memory)
+        for plan in split_plans(config, sm_count, shared_memory, table)
     ]
 
     # The tiled programs' row blocks lie along their grid's second dimension, at most 65535 of them; a product of
@@ -401,7 +398,8 @@ def matmul_tl(config: MatmulConfig) -> Callable[..., None]:
         m = a.shape[0]
         if m > most_rows:
             refuse_rows(config.label, "a", m, most_rows, why)
-        a, b = aligned(a), aligned(b)
+        if (a.data_ptr() | b.data_ptr()) % ALIGNMENT:  # a view into its allocation (read only: copied if so)
+            a, b = aligned(a), aligned(b)
         # A caller's out may be a view at a misaligned address: the kernel writes an aligned temporary instead.
         c = out if out.data_ptr() % ALIGNMENT == 0 else torch.empty_like(out, memory_format=torch.contiguous_format)
         for max_m, split, product, reduce in decode:

@@ -10,10 +10,10 @@ computes and stores: no shared memory, no barrier, and the query/key loads overl
 chain. ``query`` and ``key`` are indexed by their row stride, so the two slices of a packed ``qkv`` buffer are
 rotated where they lie.
 
-Why (issue 12, benchmarks/NOTES.md "TileLang rope"): the previous program (79.5 % of the copy at M = 32768)
-compiled to 121 registers a thread, so 4 blocks an SM; its cos/sin loop was lowered as 16 scalar loads per lane
-(TileLang could not prove the cache row 16-byte aligned), reloaded for every lane; and the key heads waited for
-the query heads' stores: three memory round trips a token with at most 8 KB in flight per block. This one: 79
+Why (issue 12, docs/decisions/007-tilelang-rope-and-fp8-programs.md): the previous program (79.5 % of the copy
+at M = 32768) compiled to 121 registers a thread, so 4 blocks an SM; its cos/sin loop was lowered as 16 scalar
+loads per lane (TileLang could not prove the cache row 16-byte aligned), reloaded for every lane; and the key heads
+waited for the query heads' stores: three memory round trips a token with at most 8 KB in flight per block. This one: 79
 registers (``MIN_BLOCKS_PER_SM`` = 6 asks nvcc for them), the cache row in 16-byte vectors loaded once, the
 whole token (10 KB for 32 + 8 heads of 128 in bf16) in flight at once, two round trips a token.
 
@@ -35,15 +35,25 @@ import torch
 
 from lazyops._backends._grid import MAX_GRID_X, refuse_rows
 from lazyops._backends.tilelang._rows import ITEMSIZE, vector_elements
-from lazyops._backends.tilelang._runtime import F32, INDEX, compiled, direct, launch_with_copies, tl_dtype
+from lazyops._backends.tilelang._runtime import (
+    ALIGNMENT,
+    F32,
+    INDEX,
+    compiled,
+    direct,
+    launch_with_copies,
+    tl_dtype,
+)
 from lazyops.specs.rope import RopeConfig, spec
 
 THREADS = 128
 #: Bytes of query and key a thread loads before it computes and stores any: 96 covers a whole token of 32 + 8
-#: heads of 128 bf16 features (2.5 passes of 16 heads, rounded up to 3), so its loads are one round trip.
+#: heads of 128 bf16 features (2.5 passes of 16 heads, rounded up to 3), so its loads are one round trip
+#: (docs/decisions/007-tilelang-rope-and-fp8-programs.md).
 BYTES_IN_FLIGHT = 96
 #: Blocks an SM the compiler must leave registers for (``__launch_bounds__``): 6 x 128 threads gives a thread
-#: 80 registers, which the bf16 program fits without spilling (79); 8 would spill 20 bytes a thread.
+#: 80 registers, which the bf16 program fits without spilling (79); 8 would spill 20 bytes a thread
+#: (docs/decisions/007-tilelang-rope-and-fp8-programs.md).
 MIN_BLOCKS_PER_SM = 6
 POSITION_DTYPES = {torch.int32: "int32", torch.int64: "int64"}
 
@@ -205,7 +215,7 @@ def rope_tl(config: RopeConfig) -> Callable[..., None]:
 
 def rope_launch(config: RopeConfig, kernels: dict[tuple[torch.dtype, torch.dtype], Any]) -> Callable[..., None]:
     """The launch of compiled rope programs, ``kernels`` keyed by (cache dtype, positions dtype) as
-    :func:`programs` is (``benchmarks/tilelang_variants.py`` launches other programs through it)."""
+    :func:`programs` is."""
     head_dim = config.head_dim
     kernels = {key: direct(kernel) for key, kernel in kernels.items()}
     # query and key are taken as they lie (packed qkv views) when their row stride is a multiple of the
@@ -223,12 +233,13 @@ def rope_launch(config: RopeConfig, kernels: dict[tuple[torch.dtype, torch.dtype
             query.view(tokens, query.shape[1] // head_dim, head_dim),
             key.view(tokens, key.shape[1] // head_dim, head_dim),
         )
-        launch_with_copies(
-            kernels[cos_sin_cache.dtype, positions.dtype],
-            (positions, *heads, cos_sin_cache),
-            written=(1, 2),
-            row_multiples=row_multiples,
-        )
+        kernel = kernels[cos_sin_cache.dtype, positions.dtype]
+        if (positions.data_ptr() | query.data_ptr() | key.data_ptr() | cos_sin_cache.data_ptr()) % ALIGNMENT or (
+            query.stride(0) % multiple or key.stride(0) % multiple
+        ):
+            launch_with_copies(kernel, (positions, *heads, cos_sin_cache), written=(1, 2), row_multiples=row_multiples)
+        else:
+            kernel(positions, *heads, cos_sin_cache)
 
     return rope
 

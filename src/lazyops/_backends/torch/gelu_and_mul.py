@@ -13,7 +13,7 @@ has no cancellation, in float32:
 
 On CUDA (and ROCm) that math is one kernel, compiled by torch's jiterator (``_jiterated``): each element read
 once, float32 inside, one rounding, in every dtype. On the CPU the erf form costs ops more than the native GELU,
-the tanh form fewer passes than ``F.gelu``'s tanh (``benchmarks/results/torch_backend_cpu.md``). For float16 and
+the tanh form fewer passes than ``F.gelu``'s tanh. For float16 and
 bfloat16 on the CPU the native ops are kept: their error from the cancellation stays below the dtypes' rounding
 down to g = -4, and doing the float32 route in 16-bit (two upcast copies, a cast back) cost 2-3x the users'
 composition; they round twice (after the GELU and after the product) where the spec's float32 math rounds once,

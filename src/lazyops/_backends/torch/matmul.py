@@ -20,7 +20,7 @@ def cpu_has_native_gemm(dtype: torch.dtype) -> bool:
 
     Asked once per factory call (warm-up), never per kernel call. float16: AMX-FP16, or AVX512-FP16 (Sapphire
     Rapids has the latter without the former: there a native float16 ``mm`` of [1, 1024] x [1024, 1024] took 124 µs
-    against 238 for the upcast, where an AMD EPYC without either took 2133 against 136; ``NOTES.md``).
+    against 238 for the upcast, where an AMD EPYC without either took 2133 against 136; docs/decisions/008).
     """
     if dtype == torch.float32:
         return True

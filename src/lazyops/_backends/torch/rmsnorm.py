@@ -7,7 +7,7 @@ same math and the same single rounding: the norm of each row as one reduction (n
 RMS in two ops on the ``[M, 1]`` column, then two scalings of one float32 tensor. At one token, where each op
 costs its dispatch and not its pass over memory, the whole kernel (checks included) takes 10.7 µs against the
 composite's 12.2 in float32 and 15.4 against 16.6 in bfloat16 on this project's CPU
-(``benchmarks/results/torch_backend_cpu.md``); with more rows it saves passes.
+(docs/decisions/008-torch-backend-routes.md); with more rows it saves passes.
 
 Rows may be strided (views of packed buffers) and leading dimensions are flattened by the spec's wrapper: every op
 here takes a row-strided ``[M, n]`` view as it is.

@@ -2,12 +2,11 @@
 
 Two native ops in the input dtype, as torch users write it (``F.silu(x[:, :n]) * x[:, n:]``), with the halves
 cut by one ``chunk`` rather than two slices: at one token on the CPU the two ``__getitem__`` calls cost about 1.4
-µs of the user's 8 (``benchmarks/results/torch_backend_cpu.md``). For float16 and
-bfloat16 this rounds twice (after the SiLU and after the product) where the spec's float32 math rounds once; the
-README gives the measured difference, well inside the conformance tolerance.
+µs of the user's 8. For float16 and bfloat16 this rounds twice (after the SiLU and after the product) where the
+spec's float32 math rounds once; the README gives the measured difference, well inside the conformance tolerance.
 
 The product is a new tensor, not written into the SiLU's result: on an H200 the in-place ``mul_`` ran at 0.95×
-the out-of-place product at 32768 tokens (``benchmarks/results/torch_backend_cuda.md`` before and after).
+the out-of-place product at 32768 tokens.
 
 On CUDA (and ROCm) it is one kernel compiled by torch's jiterator (``_jiterated``): each element read once,
 ``g / (1 + exp(-g)) * u`` in float32, one rounding.

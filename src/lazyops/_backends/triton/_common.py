@@ -44,8 +44,9 @@ def program_rows(M, ROWS: tl.constexpr):
 
 
 def cdiv(a: int, b: int) -> int:
-    """``ceil(a / b)`` for positive ints. Not ``triton.cdiv``: from Triton 3.5 that is a ``constexpr_function``,
-    whose call unwraps its arguments (about 3 µs a call, on every launch of a kernel that computes its grid)."""
+    """``ceil(a / b)`` for positive ints, for the arithmetic that plans a launch. Not ``triton.cdiv``: from Triton
+    3.5 that is a ``constexpr_function``, whose call unwraps its arguments (about 3 µs a call). A launch computes
+    its grid as ``-(-m // rows)`` inline: even this function would be a Python frame on every launch."""
     return -(-a // b)
 
 
@@ -107,8 +108,10 @@ def gated_launch(kernel: Any, config: Any, **constexprs: Any) -> Callable[[Any, 
         kernel, {"N": n, "BLOCK_N": block_n, "ROWS": rows, **constexprs}, num_warps=warps_for(rows * block_n)
     )
 
+    column_blocks = -(-n // block_n)
+
     def gated(x: Any, out: Any) -> None:
         m = x.shape[0]
-        launch((cdiv(m, rows), cdiv(n, block_n)), x, out, m, x.stride(0), out.stride(0))
+        launch((-(-m // rows), column_blocks), x, out, m, x.stride(0), out.stride(0))
 
     return gated

@@ -63,49 +63,18 @@ class Launcher:
             self._driver = driver
 
     def __call__(self, grid: tuple[int, ...], *args: Any) -> None:
+        # One frame a launch: the key and the hooks are computed here, not in helpers, because this runs on every
+        # launch of every kernel and each Python call would be paid there.
         if not self._direct:
             self.kernel[grid](*args, **self.constexprs, **self.options)
             return
         active = self._driver.active
         device = active.get_current_device()
-        key = self._key(device, args)
-        binary = self._binaries.get(key)
-        if binary is None:
-            binary = self.kernel[grid](*args, **self.constexprs, **self.options)
-            if hasattr(binary, "result"):  # an asynchronous compile hands back a future
-                binary = binary.result()
-            self._binaries[key] = binary
-            return
-        # From here on what JITFunction.run does once it has its binary, launch hooks (a profiler's) included.
-        # Triton keeps them in knobs as hook chains, empty unless something registered one; an empty chain is
-        # passed as None, which the launcher skips, where Triton would build the hooks' metadata and call the empty
-        # chain twice on every launch.
-        stream = active.get_current_stream(device)
-        runtime = _knobs.runtime
-        values = (*args, *self._tail)
-        grid_x = grid[0]
-        grid_y = grid[1] if len(grid) > 1 else 1
-        grid_z = grid[2] if len(grid) > 2 else 1
-        enter_hook, exit_hook = _hook(runtime.launch_enter_hook), _hook(runtime.launch_exit_hook)
-        binary.run(
-            grid_x,
-            grid_y,
-            grid_z,
-            stream,
-            binary.function,
-            binary.packed_metadata,
-            None if enter_hook is None else binary.launch_metadata(grid, stream, *values),
-            enter_hook,
-            exit_hook,
-            *values,
-        )
-
-    def _key(self, device: int, args: tuple[Any, ...]) -> tuple[Any, ...]:
-        # Flat, and built with the fewest calls: it runs on every launch (5.3 against 7.2 µs for a tuple per
-        # argument, rmsnorm's nine arguments on this project's CPU). ``value & 15`` is ``value % 16`` for negative
-        # integers too.
-        key: list[Any] = [device]
-        append = key.append
+        # The key (see the module's docstring), flat and built with the fewest calls: 5.3 against 7.2 µs for a
+        # tuple per argument, rmsnorm's nine arguments on this project's CPU. ``value & 15`` is ``value % 16`` for
+        # negative integers too.
+        parts: list[Any] = [device]
+        append = parts.append
         tensor = torch.Tensor
         descriptor = TensorDescriptor
         for value, specialized in zip(args, self._specialized, strict=False):
@@ -121,12 +90,39 @@ class Launcher:
                     append(value == 1)
                     append(not value & 15)
                 append(-0x80000000 <= value <= 0x7FFFFFFF)
-        return tuple(key)
-
-
-def _hook(chain: Any) -> Any:
-    """A launch hook as the launcher takes it: None when nothing is registered (Triton >= 3.4 keeps an empty
-    ``HookChain`` there; older ones None)."""
-    if chain is None or (type(chain).__name__ == "HookChain" and not chain.calls):
-        return None
-    return chain
+        key = tuple(parts)
+        binary = self._binaries.get(key)
+        if binary is None:
+            binary = self.kernel[grid](*args, **self.constexprs, **self.options)
+            if hasattr(binary, "result"):  # an asynchronous compile hands back a future
+                binary = binary.result()
+            self._binaries[key] = binary
+            return
+        # From here on what JITFunction.run does once it has its binary, launch hooks (a profiler's) included.
+        # Triton keeps them in knobs as hook chains, empty unless something registered one; an empty chain is
+        # passed as None, which the launcher skips, where Triton would build the hooks' metadata and call the empty
+        # chain twice on every launch. (Triton >= 3.4 keeps an empty ``HookChain`` there; older ones None.)
+        stream = active.get_current_stream(device)
+        runtime = _knobs.runtime
+        enter_hook = runtime.launch_enter_hook
+        if enter_hook is not None and type(enter_hook).__name__ == "HookChain" and not enter_hook.calls:
+            enter_hook = None
+        exit_hook = runtime.launch_exit_hook
+        if exit_hook is not None and type(exit_hook).__name__ == "HookChain" and not exit_hook.calls:
+            exit_hook = None
+        values = (*args, *self._tail)
+        grid_x = grid[0]
+        grid_y = grid[1] if len(grid) > 1 else 1
+        grid_z = grid[2] if len(grid) > 2 else 1
+        binary.run(
+            grid_x,
+            grid_y,
+            grid_z,
+            stream,
+            binary.function,
+            binary.packed_metadata,
+            None if enter_hook is None else binary.launch_metadata(grid, stream, *values),
+            enter_hook,
+            exit_hook,
+            *values,
+        )

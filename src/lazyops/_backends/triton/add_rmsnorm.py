@@ -16,7 +16,7 @@ import torch
 import triton
 import triton.language as tl
 
-from lazyops._backends.triton._common import cdiv, interpreting, launch_device, program_rows, row_layout
+from lazyops._backends.triton._common import interpreting, launch_device, program_rows, row_layout
 from lazyops._backends.triton._fp8 import to_output
 from lazyops._backends.triton._launch import Launcher
 from lazyops.specs.add_rmsnorm import AddRMSNormConfig, spec
@@ -92,16 +92,18 @@ def _add_rmsnorm_kernel(
 
 
 def add_norm_launch(config: Any, *, quantize: bool) -> Callable[..., None]:
-    """``launch(x, residual, weight, scale, out)`` for ``config`` (an add_rmsnorm or add_rmsnorm_fp8
-    configuration); ``scale`` is read only when quantizing."""
+    """The launch for ``config`` (an add_rmsnorm or add_rmsnorm_fp8 configuration): ``launch(x, residual, weight,
+    scale, out)`` when quantizing, else ``launch(x, residual, weight, out)``. Each is the closure the kernel calls,
+    one frame deep."""
     n, eps, offset = config.n, config.eps, config.weight_offset
     layout = row_layout(n)
+    rows = layout.rows
     launch = Launcher(
         _add_rmsnorm_kernel,
         {
             "N": n,
             "BLOCK_N": layout.block_n,
-            "ROWS": layout.rows,
+            "ROWS": rows,
             "SINGLE_PASS": layout.single_pass,
             "QUANTIZE": quantize,
             "EXACT_ROUNDING": quantize and interpreting(_add_rmsnorm_kernel),
@@ -109,21 +111,22 @@ def add_norm_launch(config: Any, *, quantize: bool) -> Callable[..., None]:
         num_warps=layout.num_warps,
     )
 
-    def add_rmsnorm(
+    def add_rmsnorm_fp8(
         x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, scale: torch.Tensor, out: torch.Tensor
     ) -> None:
         m = x.shape[0]
         strides = (x.stride(0), residual.stride(0), out.stride(0))
-        launch((cdiv(m, layout.rows),), x, residual, weight, scale, out, m, *strides, eps, offset)
+        launch((-(-m // rows),), x, residual, weight, scale, out, m, *strides, eps, offset)
 
-    return add_rmsnorm
+    def add_rmsnorm(x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, out: torch.Tensor) -> None:
+        m = x.shape[0]
+        strides = (x.stride(0), residual.stride(0), out.stride(0))
+        # no scale: the weight stands in for the pointer, never read
+        launch((-(-m // rows),), x, residual, weight, weight, out, m, *strides, eps, offset)
+
+    return add_rmsnorm_fp8 if quantize else add_rmsnorm
 
 
 @spec.implementation(device_type=launch_device(_add_rmsnorm_kernel), strided_rows=True, writes_out=True)
 def add_rmsnorm_tl(config: AddRMSNormConfig) -> Callable[..., None]:
-    launch = add_norm_launch(config, quantize=False)
-
-    def add_rmsnorm(x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, out: torch.Tensor) -> None:
-        launch(x, residual, weight, weight, out)  # no scale: the weight stands in for the pointer, never read
-
-    return add_rmsnorm
+    return add_norm_launch(config, quantize=False)  # launch(x, residual, weight, out)

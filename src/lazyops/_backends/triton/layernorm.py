@@ -20,7 +20,7 @@ import torch
 import triton
 import triton.language as tl
 
-from lazyops._backends.triton._common import cdiv, launch_device, program_rows, row_layout
+from lazyops._backends.triton._common import launch_device, program_rows, row_layout
 from lazyops._backends.triton._launch import Launcher
 from lazyops.specs.layernorm import LayerNormConfig, spec
 
@@ -91,14 +91,15 @@ def _layernorm_kernel(
 def layernorm_tl(config: LayerNormConfig) -> Callable[..., None]:
     eps = config.eps
     layout = row_layout(config.n)
+    rows = layout.rows
     launch = Launcher(
         _layernorm_kernel,
-        {"N": config.n, "BLOCK_N": layout.block_n, "ROWS": layout.rows, "SINGLE_PASS": layout.single_pass},
+        {"N": config.n, "BLOCK_N": layout.block_n, "ROWS": rows, "SINGLE_PASS": layout.single_pass},
         num_warps=layout.num_warps,
     )
 
     def layernorm(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, out: torch.Tensor) -> None:
         m = x.shape[0]
-        launch((cdiv(m, layout.rows),), x, weight, bias, out, m, x.stride(0), out.stride(0), eps)
+        launch((-(-m // rows),), x, weight, bias, out, m, x.stride(0), out.stride(0), eps)
 
     return layernorm

@@ -7,8 +7,8 @@ over k-slice ``s`` into a float32 workspace ``[split, M, n]``, and a second kern
 casts. Those public kernels mostly ``tl.atomic_add`` into the output; the workspace keeps the result exact to
 float32 accumulation (no 16-bit partial sums) and deterministic (no atomics, a fixed order), for one more launch.
 
-The first tiling rule came from a model of the GPU (``benchmarks/NOTES.md``, "GEMM at decode sizes"); the
-present one from timing a grid of tilings on an H200 (``benchmarks/gemm_decode_sweep.py``, see :func:`tiling`).
+The tiles are data, one table per device in ``configs/matmul.json`` (timed on an H200: docs/decisions/004 and 005);
+:func:`tiling` is the rule that picks one for a product and splits ``k``.
 
 A second kernel loads its tiles by the Tensor Memory Accelerator (Hopper's TMA: one instruction a tile, the
 addresses and the edges done by the copy engine, no registers spent on pointers or masks) and stores by it too;
@@ -20,14 +20,18 @@ its next tile's loads overlapping this one's epilogue). It takes what TMA can ad
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
 
 import torch
 import triton
 import triton.language as tl
 
 from lazyops._backends._grid import refuse_rows
+from lazyops._backends._tuned import device_table
 from lazyops._backends.triton._common import cdiv, interpreting, launch_device, next_power_of_2
 from lazyops._backends.triton._launch import Launcher
 from lazyops.specs.matmul import MatmulConfig, spec
@@ -210,9 +214,9 @@ class Tiling:
 MIN_TILE = 16
 
 
-#: Split-K up to this many tokens, with slices of at least MIN_SLICE_STEPS k-steps so that the pipeline fills.
+#: Split-K up to this many tokens: there a 16-bit product is a stream over its weight, and its tiles alone leave SMs
+#: idle (docs/decisions/004-gemm-decode-tiles.md); it is also the last token bucket of the decode tiles.
 SPLIT_MAX_M = 128
-MIN_SLICE_STEPS = 4
 #: Shared memory a Hopper block may use (227 KiB); ``build_matmul`` asks the device for its own figure.
 HOPPER_SHARED_MEMORY = 227 * 1024
 #: Shared memory left to Triton beyond the pipeline's stages (the epilogue's layout conversion, barriers), so that
@@ -226,31 +230,44 @@ MAX_ROWS = 2**31 - 128
 #: The reduce kernel's block: 1024 float32 values, 4 warps, a float4 a thread per slice per pass.
 SUM_BLOCK = 1024
 #: ``build_matmul`` remembers its launch plan for each token count up to this one (an engine's decode batches and
-#: short prefills); a plan is a few small objects.
+#: short prefills): choosing costs about 5 µs of Python a call (docs/decisions/004-gemm-decode-tiles.md), and a
+#: plan is a few small objects.
 PLAN_CACHE_MAX_M = 1024
+#: The tiles' table (``configs/matmul.json``), one per device.
+TABLES = Path(__file__).with_name("configs") / "matmul.json"
 
 
-#: The 16-bit tile for prefill-sized products, loaded and stored by TMA, one persistent program an SM: in
-#: ``gemm_large_sweep_triton.md`` (H200) 0.98-1.04x cuBLAS (geometric mean 0.994) where the same tile through
-#: pointers ran at 0.88-0.94x (0.906-0.910); within 2 % of the fastest candidate at every shape. Three stages: a
-#: fourth and the staged result do not fit 227 KiB.
-WIDE_LARGE = Tiling(128, 256, 64, 8, 3, tma=True, persistent=1)
-#: The 16-bit tile up to 16 tokens: 16 x 128 x 128, 4 stages (``gemm_decode_sweep.md``), by TMA
-#: (``gemm_decode_sweep_tma.md``, H200, in CUDA graphs, the rule's own splits): 11.92 / 11.98 / 30.52 / 31.34 /
-#: 29.07 / 29.03 µs at M = 1 / 16 over (n, k) = (4096, 4096), (4096, 14336), (14336, 4096) against 12.36 / 12.04 /
-#: 31.30 / 31.37 / 31.42 / 29.23 through pointers, 1.01-1.09x cuBLAS. At M = 128 the TMA 64 x 128 tile lost at two
-#: shapes of three (16.97 against 15.89 µs, 44.15 against 37.35): that bucket stays on pointers. TMA in CUDA graphs
-#: only: launched eagerly, the TMA call took 32.5 µs of host time where the whole call through pointers is host-bound
-#: at ~47 (``matmul_host_parts.md``: its three descriptors 8.9 µs to build and more to encode at every launch),
-#: which a graph pays once and an eager decode step on every call.
-DECODE_16 = Tiling(16, 128, 128, 4, 4, tma=True, tma_in_graphs_only=True)
-#: The 16-bit tile from 65 to 128 tokens where its tiles number at most half the SMs (a weight of n <= 4224 on an
-#: H200): 64 x 128 x 128, 4 stages, one block an SM, so split 2 and each program streams long k-slices with deep
-#: stages. ``gemm_decode_sweep_mid.md`` (H200, in CUDA graphs, M = 128): 14.35 / 35.47 µs at (n, k) = (4096, 4096) /
-#: (4096, 14336) against 15.93 / 37.33 for 64 x 128 x 64 at its best split and the rule's; at M = 64 (one row
-#: block) 64 x 128 x 64 stayed faster (13.33 against 13.62 µs, 33.47 against 33.85), and where the tiles fill the
-#: SMs (n = 14336) so did it (34.96 against 38.72 µs at M = 128).
-DEEP_128 = Tiling(64, 128, 128, 4, 4)
+@dataclass(frozen=True)
+class TileTable:
+    """One device's table of ``configs/matmul.json``: the tiles :func:`tiling` picks among, named by the largest
+    token count each serves (``decode_16``: up to 16 tokens; ``wide_large`` and ``large``: beyond 256) and ``_f32``
+    for float32, and the shortest k-slice of its split-K rule (so that a slice's pipeline fills)."""
+
+    decode_16: Tiling
+    decode_16_f32: Tiling
+    decode_128: Tiling
+    deep_128: Tiling
+    mid_256: Tiling
+    mid_256_f32: Tiling
+    wide_large: Tiling
+    large: Tiling
+    large_f32: Tiling
+    min_slice_steps: int
+
+
+@functools.cache
+def tile_table(device: str | None = None) -> TileTable:
+    """The tiles for the GPU named ``device`` (``torch.cuda.get_device_name()``), or the default table."""
+    table = device_table(TABLES, device)
+    tiles: dict[str, Any] = {name: Tiling(**fields) for name, fields in table["tiles"].items()}
+    return TileTable(**tiles, min_slice_steps=table["split_k"]["min_slice_steps"])
+
+
+#: The default table (the H200's), and its tiles under the names docs/decisions/ gives them: the prefill tile
+#: (16-bit, by TMA, one persistent program an SM), the tile up to 16 tokens (by TMA inside CUDA graphs only), the
+#: deep tile from 65 to 128 tokens where 64 x 128 tiles leave half the SMs idle.
+DEFAULT_TABLE = tile_table()
+WIDE_LARGE, DECODE_16, DEEP_128 = DEFAULT_TABLE.wide_large, DEFAULT_TABLE.decode_16, DEFAULT_TABLE.deep_128
 
 
 def through_pointers(tiles: Tiling) -> Tiling:
@@ -276,40 +293,39 @@ def output_tiles(block_m: int, block_n: int, m: int, n: int) -> int:
 
 
 def tiling(
-    m: int, n: int, k: int, dtype: torch.dtype, sm_count: int = 132, shared_memory: int = HOPPER_SHARED_MEMORY
+    m: int,
+    n: int,
+    k: int,
+    dtype: torch.dtype,
+    sm_count: int = 132,
+    shared_memory: int = HOPPER_SHARED_MEMORY,
+    table: TileTable = DEFAULT_TABLE,
 ) -> Tiling:
-    """The tiles for a product of ``[m, k] @ [k, n]``.
+    """The tiles for a product of ``[m, k] @ [k, n]``, from ``table`` (the device's, :func:`tile_table`).
 
     ``m`` is bucketed (at most 16, at most 128, at most 256, more; the last split by how many large tiles it
-    makes), so a kernel compiles at most five variants however its token count varies. In 16-bit types up to
-    128 tokens the product is a stream over the weight, and the tiles are the fastest of
-    ``benchmarks/gemm_decode_sweep.py``'s grid on an H200 (``gemm_decode_sweep.md``, in CUDA graphs): 16 x 128 x
-    128 with 4 stages up to 16 tokens (``mma``; one block an SM; by TMA, :data:`DECODE_16`), 64 x 128 x 64 with 4
-    stages up to 64 (two blocks an SM), and up to 128 the same or, where its tiles would leave half the SMs idle
-    and four stages fit, :data:`DEEP_128` (``gemm_decode_sweep_mid.md``). Then ``k`` is split (see the module's
-    docstring) so that the tiles times the slices fill the SMs once, one program an SM in 16-bit types (every
-    block slot in float32, not swept): ``split = sm_count // tiles``; a second program an SM, a second wave or a
-    split past one wave measured slower there (M = 64, ``[64, 4096] x [4096, 4096]``: split 4 13.3 µs, 8 15.3;
-    ``[64, 14336] x [14336, 4096]``: 4 33.5, 8 37.0; ``[64, 4096] x [4096, 14336]``: 1 31.6, 2 37.5; M = 1,
-    ``[1, 14336] x [14336, 4096]``: split 4 31.6 µs, 6 34.2, 8 32.9). Beyond 128 tokens: 64 x 64 tiles up to 256,
-    then in 16-bit types
-    128 x 256 x 64 tiles (:data:`WIDE_LARGE`: TMA, persistent) once they number at least half the SMs and two of
-    their stages and their staged result fit the device, else 128 x 128 (``wgmma``). ``benchmarks/gemm_large_sweep.py``
-    timed large tilings on an H200 (``gemm_large_sweep_triton.md``; the first sweep, in git history: the
-    128 x 256 x 64 pointer tile at 0.89-0.94x cuBLAS at M = 1024 and 8192 where 128 x 128 ran at 0.76-0.85x).
-    A TMA tiling runs the pointer kernel where the GPU or the call rules TMA out (``build_matmul``).
-    float32 runs on the FMA units (IEEE precision), where smaller tiles keep the registers in bounds. Stages are
-    dropped (to two at least) until a tile's pipeline and staged result fit the device's ``shared_memory`` per
-    block less ``EPILOGUE_RESERVE``.
+    makes), so a kernel compiles at most five variants however its token count varies. Up to 128 tokens a 16-bit
+    product is a stream over the weight: ``decode_16`` up to 16 tokens; up to 128 ``decode_128``, or ``deep_128``
+    past its row block where its tiles would leave half the SMs idle and its stages fit. Then ``k`` is split (see
+    the module's docstring) so that the tiles times the slices fill the SMs once, one program an SM in 16-bit types
+    (every block slot in float32, not swept): ``split = sm_count // tiles``, never a second program an SM or a
+    second wave, which measured slower (docs/decisions/004-gemm-decode-tiles.md). Beyond 128 tokens (float32: 16)
+    ``mid_256`` up to 256, then in 16-bit types ``wide_large`` (TMA, persistent) once its tiles number at least
+    half the SMs and two of its stages and its staged result fit the device, else ``large``
+    (docs/decisions/005-gemm-prefill-tiles.md).
+    A TMA tiling runs the pointer kernel where the GPU or the call rules TMA out (``build_matmul``). float32 runs
+    on the FMA units (IEEE precision), where the ``_f32`` tiles keep the registers in bounds. Stages are dropped (to
+    two at least) until a tile's pipeline and staged result fit the device's ``shared_memory`` per block less
+    ``EPILOGUE_RESERVE``.
     """
     wide = dtype != torch.float32
     pipeline_memory = shared_memory - EPILOGUE_RESERVE
-    large = WIDE_LARGE  # the prefill tile, when the GPU holds it and the product fills half the SMs with it
+    large = table.wide_large  # the prefill tile, when the GPU holds it and the product fills half the SMs with it
     if m <= 16:
-        config = DECODE_16 if wide else Tiling(16, 32, 64, 4, 4)
+        config = table.decode_16 if wide else table.decode_16_f32
     elif m <= SPLIT_MAX_M and wide:
-        config = Tiling(64, 128, 64, 4, 4)
-        deep = DEEP_128
+        config = table.decode_128
+        deep = table.deep_128
         if (
             m > deep.block_m
             and deep.num_stages * stage_bytes(deep.block_m, deep.block_n, deep.block_k, dtype) <= pipeline_memory
@@ -317,7 +333,7 @@ def tiling(
         ):
             config = deep
     elif m <= 256:
-        config = Tiling(64, 64, 64 if wide else 32, 4, 4)
+        config = table.mid_256 if wide else table.mid_256_f32
     elif (
         wide
         and 2 * stage_bytes(large.block_m, large.block_n, large.block_k, dtype) + epilogue_bytes(large, dtype.itemsize)
@@ -326,9 +342,9 @@ def tiling(
     ):
         config = large
     elif wide:
-        config = Tiling(128, 128, 64, 8, 4)
+        config = table.large
     else:
-        config = Tiling(128, 64, 32, 8, 3)
+        config = table.large_f32
     block_n = min(config.block_n, max(MIN_TILE, next_power_of_2(n)))
     block_k = min(config.block_k, max(MIN_TILE, next_power_of_2(k)))
     stage = stage_bytes(config.block_m, block_n, block_k, dtype)
@@ -341,7 +357,7 @@ def tiling(
     if m <= SPLIT_MAX_M:
         tiles = output_tiles(config.block_m, block_n, m, n)
         slots = sm_count if wide else sm_count * max(1, shared_memory // (stages * stage + epilogue))
-        wanted = min(slots // tiles, cdiv(k, block_k) // MIN_SLICE_STEPS)
+        wanted = min(slots // tiles, cdiv(k, block_k) // table.min_slice_steps)
         if wanted > 1:
             k_slice = cdiv(cdiv(k, block_k), wanted) * block_k
             split = cdiv(k, k_slice)
@@ -371,19 +387,21 @@ def build_matmul(
     n: int,
     k: int,
     dtype: torch.dtype,
-    choose: Callable[[int, int, int, torch.dtype, int, int], Tiling] = tiling,
+    choose: Callable[[int, int, int, torch.dtype, int, int], Tiling] | None = None,
     label: str = "matmul_tl",
 ) -> Callable[[torch.Tensor, torch.Tensor, torch.Tensor], None]:
     """The launch ``matmul(a, b, out)`` for a ``[k, n]`` weight, its tiles picked per token count by ``choose``
-    (:func:`tiling`; ``benchmarks/gemm_decode_sweep.py`` passes fixed tilings to time them); ``label`` names the
-    kernel in a refusal."""
+    (by default :func:`tiling` over the current GPU's table; ``benchmarks/gemm.py --sweep triton`` passes fixed
+    tilings to time them); ``label`` names the kernel in a refusal."""
     upcast = interpreting(_matmul_kernel) and dtype != torch.float32
     if interpreting(_matmul_kernel):
-        sm_count, shared_memory = 132, HOPPER_SHARED_MEMORY
+        sm_count, shared_memory, device = 132, HOPPER_SHARED_MEMORY, None
     else:
         properties = torch.cuda.get_device_properties()
         sm_count = properties.multi_processor_count
         shared_memory = getattr(properties, "shared_memory_per_block_optin", HOPPER_SHARED_MEMORY)
+        device = properties.name
+    pick = choose if choose is not None else functools.partial(tiling, table=tile_table(device))
     # TMA needs Hopper or later (the interpreter emulates it) and a Triton that describes it on the host.
     tma_capable = TensorDescriptor is not None and (
         interpreting(_matmul_kernel) or torch.cuda.get_device_capability() >= (9, 0)
@@ -485,7 +503,7 @@ def build_matmul(
     def plan(m: int) -> tuple[Callable[..., None], int, int, Launcher | None, Callable[..., None] | None]:
         if m > MAX_ROWS:  # here, not on every call: token counts up to PLAN_CACHE_MAX_M find their plan cached
             refuse_rows(label, "a", m, MAX_ROWS, "the Triton kernels index rows and address tiles in 32 bits")
-        tiles = choose(m, n, k, dtype, sm_count, shared_memory)
+        tiles = pick(m, n, k, dtype, sm_count, shared_memory)
         if tiles.tma and not (tma_capable and dtype.itemsize == 2 and (n * dtype.itemsize) % 16 == 0):
             tiles = through_pointers(tiles)
         launch, captured = launch_of(tiles), None
@@ -508,6 +526,6 @@ def build_matmul(
             return
         partial = torch.empty((split, m, n), dtype=torch.float32, device=a.device)
         launch((grid, split), a, b, partial, m, a.stride(0), n)
-        reduce((cdiv(m * n, SUM_BLOCK),), partial, out, m, out.stride(0))
+        reduce((-(-(m * n) // SUM_BLOCK),), partial, out, m, out.stride(0))
 
     return matmul

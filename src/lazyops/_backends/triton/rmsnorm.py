@@ -15,7 +15,7 @@ import torch
 import triton
 import triton.language as tl
 
-from lazyops._backends.triton._common import cdiv, interpreting, launch_device, program_rows, row_layout
+from lazyops._backends.triton._common import interpreting, launch_device, program_rows, row_layout
 from lazyops._backends.triton._fp8 import to_output
 from lazyops._backends.triton._launch import Launcher
 from lazyops.specs.rmsnorm import RMSNormConfig, spec
@@ -76,20 +76,20 @@ def _rmsnorm_kernel(
 
 
 def norm_launch(config: Any, *, quantize: bool) -> Callable[..., None]:
-    """``launch(x, weight, scale, out)`` for ``config`` (an rmsnorm or rmsnorm_fp8 configuration); ``scale`` is
-    read only when quantizing."""
+    """The launch for ``config`` (an rmsnorm or rmsnorm_fp8 configuration): ``launch(x, weight, scale, out)`` when
+    quantizing, else ``launch(x, weight, out)``. Each is the closure the kernel calls, one frame deep."""
     n, eps, offset = config.n, config.eps, config.weight_offset
     layout = row_layout(n)
-    # A float8 output takes half the warps (4 for rows of 4096: 32 elements a thread): measured on an H200
-    # (benchmarks/results/triton_row_variants.md, M = 32768 / 8192) at 98.9 % / 94.3 % of a copy of the same bytes,
-    # against 91.6 % / 90.7 % with the 8 warps of a 16-bit output (whose own rates barely move with the warps).
+    rows = layout.rows
+    # A float8 output takes half the warps (4 for rows of 4096: 32 elements a thread), measured faster on an H200
+    # where a 16-bit output's rate barely moves with the warps (docs/decisions/006-row-kernel-layouts.md).
     warps = max(4, layout.num_warps // 2) if quantize else layout.num_warps
     launch = Launcher(
         _rmsnorm_kernel,
         {
             "N": n,
             "BLOCK_N": layout.block_n,
-            "ROWS": layout.rows,
+            "ROWS": rows,
             "SINGLE_PASS": layout.single_pass,
             "QUANTIZE": quantize,
             "EXACT_ROUNDING": quantize and interpreting(_rmsnorm_kernel),
@@ -97,18 +97,18 @@ def norm_launch(config: Any, *, quantize: bool) -> Callable[..., None]:
         num_warps=warps,
     )
 
-    def rmsnorm(x: torch.Tensor, weight: torch.Tensor, scale: torch.Tensor, out: torch.Tensor) -> None:
+    def rmsnorm_fp8(x: torch.Tensor, weight: torch.Tensor, scale: torch.Tensor, out: torch.Tensor) -> None:
         m = x.shape[0]
-        launch((cdiv(m, layout.rows),), x, weight, scale, out, m, x.stride(0), out.stride(0), eps, offset)
+        launch((-(-m // rows),), x, weight, scale, out, m, x.stride(0), out.stride(0), eps, offset)
 
-    return rmsnorm
+    def rmsnorm(x: torch.Tensor, weight: torch.Tensor, out: torch.Tensor) -> None:
+        m = x.shape[0]
+        # no scale: the weight stands in for the pointer, never read
+        launch((-(-m // rows),), x, weight, weight, out, m, x.stride(0), out.stride(0), eps, offset)
+
+    return rmsnorm_fp8 if quantize else rmsnorm
 
 
 @spec.implementation(device_type=launch_device(_rmsnorm_kernel), strided_rows=True, writes_out=True)
 def rmsnorm_tl(config: RMSNormConfig) -> Callable[..., None]:
-    launch = norm_launch(config, quantize=False)
-
-    def rmsnorm(x: torch.Tensor, weight: torch.Tensor, out: torch.Tensor) -> None:
-        launch(x, weight, weight, out)  # no scale: the weight stands in for the pointer, never read
-
-    return rmsnorm
+    return norm_launch(config, quantize=False)  # launch(x, weight, out)

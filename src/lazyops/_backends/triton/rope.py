@@ -142,8 +142,12 @@ def rope_tl(config: RopeConfig) -> Callable[..., tuple[torch.Tensor, torch.Tenso
         if m > MAX_GRID_X:
             refuse_rows(label, "query", m, MAX_GRID_X, "a program per token")
         cache_rows = cos_sin_cache.shape[0]
-        if interpret:
-            check_positions_in_cache(label, positions, cache_rows)
+        if interpret and m and not positions.is_meta:
+            # The range is read here, and check_positions_in_cache (which says what is wrong) called only to
+            # refuse: a call on every launch would be a Python frame on every step.
+            low, high = positions.aminmax()
+            if not 0 <= low <= high < cache_rows:
+                check_positions_in_cache(label, positions, cache_rows)
         geometry = (cos_sin_cache.shape[1] // 2, query.shape[1] // head_dim, key.shape[1] // head_dim)
         launch = launchers.get(geometry)
         if launch is None:

@@ -8,7 +8,7 @@ import torch
 import triton
 import triton.language as tl
 
-from lazyops._backends.triton._common import cdiv, launch_device, program_rows, row_layout
+from lazyops._backends.triton._common import launch_device, program_rows, row_layout
 from lazyops._backends.triton._launch import Launcher
 from lazyops.specs.softmax import SoftmaxConfig, spec
 
@@ -69,14 +69,15 @@ def _softmax_kernel(
 def softmax_tl(config: SoftmaxConfig) -> Callable[..., None]:
     n = config.n
     layout = row_layout(n)
+    rows = layout.rows
     launch = Launcher(
         _softmax_kernel,
-        {"N": n, "BLOCK_N": layout.block_n, "ROWS": layout.rows, "SINGLE_PASS": layout.single_pass},
+        {"N": n, "BLOCK_N": layout.block_n, "ROWS": rows, "SINGLE_PASS": layout.single_pass},
         num_warps=layout.num_warps,
     )
 
     def softmax(x: torch.Tensor, out: torch.Tensor) -> None:
         m = x.shape[0]
-        launch((cdiv(m, layout.rows),), x, out, m, x.stride(0), out.stride(0))
+        launch((-(-m // rows),), x, out, m, x.stride(0), out.stride(0))
 
     return softmax

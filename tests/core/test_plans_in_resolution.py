@@ -1,0 +1,137 @@
+"""The plan drives resolution (issue 30): each configuration a plan names comes from the plan's backend, with a
+token switch where the plan measured one; configurations it does not name resolve as without it; a plan made
+elsewhere, or a stale entry, is said once and not applied (``LAZYOPS_PLAN_STRICT=1``: a ``ConfigError``). Fresh
+interpreters: what a process reads and prints at its first resolution is the product."""
+
+from __future__ import annotations
+
+import json
+import textwrap
+
+from fresh_interpreter import run_python
+
+#: Two ports of rmsnorm built on its spec: "left" declines widths over 128, "right" serves everything. Each adds
+#: its own mark to the result so a test can see which ran.
+PORTS = {
+    "left": ("left_port", "None if config.n <= 128 else 'rows of up to 128 features'", 1.0),
+    "right": ("right_port", "None", 2.0),
+}
+PORT = """
+import torch
+from lazyops.specs import rmsnorm
+
+@rmsnorm.spec.implementation(supports=lambda config: {supports})
+def rmsnorm_tl(config):
+    def launch(x, weight):
+        return torch.full_like(x, {mark})
+    return launch
+"""
+
+
+def ports(fake_backends) -> None:
+    for name, (package, supports, mark) in PORTS.items():
+        directory = fake_backends.root / package
+        directory.mkdir()
+        (directory / "__init__.py").write_text(textwrap.dedent(PORT.format(supports=supports, mark=mark)))
+        fake_backends.register(name, package, f"{name}-port")
+
+
+def write_plan(fake_backends, tmp_path, entries, environment=None) -> str:
+    """A plan made here (its environment this machine's) with ``entries`` (kernel, n, choice, switch)."""
+    script = f"""
+        import json, torch
+        from lazyops import _plan
+        from lazyops.specs.rmsnorm import spec
+        entries = []
+        for n, choice, switch in {entries!r}:
+            config = spec.bind(n, torch.float32)
+            timed = {{backend: _plan.Candidate({{1: 1.0}}) for backend in (choice, *(switch[1:] if switch else ()))}}
+            entries.append(_plan.Entry("rmsnorm_tl", _plan.config_fields(config), config.label, choice,
+                                       _plan.Switch(*switch) if switch else None, timed))
+        environment = _plan.environment_here(["torch", "left", "right"])
+        environment.update({environment or {}!r})
+        plan = _plan.Plan("2026-12-01T00:00:00", "a test", environment, {{"method": "host", "tokens": [1]}}, entries)
+        _plan.save(plan, {str(tmp_path / "plan.json")!r})
+    """
+    result = run_python(script, fake_backends.env())
+    assert result.returncode == 0, result.stderr
+    return str(tmp_path / "plan.json")
+
+
+RUN = """
+import torch, lazyops
+def mark(n, tokens=2):
+    kernel = lazyops.rmsnorm_tl(n, torch.float32)
+    return float(kernel(torch.randn(tokens, n), torch.randn(n))[0, 0])
+"""
+
+
+def test_a_plan_names_the_backend_of_each_configuration_it_names(fake_backends, tmp_path):
+    ports(fake_backends)
+    plan = write_plan(fake_backends, tmp_path, [(64, "right", None), (96, "left", None)])
+    result = run_python(
+        RUN
+        + """
+print(mark(64), mark(96), mark(256))
+r = lazyops.which("rmsnorm_tl", 64, torch.float32)
+print(r.backend, r.reason, lazyops.which("rmsnorm_tl", 256, torch.float32).backend)
+""",
+        fake_backends.env(LAZYOPS_BACKEND="left", LAZYOPS_PLAN=plan),
+    )
+    assert result.returncode == 0, result.stderr
+    first, second = result.stdout.splitlines()
+    # 64: the plan's right; 96: the plan's left; 256: not in the plan, left declines it, torch's rmsnorm runs
+    assert first.split()[:2] == ["2.0", "1.0"] and first.split()[2] not in ("1.0", "2.0")
+    assert second == "right plan torch"
+
+
+def test_a_token_switch_runs_one_backend_below_its_count_and_the_other_from_there(fake_backends, tmp_path):
+    ports(fake_backends)
+    plan = write_plan(fake_backends, tmp_path, [(64, "right", (8, "left"))])
+    result = run_python(RUN + "print(mark(64, tokens=7), mark(64, tokens=8))", fake_backends.env(LAZYOPS_PLAN=plan))
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split() == ["1.0", "2.0"]
+
+
+def test_a_plan_made_elsewhere_is_said_once_and_not_applied(fake_backends, tmp_path):
+    ports(fake_backends)
+    plan = write_plan(fake_backends, tmp_path, [(64, "right", None)], {"device": "NVIDIA H200", "capability": "9.0"})
+    result = run_python(RUN + "print(mark(64), mark(64))", fake_backends.env(LAZYOPS_BACKEND="left", LAZYOPS_PLAN=plan))
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split() == ["1.0", "1.0"], "the plan must not be applied"
+    lines = [line for line in result.stderr.splitlines() if "was made elsewhere or is stale" in line]
+    assert len(lines) == 1 and "device: plan NVIDIA H200, here" in lines[0] and "lazyops tune" in lines[0], (
+        result.stderr
+    )
+    strict = run_python(RUN + "print(mark(64))", fake_backends.env(LAZYOPS_PLAN=plan, LAZYOPS_PLAN_STRICT="1"))
+    assert strict.returncode != 0 and "ConfigError" in strict.stderr and "LAZYOPS_PLAN_STRICT=1" in strict.stderr
+
+
+def test_a_stale_entry_is_said_and_the_configuration_resolves_as_without_a_plan(fake_backends, tmp_path):
+    ports(fake_backends)
+    plan = write_plan(fake_backends, tmp_path, [(256, "left", None)])  # left declines 256
+    result = run_python(RUN + "print(mark(256))", fake_backends.env(LAZYOPS_BACKEND="right", LAZYOPS_PLAN=plan))
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split() == ["2.0"]
+    assert "the plan in force names 'left' for rmsnorm_tl(n=256" in result.stderr
+    assert "'left' declines it (rows of up to 128 features)" in result.stderr
+
+
+def test_configure_sets_and_clears_the_plan(fake_backends, tmp_path):
+    ports(fake_backends)
+    plan = write_plan(fake_backends, tmp_path, [(64, "right", None)])
+    result = run_python(
+        RUN + f"print(mark(64)); lazyops.configure(plan={plan!r}); print(mark(64)); lazyops.configure(plan=None); "
+        "print(mark(64))",
+        fake_backends.env(LAZYOPS_BACKEND="left"),
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split() == ["1.0", "2.0", "1.0"]
+
+
+def test_a_malformed_plan_is_a_configuration_error_naming_the_file(fake_backends, tmp_path):
+    ports(fake_backends)
+    path = tmp_path / "plan.json"
+    path.write_text(json.dumps({"schema": "lazyops-plan", "version": 0}))
+    result = run_python(RUN + "print(hasattr(lazyops, 'rmsnorm_tl'))", fake_backends.env(LAZYOPS_PLAN=str(path)))
+    assert result.returncode != 0 and "ConfigError" in result.stderr and str(path) in result.stderr
