@@ -247,36 +247,39 @@ class KVCacheWriteSpec(paged.PagedSpec):
 def plain_write(
     config: KVCacheWriteConfig, *, strided_rows: bool, device_type: str | None
 ) -> Callable[[tuple[Any, ...]], bool]:
+    """The engine call, recognised in one frame (every frame is host time on every layer of every step): ``key``
+    and ``value`` ``[T, Hk*D]`` rows with tokens (slices of a packed ``qkv`` where the launch takes strided rows),
+    contiguous caches of the configuration, ``slot_mapping[T]`` int64, the scales as the cache dtype wants them, one
+    device (the current one for CUDA), nothing requiring grad in grad mode, the caches writable here and their bytes
+    apart from every other input's; on the host, every slot inside the cache."""
     tensor = torch.Tensor
     inference_mode = torch.is_inference_mode_enabled
+    is_grad_enabled = torch.is_grad_enabled
     current_device = torch.cuda.current_device
     on_cuda = device_type == "cuda"
     other_kind = device_type if device_type not in (None, "cuda") else None
-    float32 = torch.float32
-    is_grad_enabled = torch.is_grad_enabled
-    overlap = checks.overlap
+    int64, float32 = torch.int64, torch.float32
     width = config.num_kv_heads * config.head_dim
     cache_shape = (config.block_size, config.num_kv_heads, config.head_dim)
     dtype, stored_dtype = config.dtype, config.cache_dtype
     fp8 = stored_dtype is paged.FP8_DTYPE
-    label = config.label
-
-    def rows_ok(x: Any, tokens: int) -> bool:
-        sizes, strides = x.shape, x.stride()
-        if type(x) is not tensor or x.dtype is not dtype or len(sizes) != 2 or sizes != (tokens, width):
-            return False
-        if strides[1] != 1 and width > 1:
-            return False
-        return bool(x.is_contiguous() or (strided_rows and (tokens == 1 or strides[0] >= width)))
+    block_size = config.block_size
 
     def accepts(args: tuple[Any, ...]) -> bool:
         if len(args) != 7:
             return False
         key, value, key_cache, value_cache, slots, k_scale, v_scale = args
-        if type(key) is not tensor:
+        if type(key) is not tensor or type(value) is not tensor or key.dtype is not dtype or value.dtype is not dtype:
             return False
-        tokens = key.shape[0] if key.dim() == 2 else 0
-        if not tokens or not rows_ok(key, tokens) or not rows_ok(value, tokens):
+        sizes = key.shape
+        if len(sizes) != 2 or sizes[1] != width or value.shape != sizes or not sizes[0]:
+            return False
+        tokens = sizes[0]
+        (key_step, key_unit), (value_step, value_unit) = key.stride(), value.stride()
+        if width > 1 and (key_unit != 1 or value_unit != 1):
+            return False
+        dense = key.is_contiguous() and value.is_contiguous()
+        if not dense and (not strided_rows or (tokens > 1 and (key_step < width or value_step < width))):
             return False
         device = key.device
         if on_cuda:
@@ -284,18 +287,22 @@ def plain_write(
                 return False
         elif other_kind is not None and device.type != other_kind:
             return False
-        for cache in (key_cache, value_cache):
-            if type(cache) is not tensor or cache.dtype is not stored_dtype or cache.dim() != 4:
-                return False
-            if cache.is_inference() and not inference_mode():
-                return False  # written under torch.inference_mode() by the checked path
-            if cache.shape[1:] != cache_shape or not cache.is_contiguous() or cache.device != device:
-                return False
-        if key_cache.shape[0] != value_cache.shape[0]:
+        if type(key_cache) is not tensor or type(value_cache) is not tensor:
             return False
-        if type(slots) is not tensor or slots.dtype is not torch.int64 or slots.shape != (tokens,):
+        if key_cache.dtype is not stored_dtype or value_cache.dtype is not stored_dtype:
             return False
-        if not slots.is_contiguous() or value.device != device or slots.device != device:
+        cache_sizes = key_cache.shape
+        if len(cache_sizes) != 4 or cache_sizes[1:] != cache_shape or value_cache.shape != cache_sizes:
+            return False
+        if not (key_cache.is_contiguous() and value_cache.is_contiguous()):
+            return False
+        if key_cache.device != device or value_cache.device != device or value.device != device:
+            return False
+        if (key_cache.is_inference() or value_cache.is_inference()) and not inference_mode():
+            return False  # written under torch.inference_mode() by the checked path
+        if type(slots) is not tensor or slots.dtype is not int64 or slots.shape != (tokens,):
+            return False
+        if not slots.is_contiguous() or slots.device != device:
             return False
         for scale in (k_scale, v_scale):
             if fp8:
@@ -305,20 +312,27 @@ def plain_write(
                     return False
             elif not (scale is None or (type(scale) is tensor and scale.dtype is float32 and scale.numel() == 0)):
                 return False
-        if is_grad_enabled() and any(
-            isinstance(arg, tensor) and arg.requires_grad
-            for arg in (key, value, key_cache, value_cache, k_scale, v_scale)
+        if is_grad_enabled() and (
+            key.requires_grad or value.requires_grad or key_cache.requires_grad or value_cache.requires_grad
         ):
             return False
-        if any(overlap(c, x) for c in (key_cache, value_cache) for x in (key, value, slots)):
-            return False
-        if overlap(key_cache, value_cache):
-            return False
-        if paged.reads_values(slots, validate=False):
-            try:
-                check_slot_values(label, slots, key_cache.shape[0] * config.block_size)
-            except KernelInputError:
-                return False
+        # byte ranges: the caches apart from each other and from every input (a packed qkv's slices may interleave
+        # with each other, never with a cache); anything closer takes the checked path's exact test
+        itemsize = key.element_size()
+        ranges = [
+            (key.data_ptr(), key.data_ptr() + ((tokens - 1) * key_step + width) * itemsize),
+            (value.data_ptr(), value.data_ptr() + ((tokens - 1) * value_step + width) * itemsize),
+            (slots.data_ptr(), slots.data_ptr() + tokens * 8),
+        ]
+        for cache in (key_cache, value_cache):
+            start = cache.data_ptr()
+            end = start + cache.nbytes
+            for other_start, other_end in ranges:
+                if start < other_end and other_start < end:
+                    return False
+            ranges.append((start, end))
+        if slots.is_cpu:  # the host reads them free: a slot past the cache is refused by the checked path
+            return not tokens or int(slots.max()) < cache_sizes[0] * block_size
         return True
 
     return accepts

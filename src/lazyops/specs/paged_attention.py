@@ -153,7 +153,10 @@ def check_index_values(
     ``0 <= q_len <= seq_len <= min(max_seq_len, blocks * block_size)``, and the block ids a sequence uses (its first
     ``ceil(seq_len / block_size)``) within ``[0, num_blocks)``."""
     label = config.label
-    starts, lengths, table = paged.host(cu_seqlens_q), paged.host(seq_lens), paged.host(block_table)
+    # on the host as int64, each in one op (a synchronising copy for a device tensor)
+    starts = cu_seqlens_q.detach().to("cpu", torch.int64)
+    lengths = seq_lens.detach().to("cpu", torch.int64)
+    table = block_table.detach().to("cpu", torch.int64)
     if int(starts[0]) != 0 or int(starts[-1]) != tokens:
         raise KernelInputError(
             f"{label}: cu_seqlens_q runs from {int(starts[0])} to {int(starts[-1])}; it must run from 0 to the query's "
@@ -469,14 +472,9 @@ def plain_attention(
                     return False
             elif not (scale is None or (type(scale) is tensor and scale.dtype is float32 and scale.numel() == 0)):
                 return False
-        if is_grad_enabled() and (
-            query.requires_grad
-            or key_cache.requires_grad
-            or value_cache.requires_grad
-            or any(type(scale) is tensor and scale.requires_grad for scale in (k_scale, v_scale))
-        ):
+        if is_grad_enabled() and (query.requires_grad or key_cache.requires_grad or value_cache.requires_grad):
             return False
-        if paged.reads_values(seq_lens, validate):
+        if validate or seq_lens.is_cpu:  # where the values are read (the plain call has no fake tensors)
             try:
                 check_index_values(config, tokens, key_cache.shape[0], block_table, seq_lens, cu_seqlens_q)
             except KernelInputError:

@@ -28,7 +28,7 @@ from collections.abc import Callable
 import torch
 import torch.nn.functional as F
 
-from lazyops.specs._paged import FP8_DTYPE, reads_values
+from lazyops.specs._paged import FP8_DTYPE
 from lazyops.specs.paged_attention import PagedAttentionConfig, check_index_values, spec
 
 
@@ -123,7 +123,9 @@ def paged_attention_tl(config: PagedAttentionConfig) -> Callable[..., None]:
         out: torch.Tensor,
     ) -> None:
         tokens = query.shape[0]
-        if not reads_values(seq_lens, config.validate):  # the spec's checks have read them already otherwise
+        # the spec's checks read them already on the host or with validate (a kernel never sees fake tensors); this
+        # route reads them anyway, to loop over the sequences, so it checks them first
+        if not (seq_lens.is_cpu or config.validate):
             check_index_values(config, tokens, key_cache.shape[0], block_table, seq_lens, cu_seqlens_q)
         starts, lengths = cu_seqlens_q.tolist(), seq_lens.tolist()
         rows = out.view(tokens, heads, head_dim)

@@ -116,6 +116,10 @@ def segments_for(config: PagedAttentionConfig, sms: int) -> int:
     return max(1, min(wanted, MAX_SEGMENTS, cdiv(config.max_seq_len, MIN_SEGMENT_KEYS)))
 
 
+#: Shapes whose plan a kernel keeps (an engine's decode and prefill shapes repeat step after step).
+MAX_PLANS_KEPT = 4096
+
+
 def plan(
     config: PagedAttentionConfig,
     tokens: int,
@@ -382,6 +386,8 @@ def build_attention(
         "IEEE": ieee,
     }
     launchers: dict[tuple[Tiles, int, int], Launcher] = {}
+    # the plan and launcher of each (tokens, batch) a call has had: one dict read a call, no planning frames
+    by_shape: dict[tuple[int, int], tuple[Plan, Launcher]] = {}
     merge = Launcher(
         _merge_segments_kernel,
         {"HEADS": heads, "HEAD_DIM": head_dim, "BLOCK_D": block_d, "SEGMENTS": split},
@@ -421,7 +427,13 @@ def build_attention(
     ) -> None:
         tokens, batch = query.shape[0], block_table.shape[0]
         out = out.view(tokens, heads * head_dim)
-        chosen = plan(config, tokens, batch, split, sms, tiles)
+        planned = by_shape.get((tokens, batch))
+        if planned is None:
+            chosen = plan(config, tokens, batch, split, sms, tiles)
+            if len(by_shape) >= MAX_PLANS_KEPT:  # an engine's shapes repeat; a stream of new ones must not grow it
+                by_shape.clear()
+            planned = by_shape[(tokens, batch)] = (chosen, launcher(chosen))
+        chosen, launch = planned
         # without an fp8 cache the scale pointers are never read: the lengths stand in for them
         scales = (k_scale, v_scale) if fp8 else (seq_lens, seq_lens)
         if chosen.segments > 1:
@@ -434,7 +446,7 @@ def build_attention(
             partial_out = workspace[2 * cells :]
         else:
             partial_out = partial_max = partial_sum = out
-        launcher(chosen)(
+        launch(
             (chosen.query_blocks, kv_heads, chosen.segments),
             query,
             key_cache,
