@@ -313,7 +313,12 @@ def plain_write(
             elif not (scale is None or (type(scale) is tensor and scale.dtype is float32 and scale.numel() == 0)):
                 return False
         if is_grad_enabled() and (
-            key.requires_grad or value.requires_grad or key_cache.requires_grad or value_cache.requires_grad
+            key.requires_grad
+            or value.requires_grad
+            or key_cache.requires_grad
+            or value_cache.requires_grad
+            or (k_scale is not None and k_scale.requires_grad)
+            or (v_scale is not None and v_scale.requires_grad)
         ):
             return False
         # byte ranges: the caches apart from each other and from every input (a packed qkv's slices may interleave

@@ -472,7 +472,13 @@ def plain_attention(
                     return False
             elif not (scale is None or (type(scale) is tensor and scale.dtype is float32 and scale.numel() == 0)):
                 return False
-        if is_grad_enabled() and (query.requires_grad or key_cache.requires_grad or value_cache.requires_grad):
+        if is_grad_enabled() and (
+            query.requires_grad
+            or key_cache.requires_grad
+            or value_cache.requires_grad
+            or (k_scale is not None and k_scale.requires_grad)
+            or (v_scale is not None and v_scale.requires_grad)
+        ):
             return False
         if validate or seq_lens.is_cpu:  # where the values are read (the plain call has no fake tensors)
             try:
