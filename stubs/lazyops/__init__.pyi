@@ -190,6 +190,59 @@ def gelu_and_mul_tl(n: int, dtype: torch.dtype | str, approximate: str = 'none')
 
 
 @type_check_only
+class _KVCacheWriteKernel(Protocol):
+    """What ``kv_cache_write_tl`` returns (in every backend): the kernel call."""
+
+    def __call__(
+        self,
+        key: torch.Tensor,
+        value: torch.Tensor,
+        key_cache: torch.Tensor,
+        value_cache: torch.Tensor,
+        slot_mapping: torch.Tensor,
+        /,
+        *,
+        k_scale: torch.Tensor | None = None,
+        v_scale: torch.Tensor | None = None,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Write ``key[T, Hk, D]`` and ``value`` (or ``[T, Hk*D]`` rows, strided: slices of a packed ``qkv``) into
+        ``key_cache[num_blocks, block_size, Hk, D]`` and ``value_cache`` at ``slot_mapping[T]`` (int64, ``block *
+        block_size + offset``; negative: a padding token, skipped), in place; returns the caches.
+
+        An fp8 cache takes ``k_scale`` and ``v_scale``, one-element float32 tensors: it stores ``fp8(x / scale)``,
+        saturated at ±448.
+        """
+
+
+def kv_cache_write_tl(
+    num_kv_heads: int,
+    head_dim: int,
+    dtype: torch.dtype | str,
+    *,
+    block_size: int,
+    cache_dtype: torch.dtype | str | None = None,
+) -> _KVCacheWriteKernel:
+    """Writes new tokens' keys and values into a paged KV cache (vLLM's flash layout), in place.
+
+    Returns ``kernel(key, value, key_cache, value_cache, slot_mapping, *, k_scale=None, v_scale=None) ->
+    (key_cache, value_cache)``: ``key[T, Hk, D]`` or ``[T, Hk*D]`` (rows may be strided: the slices of a packed
+    ``qkv``), caches ``[num_blocks, block_size, Hk, D]`` of ``cache_dtype`` (default ``dtype``; or
+    ``torch.float8_e4m3fn``, storing ``fp8(x / scale)`` with one-element float32 ``k_scale``, ``v_scale``),
+    ``slot_mapping[T]`` int64 (``block * block_size + offset``; negative: a padding token, skipped).
+
+    The same call elsewhere::
+
+        lazyops:    kv_cache_write_tl(Hk, D, dtype, block_size=16)(key, value, k_cache, v_cache, slot_mapping)
+        vLLM:       reshape_and_cache_flash(key, value, k_cache, v_cache, slot_mapping, "auto", k_scale, v_scale)
+        FlashInfer: append_paged_kv_cache(key, value, batch_indices, positions, (k_cache, v_cache), kv_indices,
+                    kv_indptr, kv_last_page_len, kv_layout="NHD")   (slots from pages and positions)
+
+    Slots are range-checked where they are read on the host (CPU tensors); a GPU kernel skips a slot past the
+    cache rather than write out of bounds, without a host read (which would synchronise every call).
+    """
+
+
+@type_check_only
 class _LayerNormKernel(Protocol):
     """What ``layernorm_tl`` returns (in every backend): the kernel call, positional arguments only."""
 
@@ -239,6 +292,78 @@ def matmul_tl(n: int, k: int, dtype: torch.dtype | str) -> _MatmulKernel:
 
     Returns ``kernel(a[..., k], b[k, n], *, out=None) -> c[..., n]`` in ``dtype``; products accumulate in
     float32. ``a`` may have any leading dimensions and strided rows.
+    """
+
+
+@type_check_only
+class _PagedAttentionKernel(Protocol):
+    """What ``paged_attention_tl`` returns (in every backend): the kernel call."""
+
+    def __call__(
+        self,
+        query: torch.Tensor,
+        key_cache: torch.Tensor,
+        value_cache: torch.Tensor,
+        block_table: torch.Tensor,
+        seq_lens: torch.Tensor,
+        cu_seqlens_q: torch.Tensor,
+        /,
+        *,
+        k_scale: torch.Tensor | None = None,
+        v_scale: torch.Tensor | None = None,
+        out: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        """Causal attention of ``query[T, Hq, D]`` (or ``[T, Hq*D]`` rows, strided: a slice of a packed ``qkv``)
+        over ``key_cache[num_blocks, block_size, Hk, D]`` and ``value_cache``, through ``block_table[B, blocks]``
+        (int32), ``seq_lens[B]`` (int32, each sequence's length including its new tokens) and
+        ``cu_seqlens_q[B + 1]`` (int32: sequence ``b``'s queries are rows ``cu_seqlens_q[b]:cu_seqlens_q[b + 1]``,
+        its last tokens). Returns the output in query's shape, written into ``out`` when given.
+
+        An fp8 cache takes ``k_scale`` and ``v_scale``, one-element float32 tensors (``cache.float() * scale``).
+        """
+
+
+def paged_attention_tl(
+    num_heads: int,
+    num_kv_heads: int,
+    head_dim: int,
+    dtype: torch.dtype | str,
+    *,
+    block_size: int,
+    max_seq_len: int = 32768,
+    scale: float | None = None,
+    sliding_window: int | None = None,
+    softcap: float | None = None,
+    cache_dtype: torch.dtype | str | None = None,
+    validate: bool = False,
+) -> _PagedAttentionKernel:
+    """Causal attention over a paged KV cache for a packed batch of prefill, chunked-prefill and decode queries.
+
+    Returns ``kernel(query, key_cache, value_cache, block_table, seq_lens, cu_seqlens_q, *, k_scale=None,
+    v_scale=None, out=None) -> out``: ``query[T, Hq, D]`` or ``[T, Hq*D]`` (rows may be strided: a slice of a
+    packed ``qkv``), caches ``[num_blocks, block_size, Hk, D]`` of ``cache_dtype`` (default ``dtype``, or
+    ``torch.float8_e4m3fn`` with one-element float32 ``k_scale``, ``v_scale``), ``block_table[B, max_blocks]``,
+    ``seq_lens[B]`` (lengths including the new tokens, already written by ``kv_cache_write_tl``) and
+    ``cu_seqlens_q[B + 1]``, all int32. Sequence ``b``'s queries are its last ``q_len`` tokens, causal; ``Hq`` a
+    multiple of ``Hk`` (GQA). ``scale`` defaults to ``1/sqrt(head_dim)``; ``sliding_window=W`` attends the ``W``
+    keys ending at the query's own; ``softcap=c`` maps logits to ``c * tanh(logits / c)`` (Gemma 2).
+
+    The same call elsewhere (one line each; vLLM and FlashInfer take the window as ``W - 1``)::
+
+        lazyops:    paged_attention_tl(Hq, Hk, D, dtype, block_size=16)(q, k_cache, v_cache, block_table,
+                    seq_lens, cu_seqlens_q, out=out)
+        vLLM:       unified_attention(q, k_cache, v_cache, out, cu_seqlens_q, max_seqlen_q, seq_lens,
+                    max_seqlen_k, scale, True, (W - 1, 0), block_table, softcap, None, k_scale, v_scale)
+        FlashInfer: BatchPrefillWithPagedKVCacheWrapper(ws, "NHD").plan(cu_seqlens_q, kv_indptr, kv_indices,
+                    kv_last_page_len, Hq, Hk, D, 16, causal=True, window_left=W - 1, logits_soft_cap=c); .run(q,
+                    (k_cache, v_cache)) (decode: BatchDecodeWithPagedKVCacheWrapper, the same plan and run)
+
+    ``max_seq_len`` bounds every sequence's length: the GPU backends size the split of long sequences over
+    programs (and its float32 workspaces) from it and the call's shapes, never from index values, so a CUDA
+    graph captured once replays with any ``seq_lens``, ``block_table`` and ``cu_seqlens_q``. Index values
+    (block ids, lengths) are checked where they are read on the host: always for CPU tensors, on a GPU only
+    with ``validate=True`` (a synchronising read on every call, off by default). Unchecked, a GPU kernel never
+    reads or writes out of bounds: a block id outside the cache or past the table's row is a missing key.
     """
 
 

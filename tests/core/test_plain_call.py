@@ -21,12 +21,14 @@ from lazyops.specs._engine import kernel_of  # noqa: E402
 from lazyops.testing._compare import Inputs  # noqa: E402
 
 #: the factory arguments of a small configuration, where the first positional one is not the width
-SMALL = {"matmul_tl": (8, 16)}
+SMALL = {"matmul_tl": (8, 16), "kv_cache_write_tl": (2, 8), "paged_attention_tl": (4, 2, 8)}
+#: the keyword arguments a small configuration needs (the paged cache's block size)
+SMALL_OPTIONS = {"kv_cache_write_tl": {"block_size": 4}, "paged_attention_tl": {"block_size": 4}}
 
 
 def small_config(spec: Any, dtype: Any) -> Any:
     """The spec's configuration at a small width (the defects do not depend on the size)."""
-    return spec.bind(*SMALL.get(spec.name, (16,)), dtype)
+    return spec.bind(*SMALL.get(spec.name, (16,)), dtype, **SMALL_OPTIONS.get(spec.name, {}))
 
 
 def predicate(spec: Any, config: Any) -> Any:

@@ -20,6 +20,7 @@ from lazyops import testing
 from lazyops.specs import spec
 
 PACKAGE = os.path.dirname(lazyops.__file__) + os.sep
+TORCH_BACKEND = os.path.join(PACKAGE, "_backends", "torch") + os.sep
 _triton = importlib.util.find_spec("triton")
 TRITON = os.path.dirname(_triton.origin) + os.sep if _triton is not None and _triton.origin else None
 #: What the engine call may cost in lazyops frames: the kernel, its plain-call predicate, the backend's launch and
@@ -28,12 +29,17 @@ PLAIN_FRAMES = 6
 
 
 def lazyops_frames(call: Any) -> list[str]:
-    """The lazyops functions ``call()`` enters on the host, in order. A Triton kernel's body that Triton's
-    interpreter runs as Python (its caller is Triton's code) is the kernel itself, compiled on a GPU: not counted."""
+    """The lazyops functions ``call()`` enters on the host, in order. Not counted, being the kernel itself rather than
+    what lazyops puts around it: a Triton kernel's body that Triton's interpreter runs as Python (its caller is
+    Triton's code; compiled on a GPU), and what a torch-backend kernel calls from inside its own module's launch (a
+    PyTorch program's helpers are its body, as a Triton kernel's ``@triton.jit`` helpers are)."""
     entered: list[str] = []
 
-    def interpreted(frame: Any) -> bool:
-        caller = frame.f_back
+    def kernel_body(frame: Any) -> bool:
+        parent = frame.f_back
+        if parent is not None and parent.f_code.co_filename.startswith(TORCH_BACKEND):
+            return True
+        caller = parent
         while caller is not None:
             if TRITON is not None and caller.f_code.co_filename.startswith(TRITON):
                 return True
@@ -41,7 +47,7 @@ def lazyops_frames(call: Any) -> list[str]:
         return False
 
     def profile(frame: Any, event: str, arg: Any) -> None:
-        if event == "call" and frame.f_code.co_filename.startswith(PACKAGE) and not interpreted(frame):
+        if event == "call" and frame.f_code.co_filename.startswith(PACKAGE) and not kernel_body(frame):
             entered.append(f"{os.path.relpath(frame.f_code.co_filename, PACKAGE)}:{frame.f_code.co_name}")
 
     sys.setprofile(profile)

@@ -126,6 +126,8 @@ def kernel_of(
             return result
         return checked(args, out)
 
+    if spec.keywords:
+        kernel = with_keywords(kernel, spec, config)
     kernel.__name__ = kernel.__qualname__ = spec.name.removesuffix("_tl")
     kernel.__doc__ = spec.kernel_type.__call__.__doc__
     kernel.lazyops_config = config  # type: ignore[attr-defined]
@@ -157,7 +159,7 @@ def checked_route(
     returns_out = spec.returns == "out"
     returned = tuple(inputs.index(name) for name in spec.returns) if not returns_out else ()
     written = tuple(sorted(inputs.index(name) for name in spec.mutates))
-    output, out_shape, rows = spec.output, spec.out_shape, spec.rows
+    output, out_shape, rows, out_rows = spec.output, spec.out_shape, spec.rows, spec.out_rows
     row_positions = tuple(inputs.index(name) for name in spec.row_inputs)
     flat_ranks = spec.flat_ranks()
     token_position = row_positions[0] if row_positions else 0
@@ -211,7 +213,7 @@ def checked_route(
             result = made if flat is args or made.dim() == first_dims else made.view(out_shape(config, *args))
         else:
             result = output(config, *args) if out is None else out
-            target = result if result.dim() == 2 else result.view(-1, result.shape[-1])
+            target = out_rows(config, result)
             if not writes_out:
                 target.copy_(launch(*flat))
             elif strided_rows or target.is_contiguous():
@@ -260,6 +262,28 @@ def checked_route(
         return run(args, out)
 
     return checked
+
+
+def with_keywords(kernel: Callable[..., Any], spec: KernelSpec, config: Any) -> Callable[..., Any]:
+    """``kernel`` taking ``spec``'s keyword-only parameters (``k_scale=``) by keyword, or positionally after the
+    others, as the conformance kit passes every input: each is handed on as a trailing positional argument, ``None``
+    where the call left it out."""
+    keywords, count = spec.keywords, len(spec.inputs)
+    positional = count - len(keywords)
+    absent = (None,) * len(keywords)
+    label = config.label
+
+    def call(*args: Any, out: Any = None, **given: Any) -> Any:
+        if len(args) == positional:
+            args = (*args, *(given.pop(name, None) for name in keywords)) if given else (*args, *absent)
+        if given or len(args) != count:
+            raise KernelInputError(
+                f"{label}: takes {positional} tensors, then {', '.join(f'{name}=' for name in keywords)} by keyword "
+                f"and out=; got {len(args)} positional arguments" + (f" and {', '.join(given)}=" if given else "")
+            )
+        return kernel(*args, out=out)
+
+    return call
 
 
 def _picker(positions: tuple[int, ...]) -> Callable[[tuple[Any, ...]], Any]:

@@ -92,7 +92,14 @@ def schema(spec: KernelSpec, config: Any, *, with_out: bool = False) -> str:
     import torch
 
     aliases = iter("abcdefghijklmnopqrstuvwxyz")
-    tensors = [f"Tensor({next(aliases)}!) {name}" if name in spec.mutates else f"Tensor {name}" for name in spec.inputs]
+    tensors = [
+        f"Tensor({next(aliases)}!) {name}"
+        if name in spec.mutates
+        else f"Tensor? {name}"
+        if name in spec.keywords
+        else f"Tensor {name}"
+        for name in spec.inputs
+    ]
     if with_out:
         tensors.append(f"Tensor({next(aliases)}!) out")
     scalars = []

@@ -86,10 +86,15 @@ class Out:
 @dataclass(frozen=True)
 class Other:
     """A parameter whose spec checks, lays out and draws it itself (rope's positions, attention's block table): a
-    spec that declares one overrides what the declarations cannot derive for it."""
+    spec that declares one overrides what the declarations cannot derive for it.
+
+    ``keyword``: a keyword-only tensor the call may leave out (an fp8 cache's ``k_scale=``); declared after every
+    positional parameter. Inside lazyops it travels as the last positional arguments, ``None`` when left out (the
+    custom operator's ``Tensor?``)."""
 
     name: str
     mutated: bool = False
+    keyword: bool = False
 
 
 Param = Rows | Fixed | Other

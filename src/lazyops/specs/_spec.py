@@ -90,6 +90,8 @@ class KernelSpec:
     out_aliases: ClassVar[tuple[str, ...]] = ()
     returns: ClassVar[str | tuple[str, ...]] = "out"
     results: ClassVar[tuple[str, ...]] = ("out",)
+    #: keyword-only parameters the call may leave out (``Other(..., keyword=True)``), the last of :attr:`inputs`
+    keywords: ClassVar[tuple[str, ...]] = ()
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -107,6 +109,10 @@ class KernelSpec:
         for name, value in derived.items():
             if name not in cls.__dict__:  # a spec may say more than its declarations (rope's positions are rows)
                 setattr(cls, name, value)
+        keywords = tuple(param.name for param in params if getattr(param, "keyword", False))
+        if keywords and cls.inputs[-len(keywords) :] != keywords:
+            raise TypeError(f"{cls.__qualname__}: keyword parameters ({', '.join(keywords)}) must be declared last")
+        cls.keywords = keywords
 
     # -- what a spec writes ----------------------------------------------------------------------------------------
     def bind(self, *args: Any, **kwargs: Any) -> Any:
@@ -326,6 +332,11 @@ class KernelSpec:
         return tuple(
             checks.rows_of(arg) if name in self.row_inputs else arg for name, arg in zip(self.inputs, args, strict=True)
         )
+
+    def out_rows(self, config: Any, out: torch.Tensor) -> torch.Tensor:
+        """``out`` as the ``[rows, width]`` view a launch writes (itself when 2-D); a spec whose output has more
+        than one trailing dimension (attention's ``[T, H, D]``) says how its rows collapse."""
+        return out if out.dim() == 2 else out.view(-1, out.shape[-1])
 
     def flat_ranks(self) -> tuple[tuple[int, int], ...]:
         """``(position, rank)`` of each token-indexed input as a launch receives it (2: ``[rows, width]``); a spec

@@ -1,0 +1,199 @@
+"""Greedy generation for a small Llama-shaped model, entirely on lazyops kernels, with a paged KV cache.
+
+    python examples/generate.py          # random weights; each decode step replayed from a CUDA graph on a GPU
+    python examples/generate.py --hf     # a tiny random Hugging Face LlamaForCausalLM: its tokens and ours
+    LAZYOPS_BACKEND=triton python examples/generate.py --hf --dtype float32    # on a GPU, in float32 as HF's
+
+Prefill packs every prompt into one call; a decode step is one token per sequence, replayed from a CUDA graph on a
+GPU (its index tensors are static buffers refilled before each replay: the kernels read them on the device). On a
+CPU the same code runs through the torch backend. Kernels: ``matmul_tl`` (every projection, the LM head),
+``rmsnorm_tl``, ``add_rmsnorm_tl``, ``rope_tl``, ``silu_and_mul_tl``, ``kv_cache_write_tl``, ``paged_attention_tl``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+from dataclasses import dataclass
+
+import torch
+
+import lazyops
+
+
+@dataclass(frozen=True)
+class Shape:
+    vocab: int = 128
+    hidden: int = 64
+    intermediate: int = 128
+    layers: int = 2
+    heads: int = 4
+    kv_heads: int = 2
+    eps: float = 1e-6
+    theta: float = 10000.0
+
+    @property
+    def head_dim(self) -> int:
+        return self.hidden // self.heads
+
+
+def random_weights(s: Shape, seed: int = 0) -> dict[str, torch.Tensor]:
+    """Weights named as Hugging Face's Llama names them (projections ``[out, in]``)."""
+    g = torch.Generator().manual_seed(seed)
+    q, kv, d, f = s.heads * s.head_dim, s.kv_heads * s.head_dim, s.hidden, s.intermediate
+    layer = {"self_attn.q_proj": (q, d), "self_attn.k_proj": (kv, d), "self_attn.v_proj": (kv, d)}
+    layer |= {"self_attn.o_proj": (d, q), "mlp.gate_proj": (f, d), "mlp.up_proj": (f, d), "mlp.down_proj": (d, f)}
+    layer |= {"input_layernorm": (d,), "post_attention_layernorm": (d,)}
+    sizes = {"embed_tokens": (s.vocab, d), "norm": (d,), "lm_head": (s.vocab, d)}
+    sizes |= {f"layers.{i}.{name}": size for i in range(s.layers) for name, size in layer.items()}
+    scale = {1: 0.1, 2: 0.02}  # norms around 1, projections around 0
+    return {f"{n}.weight": (len(z) == 1) + scale[len(z)] * torch.randn(z, generator=g) for n, z in sizes.items()}
+
+
+def from_hugging_face(model: torch.nn.Module) -> tuple[Shape, dict[str, torch.Tensor]]:
+    """A ``LlamaForCausalLM``'s shape and weights, under the names :func:`random_weights` uses."""
+    c = model.config
+    theta = getattr(c, "rope_theta", None) or (getattr(c, "rope_parameters", None) or {}).get("rope_theta", 1e4)
+    heads = (c.num_attention_heads, c.num_key_value_heads)
+    shape = Shape(c.vocab_size, c.hidden_size, c.intermediate_size, c.num_hidden_layers, *heads, c.rms_norm_eps, theta)
+    weights = {k.removeprefix("model."): v.detach() for k, v in model.state_dict().items()}
+    weights.setdefault("lm_head.weight", weights["embed_tokens.weight"])  # tied embeddings
+    return shape, weights
+
+
+class Engine:
+    """The model's kernels, its weights laid out as the kernels take them, and a paged KV cache per layer."""
+
+    def __init__(self, s: Shape, weights: dict[str, torch.Tensor], dtype: torch.dtype, device: str,
+                 block_size: int = 16, num_blocks: int = 64, max_len: int = 1024) -> None:  # fmt: skip
+        self.device, self.block_size, self.free = device, block_size, list(range(num_blocks))
+        q, kv, d, f = s.heads * s.head_dim, s.kv_heads * s.head_dim, s.hidden, s.intermediate
+        self.split = (q, q + kv)  # the packed qkv's query | key | value columns
+        w = {k: v.to(device, dtype) for k, v in weights.items()}
+
+        def packed(*names: str) -> torch.Tensor:  # [in, out], as matmul_tl takes its weight
+            return torch.cat([w[f"{n}.weight"] for n in names]).t().contiguous()
+
+        self.layers = []
+        for i in range(s.layers):
+            a, m = f"layers.{i}.self_attn", f"layers.{i}.mlp"
+            cache = torch.zeros(2, num_blocks, block_size, s.kv_heads, s.head_dim, dtype=dtype, device=device)
+            self.layers.append({
+                "qkv": packed(f"{a}.q_proj", f"{a}.k_proj", f"{a}.v_proj"), "o": packed(f"{a}.o_proj"),
+                "gate_up": packed(f"{m}.gate_proj", f"{m}.up_proj"), "down": packed(f"{m}.down_proj"),
+                "in_norm": w[f"layers.{i}.input_layernorm.weight"], "cache": cache,
+                "post_norm": w[f"layers.{i}.post_attention_layernorm.weight"],
+            })  # fmt: skip
+        self.embed, self.final_norm, self.lm_head = w["embed_tokens.weight"], w["norm.weight"], packed("lm_head")
+        sizes = {"qkv": (q + 2 * kv, d), "o": (d, q), "gate_up": (2 * f, d), "down": (d, f), "lm_head": (s.vocab, d)}
+        self.mm = {name: lazyops.matmul_tl(n, k, dtype) for name, (n, k) in sizes.items()}
+        self.norm, self.add_norm = lazyops.rmsnorm_tl(d, dtype, s.eps), lazyops.add_rmsnorm_tl(d, dtype, s.eps)
+        self.rope, self.silu = lazyops.rope_tl(s.head_dim, dtype, is_neox=True), lazyops.silu_and_mul_tl(f, dtype)
+        self.write = lazyops.kv_cache_write_tl(s.kv_heads, s.head_dim, dtype, block_size=block_size)
+        self.attend = lazyops.paged_attention_tl(*(s.heads, s.kv_heads, s.head_dim, dtype), block_size=block_size)
+        # Hugging Face's default rope: frequencies theta**(-2i/D), halves rotated (rotate_half: neox style)
+        inverse = s.theta ** -(torch.arange(0, s.head_dim, 2, dtype=torch.float64) / s.head_dim)
+        angles = torch.arange(max_len, dtype=torch.float64)[:, None] * inverse
+        self.cos_sin = torch.cat([angles.cos(), angles.sin()], -1).float().to(device)
+
+    def forward(self, tokens, positions, slots, table, lengths, starts, last) -> torch.Tensor:
+        """Logits of rows ``last`` for a packed batch of tokens (their index tensors all on the device)."""
+        residual = self.embed[tokens]
+        h = self.norm(residual, self.layers[0]["in_norm"])
+        for i, layer in enumerate(self.layers):
+            qkv = self.mm["qkv"](h, layer["qkv"])
+            query, key, value = qkv[:, : self.split[0]], qkv[:, self.split[0] : self.split[1]], qkv[:, self.split[1] :]
+            self.rope(positions, query, key, self.cos_sin)
+            key_cache, value_cache = layer["cache"]
+            self.write(key, value, key_cache, value_cache, slots)
+            attended = self.attend(query, key_cache, value_cache, table, lengths, starts)
+            h = self.add_norm(self.mm["o"](attended, layer["o"]), residual, layer["post_norm"])
+            mlp = self.mm["down"](self.silu(self.mm["gate_up"](h, layer["gate_up"])), layer["down"])
+            h = self.add_norm(
+                mlp, residual, self.layers[i + 1]["in_norm"] if i + 1 < len(self.layers) else self.final_norm
+            )
+        return self.mm["lm_head"](h[last], self.lm_head)
+
+    def generate(self, prompts: list[list[int]], new_tokens: int) -> list[list[int]]:
+        """Greedy continuations: one packed prefill, then decode steps (each a CUDA graph's replay on a GPU)."""
+        width = -(-(max(map(len, prompts)) + new_tokens) // self.block_size)
+        blocks: list[list[int]] = [[] for _ in prompts]
+        lengths = [len(p) for p in prompts]
+
+        def slots(b: int, first: int, end: int) -> list[int]:
+            while len(blocks[b]) * self.block_size < end:
+                blocks[b].append(self.free.pop())  # a new block when a sequence grows past its last one
+            return [blocks[b][p // self.block_size] * self.block_size + p % self.block_size for p in range(first, end)]
+
+        i32 = torch.int32
+
+        def tensor(values: list, dtype: torch.dtype = torch.int64) -> torch.Tensor:
+            return torch.tensor(values, dtype=dtype, device=self.device)
+
+        def table() -> torch.Tensor:
+            return tensor([ids + [0] * (width - len(ids)) for ids in blocks], i32)
+
+        starts = [0, *itertools.accumulate(lengths)]
+        written = [s for b, p in enumerate(prompts) for s in slots(b, 0, len(p))]
+        prefill = [tensor([t for p in prompts for t in p]), tensor([i for n in lengths for i in range(n)])]
+        prefill += [tensor(written), table(), tensor(lengths, i32), tensor(starts, i32), tensor(starts[1:]) - 1]
+        out = [[t] for t in self.forward(*prefill).argmax(-1).tolist()]
+        # a decode step's inputs: static buffers, refilled before each step (a CUDA graph replays with their values)
+        step = [tensor([o[0] for o in out]), tensor(lengths), tensor(lengths), table(), tensor(lengths, i32)]
+        step += [tensor(list(range(len(prompts) + 1)), i32), tensor(list(range(len(prompts))))]
+        graph = None
+        for _ in range(new_tokens - 1):
+            step[2].copy_(tensor([slots(b, n, n + 1)[0] for b, n in enumerate(lengths)]))
+            step[1].copy_(tensor(lengths))
+            step[3].copy_(table())
+            lengths = [n + 1 for n in lengths]
+            step[4].copy_(tensor(lengths, i32))
+            if self.device != "cuda":
+                chosen = self.forward(*step).argmax(-1)
+            else:
+                if graph is None:  # the first step compiles every kernel, then is captured
+                    self.forward(*step)
+                    graph = torch.cuda.CUDAGraph()
+                    with torch.cuda.graph(graph):
+                        chosen = self.forward(*step).argmax(-1)
+                graph.replay()
+            for o, t in zip(out, chosen.tolist(), strict=True):
+                o.append(t)
+            step[0].copy_(chosen)
+        return out
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
+    parser.add_argument("--hf", action="store_true", help="a tiny random LlamaForCausalLM's weights; compare tokens")
+    parser.add_argument("--tokens", type=int, default=12)
+    parser.add_argument("--dtype", help="default: float32 on a CPU, bfloat16 on a GPU")
+    args = parser.parse_args()
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    dtype = getattr(torch, args.dtype or ("bfloat16" if device == "cuda" else "float32"))
+    prompts = [[1, 7, 42, 9, 3], [5, 11], [2, 8, 64, 100, 17, 33, 90]]
+    shape, weights = Shape(), random_weights(Shape())
+    if args.hf:
+        from transformers import LlamaConfig, LlamaForCausalLM
+
+        torch.manual_seed(0)
+        config = LlamaConfig(vocab_size=128, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                             num_attention_heads=4, num_key_value_heads=2)  # fmt: skip
+        model = LlamaForCausalLM(config).eval()
+        shape, weights = from_hugging_face(model)
+    with torch.inference_mode():
+        ours = Engine(shape, weights, dtype, device).generate(prompts, args.tokens)
+        print("lazyops:     ", ours)
+        if args.hf:
+            model, n = model.to(device), args.tokens
+            greedy = (
+                model.generate(torch.tensor([p], device=device), max_new_tokens=n, do_sample=False) for p in prompts
+            )
+            theirs = [t[0, len(p) :].tolist() for t, p in zip(greedy, prompts, strict=True)]
+            print("transformers:", theirs)
+            return int(ours != theirs)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,56 @@
+"""examples/generate.py: its greedy tokens are Hugging Face's for the same weights, in float32, in every backend
+that runs here (the torch backend on a CPU, Triton's interpreter too)."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+import torch
+
+from lazyops import testing
+
+transformers = pytest.importorskip("transformers")
+
+
+def example() -> ModuleType:
+    path = Path(__file__).resolve().parents[2] / "examples" / "generate.py"
+    spec = importlib.util.spec_from_file_location("lazyops_example_generate", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # where its dataclass's annotations are resolved
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_greedy_tokens_are_hugging_faces(lazyops_backend):
+    """A tiny LlamaForCausalLM (2 layers, hidden 64, 4 heads, 2 kv heads, vocab 128; Llama 3's rope theta and a
+    non-default eps, so that both reach the engine) with its random initialisation; prompts of several lengths,
+    one running over several 4-token blocks, so that prefill, decode and block allocation all take part."""
+    generate = example()
+    torch.manual_seed(0)
+    config = transformers.LlamaConfig(
+        vocab_size=128,
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        rms_norm_eps=1e-5,
+        rope_theta=500000.0,
+    )
+    model = transformers.LlamaForCausalLM(config).eval()
+    shape, weights = generate.from_hugging_face(model)
+    assert (shape.eps, shape.theta) == (1e-5, 500000.0)
+    prompts = [[1, 7, 42, 9, 3], [5, 11], [2, 8, 64, 100, 17, 33, 90, 4, 19, 20, 21, 22, 23]]
+    device = testing.default_device(lazyops_backend)
+    with torch.inference_mode():
+        engine = generate.Engine(shape, weights, torch.float32, device, block_size=4, num_blocks=32)
+        ours = engine.generate(prompts, 6)
+        theirs = [
+            model.generate(torch.tensor([p]), max_new_tokens=6, do_sample=False)[0, len(p) :].tolist() for p in prompts
+        ]
+    assert ours == theirs
