@@ -189,13 +189,21 @@ def test_attention_program_lowers_to_the_designed_kernel(case: str) -> None:
     assert ("S" in re.split(r"\W+", grid)) == split
 
 
-def test_merge_program_lowers_to_a_vectorised_pass_over_the_shares() -> None:
-    source, host = lower(paged_attention.merge_program(32, 128, "bfloat16"))
+@pytest.mark.parametrize("head_dim", [64, 128])
+def test_merge_program_folds_the_shares_in_parallel_groups(head_dim: int) -> None:
+    source, host = lower(paged_attention.merge_program(32, head_dim, "bfloat16"))
     kernel = signature(source)
     for size in ("int M", "int S", "int o_stride"):
         assert size in kernel
-    assert "*(float4*)(partial_out" in source, "each thread reads 16 bytes of a share at a time"
-    assert "exp2f" in source
+    groups, unroll = paged_attention.MERGE_GROUPS, paged_attention.MERGE_UNROLL
+    assert f"__launch_bounds__({head_dim}" in source
+    assert f"for (int u = 0; u < {unroll}; ++u)" in source, "shares loaded back to back, not one round trip each"
+    assert f"tl::AllReduce<tl::MaxOp, {head_dim}, {head_dim // groups}" in source, "the groups' maxima combined"
+    lines = source.splitlines()
+    loads = [n for n, line in enumerate(lines) if "partial_out[" in line]
+    assert loads and all(any("< exp2f(" in line for line in lines[n - 4 : n]) for n in loads), (
+        "a share is read only where its weight is positive: an empty split's output is never written"
+    )
     assert "[" not in launch_grid(host)
 
 
@@ -301,12 +309,6 @@ def test_prefill_and_chunked_prefill_take_the_prefill_tile() -> None:
     assert plan_launch(AttentionConfig(), tokens=4 * 64, batch=64, sm_count=H200_SMS).variant == "decode"
 
 
-def test_merge_takes_whole_heads() -> None:
-    for heads, head_dim in itertools.product([1, 6, 8, 32, 40, 64], [64, 128, 256]):
-        merged = paged_attention.merge_heads(heads, head_dim)
-        assert heads % merged == 0 and (merged * head_dim <= paged_attention.MERGE_FLOATS or merged == 1)
-
-
 # --- the factories' refusals -----------------------------------------------------------------------------------
 
 
@@ -367,8 +369,9 @@ def reference_attention(
         blocks = block_table[b].long()[positions // block_size]
         present = (blocks >= 0) & (blocks < num_blocks)
         rows = blocks.clamp(0, num_blocks - 1) * block_size + positions % block_size
-        keys = key_cache.reshape(-1, kv_heads, head_dim)[rows].float()
-        values = value_cache.reshape(-1, kv_heads, head_dim)[rows].float()
+        absent = ~present[:, None, None]  # the clamped rows of absent keys may hold anything, NaN included
+        keys = key_cache.reshape(-1, kv_heads, head_dim)[rows].float().masked_fill(absent, 0.0)
+        values = value_cache.reshape(-1, kv_heads, head_dim)[rows].float().masked_fill(absent, 0.0)
         if k_scale is not None:
             keys, values = keys * k_scale.float(), values * v_scale.float()
         group = heads // kv_heads

@@ -21,9 +21,11 @@ into the softmax scale and ``v_scale`` into the final division, both read from m
 
 Decode at small batch gives too few programs to fill the GPU, so its keys are split (flash-decoding): program
 ``split`` of ``splits`` takes an equal share of its rows' key tiles and writes its normalised float32 output and its
-base-2 log-sum-exp to workspaces ``[splits, M, Hq, D]`` and ``[splits, M, Hq]``; :func:`merge_program` combines the
-shares exactly (weights ``2**(lse_s - max)``). ``splits`` follows from the shapes, the SM count and ``max_seq_len``
-(:func:`plan_launch`).
+base-2 log-sum-exp to workspaces ``[splits, M, Hq, D]`` and ``[splits, M, Hq]`` (a share with no tile writes only its
+log-sum-exp, ``-inf``); :func:`merge_program` combines the shares exactly (weights ``2**(lse_s - max)``), reading
+only those that saw keys. ``splits`` follows from the shapes, the SM count and ``max_seq_len`` (:func:`plan_launch`),
+so it cannot follow the actual lengths: a short sequence leaves most shares empty, and they cost a program start
+and a few bytes each.
 
 Out-of-range index values never make a program read or write out of bounds: a key whose block id lies outside
 ``[0, num_blocks)``, past the table's row or at or past ``seq_len`` is absent. Its gather reads block
@@ -63,9 +65,9 @@ PROGRAMS_PER_SM = 4
 #: workspace traffic and merging than they add in parallelism.
 MIN_TILES_PER_SPLIT = 4
 MAX_SPLITS = 128
-#: The merge program: 128 threads over ``heads`` heads of ``D`` floats, four (16 bytes) a thread.
-MERGE_THREADS = 128
-MERGE_FLOATS = 4 * MERGE_THREADS
+#: The merge program: groups of threads that fold the shares in parallel, and shares a group loads back to back.
+MERGE_GROUPS = 4
+MERGE_UNROLL = 4
 
 
 @dataclass(frozen=True)
@@ -225,7 +227,7 @@ def paged_attention_program(
             q_end = T.min(cu_seqlens_q[b + 1], M)
             t0 = (q_block - first_row_block(q_start, b, BQ)) * BQ
             # This program's query tokens (0: nothing to do; t0 < 0 only when cu_seqlens_q[0] > 0, invalid).
-            rows = T.if_then_else(t0 >= 0, T.max(T.min(q_end - q_start - t0, BQ), 0), 0)
+            rows = T.alloc_var("int32", init=T.if_then_else(t0 >= 0, T.max(T.min(q_end - q_start - t0, BQ), 0), 0))
             seq_len = seq_lens[b]
             kv_len = T.min(seq_len, MB * BS)  # a length past the table's row reads no further than the row
             first_position = seq_len - (q_end - q_start) + t0  # the queries are the sequence's last tokens
@@ -308,6 +310,9 @@ def paged_attention_program(
                         partial_lse[split_index, token, head] = T.if_then_else(
                             row_sum[i] > 0, row_max[i] + T.log2(row_sum[i]), -T.infinity(F32)
                         )
+            # A split with no key tile leaves its output unwritten: its lse of -inf tells the merge not to read it.
+            if split:
+                rows = T.if_then_else(tiles > 0, rows, 0)
             for i, d in T.Parallel(BM, D):
                 token = q_start + t0 + i // HP
                 head = first_head + i % HP
@@ -425,17 +430,18 @@ def paged_attention_program(
     return main
 
 
-def merge_heads(num_heads: int, head_dim: int) -> int:
-    """Heads one merge program combines: the most that divide ``num_heads`` within :data:`MERGE_FLOATS` floats."""
-    return max(h for h in range(1, num_heads + 1) if num_heads % h == 0 and h * head_dim <= max(MERGE_FLOATS, head_dim))
-
-
 def merge_program(num_heads: int, head_dim: int, dtype: str) -> Any:
     """The program ``main(partial_out[S, M, Hq, D], partial_lse[S, M, Hq], out[M, Hq, D])``: each (token, head)'s
-    output from its ``S`` shares, ``sum_s 2**(lse_s - top) * out_s / sum_s 2**(lse_s - top)``, one pass over the
-    shares with a running maximum ``top``. A share that saw no key has ``lse = -inf`` and weighs nothing; a row
-    whose every share is empty writes zeros. ``M``, ``S`` and out's row stride are run-time sizes."""
-    heads, D = merge_heads(num_heads, head_dim), head_dim
+    output from its ``S`` shares, ``sum_s 2**(lse_s - top) * out_s / sum_s 2**(lse_s - top)`` with ``top`` the
+    largest ``lse_s``. ``M``, ``S`` and out's row stride are run-time sizes.
+
+    A program takes one (token, head), ``D`` threads: :data:`MERGE_GROUPS` groups of ``D / 4`` threads, four floats
+    (16 bytes) a thread, each group folding every fourth share into a running maximum, weight and sum,
+    :data:`MERGE_UNROLL` shares back to back so that their loads are in flight together; the groups' results are
+    then combined. A share with ``lse = -inf`` (it saw no key) weighs nothing and its output is not read (an empty
+    split does not write it); a row whose every share is empty writes zeros.
+    """
+    G, U, D = MERGE_GROUPS, MERGE_UNROLL, head_dim
     M, S, o_stride = T.dynamic("M, S, o_stride")
 
     @T.prim_func
@@ -445,24 +451,36 @@ def merge_program(num_heads: int, head_dim: int, dtype: str) -> Any:
         out: T.StridedTensor((M, num_heads, D), (o_stride, D, 1), dtype),
     ):
         T.assume(o_stride % ROW_MULTIPLE == 0)
-        with T.Kernel(M, num_heads // heads, threads=MERGE_THREADS) as (token, head_block):
-            top = T.alloc_fragment((heads, D), F32)
-            weights = T.alloc_fragment((heads, D), F32)
-            acc = T.alloc_fragment((heads, D), F32)
+        with T.Kernel(M, num_heads, threads=D) as (token, head):
+            top = T.alloc_fragment((G, D), F32)
+            weights = T.alloc_fragment((G, D), F32)
+            acc = T.alloc_fragment((G, D), F32)
+            top_all = T.alloc_fragment((D,), F32)
+            weights_all = T.alloc_fragment((D,), F32)
+            acc_all = T.alloc_fragment((D,), F32)
             T.fill(top, ROW_MAX_START)
             T.fill(weights, 0)
             T.fill(acc, 0)
-            for s in T.serial(S):
-                for h, d in T.Parallel(heads, D):
-                    lse = partial_lse[s, token, head_block * heads + h]
-                    new_top = T.max(top[h, d], lse)
-                    rescale = T.exp2(top[h, d] - new_top)
-                    weight = T.exp2(lse - new_top)
-                    weights[h, d] = weights[h, d] * rescale + weight
-                    acc[h, d] = acc[h, d] * rescale + weight * partial_out[s, token, head_block * heads + h, d]
-                    top[h, d] = new_top
-            for h, d in T.Parallel(heads, D):
-                out[token, head_block * heads + h, d] = T.if_then_else(weights[h, d] > 0, acc[h, d] / weights[h, d], 0)
+            for chunk in T.serial(T.ceildiv(S, G * U)):
+                for u in T.unroll(U):
+                    for g, d in T.Parallel(G, D):
+                        s = (chunk * U + u) * G + g
+                        lse = T.if_then_else(s < S, partial_lse[s, token, head], -T.infinity(F32))
+                        new_top = T.max(top[g, d], lse)
+                        rescale = T.exp2(top[g, d] - new_top)
+                        weight = T.exp2(lse - new_top)
+                        weights[g, d] = weights[g, d] * rescale + weight
+                        share = T.if_then_else(weight > 0, weight * partial_out[s, token, head, d], 0)
+                        acc[g, d] = acc[g, d] * rescale + share
+                        top[g, d] = new_top
+            T.reduce_max(top, top_all, dim=0)
+            for g, d in T.Parallel(G, D):
+                weights[g, d] = weights[g, d] * T.exp2(top[g, d] - top_all[d])
+                acc[g, d] = acc[g, d] * T.exp2(top[g, d] - top_all[d])
+            T.reduce_sum(weights, weights_all, dim=0)
+            T.reduce_sum(acc, acc_all, dim=0)
+            for d in T.Parallel(D):
+                out[token, head, d] = T.if_then_else(weights_all[d] > 0, acc_all[d] / weights_all[d], 0)
 
     return main
 
