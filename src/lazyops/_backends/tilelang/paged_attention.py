@@ -27,6 +27,11 @@ only those that saw keys. ``splits`` follows from the shapes, the SM count and `
 so it cannot follow the actual lengths: a short sequence leaves most shares empty, and they cost a program start
 and a few bytes each.
 
+A factory compiles four programs (prefill tile, decode tile, its split form, the merge; :func:`programs`), each
+specialised on the group size, the head size, the dtypes, the block size and whether a window and a soft-cap
+apply. The scale, the window and soft-cap values and the kv head count are run-time arguments, so configurations
+that differ only there share the compiled programs (TileLang caches by program text).
+
 Out-of-range index values never make a program read or write out of bounds: a key whose block id lies outside
 ``[0, num_blocks)``, past the table's row or at or past ``seq_len`` is absent. Its gather reads block
 ``num_blocks``, past the cache, which TileLang's bounds legalisation turns into a zero-filling ``cp.async`` that
@@ -132,37 +137,37 @@ def split_share(tiles: Any, splits: Any) -> Any:
 
 
 def paged_attention_program(
-    num_heads: int,
-    num_kv_heads: int,
+    group: int,
     head_dim: int,
     dtype: str,
     *,
     block_size: int,
-    scale: float,
-    sliding_window: int = 0,
-    softcap: float = 0.0,
+    windowed: bool = False,
+    capped: bool = False,
     cache_dtype: str | None = None,
     tile: Tile | None = None,
     split: bool = False,
 ) -> Any:
     """The program ``main(query[M, Hq, D], key_cache[NB, block_size, Hk, D], value_cache, block_table[B, MB],
-    seq_lens[B], cu_seqlens_q[B + 1], [k_scale[1], v_scale[1],] out[M, Hq, D])``; with ``split``, float32
-    ``partial_out[S, M, Hq, D]`` and ``partial_lse[S, M, Hq]`` in place of ``out``.
+    seq_lens[B], cu_seqlens_q[B + 1], [k_scale[1], v_scale[1],] out[M, Hq, D], scale, softcap, window)`` for
+    ``Hq = Hk * group`` query heads; with ``split``, float32 ``partial_out[S, M, Hq, D]`` and ``partial_lse[S, M,
+    Hq]`` in place of ``out``.
 
     ``dtype`` and ``cache_dtype`` are TileLang dtype names; the scales are parameters when the cache is ``FP8``.
-    The token count ``M``, the batch ``B``, the cache's block count ``NB``, the table's width ``MB`` and row stride,
-    query's and out's row strides (multiples of :data:`ROW_MULTIPLE`) and the split count ``S`` are run-time sizes;
-    everything else is compiled in.
+    Compiled in: the group, the head size, the dtypes, the block size, whether a window (``windowed``) and a
+    soft-cap (``capped``) apply, the tile. Everything else is a run-time value, so that configurations differing
+    only there share one compiled program (TileLang's cache is keyed by the program's text): the softmax
+    ``scale``, the ``softcap`` and ``window`` values (read only where ``capped`` and ``windowed``), the kv heads
+    ``Hk``, and the sizes: tokens ``M``, batch ``B``, the cache's blocks ``NB``, the table's width ``MB`` and row
+    stride, query's and out's row strides (multiples of :data:`ROW_MULTIPLE`), the split count ``S``.
     """
     cache_dtype = cache_dtype or dtype
     fp8 = cache_dtype == FP8
     tile = tile or DECODE_TILES[head_dim]
-    group = num_heads // num_kv_heads
     pack = Packing.of(group, tile.block_m)
     BM, BN, D, BS, HP, BQ = tile.block_m, tile.block_n, head_dim, block_size, pack.heads, pack.tokens
-    M, B, NB, MB, S = T.dynamic("M, B, NB, MB, S")
+    M, B, NB, MB, S, Hk = T.dynamic("M, B, NB, MB, S, Hk")
     q_stride, o_stride, table_stride = T.dynamic("q_stride, o_stride, table_stride")
-    scale_log2 = scale * LOG2E
     if fp8:
         # TileLang's planner would give the fp8 conversions a stage of their own (a three-stage pipeline, see
         # STAGES); stated explicitly: the gather (statement 0) one tile ahead, the other 14 statements of the
@@ -171,12 +176,6 @@ def paged_attention_program(
         schedule: dict[str, Any] = {"order": list(range(statements)), "stage": [0] + [1] * (statements - 1)}
     else:
         schedule = {"num_stages": STAGES}
-
-    def logits(score: Any, k_factor: Any) -> Any:
-        """A raw ``q . k`` as the softmax's base-2 exponent: scaled, and soft-capped (``c * tanh(x / c)``)."""
-        if softcap:
-            return T.tanh(score * k_factor * (scale / softcap)) * (softcap * LOG2E)
-        return score * k_factor * scale_log2
 
     @T.macro
     def attend(
@@ -191,8 +190,11 @@ def paged_attention_program(
         out: Any,
         partial_out: Any,
         partial_lse: Any,
+        scale: Any,
+        softcap: Any,
+        window: Any,
     ):
-        with T.Kernel(row_blocks(M, B, BQ), num_kv_heads * pack.chunks, S if split else 1, threads=tile.threads) as (
+        with T.Kernel(row_blocks(M, B, BQ), Hk * pack.chunks, S if split else 1, threads=tile.threads) as (
             q_block,
             group_chunk,
             split_index,
@@ -232,7 +234,7 @@ def paged_attention_program(
             kv_len = T.min(seq_len, MB * BS)  # a length past the table's row reads no further than the row
             first_position = seq_len - (q_end - q_start) + t0  # the queries are the sequence's last tokens
             keys_end = T.if_then_else(rows > 0, T.min(first_position + rows, kv_len), 0)
-            keys_start = T.max(first_position - sliding_window + 1, 0) if sliding_window else 0
+            keys_start = T.max(first_position - window + 1, 0) if windowed else 0
             # The program's key tiles, held in variables: as expressions they would be inlined into every index
             # and mask below, and TileLang's simplifier takes minutes over the split form's nested min/max.
             first_tile = T.alloc_var("int32", init=keys_start // BN)
@@ -241,7 +243,10 @@ def paged_attention_program(
                 share = split_share(tiles, S)
                 first_tile = first_tile + split_index * share
                 tiles = T.max(T.min(tiles - split_index * share, share), 0)
+            # What a raw q . k is multiplied by: into the softmax's base-2 exponent, or into tanh's argument
+            # (``softcap * tanh(scale * q.k / softcap)``, then times log2(e)); k_scale dequantises the keys.
             k_factor = k_scale[0] if fp8 else 1.0
+            score_factor = T.alloc_var(F32, init=k_factor * scale / softcap if capped else k_factor * scale * LOG2E)
 
             for i, d in T.Parallel(BM, D):
                 token = q_start + t0 + i // HP
@@ -279,9 +284,12 @@ def paged_attention_program(
                     row_position = first_position + i // HP
                     block = T.if_then_else(position < kv_len, block_table[b, position // BS], -1)
                     visible = i // HP < rows and position <= row_position and block >= 0 and block < NB
-                    if sliding_window:
-                        visible = visible and position > row_position - sliding_window
-                    scores[i, j] = T.if_then_else(visible, logits(scores[i, j], k_factor), -T.infinity(F32))
+                    if windowed:
+                        visible = visible and position > row_position - window
+                    logit = scores[i, j] * score_factor
+                    if capped:
+                        logit = T.tanh(logit) * (softcap * LOG2E)
+                    scores[i, j] = T.if_then_else(visible, logit, -T.infinity(F32))
                 T.copy(row_max, row_max_before)
                 T.reduce_max(scores, row_max, dim=1, clear=False)
                 for i in T.Parallel(BM):
@@ -325,13 +333,13 @@ def paged_attention_program(
     # One annotation object a parameter: TileLang makes one buffer of each, so two parameters sharing an
     # annotation would be one buffer (the value cache read as the key cache).
     def cache_type() -> Any:
-        return T.Tensor((NB, BS, num_kv_heads, D), cache_dtype)
+        return T.Tensor((NB, BS, Hk, D), cache_dtype)
 
-    query_type = T.StridedTensor((M, num_heads, D), (q_stride, D, 1), dtype)
+    query_type = T.StridedTensor((M, Hk * group, D), (q_stride, D, 1), dtype)
     table_type = T.StridedTensor((B, MB), (table_stride, 1), "int32")
-    out_type = T.StridedTensor((M, num_heads, D), (o_stride, D, 1), dtype)
-    partial_out_type = T.Tensor((S, M, num_heads, D), F32)
-    partial_lse_type = T.Tensor((S, M, num_heads), F32)
+    out_type = T.StridedTensor((M, Hk * group, D), (o_stride, D, 1), dtype)
+    partial_out_type = T.Tensor((S, M, Hk * group, D), F32)
+    partial_lse_type = T.Tensor((S, M, Hk * group), F32)
 
     if fp8 and split:
 
@@ -347,6 +355,9 @@ def paged_attention_program(
             v_scale: T.Tensor((1,), F32),
             partial_out: partial_out_type,
             partial_lse: partial_lse_type,
+            scale: T.float32,
+            softcap: T.float32,
+            window: T.int32,
         ):
             T.assume(q_stride % ROW_MULTIPLE == 0)
             attend(
@@ -361,6 +372,9 @@ def paged_attention_program(
                 None,
                 partial_out,
                 partial_lse,
+                scale,
+                softcap,
+                window,
             )
 
     elif fp8:
@@ -376,11 +390,27 @@ def paged_attention_program(
             k_scale: T.Tensor((1,), F32),
             v_scale: T.Tensor((1,), F32),
             out: out_type,
+            scale: T.float32,
+            softcap: T.float32,
+            window: T.int32,
         ):
             T.assume(q_stride % ROW_MULTIPLE == 0)
             T.assume(o_stride % ROW_MULTIPLE == 0)
             attend(
-                query, key_cache, value_cache, block_table, seq_lens, cu_seqlens_q, k_scale, v_scale, out, None, None
+                query,
+                key_cache,
+                value_cache,
+                block_table,
+                seq_lens,
+                cu_seqlens_q,
+                k_scale,
+                v_scale,
+                out,
+                None,
+                None,
+                scale,
+                softcap,
+                window,
             )
 
     elif split:
@@ -395,6 +425,9 @@ def paged_attention_program(
             cu_seqlens_q: T.Tensor((B + 1,), "int32"),
             partial_out: partial_out_type,
             partial_lse: partial_lse_type,
+            scale: T.float32,
+            softcap: T.float32,
+            window: T.int32,
         ):
             T.assume(q_stride % ROW_MULTIPLE == 0)
             attend(
@@ -409,6 +442,9 @@ def paged_attention_program(
                 None,
                 partial_out,
                 partial_lse,
+                scale,
+                softcap,
+                window,
             )
 
     else:
@@ -422,18 +458,36 @@ def paged_attention_program(
             seq_lens: T.Tensor((B,), "int32"),
             cu_seqlens_q: T.Tensor((B + 1,), "int32"),
             out: out_type,
+            scale: T.float32,
+            softcap: T.float32,
+            window: T.int32,
         ):
             T.assume(q_stride % ROW_MULTIPLE == 0)
             T.assume(o_stride % ROW_MULTIPLE == 0)
-            attend(query, key_cache, value_cache, block_table, seq_lens, cu_seqlens_q, None, None, out, None, None)
+            attend(
+                query,
+                key_cache,
+                value_cache,
+                block_table,
+                seq_lens,
+                cu_seqlens_q,
+                None,
+                None,
+                out,
+                None,
+                None,
+                scale,
+                softcap,
+                window,
+            )
 
     return main
 
 
-def merge_program(num_heads: int, head_dim: int, dtype: str) -> Any:
-    """The program ``main(partial_out[S, M, Hq, D], partial_lse[S, M, Hq], out[M, Hq, D])``: each (token, head)'s
+def merge_program(head_dim: int, dtype: str) -> Any:
+    """The program ``main(partial_out[S, M, H, D], partial_lse[S, M, H], out[M, H, D])``: each (token, head)'s
     output from its ``S`` shares, ``sum_s 2**(lse_s - top) * out_s / sum_s 2**(lse_s - top)`` with ``top`` the
-    largest ``lse_s``. ``M``, ``S`` and out's row stride are run-time sizes.
+    largest ``lse_s``. ``M``, ``H``, ``S`` and out's row stride are run-time sizes.
 
     A program takes one (token, head), ``D`` threads: :data:`MERGE_GROUPS` groups of ``D / 4`` threads, four floats
     (16 bytes) a thread, each group folding every fourth share into a running maximum, weight and sum,
@@ -442,16 +496,16 @@ def merge_program(num_heads: int, head_dim: int, dtype: str) -> Any:
     split does not write it); a row whose every share is empty writes zeros.
     """
     G, U, D = MERGE_GROUPS, MERGE_UNROLL, head_dim
-    M, S, o_stride = T.dynamic("M, S, o_stride")
+    M, H, S, o_stride = T.dynamic("M, H, S, o_stride")
 
     @T.prim_func
     def main(
-        partial_out: T.Tensor((S, M, num_heads, D), F32),
-        partial_lse: T.Tensor((S, M, num_heads), F32),
-        out: T.StridedTensor((M, num_heads, D), (o_stride, D, 1), dtype),
+        partial_out: T.Tensor((S, M, H, D), F32),
+        partial_lse: T.Tensor((S, M, H), F32),
+        out: T.StridedTensor((M, H, D), (o_stride, D, 1), dtype),
     ):
         T.assume(o_stride % ROW_MULTIPLE == 0)
-        with T.Kernel(M, num_heads, threads=D) as (token, head):
+        with T.Kernel(M, H, threads=D) as (token, head):
             top = T.alloc_fragment((G, D), F32)
             weights = T.alloc_fragment((G, D), F32)
             acc = T.alloc_fragment((G, D), F32)
@@ -509,14 +563,12 @@ def programs(config: Any) -> dict[str, Callable[[], Any]]:
 
     def attention(tile: Tile, split: bool) -> Callable[[], Any]:
         return lambda: paged_attention_program(
-            config.num_heads,
-            config.num_kv_heads,
+            config.num_heads // config.num_kv_heads,
             head_dim,
             dtype,
             block_size=config.block_size,
-            scale=config.scale,
-            sliding_window=config.sliding_window,
-            softcap=config.softcap,
+            windowed=bool(config.sliding_window),
+            capped=bool(config.softcap),
             cache_dtype=cache_dtype,
             tile=tile,
             split=split,
@@ -526,7 +578,7 @@ def programs(config: Any) -> dict[str, Callable[[], Any]]:
         "prefill": attention(PREFILL_TILES[head_dim], split=False),
         "decode": attention(DECODE_TILES[head_dim], split=False),
         "split": attention(DECODE_TILES[head_dim], split=True),
-        "merge": lambda: merge_program(config.num_heads, head_dim, dtype),
+        "merge": lambda: merge_program(head_dim, dtype),
     }
 
 
@@ -556,6 +608,16 @@ def plan_launch(config: Any, tokens: int, batch: int, sm_count: int) -> LaunchPl
     return LaunchPlan("decode", max(splits, 1))
 
 
+def with_values(kernel: Callable[..., None], values: tuple[float, float, int]) -> Callable[..., None]:
+    """``kernel(*tensors, *values)``: an attention program's run-time scalars (scale, softcap, window) after the
+    tensors, which are all that :func:`launch_with_copies` hands on."""
+
+    def launch(*tensors: torch.Tensor) -> None:
+        kernel(*tensors, *values)
+
+    return launch
+
+
 def launch(config: Any, kernels: dict[str, Any]) -> Callable[..., None]:
     """The launch ``launch(query, key_cache, value_cache, block_table, seq_lens, cu_seqlens_q, k_scale, v_scale,
     out)`` of the compiled :func:`programs` (``kernels``, by variant): ``query`` and ``out`` as ``[T, Hq*D]`` rows or
@@ -564,7 +626,9 @@ def launch(config: Any, kernels: dict[str, Any]) -> Callable[..., None]:
     checks run first); ``T > 0``."""
     heads, head_dim = config.num_heads, config.head_dim
     fp8 = config.cache_dtype is torch.float8_e4m3fn
-    kernels = {variant: direct(kernel) for variant, kernel in kernels.items()}
+    values = (float(config.scale), float(config.softcap), int(config.sliding_window))
+    attention = {variant: with_values(direct(kernels[variant]), values) for variant in ("prefill", "decode", "split")}
+    merge = direct(kernels["merge"])
     plans: dict[tuple[int, int, int], LaunchPlan] = {}
     multiples = (ROW_MULTIPLE, 1, 1, 1, 1, 1, *((1, 1) if fp8 else ()))
     split_multiples = (*multiples, 1, 1)
@@ -596,12 +660,12 @@ def launch(config: Any, kernels: dict[str, Any]) -> Callable[..., None]:
             inputs = (*inputs, k_scale, v_scale)  # type: ignore[assignment]
         plan = plan_for(query.device, tokens, seq_lens.shape[0])
         if plan.splits == 1:
-            launch_with_copies(kernels[plan.variant], (*inputs, written), (len(inputs),), (*multiples, ROW_MULTIPLE))
+            launch_with_copies(attention[plan.variant], (*inputs, written), (len(inputs),), (*multiples, ROW_MULTIPLE))
             return
         partial_out = query.new_empty((plan.splits, tokens, heads, head_dim), dtype=torch.float32)
         partial_lse = query.new_empty((plan.splits, tokens, heads), dtype=torch.float32)
-        launch_with_copies(kernels["split"], (*inputs, partial_out, partial_lse), (), split_multiples)
-        launch_with_copies(kernels["merge"], (partial_out, partial_lse, written), (2,), (1, 1, ROW_MULTIPLE))
+        launch_with_copies(attention["split"], (*inputs, partial_out, partial_lse), (), split_multiples)
+        launch_with_copies(merge, (partial_out, partial_lse, written), (2,), (1, 1, ROW_MULTIPLE))
 
     return paged_attention
 
