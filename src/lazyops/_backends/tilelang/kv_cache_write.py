@@ -129,7 +129,9 @@ def refuse_unsupported(config: Any) -> None:
 
 
 def programs(config: Any) -> dict[str, Callable[[], Any]]:
-    """The program the factory compiles for ``config`` (a ``KVCacheWriteConfig``)."""
+    """The program the factory compiles for ``config`` (a ``KVCacheWriteConfig``); a dtype it does not serve is
+    refused here, before anything compiles."""
+    refuse_unsupported(config)
     dtype = tl_dtype(config.dtype)
     cache_dtype = FP8 if config.cache_dtype is torch.float8_e4m3fn else dtype
     return {
@@ -176,7 +178,6 @@ def launch(config: Any, kernels: dict[str, Any]) -> Callable[..., None]:
 
 def build(config: Any) -> Callable[..., None]:
     """``kv_cache_write_tl``'s launch for ``config``: refused configurations first, then the program compiled."""
-    refuse_unsupported(config)
     return launch(config, compiled(config.label, programs(config)))
 
 

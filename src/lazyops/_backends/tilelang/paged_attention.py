@@ -97,8 +97,8 @@ class Tile:
 #: 128 keys a step for D = 64.
 PREFILL_TILES = {64: Tile(128, 128, 256), 128: Tile(128, 64, 256), 256: Tile(128, 64, 256)}
 #: Decode: one warpgroup of 64 rows, the smallest wgmma tile, so a decode step's heads waste least of it; 16 KiB of
-#: keys and as much of values a step for D >= 64 (8 KiB each for D = 256), at most 80 KiB of shared memory a
-#: program (bf16), so that two programs share an SM.
+#: keys and as much of values a step whatever D (bf16), at most 96 KiB of shared memory a program, so that two
+#: programs share an SM.
 DECODE_TILES = {64: Tile(64, 128, 128), 128: Tile(64, 64, 128), 256: Tile(64, 32, 128)}
 
 
@@ -557,7 +557,9 @@ def refuse_unsupported(config: Any) -> None:
 
 def programs(config: Any) -> dict[str, Callable[[], Any]]:
     """The programs the factory compiles for ``config`` (a ``PagedAttentionConfig``), by variant: the prefill and
-    decode tiles, the decode tile split over keys, and the split's merge."""
+    decode tiles, the decode tile split over keys, and the split's merge. A configuration they are not built for is
+    refused here, before anything compiles."""
+    refuse_unsupported(config)
     dtype, head_dim = tl_dtype(config.dtype), config.head_dim
     cache_dtype = FP8 if config.cache_dtype is torch.float8_e4m3fn else dtype
 
@@ -673,7 +675,6 @@ def launch(config: Any, kernels: dict[str, Any]) -> Callable[..., None]:
 def build(config: Any) -> Callable[..., None]:
     """``paged_attention_tl``'s launch for ``config``: refused configurations first, then every program compiled
     (in parallel) so that no call compiles, and no CUDA graph capture meets a compile."""
-    refuse_unsupported(config)
     return launch(config, compiled(config.label, programs(config)))
 
 
