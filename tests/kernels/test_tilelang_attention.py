@@ -419,6 +419,7 @@ GPU_CASES = {
         Batch((300, 130), (300, 3)),
     ),
     "d64-mha": (AttentionConfig(8, 8, 64, scale=0.125, block_size=32), Batch((100, 31), (100, 31))),
+    "prefill-fp8": (AttentionConfig(cache_dtype=FP8), Batch((100, 70), (100, 20))),
     "d256-gqa8-fp8-split": (
         AttentionConfig(32, 4, 256, scale=1 / 16, cache_dtype=FP8, max_seq_len=2048),
         Batch((2000,), (1,)),
@@ -506,6 +507,47 @@ def test_paged_attention_treats_a_block_outside_the_cache_as_absent() -> None:
     paged_attention.build(config)(*inputs.values(), out)
     expected = reference_attention(config, inputs["query"].view(41, 32, 128), *list(inputs.values())[1:])
     assert_attention_close(out.view_as(expected), expected)
+
+
+@pytest.mark.gpu
+@gpu
+def test_paged_attention_replays_from_a_cuda_graph_with_new_index_values() -> None:
+    """Captured once, replayed with other lengths, block tables and query offsets (the same shapes): the grid and
+    the split come from shapes only, so each replay computes the new values' attention."""
+    config = labelled(AttentionConfig(max_seq_len=1024))
+    launch = paged_attention.build(config)
+    batches = (Batch((300, 17, 1), (1, 1, 1)), Batch((16, 900, 64), (1, 1, 1)), Batch((1, 2, 1000), (1, 1, 1)))
+    drawn = [attention_inputs(config, batch, torch.Generator().manual_seed(b)) for b, batch in enumerate(batches)]
+    # One set of buffers, shaped for the largest draw; each draw is copied in before its replay.
+    blocks = max(inputs["key_cache"].shape[0] for inputs in drawn)
+    width = max(inputs["block_table"].shape[1] for inputs in drawn)
+    static = dict(drawn[0])
+    static["key_cache"] = static["key_cache"].new_zeros((blocks, *static["key_cache"].shape[1:]))
+    static["value_cache"] = torch.zeros_like(static["key_cache"])
+    static["block_table"] = static["block_table"].new_full((3, width), blocks)
+    static["query"] = drawn[0]["query"].clone()
+    out = torch.empty(3, config.num_heads * config.head_dim, device="cuda", dtype=config.dtype)
+
+    def load(inputs: dict[str, torch.Tensor]) -> None:
+        for name in ("key_cache", "value_cache"):
+            static[name].zero_()[: inputs[name].shape[0]] = inputs[name]
+        static["block_table"].fill_(blocks)[:, : inputs["block_table"].shape[1]] = inputs["block_table"]
+        for name in ("query", "seq_lens", "cu_seqlens_q"):
+            static[name].copy_(inputs[name])
+
+    load(drawn[0])
+    launch(*static.values(), out)  # compiles nothing (the factory did), settles the allocator
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        launch(*static.values(), out)
+    for inputs in drawn:
+        load(inputs)
+        graph.replay()
+        expected = reference_attention(
+            config, static["query"].view(3, config.num_heads, -1), *list(static.values())[1:]
+        )
+        assert_attention_close(out.view_as(expected), expected)
 
 
 @pytest.mark.gpu
