@@ -335,13 +335,6 @@ def test_head_sizes_without_a_tile_are_refused() -> None:
         paged_attention.build(AttentionConfig(head_dim=96))
 
 
-def test_the_modules_name_only_their_factory() -> None:
-    for module, name in ((paged_attention, "paged_attention_tl"), (kv_cache_write, "kv_cache_write_tl")):
-        with pytest.raises(AttributeError, match="no attribute 'not_a_kernel'"):
-            module.__getattr__("not_a_kernel")
-        assert name in module.__getattr__.__code__.co_consts
-
-
 # --- on a GPU: against float32 torch ---------------------------------------------------------------------------
 
 gpu = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")

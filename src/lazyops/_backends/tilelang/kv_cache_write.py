@@ -26,6 +26,7 @@ import torch
 from lazyops._backends.tilelang._rows import vector_elements
 from lazyops._backends.tilelang._runtime import F32, FP8, compiled, direct, launch_with_copies, tl_dtype
 from lazyops._errors import KernelInputError
+from lazyops.specs.kv_cache_write import KVCacheWriteConfig, spec
 
 #: Threads a program: a 16-byte vector of the token's keys (and one of its values) each, within a warp and 128.
 MAX_THREADS = 128
@@ -118,13 +119,21 @@ def row_multiple(config: Any) -> int:
     return vector_elements(config.head_dim, tl_dtype(config.dtype))
 
 
-def refuse_unsupported(config: Any) -> None:
-    """Refuse, at the factory, a dtype the TileLang attention does not read (its caches are 16-bit or fp8)."""
+def unsupported(config: Any) -> str | None:
+    """Why this backend does not serve ``config`` (``None``: it does): its caches are the ones its attention reads,
+    float16 and bfloat16 (and fp8 quantised from them)."""
     if config.dtype not in (torch.float16, torch.bfloat16):
+        return f"its caches are float16 and bfloat16 (or fp8 from them), as its attention reads, not {config.dtype}"
+    return None
+
+
+def refuse_unsupported(config: Any) -> None:
+    """Refuse what this program is not built for before anything compiles (a direct ``programs()`` call)."""
+    reason = unsupported(config)
+    if reason:
         raise KernelInputError(
-            f"{config.label}: backend 'tilelang' serves float16 and bfloat16 caches (and fp8 ones quantised from "
-            f"them), as its attention reads, not {config.dtype}; select the 'torch' or 'triton' backend for "
-            f"{config.dtype}"
+            f"{config.label}: backend 'tilelang' does not serve it: {reason}; select the 'torch' or 'triton' backend "
+            "for it (through lazyops.kv_cache_write_tl it comes from the next backend that serves it)"
         )
 
 
@@ -181,21 +190,6 @@ def build(config: Any) -> Callable[..., None]:
     return launch(config, compiled(config.label, programs(config)))
 
 
-# -- the factory, once the spec is merged (issue 29) ----------------------------------------------------------------
-# The spec (lazyops.specs.kv_cache_write) arrives with the torch and Triton kernels' branch; until then the factory
-# is made on first access (PEP 562) from the spec imported by name, so that this module imports, lowers, launches and
-# type-checks without it. On merge, this is
-# equivalent to, and may be replaced by:
-#
-#     @spec.implementation(device_type="cuda", strided_rows=True)
-#     def kv_cache_write_tl(config: KVCacheWriteConfig) -> Callable[..., None]:
-#         return build(config)
-def __getattr__(name: str) -> Any:
-    if name != "kv_cache_write_tl":
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    import importlib
-
-    spec = importlib.import_module("lazyops.specs.kv_cache_write").spec
-    factory = spec.implementation(device_type="cuda", strided_rows=True)(build)
-    globals()[name] = factory
-    return factory
+@spec.implementation(device_type="cuda", strided_rows=True, supports=unsupported)
+def kv_cache_write_tl(config: KVCacheWriteConfig) -> Callable[..., None]:
+    return build(config)

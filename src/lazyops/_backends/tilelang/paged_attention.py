@@ -52,6 +52,7 @@ import torch
 
 from lazyops._backends.tilelang._runtime import F32, FP8, compiled, direct, launch_with_copies, tl_dtype
 from lazyops._errors import KernelInputError
+from lazyops.specs.paged_attention import PagedAttentionConfig, spec
 
 LOG2E = math.log2(math.e)
 #: Head sizes with tiles planned for them.
@@ -540,18 +541,26 @@ def merge_program(head_dim: int, dtype: str) -> Any:
 
 
 # -- the factory ---------------------------------------------------------------------------------------------------
-def refuse_unsupported(config: Any) -> None:
-    """Refuse, at the factory, what these programs are not built for (``KernelInputError`` naming the way out)."""
+def unsupported(config: Any) -> str | None:
+    """Why these programs do not serve ``config`` (``None``: they do): the backend declines it, and the
+    configuration comes from the next backend that serves it (``spec.implementation(supports=...)``)."""
     if config.dtype not in (torch.float16, torch.bfloat16):
-        raise KernelInputError(
-            f"{config.label}: backend 'tilelang' computes attention in float16 and bfloat16 (its tensor-core "
-            f"products take 16-bit operands), not {config.dtype}; select the 'torch' or 'triton' backend for "
+        return (
+            f"its attention computes in float16 and bfloat16 (its tensor-core products take 16-bit operands), not "
             f"{config.dtype}"
         )
     if config.head_dim not in HEAD_DIMS:
+        return f"its attention has tiles for head_dim in {HEAD_DIMS}, not {config.head_dim}"
+    return None
+
+
+def refuse_unsupported(config: Any) -> None:
+    """Refuse what these programs are not built for before anything compiles (a direct ``programs()`` call)."""
+    reason = unsupported(config)
+    if reason:
         raise KernelInputError(
-            f"{config.label}: backend 'tilelang' has attention tiles for head_dim in {HEAD_DIMS}, not "
-            f"{config.head_dim}; select the 'torch' or 'triton' backend for this head size"
+            f"{config.label}: backend 'tilelang' does not serve it: {reason}; select the 'torch' or 'triton' backend "
+            "for it (through lazyops.paged_attention_tl it comes from the next backend that serves it)"
         )
 
 
@@ -678,20 +687,6 @@ def build(config: Any) -> Callable[..., None]:
     return launch(config, compiled(config.label, programs(config)))
 
 
-# -- the factory, once the spec is merged (issue 29) ----------------------------------------------------------------
-# The spec (lazyops.specs.paged_attention) arrives with the torch and Triton kernels' branch. Until both are on one
-# branch the factory is made on first access (PEP 562) from the spec imported by name, so that this module imports,
-# lowers, launches and type-checks without it. On merge, this is equivalent to, and may be replaced by:
-#
-#     @spec.implementation(device_type="cuda", strided_rows=True, writes_out=True)
-#     def paged_attention_tl(config: PagedAttentionConfig) -> Callable[..., None]:
-#         return build(config)
-def __getattr__(name: str) -> Any:
-    if name != "paged_attention_tl":
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    import importlib
-
-    spec = importlib.import_module("lazyops.specs.paged_attention").spec
-    factory = spec.implementation(device_type="cuda", strided_rows=True, writes_out=True)(build)
-    globals()[name] = factory
-    return factory
+@spec.implementation(device_type="cuda", strided_rows=True, writes_out=True, supports=unsupported)
+def paged_attention_tl(config: PagedAttentionConfig) -> Callable[..., None]:
+    return build(config)
