@@ -284,12 +284,10 @@ def kernel_calls(name: str, device: str, smoke: bool) -> tuple[Any, tuple[Any, .
         writes_out=True,
     )
     ours = harness.factory("torch", name)(*chosen.args, **chosen.kwargs)
-    calls = {
-        "no-op launch": noop(*chosen.args, **chosen.kwargs),
-        "torch backend": ours,
-        "torch op": harness.TORCH_OPS[short](config),
-        "through the operator": harness.through_operator(ours),
-    }
+    calls = {"no-op launch": noop(*chosen.args, **chosen.kwargs), "torch backend": ours}
+    if short in harness.TORCH_OPS:  # attention has no one torch op to set beside it
+        calls["torch op"] = harness.TORCH_OPS[short](config)
+    calls["through the operator"] = harness.through_operator(ours)
     if short in FLOOR:
         calls["lightest checked wrapper"] = FLOOR[short](torch, config)
     return config, args, calls

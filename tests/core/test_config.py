@@ -75,7 +75,7 @@ def test_settings_behave_as_a_frozen_dataclass():
     assert settings != settings.replace(strict=True)
     assert repr(settings) == (
         "Settings(chain=('triton',), fallback=frozenset({'rope_tl'}), strict=False, verbose=False, trace=None, "
-        "trace_args=False, rank=0)"
+        "trace_args=False, rank=0, plan=None, plan_strict=False)"
     )
     with pytest.raises(AttributeError):
         settings.strict = True  # type: ignore[misc]

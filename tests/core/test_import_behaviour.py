@@ -228,6 +228,7 @@ def test_a_misspelt_variable_is_named_once_at_the_first_resolution(fake_backends
     expected = [
         "lazyops: LAZYOPS_BAKEND is not a lazyops variable and is ignored; did you mean LAZYOPS_BACKEND?",
         "lazyops: LAZYOPS_CACHE_DIR is not a lazyops variable and is ignored; the variables lazyops reads are "
-        "LAZYOPS_BACKEND, LAZYOPS_FALLBACK, LAZYOPS_STRICT, LAZYOPS_VERBOSE, LAZYOPS_TRACE, LAZYOPS_TRACE_ARGS",
+        "LAZYOPS_BACKEND, LAZYOPS_FALLBACK, LAZYOPS_STRICT, LAZYOPS_VERBOSE, LAZYOPS_TRACE, LAZYOPS_TRACE_ARGS, "
+        "LAZYOPS_PLAN, LAZYOPS_PLAN_STRICT",
     ]
     assert result.stderr.strip().splitlines() == ["--imported--", *(expected if prints else [])]
