@@ -25,7 +25,7 @@ from dataclasses import dataclass  # noqa: E402
 from typing import Any, Callable  # noqa: E402
 
 import pytest  # noqa: E402
-from hypothesis import settings  # noqa: E402
+from hypothesis import HealthCheck, settings  # noqa: E402
 
 import lazyops  # noqa: E402
 from lazyops import testing  # noqa: E402
@@ -54,8 +54,20 @@ class Harness:
         """The most elements one example's main input may hold (token counts are cut to fit)."""
         return 100_000 if self.on_host else 2_000_000
 
+    def cases(self, kernel: str) -> Any:
+        """``lazyops.testing.strategies.cases(kernel)``, less the configurations this backend declines (another
+        backend's to serve: ``spec.implementation(supports=...)``)."""
+        from lazyops import _api
+
+        return testing.strategies.cases(kernel, _api.kernel_factory(self.backend, kernel))
+
     def settings(self, host_examples: int = 25, examples: int = 80) -> settings:
-        return settings(max_examples=host_examples if self.on_host else examples, deadline=None)
+        # a backend that declines some configurations (kernels.cases filters them) is no test's defect
+        return settings(
+            max_examples=host_examples if self.on_host else examples,
+            deadline=None,
+            suppress_health_check=[HealthCheck.filter_too_much],
+        )
 
     def drawn_calls(
         self, kernel: str, *, tokens: int = 6, host_examples: int = 3, examples: int = 5
@@ -72,6 +84,11 @@ class Harness:
             @self.settings(host_examples=host_examples, examples=examples)
             @given(case=kernel_spec.cases())
             def run(case: testing.Case) -> None:
+                from hypothesis import assume
+
+                from lazyops import _api
+
+                assume(testing.strategies.declined(_api.kernel_factory(self.backend, kernel), case) is None)
                 config = kernel_spec.bind(*case.args, **case.kwargs)
                 count = testing.rows(tokens, kernel_spec.token_elements(config, case.geometry), 20_000)
                 draw = testing.Inputs(case.seed, self.device)

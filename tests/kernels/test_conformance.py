@@ -33,7 +33,7 @@ def test_kernel_matches_the_float64_reference(kernels, kernel):
     factory = kernels.factory(kernel)
 
     @kernels.settings()
-    @given(case=testing.strategies.cases(kernel))
+    @given(case=kernels.cases(kernel))
     def check(case: Case) -> None:
         check_case(factory, case, device=kernels.device, max_elements=kernels.max_elements)
 
@@ -89,7 +89,7 @@ def test_bad_factory_arguments_are_refused(kernels, kernel):
     factory = kernels.factory(kernel)
 
     @kernels.settings(host_examples=3, examples=3)
-    @given(case=testing.strategies.cases(kernel))
+    @given(case=kernels.cases(kernel))
     def check(case: Case) -> None:
         for index, arg in enumerate(case.args):
             if isinstance(arg, torch.dtype):

@@ -78,7 +78,7 @@ def test_views_whose_unused_strides_pass_2_31_give_the_reference(kernels, kernel
     factory = kernels.factory(kernel)
 
     @kernels.settings(host_examples=2, examples=4)
-    @given(case=testing.strategies.cases(kernel))
+    @given(case=kernels.cases(kernel))
     def check(case: Case) -> None:
         assert list(check_large_offsets(factory, case, device=kernels.device, rows_apart=False)) == [
             "one row",

@@ -7,6 +7,8 @@ hundred; a case calls one kernel with several of them, zero included, because an
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 from hypothesis import strategies as st
 
@@ -100,11 +102,25 @@ def layouts(kernel: str) -> st.SearchStrategy[Layout]:
     return st.just(Layout()) | drawn
 
 
-def cases(kernel: str) -> st.SearchStrategy[Case]:
+def cases(kernel: str, factory: Any = None) -> st.SearchStrategy[Case]:
     """Whole conformance examples (:class:`lazyops.testing.Case`) for ``kernel`` (``"rmsnorm_tl"``): the spec's
-    configurations, token counts and seeds, each with a drawn :func:`layouts`."""
+    configurations, token counts and seeds, each with a drawn :func:`layouts`. Given a backend's ``factory``, only
+    the configurations it serves: one it declines (``spec.implementation(supports=...)``) is another backend's to
+    serve, not a failure of this one."""
     from dataclasses import replace
 
     from lazyops.specs import spec
 
-    return st.builds(lambda case, layout: replace(case, layout=layout), spec(kernel).cases(), layouts(kernel))
+    drawn = st.builds(lambda case, layout: replace(case, layout=layout), spec(kernel).cases(), layouts(kernel))
+    return drawn if factory is None else drawn.filter(lambda case: declined(factory, case) is None)
+
+
+def declined(factory: Any, case: Case) -> str | None:
+    """Why ``factory`` declines ``case``'s configuration, or ``None`` where it serves it (or says nothing)."""
+    supports = getattr(factory, "lazyops_supports", None)
+    if supports is None:
+        return None
+    from lazyops.specs import spec
+
+    reason: str | None = supports(spec(case.kernel).bind(*case.args, **case.kwargs))
+    return reason

@@ -3,8 +3,10 @@
 from .add_rmsnorm import add_rmsnorm_tl as add_rmsnorm_tl
 from .add_rmsnorm_fp8 import add_rmsnorm_fp8_tl as add_rmsnorm_fp8_tl
 from .gelu_and_mul import gelu_and_mul_tl as gelu_and_mul_tl
+from .kv_cache_write import kv_cache_write_tl as kv_cache_write_tl
 from .layernorm import layernorm_tl as layernorm_tl
 from .matmul import matmul_tl as matmul_tl
+from .paged_attention import paged_attention_tl as paged_attention_tl
 from .rmsnorm import rmsnorm_tl as rmsnorm_tl
 from .rmsnorm_fp8 import rmsnorm_fp8_tl as rmsnorm_fp8_tl
 from .rope import rope_tl as rope_tl
