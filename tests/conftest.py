@@ -9,6 +9,8 @@ from pathlib import Path
 
 import pytest
 
+import hypothesis_profiles
+
 # lazyops' on-disk cache (lazyops._cache) goes to a folder of this run, which subprocesses inherit: the tests must
 # neither depend on nor leave records in the user's cache.
 if "LAZYOPS_CACHE_DIR" not in os.environ:
@@ -20,6 +22,10 @@ if "LAZYOPS_CACHE_DIR" not in os.environ:
     atexit.register(shutil.rmtree, os.environ["LAZYOPS_CACHE_DIR"], ignore_errors=True)
 
 import lazyops
+
+# Hypothesis runs pinned (derandomised, no database, no deadline) unless HYPOTHESIS_PROFILE says otherwise: see
+# tests/hypothesis_profiles.py, and the README's "Running the tests" for an exhaustive run.
+hypothesis_profiles.load()
 
 # The lazyops this test run imports (the checkout's src/ unless PYTHONPATH points elsewhere): subprocesses get the
 # same one, so a test run against another tree tests that tree throughout.

@@ -28,6 +28,7 @@ import pytest  # noqa: E402
 from hypothesis import settings  # noqa: E402
 
 import lazyops  # noqa: E402
+from hypothesis_profiles import examples as scaled  # noqa: E402
 from lazyops import testing  # noqa: E402
 
 
@@ -55,7 +56,8 @@ class Harness:
         return 100_000 if self.on_host else 2_000_000
 
     def settings(self, host_examples: int = 25, examples: int = 80) -> settings:
-        return settings(max_examples=host_examples if self.on_host else examples, deadline=None)
+        """These counts under the pinned profile, in proportion under ``HYPOTHESIS_PROFILE=exhaustive``."""
+        return settings(max_examples=scaled(host_examples if self.on_host else examples), deadline=None)
 
     def drawn_calls(
         self, kernel: str, *, tokens: int = 6, host_examples: int = 3, examples: int = 5
