@@ -316,7 +316,8 @@ def _module_peers(spec: Any, folder: Path | None) -> list[Impl]:
         module = sys.modules.get(module_name)
         if module is None or getattr(module, "__file__", None) != str(path):
             loader = importlib.util.spec_from_file_location(module_name, path)
-            assert loader is not None and loader.loader is not None
+            if loader is None or loader.loader is None:
+                raise ImportError(f"{path} cannot be loaded as a Python module")
             module = importlib.util.module_from_spec(loader)
             loader.loader.exec_module(module)
             sys.modules[module_name] = module

@@ -317,7 +317,8 @@ class Registry:
     def _all(self) -> tuple[dict[str, Backend | RefusedBackend], tuple[RefusedBackend, ...]]:
         state = self._state.get("all")
         if state is None:
-            assert self._third_party is not None  # set whenever "all" is not
+            if self._third_party is None:  # never: it is set whenever "all" is not
+                raise RuntimeError("lazyops internal error: the registry has no backends and no way to find them")
             complete = self._third_party(dict(self._builtins))  # reads metadata: no lock held
             state = self._state.setdefault("all", complete._all())
         return state
