@@ -22,13 +22,16 @@ from lazyops.testing import Case, check_case
 
 def test_kernel_matches_the_float64_reference(kernels, kernel):
     """Drawn shapes, dtypes and token counts (zero included, several calls per kernel), poisoned outputs, and
-    in-place results checked element by element: the kit's check, through the public namespace."""
+    in-place results checked element by element: the kit's check, through the public namespace. Warnings are
+    errors: whatever a conformance run warns of lands in every user's test run."""
     factory = kernels.factory(kernel)
 
     @kernels.settings()
     @given(case=testing.strategies.cases(kernel))
     def check(case: Case) -> None:
-        check_case(factory, case, device=kernels.device, max_elements=kernels.max_elements)
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            check_case(factory, case, device=kernels.device, max_elements=kernels.max_elements)
 
     check()
 
