@@ -12,30 +12,17 @@ from __future__ import annotations
 import pytest
 import torch
 from conformance_seeds import failing_seeds
-from tolerance_sweep import drawn_cases, scaled, sweep, takes_eps, torch_factory, without_eps
+from tolerance_sweep import off_by, returns_float8, scaled, sweep, takes_eps, torch_factory, without_eps
 
 from hypothesis_profiles import examples, exhaustive
 from lazyops import testing
-from lazyops.specs import kernel_names, spec
+from lazyops.specs import kernel_names
 from lazyops.testing import Case
 from lazyops.testing._compare import DTYPES
 
 KERNEL_DTYPES = [
     pytest.param(kernel, dtype, id=f"{kernel}-{str(dtype)[6:]}") for kernel in kernel_names() for dtype in DTYPES
 ]
-
-
-def returns_float8(kernel: str) -> bool:
-    """The fp8 norms return float8_e4m3fn, whose spacing is 6 % of a value: 1 % off is below what it resolves."""
-    kernel_spec = spec(kernel)
-    case = drawn_cases(kernel, torch.float16, 1)[0]
-    config = kernel_spec.configure(*case.args, **case.kwargs)
-    return kernel_spec.returns == "out" and kernel_spec.out_dtype(config).itemsize == 1
-
-
-def off_by(kernel: str) -> float:
-    """How far off the wrong kernel is: 1 %, or 10 % for a float8 output (its tolerance is 6 %)."""
-    return 1.10 if returns_float8(kernel) else 1.01
 
 
 def check_tolerances(kernel: str, dtype: torch.dtype, cases: int, wrong_cases: int, heavy: bool = False) -> None:
