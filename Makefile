@@ -6,13 +6,15 @@ PYTHON ?= $(if $(wildcard .venv/bin/python),.venv/bin/python,python3)
 # the checkout's lazyops, after whatever PYTHONPATH already names (the H200's wheel folder first)
 export PYTHONPATH := $(if $(PYTHONPATH),$(PYTHONPATH):)$(CURDIR)/src
 
-.PHONY: help test lint gpu-results gpu-kernels gpu-gemm gpu-layer gpu-host gpu-tune cpu-results
+.PHONY: help test lint gpu-results gpu-kernels gpu-gemm gpu-layer gpu-host gpu-tune gpu-check gpu-attention cpu-results
 
 help:
 	@echo "make test         the whole test suite (CI: bash scripts/test.sh installs, lints, then runs it)"
 	@echo "make lint         ruff and ruff format on src/ and benchmarks/, mypy on src/"
 	@echo "make gpu-results  every GPU result file into benchmarks/results/<gpu>/ (about 8 minutes on one H200)"
 	@echo "make gpu-tune     lazyops tune on the decoder layer's trace, twice, then the layer by its plan (GPU)"
+	@echo "make gpu-check    every GPU test, the example engine: results/<gpu>/gpu-check.md (GPU)"
+	@echo "make gpu-attention  paged attention checked and timed against SDPA (GPU)"
 	@echo "make cpu-results  the CPU result files into benchmarks/results/cpu/"
 
 test:
@@ -55,3 +57,23 @@ cpu-results:
 		--modes stream --name torch_backend
 	$(PYTHON) benchmarks/gemm.py --backend torch --dtypes float32,float16,bfloat16 --shapes 1024x1024 --tokens 1,128,1024 \
 		--no-cube --name torch_backend_matmul
+
+# Correctness on the H200: every GPU test (`-m gpu`: the conformance kit over each GPU backend, the offsets past 2**31,
+# TileLang's attention against torch), the attention kernels' own tests, the example engine against Hugging Face and
+# in a CUDA graph, and the CUDA-only tests of the kernel suite (TMA, launches, call depth). The log, headed by the
+# command, the date and the device, is benchmarks/results/<gpu>/gpu-check.md.
+GPU_CHECK ?= tests/kernels/test_paged_attention.py tests/kernels/test_triton_matmul_tma.py \
+	tests/kernels/test_triton_launch.py tests/kernels/test_call_depth.py tests/examples tests/plan
+gpu-check:
+	@mkdir -p benchmarks/results/h200
+	{ echo "# GPU checks"; echo; echo "Made by \`make gpu-check\` on $$(date -u +%FT%TZ); do not edit, rerun the command."; \
+	  echo "Device: $$(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader); $$($(PYTHON) -c \
+	  'import torch, triton; print("torch", torch.__version__, "triton", triton.__version__)')."; echo; echo '```'; \
+	  $(PYTHON) -m pytest -m gpu -q -rA -p no:cacheprovider tests 2>&1 | tail -n 120; \
+	  $(PYTHON) -m pytest -q -p no:cacheprovider $(GPU_CHECK) 2>&1 | tail -n 40; \
+	  $(PYTHON) examples/generate.py --tokens 16 2>&1 | tail -n 8; echo '```'; } > benchmarks/results/h200/gpu-check.md
+
+# Attention over a paged KV cache (issue 29's goals): each backend's kernels checked, then decode and prefill against
+# SDPA's flash and cuDNN backends, in one run: benchmarks/results/<gpu>/attention.{md,json}.
+gpu-attention:
+	$(PYTHON) benchmarks/attention.py

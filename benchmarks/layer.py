@@ -16,8 +16,10 @@ Implementations, interleaved at each workload: ``torch eager`` (``F.rms_norm``, 
 here: its kernels (GEMMs included), the same under ``torch.compile(fullgraph=True)``, and its norms, rope and
 activation around the torch backend's GEMMs (cuBLAS: the engine's usual mix), also compiled.
 
-Attention is :func:`attention_for`'s: the one place where a backend's attention kernels enter the layer (today
-``F.scaled_dot_product_attention`` for every backend, over a contiguous KV cache).
+Attention is :func:`attention_for`'s: the one place where a backend's attention kernels enter the layer. Torch's
+layers (and the torch backend's, whose paged attention reads lengths on the host, which a CUDA graph cannot
+capture) use ``F.scaled_dot_product_attention`` over a contiguous KV cache; every other backend its own
+``kv_cache_write_tl`` and ``paged_attention_tl`` over a paged cache of 16-token blocks holding the same numbers.
 
 Workloads: prefill of 1024 and 8192 tokens (stream time, ``do_bench``, the L2 flushed) and decode at batch 1, 16 and
 64 over 1024 cached tokens (per step inside a CUDA graph: 50 steps captured, 20 replays). Each implementation's
@@ -104,6 +106,9 @@ class Attention:
     cache: Callable[..., tuple[Any, ...]]
     prefill: Callable[..., Any]
     decode: Callable[..., Any]
+    #: the common contiguous cache (``cache``'s of torch's layers: every implementation is judged on the same
+    #: numbers) in this attention's own layout, made once, outside the timing; None: it reads that one as it is
+    adopt: Callable[..., tuple[Any, ...]] | None = None
 
 
 def sdpa_attention(shape: Shape, dtype: Any, device: str) -> Attention:
@@ -134,12 +139,93 @@ def sdpa_attention(shape: Shape, dtype: Any, device: str) -> Attention:
     return Attention("F.scaled_dot_product_attention", cache, prefill, decode)
 
 
+#: The paged cache's block size (vLLM's default).
+BLOCK_SIZE = 16
+
+
+def paged_attention(name: str, factory: Callable[[str], Any], shape: Shape, dtype: Any, device: str) -> Attention:
+    """lazyops' ``kv_cache_write_tl`` and ``paged_attention_tl`` (from ``factory(kernel name)``) over a paged cache of
+    16-token blocks, scattered by a fixed permutation as an engine's allocator leaves them: at decode each
+    sequence's new token written into its slot, then attended over its ``context + 1`` tokens; at prefill the
+    sequence's tokens written into a cache of their own (made once per token count), then attended causally."""
+    import torch
+
+    heads, kv_heads, head_dim, context = shape.heads, shape.kv_heads, shape.head_dim, shape.context
+    write = factory("kv_cache_write_tl")(kv_heads, head_dim, dtype, block_size=BLOCK_SIZE)
+    attend = factory("paged_attention_tl")(
+        heads, kv_heads, head_dim, dtype, block_size=BLOCK_SIZE, max_seq_len=max(8192, context + 1)
+    )
+    per_sequence = -(-(context + 1) // BLOCK_SIZE)
+    prefill_caches: dict[int, tuple[Any, ...]] = {}
+
+    def pages(batch: int, blocks: int) -> tuple[Any, Any]:
+        """A block table of ``batch`` rows of ``blocks`` scattered block ids, and its inverse order."""
+        order = torch.randperm(batch * blocks, generator=torch.Generator().manual_seed(2))
+        return order.view(batch, blocks).to(torch.int32).to(device), order
+
+    def adopt(k_cache: Any, v_cache: Any) -> tuple[Any, ...]:
+        batch = k_cache.shape[0]
+        table, order = pages(batch, per_sequence)
+
+        def paged(cache: Any) -> Any:
+            padded = torch.zeros(batch, kv_heads, per_sequence * BLOCK_SIZE, head_dim, dtype=dtype, device=device)
+            padded[:, :, : context + 1] = cache
+            blocks = padded.view(batch, kv_heads, per_sequence, BLOCK_SIZE, head_dim).permute(0, 2, 3, 1, 4)
+            ordered = blocks.reshape(batch * per_sequence, BLOCK_SIZE, kv_heads, head_dim)
+            scattered = torch.empty_like(ordered)
+            scattered[order.to(device)] = ordered
+            return scattered
+
+        seq_lens = torch.full((batch,), context + 1, dtype=torch.int32, device=device)
+        starts = torch.arange(batch + 1, dtype=torch.int32, device=device)
+        slots = (table[:, context // BLOCK_SIZE].long() * BLOCK_SIZE + context % BLOCK_SIZE).contiguous()
+        return paged(k_cache), paged(v_cache), table, seq_lens, starts, slots
+
+    def prefill(q: Any, k: Any, v: Any) -> Any:
+        tokens = q.shape[0]
+        cache = prefill_caches.get(tokens)
+        if cache is None:  # an engine's cache exists before its prefill: made once, outside the timing
+            blocks = -(-tokens // BLOCK_SIZE)
+            table, _ = pages(1, blocks)
+            size = (blocks, BLOCK_SIZE, kv_heads, head_dim)
+            cache = prefill_caches[tokens] = (
+                torch.empty(size, dtype=dtype, device=device),
+                torch.empty(size, dtype=dtype, device=device),
+                table,
+                torch.tensor([tokens], dtype=torch.int32, device=device),
+                torch.tensor([0, tokens], dtype=torch.int32, device=device),
+                (
+                    table[0].long().repeat_interleave(BLOCK_SIZE) * BLOCK_SIZE
+                    + torch.arange(BLOCK_SIZE, device=device).repeat(blocks)
+                )[:tokens].contiguous(),
+            )
+        key_cache, value_cache, table, seq_lens, starts, slots = cache
+        write(k, v, key_cache, value_cache, slots)
+        return attend(q, key_cache, value_cache, table, seq_lens, starts)
+
+    def decode(q: Any, k: Any, v: Any, *cache: Any) -> Any:
+        key_cache, value_cache, table, seq_lens, starts, slots = cache
+        write(k, v, key_cache, value_cache, slots)
+        return attend(q, key_cache, value_cache, table, seq_lens, starts)
+
+    contiguous = sdpa_attention(shape, dtype, device)
+    return Attention(name, contiguous.cache, prefill, decode, adopt)
+
+
 def attention_for(backend: str | None, shape: Shape, dtype: Any, device: str) -> Attention:
-    """The attention of ``backend``'s layer (``None``: torch's layers). Today every layer uses torch's SDPA over a
-    contiguous cache: lazyops has no attention kernel yet. When a backend exports ``paged_attention_tl`` and
-    ``kv_cache_write_tl``, return here an :class:`Attention` built from them (its cache: pages and a block table);
-    every layer of that backend, its skeleton and its compiled row then use it, and nothing else changes."""
-    return sdpa_attention(shape, dtype, device)
+    """The attention of ``backend``'s layer: torch's SDPA over a contiguous cache for torch's layers (``None``) and
+    for the torch backend (its paged attention reads the lengths on the host, which a CUDA graph cannot capture);
+    lazyops' paged attention and KV-cache write for every other backend (``"namespace"``: from lazyops' namespace,
+    each configuration where the settings in force send it)."""
+    if backend is None or backend == "torch":
+        return sdpa_attention(shape, dtype, device)
+    if backend == "namespace":
+        import lazyops
+
+        return paged_attention("lazyops paged attention", lambda kernel: getattr(lazyops, kernel), shape, dtype, device)
+    return paged_attention(
+        f"lazyops {backend} paged attention", lambda kernel: harness.factory(backend, kernel), shape, dtype, device
+    )
 
 
 @dataclass(frozen=True)
@@ -327,7 +413,7 @@ def implementations(
     natural = functools.cache(lambda: torch_ops(shape, attention_for(None, shape, dtype, device)))
     impls = [Impl(EAGER, "peer", natural), Impl(COMPILED, "peer", natural, compiled=True)]
     if plan:
-        planned = functools.cache(lambda: namespace_ops(shape, dtype, attention_for(None, shape, dtype, device)))
+        planned = functools.cache(lambda: namespace_ops(shape, dtype, attention_for("namespace", shape, dtype, device)))
         impls += [Impl(PLANNED, "lazyops", planned), Impl(f"{PLANNED} + torch.compile", "lazyops", planned, True)]
     skeletons = [Impl("skeleton, cuBLAS GEMMs", "skeleton", lambda: skeleton(natural()))] if ceiling else []
     for backend, problem in status.items():
@@ -354,15 +440,21 @@ def case(impl: Impl, weights: dict, shape: Shape, phase: str, inputs: tuple, che
 
         if impl.ops is None:
             raise RuntimeError(f"unavailable: {impl.problem}")
-        layer = make_layer(impl.ops(), weights, shape, phase)
+        ops = impl.ops()
+        if phase == "decode" and ops.attention.adopt is not None:  # this attention's own cache, same numbers
+            hidden, positions, *cache = inputs
+            own_inputs = (hidden, positions, *ops.attention.adopt(*cache))
+        else:
+            own_inputs = inputs
+        layer = make_layer(ops, weights, shape, phase)
         if impl.compiled:
             fullgraph = impl.kind == "lazyops"  # lazyops' kernels are custom operators under the compiler
             layer = torch.compile(harness.engine().own_code(layer), fullgraph=fullgraph, dynamic=False, backend=dynamo)
         with torch.no_grad():
-            got = layer(*clone(inputs))
+            got = layer(*clone(own_inputs))
         if impl.kind != "skeleton":
             check(impl.name, got)
-        return layer, [clone(inputs)]
+        return layer, [clone(own_inputs)]
 
     return harness.Case(impl.name, impl.kind, setup)
 

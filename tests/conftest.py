@@ -9,7 +9,13 @@ from pathlib import Path
 
 import pytest
 
+import hypothesis_profiles
+
 import lazyops
+
+# Hypothesis runs pinned (derandomised, no database, no deadline) unless HYPOTHESIS_PROFILE says otherwise: see
+# tests/hypothesis_profiles.py, and the README's "Running the tests" for an exhaustive run.
+hypothesis_profiles.load()
 
 # The lazyops this test run imports (the checkout's src/ unless PYTHONPATH points elsewhere): subprocesses get the
 # same one, so a test run against another tree tests that tree throughout.

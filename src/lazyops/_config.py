@@ -118,9 +118,8 @@ class Settings:
         return tuple(getattr(self, name) for name in self._VALUE)
 
     def __eq__(self, other: object) -> bool:
-        if other.__class__ is not self.__class__:
+        if other.__class__ is not self.__class__ or not isinstance(other, Settings):
             return NotImplemented
-        assert isinstance(other, Settings)
         return self._value() == other._value()
 
     def __hash__(self) -> int:

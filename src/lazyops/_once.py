@@ -108,7 +108,8 @@ class Once(_Generic[T]):
                     self._finished = finished
                     break
                 waiting_for, owner = self._finished, self._owner
-            assert waiting_for is not None  # set together with _owner
+            if waiting_for is None:  # never: it is set together with _owner
+                raise RuntimeError(f"lazyops internal error: {self.what} has an owner but nothing to wait on")
             self._wait(me, owner, waiting_for)
         try:
             value = compute()

@@ -371,9 +371,8 @@ def pytest_runtest_makereport(
     # on that path declare __tracebackhide__ for KernelUnavailableError (--fulltrace shows them).
     report = yield
     errors = _unavailable(call.excinfo) if call.when in ("setup", "call") else []
-    if not errors:
+    if not errors or call.excinfo is None:  # (errors come from an excinfo)
         return report
-    assert call.excinfo is not None
     report.lazyops_missing = [[error.kernel, error.backend] for error in errors]  # type: ignore[attr-defined]
     marker = isinstance(call.excinfo.value, RequiredKernelsMissing)
     if fail_missing(item.config):
@@ -396,9 +395,8 @@ def pytest_make_collect_report(
     report = yield
     call = getattr(report, "call", None)  # pytest keeps the CallInfo there until collect_one_node pops it
     errors = _unavailable(getattr(call, "excinfo", None)) if report.failed else []
-    if not errors:
+    if not errors or call is None:  # (errors come from its excinfo)
         return report
-    assert call is not None  # errors came from its excinfo
     report.lazyops_missing = [[error.kernel, error.backend] for error in errors]  # type: ignore[attr-defined]
     if fail_missing(collector.config):
         report.sections.append(("lazyops", _fail_note(errors)))

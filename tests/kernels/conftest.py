@@ -28,6 +28,7 @@ import pytest  # noqa: E402
 from hypothesis import HealthCheck, settings  # noqa: E402
 
 import lazyops  # noqa: E402
+from hypothesis_profiles import examples as scaled  # noqa: E402
 from lazyops import testing  # noqa: E402
 
 
@@ -62,9 +63,10 @@ class Harness:
         return testing.strategies.cases(kernel, _api.kernel_factory(self.backend, kernel))
 
     def settings(self, host_examples: int = 25, examples: int = 80) -> settings:
-        # a backend that declines some configurations (kernels.cases filters them) is no test's defect
+        """These counts under the pinned profile, in proportion under ``HYPOTHESIS_PROFILE=exhaustive``; a backend
+        that declines some configurations (``kernels.cases`` filters them) is no test's defect."""
         return settings(
-            max_examples=host_examples if self.on_host else examples,
+            max_examples=scaled(host_examples if self.on_host else examples),
             deadline=None,
             suppress_health_check=[HealthCheck.filter_too_much],
         )

@@ -7,6 +7,7 @@ fixture, by backend: a new kernel or backend is tested here with no test code of
 
 from __future__ import annotations
 
+import warnings
 from typing import Any
 
 import pytest
@@ -29,15 +30,29 @@ def same_bits(a: torch.Tensor, b: torch.Tensor) -> bool:
 
 def test_kernel_matches_the_float64_reference(kernels, kernel):
     """Drawn shapes, dtypes and token counts (zero included, several calls per kernel), poisoned outputs, and
-    in-place results checked element by element: the kit's check, through the public namespace."""
+    in-place results checked element by element: the kit's check, through the public namespace. Warnings are
+    errors: whatever a conformance run warns of lands in every user's test run."""
     factory = kernels.factory(kernel)
 
     @kernels.settings()
     @given(case=kernels.cases(kernel))
     def check(case: Case) -> None:
-        check_case(factory, case, device=kernels.device, max_elements=kernels.max_elements)
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            check_case(factory, case, device=kernels.device, max_elements=kernels.max_elements)
 
     check()
+
+
+@pytest.mark.parametrize("n", [132, 20000], ids=["one pass", "online"])
+def test_a_softmax_row_of_only_minus_inf_warns_nothing(kernels, n):
+    """A row that is all ``-inf`` has the softmax NaN, by contract; computing it must not warn in the user's run
+    (Triton's interpreter reported the ``-inf - -inf`` it took as numpy's "invalid value encountered in
+    subtract")."""
+    case = Case("softmax_tl", (n, torch.float16), {}, (3, 1), seed=0, geometry={"mask": "all", "block": 1024})
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        check_case(kernels.factory("softmax_tl"), case, device=kernels.device, max_elements=kernels.max_elements)
 
 
 def test_factory_signature_is_the_spec(kernels, kernel):

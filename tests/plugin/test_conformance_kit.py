@@ -115,15 +115,57 @@ def test_a_third_party_backend_checks_itself_through_the_plugin_fixture(project)
         "test_engine.py::test_conformance[[]badport] FAILED",
     ])
     result.stdout.fnmatch_lines([
-        "E   * AssertionError: lazyops conformance of backend 'badport' on cpu (up to 5 examples per kernel):",
+        "E   * lazyops.testing.ConformanceError: lazyops conformance of backend 'badport' on cpu (up to 5 examples "
+        "per kernel):",
         "E   *  FAILED        rmsnorm_tl: backend 'badport', rmsnorm_tl: parameter 'eps' is missing (the reference "
         "('lazyops.specs') has `eps: float = 1e-06`); *backend 'badport', rmsnorm_tl: parameter 'epsilon' is not in "
         "the reference ('lazyops.specs') (it has (n, dtype, eps, weight_dtype, weight_offset))",
-        "E   *  FAILED        softmax_tl: AssertionError: M=*: relative error * > 1e-0* (torch.*)",
+        "E   *  FAILED        softmax_tl: ConformanceError: M=*: relative error * > 1e-0* (torch.*)",
         "E   *                smallest failing case: softmax_tl(*",
         "E   *                rerun it: lazyops.testing.check_case(factory, Case(kernel='softmax_tl'*",
         f"E   *  not exported  {', '.join(not_exported({'rmsnorm_tl', 'softmax_tl'}))}",
     ])
+
+
+def test_a_failed_check_reports_the_test_line_and_the_verdict_not_the_kits_source(project):
+    """pytest prints the source of every frame of a failure's traceback: without the kit's frames hidden, a failed
+    conformance test showed some 60 lines of lazyops.testing before its message."""
+    project.write_backend("badport", BADPORT)
+    project.tests(
+        """
+        import torch
+        import lazyops.testing
+        from lazyops._backends.torch.softmax import softmax_tl
+
+        def test_conformance():
+            lazyops.testing.run_conformance("badport", kernels=["softmax_tl"], max_examples=5)
+
+        def one_percent_off(n, dtype):
+            right = softmax_tl(n, dtype)
+            return lambda x: right(x) * 1.01
+
+        def test_one_case():
+            case = lazyops.testing.Case("softmax_tl", (100, torch.float16), {}, (5,), seed=7)
+            lazyops.testing.check_case(one_percent_off, case, device="cpu")
+        """
+    )
+    result = project.run(hypothesis=True)
+    result.assert_outcomes(failed=2)
+    result.stdout.fnmatch_lines([
+        ">       lazyops.testing.run_conformance(*",
+        "E       lazyops.testing.ConformanceError: lazyops conformance of backend 'badport' on cpu *",
+        "E         FAILED        softmax_tl: ConformanceError: M=*: relative error *",
+        "test_engine.py:6: ConformanceError",
+    ])
+    result.stdout.fnmatch_lines([
+        ">       lazyops.testing.check_case(one_percent_off, case, device=*",
+        "E       lazyops.testing.ConformanceError: M=5: relative error * > 1e-03 (torch.float16)",
+        "test_engine.py:14: ConformanceError",
+    ])
+    output = result.stdout.str()
+    assert "lazyops/testing/" not in output, output  # no frame of the kit: neither its files nor their source
+    for kit_line in ("raise ConformanceError", "judge_case(factory", "report = ConformanceReport"):
+        assert kit_line not in output, output
 
 
 # -- the same, in this process: the report itself ------------------------------------------------------------
@@ -140,13 +182,16 @@ def test_report_of_a_passing_partial_port(installed):
 
 def test_a_failure_names_the_kernel_the_error_and_a_case_that_reruns_it(installed):
     installed("badport", BADPORT)
-    with pytest.raises(AssertionError) as failure:
+    with pytest.raises(testing.ConformanceError) as failure:
         testing.run_conformance("badport", kernels=["softmax_tl"], max_examples=10, seed=2)
+    # an AssertionError, as the README promises: pytest reports it as a failure, and older code that caught
+    # AssertionError still does
+    assert isinstance(failure.value, AssertionError)
     message = str(failure.value)
-    assert "FAILED        softmax_tl: AssertionError: M=" in message and "relative error" in message
+    assert "FAILED        softmax_tl: ConformanceError: M=" in message and "relative error" in message
     case_text = message.split("rerun it: lazyops.testing.check_case(factory, ")[1].rsplit(")", 1)[0]
     case = eval(case_text, {"Case": testing.Case, "Layout": testing.Layout, "torch": torch})  # the printed case is the case
-    with pytest.raises(AssertionError, match="relative error"):
+    with pytest.raises(testing.ConformanceError, match="relative error"):
         testing.check_case(_api.kernel_factory("badport", "softmax_tl"), case, device="cpu")
     assert testing.check_case(softmax_tl, case, device="cpu") < testing.TOLERANCE[case.dtype]
 
@@ -154,6 +199,14 @@ def test_a_failure_names_the_kernel_the_error_and_a_case_that_reruns_it(installe
 def test_the_reference_backend_conforms():
     report = testing.run_conformance("torch", max_examples=8, device="cpu")
     assert report.passed == list(kernel_names())
+
+
+def test_a_conformance_run_draws_the_same_cases_every_time():
+    """A backend's CI must pass or fail on its kernels, never on the draw: the cases are a function of the seed,
+    0 unless given."""
+    runs = [str(testing.run_conformance("torch", kernels=["gelu_and_mul_tl"], max_examples=6)) for _ in range(2)]
+    assert runs[0] == runs[1]
+    assert runs[0] == str(testing.run_conformance("torch", kernels=["gelu_and_mul_tl"], max_examples=6, seed=0))
 
 
 def test_a_call_with_no_tokens_is_part_of_every_case_that_draws_one():
@@ -191,7 +244,7 @@ def case_of(kernel: str, *args, tokens=(5, 0, 3), **kwargs) -> "testing.Case":
 def test_check_case_refuses_a_wrong_out_of_place_kernel(wrong, message):
     case = case_of("softmax_tl", 100, torch.float16)
     assert testing.check_case(softmax_tl, case, device="cpu") < testing.TOLERANCE[torch.float16]
-    with pytest.raises(AssertionError, match=message):
+    with pytest.raises(testing.ConformanceError, match=message):
         testing.check_case(wrong, case, device="cpu")
 
 
@@ -208,7 +261,7 @@ def test_check_case_checks_every_element_of_an_in_place_result():
         return add_rmsnorm
 
     case = case_of("add_rmsnorm_tl", 64, torch.bfloat16, eps=1e-6, tokens=(300,))
-    with pytest.raises(AssertionError, match=r"M=300: residual: \d+ of 19200 elements off"):
+    with pytest.raises(testing.ConformanceError, match=r"M=300: residual: \d+ of 19200 elements off"):
         testing.check_case(forgets_the_last_row, case, device="cpu")
 
 
@@ -221,7 +274,7 @@ def test_check_case_requires_rope_to_rotate_in_place():
                 "positions_dtype": torch.int64}
     case = testing.Case("rope_tl", (64, torch.float16), {"is_neox": True}, (9,), 3, geometry)
     assert testing.check_case(rope_tl, case, device="cpu") < testing.TOLERANCE[torch.float16]
-    with pytest.raises(AssertionError, match="rope_tl must return its arguments"):
+    with pytest.raises(testing.ConformanceError, match="rope_tl must return its arguments"):
         testing.check_case(returns_copies, case, device="cpu")
 
 

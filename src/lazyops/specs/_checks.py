@@ -188,14 +188,16 @@ def overlap(a: torch.Tensor, b: torch.Tensor) -> bool:
     Tensors without memory (meta tensors, the fake tensors ``torch.compile`` traces with) share none: their
     aliasing is the compiler's to track, from the operator's schema.
     """
+    if _is_fake(a) or _is_fake(b):  # asked first: a fake tensor's data_ptr() warns (or raises) in the user's run
+        return False
     try:
         a_start, a_end = span(a)
         b_start, b_end = span(b)
-    except (RuntimeError, NotImplementedError):  # a fake tensor has no data pointer
+    except (RuntimeError, NotImplementedError):  # another tensor without a data pointer
         return False
     if a_end <= b_start or b_end <= a_start or a_start == a_end or b_start == b_end:
         return False  # the common case decided on two byte ranges, before asking what kind of tensors these are
-    if a.is_meta or b.is_meta or _is_fake(a) or _is_fake(b):
+    if a.is_meta or b.is_meta:
         return False
     size = a.element_size()
     if size != b.element_size():

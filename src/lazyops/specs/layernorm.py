@@ -61,8 +61,10 @@ def off_centre_rows(draw: Any, config: LayerNormConfig, tokens: int, geometry: A
     """Activations off zero mean (as a residual stream is): the variance must survive the centring. Each row
     centred at :data:`MEAN_SHIFT` of its own spread, so every row is as hard as the next and none harder."""
     x = draw.randn(tokens, config.n, dtype=torch.float32)
-    spread = x.std(dim=-1, correction=0, keepdim=True)
-    rows: torch.Tensor = (x - x.mean(dim=-1, keepdim=True) + MEAN_SHIFT * spread).to(config.dtype)
+    if tokens:  # (no rows, nothing to centre: std() over none warns that its degrees of freedom are <= 0)
+        spread = x.std(dim=-1, correction=0, keepdim=True)
+        x = x - x.mean(dim=-1, keepdim=True) + MEAN_SHIFT * spread
+    rows: torch.Tensor = x.to(config.dtype)
     return rows
 
 

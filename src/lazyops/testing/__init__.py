@@ -4,8 +4,9 @@ One reference per kernel, in its spec (``lazyops.specs``): the kernel's definiti
 the yardstick every backend is measured against. Nothing in this package re-implements the math.
 
 - :func:`run_conformance` (``run_conformance("mybackend")``) checks every kernel a registered backend exports and
-  raises ``AssertionError`` listing what failed; with the ``lazyops_backend`` fixture of the pytest plugin, one
-  test checks every backend that runs on the machine.
+  raises :class:`ConformanceError` (an ``AssertionError``, raised even under ``python -O``) listing what failed;
+  with the ``lazyops_backend`` fixture of the pytest plugin, one test checks every backend that runs on the
+  machine.
 - :func:`check_case` runs one example (a :class:`Case`) of one kernel against a factory.
 - :func:`check_large_offsets` runs one example with its rows, or its unused batch dimension, 2**31 elements or
   more apart: what a kernel computing offsets in 32 bits gets wrong (the kit runs it after each kernel's cases).
@@ -24,7 +25,17 @@ from typing import Any
 
 from lazyops.testing import strategies
 from lazyops.testing._case import Case, Layout
-from lazyops.testing._compare import DTYPES, TOLERANCE, Inputs, check_close, check_each, poison, relative_error, rows
+from lazyops.testing._compare import (
+    DTYPES,
+    TOLERANCE,
+    ConformanceError,
+    Inputs,
+    check_close,
+    check_each,
+    poison,
+    relative_error,
+    rows,
+)
 from lazyops.testing._conformance import (
     ConformanceReport,
     KernelResult,
@@ -40,6 +51,7 @@ __all__ = [
     "REFERENCES",
     "TOLERANCE",
     "Case",
+    "ConformanceError",
     "ConformanceReport",
     "Inputs",
     "KernelResult",

@@ -16,6 +16,10 @@ from typing import Any
 import torch
 
 from lazyops.testing._case import Layout
+from lazyops.testing._compare import (
+    ConformanceError,
+    __tracebackhide__,  # noqa: F401 - the kit's verdicts end at the test
+)
 
 
 @dataclass
@@ -29,9 +33,10 @@ class LaidOut:
 
     def check_untouched(self, what: str) -> None:
         for region, before in self.spares:
-            assert torch.equal(region.cpu(), before.cpu()), (
-                f"{what}: the kernel wrote outside the views it was given (the buffer's spare columns changed)"
-            )
+            if not torch.equal(region.cpu(), before.cpu()):
+                raise ConformanceError(
+                    f"{what}: the kernel wrote outside the views it was given (the buffer's spare columns changed)"
+                )
 
 
 def lay_out(spec: Any, config: Any, args: tuple[Any, ...], layout: Layout, draw: Any) -> LaidOut:

@@ -13,6 +13,14 @@ from lazyops._backends.triton._launch import Launcher
 from lazyops.specs.softmax import SoftmaxConfig, spec
 
 
+@triton.jit
+def _nan_if_all_masked(row_max):
+    # A row that is all -inf has the softmax NaN (as torch.softmax gives). Taking NaN as its maximum gives it
+    # quietly: x - max would otherwise be -inf - -inf, an invalid operation, which Triton's interpreter (numpy)
+    # reports as a RuntimeWarning in the caller's test run. One select per row.
+    return tl.where(row_max == -float("inf"), float("nan"), row_max)
+
+
 @triton.jit(do_not_specialize=["M"])
 def _softmax_kernel(
     x_ptr,
@@ -38,7 +46,7 @@ def _softmax_kernel(
     if SINGLE_PASS:
         cols = tl.arange(0, BLOCK_N)[None, :]
         x = tl.load(x_ptr + x_base + cols, mask=cols < N, other=-float("inf")).to(tl.float32)
-        e = tl.exp(x - tl.max(x, axis=1)[:, None])
+        e = tl.exp(x - _nan_if_all_masked(tl.max(x, axis=1)[:, None]))
         y = e / tl.sum(e, axis=1)[:, None]
         tl.store(y_ptr + y_base + cols, y.to(y_ptr.dtype.element_ty), mask=row_ok[:, None] & (cols < N))
     else:
@@ -55,7 +63,7 @@ def _softmax_kernel(
             pivot = tl.where(new_max == -float("inf"), 0.0, new_max)
             lane_sum = lane_sum * tl.exp(lane_max - pivot) + tl.exp(x - pivot)
             lane_max = new_max
-        row_max = tl.max(lane_max, axis=1)[:, None]
+        row_max = _nan_if_all_masked(tl.max(lane_max, axis=1)[:, None])
         row_sum = tl.sum(lane_sum * tl.exp(lane_max - row_max), axis=1)[:, None]
         # y may be x itself (out=x): the first pass only read; this one reads each block before writing it.
         for start in range(0, N, BLOCK_N):
