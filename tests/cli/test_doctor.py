@@ -132,7 +132,7 @@ def test_a_misspelt_variable_is_a_problem_not_all_good(env, broken_backend):
 
 
 def test_unknown_variables_are_the_lazyops_ones_it_does_not_read_with_the_nearest():
-    from lazyops._config import unknown_variables
+    from lazyops._settings import unknown_variables
 
     environ = {"LAZYOPS_BAKEND": "triton", "LAZYOPS_STRICT": "1", "LAZYOPS_ZZZ": "", "PATH": "/bin", "LAZYOPS": "1"}
     assert unknown_variables(environ) == [("LAZYOPS_BAKEND", "LAZYOPS_BACKEND"), ("LAZYOPS_ZZZ", None)]

@@ -1,6 +1,6 @@
 """lazyops.testing: a third-party backend checks itself the way the built-ins are checked.
 
-Two ports registered by entry point: 'goodport' (its kernels wrap the torch reference) passes; 'badport' (a softmax
+Two ports registered by entry point: 'goodport' (its kernels wrap the torch backend's) passes; 'badport' (a softmax
 that normalises by the first 64 columns only, an rmsnorm whose keyword is misspelt) fails, and the failure names
 the kernel, the error and the smallest failing case.
 """
@@ -117,9 +117,9 @@ def test_a_third_party_backend_checks_itself_through_the_plugin_fixture(project)
     result.stdout.fnmatch_lines([
         "E   * lazyops.testing.ConformanceError: lazyops conformance of backend 'badport' on cpu (up to 5 examples "
         "per kernel):",
-        "E   *  FAILED        rmsnorm_tl: backend 'badport', rmsnorm_tl: parameter 'eps' is missing (the reference "
-        "('lazyops.specs') has `eps: float = 1e-06`); *backend 'badport', rmsnorm_tl: parameter 'epsilon' is not in "
-        "the reference ('lazyops.specs') (it has (n, dtype, eps, weight_dtype, weight_offset))",
+        "E   *  FAILED        rmsnorm_tl: backend 'badport', rmsnorm_tl: parameter 'eps' is missing (the canonical "
+        "signature ('lazyops.specs') has `eps: float = 1e-06`); *backend 'badport', rmsnorm_tl: parameter 'epsilon' is "
+        "not in the canonical signature ('lazyops.specs') (it has (n, dtype, eps, weight_dtype, weight_offset))",
         "E   *  FAILED        softmax_tl: ConformanceError: M=*: relative error * > 1e-0* (torch.*)",
         "E   *                smallest failing case: softmax_tl(*",
         "E   *                rerun it: lazyops.testing.check_case(factory, Case(kernel='softmax_tl'*",
@@ -196,7 +196,7 @@ def test_a_failure_names_the_kernel_the_error_and_a_case_that_reruns_it(installe
     assert testing.check_case(softmax_tl, case, device="cpu") < testing.TOLERANCE[case.dtype]
 
 
-def test_the_reference_backend_conforms():
+def test_the_torch_backend_conforms():
     report = testing.run_conformance("torch", max_examples=8, device="cpu")
     assert report.passed == list(kernel_names())
 
