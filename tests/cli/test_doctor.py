@@ -101,9 +101,7 @@ def test_a_selected_backend_that_cannot_run_is_one_problem_not_one_per_kernel(en
     result = lazyops_cli("doctor", "--json", "--backend", "offline", env=env)
     assert result.returncode == 1, result.stdout + result.stderr
     report = json.loads(result.stdout)
-    assert report["failures"] == [
-        "selected backend 'offline' cannot run here: no device (every kernel resolves to it)"
-    ]
+    assert report["failures"] == ["selected backend 'offline' cannot run here: no device (every kernel resolves to it)"]
     assert "is cannot run" not in result.stdout
 
 
