@@ -31,7 +31,7 @@ if TYPE_CHECKING:
     from lazyops._resolve import Resolution
     from lazyops._settings import Settings
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
 __all__ = [
     "BackendError",
     "ConfigError",
