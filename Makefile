@@ -10,7 +10,7 @@ export PYTHONPATH := $(if $(PYTHONPATH),$(PYTHONPATH):)$(CURDIR)/src
 
 help:
 	@echo "make test         the whole test suite (CI: bash scripts/test.sh installs, lints, then runs it)"
-	@echo "make lint         ruff and ruff format on src/ and benchmarks/, mypy on src/"
+	@echo "make lint         ruff and ruff format on src/ tests/ benchmarks/ examples/, mypy on src/"
 	@echo "make gpu-results  every GPU result file into benchmarks/results/<gpu>/ (about 8 minutes on one H200)"
 	@echo "make gpu-tune     lazyops tune on the decoder layer's trace, twice, then the layer by its plan (GPU)"
 	@echo "make gpu-check    every GPU test, the example engine: results/<gpu>/gpu-check.md (GPU)"
@@ -21,8 +21,8 @@ test:
 	$(PYTHON) -m pytest
 
 lint:
-	$(PYTHON) -m ruff check src benchmarks
-	$(PYTHON) -m ruff format --check src benchmarks
+	$(PYTHON) -m ruff check src tests benchmarks examples
+	$(PYTHON) -m ruff format --check src tests benchmarks examples
 	$(PYTHON) -m mypy src
 
 # In this order so that an interrupted run has the goals' figures first: the memory-bound kernels (stream 1024, 8192,

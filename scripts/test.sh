@@ -4,9 +4,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh test,triton,tilelang,cli
-# Lint, format and type-check src/ first (configured in pyproject.toml): a second or two, and a finding stops the run
+# Lint and format-check the code, type-check src/ first (configured in pyproject.toml): a second or two, and a finding stops the run
 # before the suite's minutes.
-.venv/bin/ruff check src
-.venv/bin/ruff format --check src
+.venv/bin/ruff check src tests benchmarks examples
+.venv/bin/ruff format --check src tests benchmarks examples
 .venv/bin/mypy src
 .venv/bin/python -m pytest "$@"

@@ -10,7 +10,6 @@ from pathlib import Path
 import pytest
 
 import hypothesis_profiles
-
 import lazyops
 
 # Hypothesis runs pinned (derandomised, no database, no deadline) unless HYPOTHESIS_PROFILE says otherwise: see

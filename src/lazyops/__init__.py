@@ -2,7 +2,7 @@
 
 ``import lazyops`` imports no backend, no torch and no kernel library. ``lazyops.rmsnorm_tl`` resolves one kernel
 factory on first access through this module's ``__getattr__`` (PEP 562): from the selected backend
-(``LAZYOPS_BACKEND``), else from the platform default, else from the torch reference, else it raises
+(``LAZYOPS_BACKEND``), else from the platform default, else from the torch backend (the last resort), else it raises
 ``KernelUnavailableError``. The resolved factory is then stored in this module's ``__dict__``, so every later
 access is a plain attribute read. ``lazyops.which(name)`` says where a name resolves and why.
 
@@ -26,12 +26,12 @@ if TYPE_CHECKING:
     from types import ModuleType
     from typing import Any
 
-    from lazyops._config import Settings
     from lazyops._errors import BackendError, ConfigError, KernelInputError, KernelUnavailableError, LazyopsError
     from lazyops._namespace import Namespace
     from lazyops._resolve import Resolution
+    from lazyops._settings import Settings
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
 __all__ = [
     "BackendError",
     "ConfigError",
@@ -123,7 +123,7 @@ def configure(
     ``backend`` is a name, a comma list or a list or tuple of names (a priority chain), or ``None`` for the
     platform default; ``fallback`` the kernel names that must come from the platform default; ``strict`` forbids
     every fallback; ``plan`` is a plan file's path (``lazyops tune``), or ``None`` for none. Arguments left out keep
-    their current values. The whole configuration is validated at once (``ConfigError``, nothing changed, if it is
+    their current values. All the settings are validated at once (``ConfigError``, nothing changed, if it is
     wrong), and every resolved kernel is dropped, so the next access resolves afresh. Returns the settings now in
     force.
     """
@@ -138,7 +138,7 @@ def configure(
 def resolve_all() -> tuple[str, ...]:
     """Resolve every known kernel now (as ``EAGER_IMPORT=1`` does); returns the names that could not be resolved.
 
-    A kernel the configuration has no source for (``KernelUnavailableError``, e.g. in strict mode) is returned,
+    A kernel the settings give no source for (``KernelUnavailableError``, e.g. in strict mode) is returned,
     not raised; any other error (``ConfigError``, ``BackendError``) raises as the access would. When the tuple is
     empty, every kernel sits in this module's dict and the module's ``__getattr__`` is removed, so reading
     ``lazyops.<kernel>`` is as fast as any module attribute (CPython does not specialise attribute reads on a

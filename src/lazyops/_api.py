@@ -1,7 +1,7 @@
 """The internal API of lazyops' own tools: the command line, the pytest plugin, the conformance kit.
 
 Private (not part of ``lazyops``' public surface, not in its stub) but stable: these tools need more than the
-public functions (a backend's module, whether it can run here, a configuration for the length of a block), and
+public functions (a backend's module, whether it can run here, settings for the length of a block), and
 reaching into the namespace object for it would tie every tool to how the namespace is built. Everything here is
 a thin, named question to that object.
 """
@@ -15,12 +15,12 @@ from types import ModuleType
 from typing import Any
 
 import lazyops  # noqa: F401  (the package is initialised before its namespace is asked for)
-from lazyops._config import Settings
 from lazyops._errors import ConfigError
 from lazyops._namespace import Namespace
 from lazyops._registry import Backend, RefusedBackend
-from lazyops._report import Report, build_report
 from lazyops._resolve import Resolution, resolve, validate
+from lazyops._settings import Settings
+from lazyops._sources import Sources, build_sources
 
 
 def _namespace() -> Namespace:
@@ -29,13 +29,13 @@ def _namespace() -> Namespace:
     return package._state()  # type: ignore[no-any-return]
 
 
-def report() -> Report:
-    """Where each kernel comes from under the configuration in force (names and stubs only; nothing imported)."""
+def sources() -> Sources:
+    """Where each kernel comes from under the settings in force (names and stubs only; nothing imported)."""
     namespace = _namespace()
     universe = namespace.universe()
     settings = namespace.settings()
     refused = tuple(r.reason for r in universe.registry.refused)
-    return build_report(settings, universe, refused=refused)
+    return build_sources(settings, universe, refused=refused)
 
 
 def settings() -> Settings:
@@ -83,7 +83,7 @@ def exports(name: str) -> frozenset[str]:
 
 
 def kernel_factory(name: str, kernel: str) -> Any:
-    """Backend ``name``'s own factory for ``kernel``, bypassing the configuration (no wrapper, nothing stored)."""
+    """Backend ``name``'s own factory for ``kernel``, bypassing the settings (no wrapper, nothing stored)."""
     return backend(name).kernel(kernel)
 
 
@@ -111,7 +111,7 @@ def resolve_alone(kernel: str, backend: str) -> Resolution:
 
 @contextlib.contextmanager
 def configured(**overrides: Any) -> Iterator[Settings]:
-    """``lazyops.configure(**overrides)`` for a ``with`` block, then the configuration before it back."""
+    """``lazyops.configure(**overrides)`` for a ``with`` block, then the settings before it back."""
     with _namespace().configured(**overrides) as settings:
         yield settings
 
@@ -127,7 +127,7 @@ def eager_error() -> BaseException | None:
 
 
 __all__ = [
-    "Report",
+    "Sources",
     "backend",
     "backend_module",
     "backend_statuses",
@@ -138,9 +138,9 @@ __all__ = [
     "eager_error",
     "exports",
     "kernel_factory",
-    "report",
     "reset",
     "resolve_alone",
     "settings",
+    "sources",
     "unavailable_reason",
 ]

@@ -11,7 +11,7 @@ once, see ``_once``), and stores under the lock again, re-checking: threads raci
 object the first of them stored, and a resolution begun before a ``configure()`` is not stored after it (each
 ``configure()`` or ``reset()`` starts a new *generation*).
 
-``configure()`` validates a whole new configuration before touching anything, then drops every stored kernel; a
+``configure()`` validates all the new settings before touching anything, then drops every stored kernel; a
 failed ``configure()`` changes nothing.
 
 The fast state. CPython's specialised module-attribute read (``LOAD_ATTR_MODULE``) declines any module whose
@@ -26,22 +26,22 @@ from __future__ import annotations
 import _thread
 import os
 
-from lazyops._config import (
-    Settings,
-    apply_overrides,
-    environment_without_overridden,
-    settings_from_environment,
-    unknown_variables,
-)
 from lazyops._errors import BackendError, ConfigError, KernelUnavailableError
 from lazyops._errors import hide_in_pytest_tracebacks as __tracebackhide__  # noqa: F401
 from lazyops._once import OnceCycleError, fork_safe
 from lazyops._platform import platform_default
 from lazyops._registry import Registry
 from lazyops._resolve import INHERITED, PLAN, Resolution, resolve, unknown_kernel_error, validate
+from lazyops._settings import (
+    Settings,
+    apply_overrides,
+    environment_without_overridden,
+    settings_from_environment,
+    unknown_variables,
+)
 
 # Only what the first access of a kernel from the platform default needs is imported above; the printed lines
-# (_notices), the summary (_report), tracing (_trace) and the wrapper (_wrap) are imported where first needed.
+# (_notices), the summary (_sources), tracing (_trace) and the wrapper (_wrap) are imported where first needed.
 TYPE_CHECKING = False  # typing's own constant would cost importing typing on the first access
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping, MutableMapping
@@ -203,7 +203,7 @@ class Namespace:
             return str(error)
         return f"backend {backend!r} cannot run here: {reason}" if reason else None
 
-    # -- configuration -----------------------------------------------------------------------------------------
+    # -- settings --------------------------------------------------------------------------------------------
     def settings(self) -> Settings:
         """The settings in force, read from the environment on first need and validated then."""
         return self._current()[1]
@@ -238,14 +238,14 @@ class Namespace:
                     self._overrides = merged
                     self._install(settings)
                     return settings
-            # another configure() won the race: apply these arguments over its configuration
+            # another configure() won the race: apply these arguments over its settings
 
     def configured(self, **overrides: Any) -> _Configured:
-        """``configure(**overrides)`` for the length of a ``with`` block, then the configuration before it back.
+        """``configure(**overrides)`` for the length of a ``with`` block, then the settings before it back.
 
         For the pytest plugin: ``--lazyops-backend`` holds for one session and the ``lazyops_backend`` fixture for
         one test, and neither may leak into what runs after it (pytester's in-process runs share this module). A
-        refused configuration raises before the block and changes nothing.
+        refused setting raises before the block and changes nothing.
         """
         return _Configured(self, overrides)
 
@@ -276,8 +276,8 @@ class Namespace:
         self._summarised = False
 
     def plan(self) -> Any:
-        """The plan in force (``_plan.Plan``), read and checked against this machine once per configuration; ``None``
-        without ``LAZYOPS_PLAN``, or where the plan does not apply here (said once; ``LAZYOPS_PLAN_STRICT=1``
+        """The plan in force (``_plan.Plan``), read and checked against this machine once per change of settings;
+        ``None`` without ``LAZYOPS_PLAN``, or where the plan does not apply here (said once; ``LAZYOPS_PLAN_STRICT=1``
         raises the ``ConfigError`` instead)."""
         generation, settings = self._current()
         with self._lock:
@@ -460,9 +460,9 @@ class Namespace:
 
             lines += [unknown_variable_line(name, nearest) for name, nearest in unknown]
         if settings.chain is not None:  # else the platform default alone: nothing asked for can be missing
-            from lazyops._report import build_report
+            from lazyops._sources import build_sources
 
-            lines.append(build_report(settings, self.universe()).summary_line())
+            lines.append(build_sources(settings, self.universe()).summary_line())
         for line in lines:
             if line is not None:
                 self.notices.emit(line, verbose=settings.verbose, rank=settings.rank)

@@ -10,8 +10,8 @@ from __future__ import annotations
 import _thread
 import sys
 
-from lazyops._config import VARIABLES
 from lazyops._once import fork_safe
+from lazyops._settings import VARIABLES
 
 
 class Notices:
@@ -41,7 +41,7 @@ def inherited_line(kernel: str, source: str, lacking: tuple[str, ...]) -> str:
 
 
 def unknown_variable_line(name: str, nearest: str | None) -> str:
-    """The line for a ``LAZYOPS_*`` variable lazyops does not read (``_config.unknown_variables``)."""
+    """The line for a ``LAZYOPS_*`` variable lazyops does not read (``_settings.unknown_variables``)."""
     known = ", ".join(variable for variable in VARIABLES if variable.startswith("LAZYOPS_"))
     hint = f"did you mean {nearest}?" if nearest else f"the variables lazyops reads are {known}"
     return f"lazyops: {name} is not a lazyops variable and is ignored; {hint}"

@@ -30,7 +30,7 @@ if TYPE_CHECKING:
 
 ENTRY_POINT_GROUP = "lazyops.backends"
 
-#: (name, module, how to install what it needs); the reference comes first.
+#: (name, module, how to install what it needs); torch, the last resort, comes first.
 BUILTINS = (
     ("torch", "lazyops._backends.torch", "install it with: pip install torch"),
     ("triton", "lazyops._backends.triton", "install it with: pip install 'lazyops[triton]'"),

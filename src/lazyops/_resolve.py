@@ -6,9 +6,9 @@ hypothesis model test to check against an independent model, and the reason ``wh
 importing anything.
 
 The three roles: the *chain* (the selected backends in priority order), the *platform default* (what runs best
-here), and the *reference* (``torch``: it implements every kernel, so it is the last resort). A kernel that the
-chain lacks is *inherited* from the default or the reference, never silently: the namespace wraps it so that its
-first call says so, and the first resolution prints how many kernels the chain lacks (``_report``). A partial port
+here), and the *last resort* (``torch``: it implements every kernel). A kernel that the
+chain lacks is *inherited* from the default or the last resort, never silently: the namespace wraps it so that its
+first call says so, and the first resolution prints how many kernels the chain lacks (``_sources``). A partial port
 is never mistaken for a complete one; strict means no fallback of any kind.
 
 The same order answers for one *configuration* of a kernel (``resolve(..., serves=..., planned=...)``): a backend
@@ -19,9 +19,9 @@ the configuration, which comes first wherever it serves it (within the chain, in
 
 from __future__ import annotations
 
-from lazyops._config import Settings
 from lazyops._errors import ConfigError, KernelUnavailableError
 from lazyops._errors import hide_in_pytest_tracebacks as __tracebackhide__  # noqa: F401
+from lazyops._settings import Settings
 
 TYPE_CHECKING = False  # typing's own constant would cost importing typing on the first access
 if TYPE_CHECKING:
@@ -30,7 +30,8 @@ if TYPE_CHECKING:
 else:  # the protocol is for type checkers; at run time a plain base will do
     Protocol = object
 
-REFERENCE = "torch"
+#: the torch backend implements every kernel, so it is the last resort of every order
+LAST_RESORT = "torch"
 
 SELECTED = "selected"
 FALLBACK_LIST = "fallback-list"
@@ -201,8 +202,8 @@ def resolve(
 
     if planned is not None and (not settings.strict or planned in chain) and takes(planned):
         return found(planned, PLAN, ())
-    # the platform default, then the reference: the fallback list's source, and the sources of inheritance
-    sources = tuple(dict.fromkeys((universe.default, REFERENCE)))
+    # the platform default, then the last resort: the fallback list's source, and the sources of inheritance
+    sources = tuple(dict.fromkeys((universe.default, LAST_RESORT)))
     if kernel in settings.fallback:
         for source in sources:
             if takes(source):
@@ -242,7 +243,9 @@ def unavailable_error(
             kernel, ",".join(chain), available_in, f"{what} is not served here: {reasons}. {way_out}"
         )
     mode = (
-        "strict mode allows no fallback" if settings.strict else "neither the platform default nor the reference has it"
+        "strict mode allows no fallback"
+        if settings.strict
+        else "neither the platform default nor the last resort (torch) has it"
     )
     return KernelUnavailableError(
         kernel,

@@ -1,10 +1,10 @@
 """One signature checker: does a backend's factory take the arguments the kernel's spec says, typed alike?
 
 Used by the stub generator (which writes the spec's signature for every kernel), by the conformance kit (which
-refuses a third-party factory that drifts) and by the tests of the built-in backends, so "agrees with the
-reference" means one thing everywhere. Compared: the parameters' names, order, kinds, defaults and annotations,
-and the kernel the factory returns (a ``Protocol`` with a ``__call__``, or a ``Callable[[...], R]``: both spell
-the same call).
+refuses a third-party factory that drifts) and by the tests of the built-in backends, so "agrees with
+the canonical signature" means one thing everywhere. Compared: the parameters' names, order, kinds, defaults and
+annotations, and the kernel the factory returns (a ``Protocol`` with a ``__call__``, or a ``Callable[[...], R]``:
+both spell the same call).
 """
 
 from __future__ import annotations
@@ -56,10 +56,10 @@ def type_checking_namespace(function: Callable[..., Any]) -> dict[str, Any]:
 def call_shape(annotation: object) -> tuple[tuple[object, ...], object] | None:
     """``((argument types...), result)`` of a kernel's type: a protocol's ``__call__`` or a ``Callable[[...], R]``.
 
-    Both spell the same kernel call, so a backend that writes ``Callable[[Tensor], Tensor]`` agrees with a reference
-    that returns ``SoftmaxKernel``; parameter names are documentation (the protocols take positional arguments).
-    The keyword-only options of a call (``out=``) are the spec's wrapper's, which every factory's kernel gets, and
-    a ``Callable`` cannot spell them: only the positional arguments are compared.
+    Both spell the same kernel call, so a backend that writes ``Callable[[Tensor], Tensor]`` agrees with a
+    canonical signature that returns ``SoftmaxKernel``; parameter names are documentation (the protocols take
+    positional arguments). The keyword-only options of a call (``out=``) are the spec's wrapper's, which every
+    factory's kernel gets, and a ``Callable`` cannot spell them: only the positional arguments are compared.
     """
     if is_kernel_protocol(annotation):
         call = inspect.signature(vars(typing.cast(type, annotation))["__call__"], eval_str=True)
@@ -99,21 +99,24 @@ def signature_mismatches(
     kernel: str,
     backend: str,
     function: Callable[..., Any],
-    reference_backend: str,
-    reference: Callable[..., Any],
+    canonical_source: str,
+    canonical_factory: Callable[..., Any],
 ) -> list[str]:
-    """Every way ``backend``'s factory for ``kernel`` differs from the reference's, one sentence each.
+    """Every way ``backend``'s factory for ``kernel`` differs from the canonical one, one sentence each.
+
+    The canonical factory is the torch backend's (or, for the conformance kit, the spec's); ``canonical_source``
+    names it in the sentences.
 
     Compared: the parameters' names, order, kinds, defaults and annotations, and the kernel the factory returns.
     Each sentence names the backend, the kernel and the parameter, so a failing test says what to fix.
     """
     head = f"backend {backend!r}, {kernel}"
-    ref = f"the reference ({reference_backend!r})"
+    ref = f"the canonical signature ({canonical_source!r})"
     try:
         signature = evaluated_signature(function, head)
     except SignatureError as error:
         return [str(error)]
-    canonical = evaluated_signature(reference, f"backend {reference_backend!r}, {kernel}")
+    canonical = evaluated_signature(canonical_factory, f"backend {canonical_source!r}, {kernel}")
     problems: list[str] = []
     ours, theirs = signature.parameters, canonical.parameters
     for name in theirs:

@@ -11,10 +11,10 @@ parameter names and a docstring with the shapes, which is what an IDE shows at `
 because that is all the backends promise: each names its kernel's parameters as it likes.
 
 Where the text comes from: each backend's kernel list (its manifest, read without importing it) says which kernels
-exist; each kernel's signature is the torch reference's (the specification), or, for a kernel only a third-party
+exist; each kernel's signature is the torch backend's (the canonical one), or, for a kernel only a third-party
 backend has, that backend's own. Generating imports the kernel modules that supply those signatures, nothing else.
 
-The same comparison that picks the reference's signature checks the other backends against it
+The same comparison that picks the torch backend's signature checks the other backends against it
 (:func:`lazyops._signature.signature_mismatches`), so a backend that drifts is named together with the parameter
 that differs.
 """
@@ -33,7 +33,7 @@ from typing import Any
 from lazyops._annotations import Renderer, SignatureError
 from lazyops._errors import ConfigError
 from lazyops._registry import BUILTINS, Registry
-from lazyops._resolve import REFERENCE, suggest
+from lazyops._resolve import LAST_RESORT, suggest
 from lazyops._signature import evaluated_signature
 
 #: The backends whose kernels the committed stub declares.
@@ -72,7 +72,7 @@ TYPING_IMPORTS = (
     "from typing import Any, Protocol, type_check_only",
 )
 LAZYOPS_IMPORTS = (
-    "from lazyops._config import Settings",
+    "from lazyops._settings import Settings",
     "from lazyops._errors import (\n" + "".join(f"    {name} as {name},\n" for name in PUBLIC_ERRORS) + ")",
     "from lazyops._resolve import Resolution",
 )
@@ -113,11 +113,11 @@ def catalogue(registry: Registry, backends: Sequence[str]) -> dict[str, str]:
                 f"--backends names {name!r}, which is not registered.{suggest(name, registry.names)} "
                 f"Known backends: {', '.join(registry.names)}"
             )
-    reference = registry[REFERENCE].exports() if REFERENCE in registry else frozenset()
+    canonical = registry[LAST_RESORT].exports() if LAST_RESORT in registry else frozenset()
     owners: dict[str, str] = {}
     for name in backends:
         for kernel in sorted(registry[name].exports()):
-            owners.setdefault(kernel, REFERENCE if kernel in reference else name)
+            owners.setdefault(kernel, LAST_RESORT if kernel in canonical else name)
     return dict(sorted(owners.items()))
 
 

@@ -29,7 +29,7 @@ from lazyops._errors import KernelUnavailableError, LazyopsError
 from lazyops._resolve import FALLBACK_LIST, INHERITED
 
 if TYPE_CHECKING:
-    from lazyops._report import Report
+    from lazyops._sources import Sources
 
 FIXTURE = "lazyops_backend"
 MARKER = "requires_kernels"
@@ -150,7 +150,7 @@ def _option_words(backend: str | None, strict: bool) -> str:
 def pytest_report_header(config: pytest.Config) -> list[str]:
     """One line: the backend in force and how many kernels come from it, from the fallback, from nowhere.
 
-    Computed from ``lazyops._api.report()`` (names and stubs only, no kernel module is imported). A configuration
+    Computed from ``lazyops._api.sources()`` (names and stubs only, no kernel module is imported). A configuration
     mistake, or what ``EAGER_IMPORT=1`` failed on, is printed here rather than raised: the header is the first
     place a user looks, and a crash there would hide every test result (of projects that do not even use lazyops).
     """
@@ -170,24 +170,26 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
 
 
 def header_lines(config: pytest.Config) -> list[str]:
-    report = _api.report()
+    sources = _api.sources()
     selected: dict[str, int] = {}
     elsewhere: dict[str, list[str]] = {}  # "inherited from torch": [kernels]
     missing: list[str] = []
-    for source in report.kernels:
+    for source in sources.kernels:
         if source.backend is None:
             missing.append(source.kernel)
         elif source.reason == INHERITED:
             elsewhere.setdefault(f"inherited from {source.backend}", []).append(source.kernel)
         elif source.reason == FALLBACK_LIST:
-            elsewhere.setdefault(f"forced to {source.backend} by {report.origin['fallback']}", []).append(source.kernel)
+            elsewhere.setdefault(f"forced to {source.backend} by {sources.origin['fallback']}", []).append(
+                source.kernel
+            )
         else:
             selected[source.backend] = selected.get(source.backend, 0) + 1
 
-    line = f"lazyops: backend {','.join(report.chain)} ({_origin_words(config, report)}) \N{EM DASH} "
-    line += f"{sum(selected.values())} of {len(report.kernels)} kernels from {','.join(report.chain)}"
-    if len(report.chain) > 1 and selected:
-        line += f" ({', '.join(f'{selected[backend]} {backend}' for backend in report.chain if backend in selected)})"
+    line = f"lazyops: backend {','.join(sources.chain)} ({_origin_words(config, sources)}) \N{EM DASH} "
+    line += f"{sum(selected.values())} of {len(sources.kernels)} kernels from {','.join(sources.chain)}"
+    if len(sources.chain) > 1 and selected:
+        line += f" ({', '.join(f'{selected[backend]} {backend}' for backend in sources.chain if backend in selected)})"
     line += "".join(f", {len(found)} {where}" for where, found in elsewhere.items())
     if missing:
         line += f", {len(missing)} missing (tests that need them {'fail' if fail_missing(config) else 'skip'})"
@@ -196,21 +198,21 @@ def header_lines(config: pytest.Config) -> list[str]:
         parts = [f"{where}: {', '.join(found)}" for where, found in elsewhere.items()]
         parts += [f"missing: {', '.join(missing)}"] if missing else []
         lines.append(f"lazyops: {'; '.join(parts)}")
-    if not report.chain_is_default:
+    if not sources.chain_is_default:
         # Selected by hand, so it may not suit this machine: say so now, not at the first kernel.
-        lines += [f"lazyops: {reason}" for backend in report.chain if (reason := _api.unavailable_reason(backend))]
-    lines += [f"lazyops: {refusal}" for refusal in report.refused]
+        lines += [f"lazyops: {reason}" for backend in sources.chain if (reason := _api.unavailable_reason(backend))]
+    lines += [f"lazyops: {refusal}" for refusal in sources.refused]
     return lines
 
 
-def _origin_words(config: pytest.Config, report: Report) -> str:
-    if report.chain_is_default:
+def _origin_words(config: pytest.Config, sources: Sources) -> str:
+    if sources.chain_is_default:
         origin = "platform default"
     elif config.getoption("lazyops_backend") is not None:
         origin = "--lazyops-backend"
     else:
-        origin = report.origin["backend"]
-    return origin + (", strict" if report.strict else "")
+        origin = sources.origin["backend"]
+    return origin + (", strict" if sources.strict else "")
 
 
 # -- the lazyops_backend fixture -----------------------------------------------------------------------------

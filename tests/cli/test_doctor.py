@@ -101,9 +101,7 @@ def test_a_selected_backend_that_cannot_run_is_one_problem_not_one_per_kernel(en
     result = lazyops_cli("doctor", "--json", "--backend", "offline", env=env)
     assert result.returncode == 1, result.stdout + result.stderr
     report = json.loads(result.stdout)
-    assert report["failures"] == [
-        "selected backend 'offline' cannot run here: no device (every kernel resolves to it)"
-    ]
+    assert report["failures"] == ["selected backend 'offline' cannot run here: no device (every kernel resolves to it)"]
     assert "is cannot run" not in result.stdout
 
 
@@ -132,7 +130,7 @@ def test_a_misspelt_variable_is_a_problem_not_all_good(env, broken_backend):
 
 
 def test_unknown_variables_are_the_lazyops_ones_it_does_not_read_with_the_nearest():
-    from lazyops._config import unknown_variables
+    from lazyops._settings import unknown_variables
 
     environ = {"LAZYOPS_BAKEND": "triton", "LAZYOPS_STRICT": "1", "LAZYOPS_ZZZ": "", "PATH": "/bin", "LAZYOPS": "1"}
     assert unknown_variables(environ) == [("LAZYOPS_BAKEND", "LAZYOPS_BACKEND"), ("LAZYOPS_ZZZ", None)]

@@ -7,7 +7,6 @@ import logging
 from pathlib import Path
 
 import pytest
-
 from cli_support import assert_one_line_error, assert_plain, lazyops_cli
 
 
@@ -170,7 +169,9 @@ def test_a_line_that_is_not_a_record_says_what_is_wrong_with_it(tmp_path):
         f"{path}:2: not a trace record: a JSON array, not an object",
         f"{path}:3: not JSON (column 26: Unterminated string starting at)",
     ]
-    with pytest.raises(CommandError, match="holds no trace record: 3 lines skipped, the first .*:1: not a trace record"):
+    with pytest.raises(
+        CommandError, match=r"holds no trace record: 3 lines skipped, the first .*:1: not a trace record"
+    ):
         jobs_from_traces([str(path)], out=None)
 
 

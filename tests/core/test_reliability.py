@@ -218,7 +218,7 @@ def test_one_bad_entry_point_is_refused_and_everything_else_keeps_working(fake_b
     assert ns.which("rmsnorm_tl").backend == "torch"
     ns.configure(backend="ext")  # and configure() works
     assert ns.alpha_tl()[0] == "ext"
-    (refused,) = _api.report().refused
+    (refused,) = _api.sources().refused
     assert "rogue-dist" in refused and fragment in refused
     if name != "torch":
         with pytest.raises(BackendError, match=fragment):

@@ -217,8 +217,8 @@ def test_resolving_a_configuration_agrees_with_the_model(data, universe):
     ``model_resolve_config``, which is written from the contract's text."""
     from model import CONFIGS, declines, model_resolve_config, plans
 
-    from lazyops._config import Settings, settings_from_environment
     from lazyops._resolve import resolve, validate
+    from lazyops._settings import Settings, settings_from_environment
 
     env = data.draw(environments(universe))
     declined, plan = data.draw(declines(universe)), data.draw(plans(universe))

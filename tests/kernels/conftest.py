@@ -21,15 +21,16 @@ from pathlib import Path
 if shutil.which("nvidia-smi") is None and not Path("/dev/nvidia0").exists():
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
-from dataclasses import dataclass  # noqa: E402
-from typing import Any, Callable  # noqa: E402
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
 
-import pytest  # noqa: E402
-from hypothesis import HealthCheck, settings  # noqa: E402
+import pytest
+from hypothesis import HealthCheck, settings
 
-import lazyops  # noqa: E402
-from hypothesis_profiles import examples as scaled  # noqa: E402
-from lazyops import testing  # noqa: E402
+import lazyops
+from hypothesis_profiles import examples as scaled
+from lazyops import testing
 
 
 @dataclass(frozen=True)

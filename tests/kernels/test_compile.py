@@ -75,7 +75,7 @@ def test_eager_calls_never_go_through_the_dispatcher(kernels, kernel):
 
 
 def assert_same(got: tuple[torch.Tensor, ...], expected: tuple[torch.Tensor, ...], dtype: torch.dtype) -> None:
-    for g, e in zip(got, expected):
+    for g, e in zip(got, expected, strict=True):
         testing.check_close(g, e.double(), dtype, tolerance=4 * testing.TOLERANCE[dtype])
 
 
@@ -180,7 +180,7 @@ def test_out_and_strided_views_compile_fullgraph_and_match_eager(kernels, alias)
     with torch.inference_mode():
         expected = step(*eager_args)
         got = torch.compile(step, fullgraph=True)(*args)
-    for g, e in zip(got, expected):
+    for g, e in zip(got, expected, strict=True):
         torch.testing.assert_close(g, e, rtol=1e-5, atol=1e-5)
     # the written buffers and the packed projection hold what the eager call left in them
     for index in (0, 2, 3) if not alias else (0, 3):

@@ -66,9 +66,9 @@ def bad_variants(
     (a size the factory fixed, or one that disagrees with the other arguments; not for ``free_widths``, inputs whose
     width nothing fixes, as a block table's), a non-contiguous layout."""
     variants = {}
-    for index, (name, tensor) in enumerate(zip(names, args)):
+    for index, (name, tensor) in enumerate(zip(names, args, strict=True)):
 
-        def spoilt(value: Any) -> tuple[Any, ...]:
+        def spoilt(value: Any, index: int = index) -> tuple[Any, ...]:
             return (*args[:index], value, *args[index + 1 :])
 
         variants[f"{name} in float64"] = spoilt(tensor.double())
@@ -93,7 +93,7 @@ def test_bad_calls_are_refused_before_anything_is_written(kernels, kernel):
             with pytest.raises(KernelInputError):
                 call(*bad)
                 pytest.fail(f"{case}: a call with {what} was accepted")
-            for name, arg, original in zip(names, args, before):
+            for name, arg, original in zip(names, args, before, strict=True):
                 assert same_bits(arg, original), f"{case}: a refused call ({what}) changed {name}"
 
     check()
@@ -135,7 +135,9 @@ def test_inputs_that_require_grad_are_refused_unless_grad_mode_is_off(kernels, k
             before = [arg.detach().clone() for arg in needing_grad]
             with pytest.raises(KernelInputError, match="inference_mode"):
                 call(*needing_grad)
-            assert all(same_bits(a.detach(), b) for a, b in zip(needing_grad, before)), f"{case}: a refused call wrote"
+            assert all(same_bits(a.detach(), b) for a, b in zip(needing_grad, before, strict=True)), (
+                f"{case}: a refused call wrote"
+            )
             with torch.no_grad():
                 call(*needing_grad)
         with torch.inference_mode():

@@ -11,13 +11,13 @@ from __future__ import annotations
 
 import pytest
 import torch
-from off_the_cpu import off_the_cpu, plain  # tests/off_the_cpu.py
 
 from lazyops._backends.torch.add_rmsnorm_fp8 import add_rmsnorm_fp8_tl
 from lazyops._backends.torch.rmsnorm_fp8 import rmsnorm_fp8_tl
 from lazyops.specs.add_rmsnorm_fp8 import spec as add_spec
 from lazyops.specs.rmsnorm_fp8 import spec as norm_spec
 from lazyops.testing import TOLERANCE
+from off_the_cpu import off_the_cpu, plain  # tests/off_the_cpu.py
 
 N = 4096
 DTYPES = [torch.float32, torch.float16, torch.bfloat16]

@@ -16,10 +16,9 @@ import math
 import pytest
 import torch
 
-from off_the_cpu import off_the_cpu, plain  # tests/off_the_cpu.py
-
 from lazyops.specs.gelu_and_mul import ERFC_COEFFICIENTS, erfc_of_nonnegative, spec
 from lazyops.testing import TOLERANCE
+from off_the_cpu import off_the_cpu, plain  # tests/off_the_cpu.py
 
 #: Gates down to -5 and, for float16, down to -3.5, past which GELU's value falls below float16's smallest normal
 #: number.

@@ -15,7 +15,7 @@ import torch
 
 pytest.importorskip("tilelang")
 
-from lazyops._backends.tilelang import matmul  # noqa: E402
+from lazyops._backends.tilelang import matmul
 
 PERSISTENT = replace(matmul.LARGE, persistent=1)
 

@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 pytest.importorskip("triton")
 
-from lazyops._backends.triton import _launch  # noqa: E402
+from lazyops._backends.triton import _launch
 
 
 class Binary:
@@ -32,8 +32,8 @@ class Binary:
 
 
 class JITFunction:  # the class name is what the launcher recognises
-    arg_names = ["x_ptr", "y_ptr", "M", "ROWS", "N"]
-    do_not_specialize = [2]
+    arg_names = ("x_ptr", "y_ptr", "M", "ROWS", "N")
+    do_not_specialize = (2,)
 
     def __init__(self) -> None:
         self.ordinary: list[tuple] = []

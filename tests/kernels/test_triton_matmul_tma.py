@@ -18,17 +18,24 @@ import torch
 pytest.importorskip("triton")
 pytest.importorskip("triton.tools.tensor_descriptor")
 
-from lazyops._backends.triton import matmul  # noqa: E402
+from lazyops._backends.triton import matmul
 
 
 def split_k(tiles: matmul.Tiling, k: int, slices: int) -> matmul.Tiling:
     """``tiles`` splitting ``k`` into ``slices`` slices of whole k-steps as ``tiling`` does (the last the shortest,
     its steps past k loading zeros)."""
-    k_slice = -(-(-(-k // tiles.block_k)) // slices) * tiles.block_k
+    steps = -(-k // tiles.block_k)  # ceiling divisions
+    k_slice = -(-steps // slices) * tiles.block_k
     split = -(-k // k_slice)
     return matmul.Tiling(
-        tiles.block_m, tiles.block_n, tiles.block_k, tiles.num_warps, tiles.num_stages, split,
-        k_slice if split > 1 else 0, tma=True
+        tiles.block_m,
+        tiles.block_n,
+        tiles.block_k,
+        tiles.num_warps,
+        tiles.num_stages,
+        split,
+        k_slice if split > 1 else 0,
+        tma=True,
     )
 
 
@@ -99,7 +106,9 @@ def test_a_tma_tiling_runs_the_pointer_kernel_where_tma_cannot_describe_the_weig
     torch.testing.assert_close(out.float(), a.float() @ b.float(), rtol=1e-2, atol=1e-2)
 
 
-def test_a_graphs_only_tma_tiling_launches_the_pointer_kernel_eagerly_and_tma_while_captured(kernels, monkeypatch) -> None:
+def test_a_graphs_only_tma_tiling_launches_the_pointer_kernel_eagerly_and_tma_while_captured(
+    kernels, monkeypatch
+) -> None:
     """``tma_in_graphs_only`` (the decode tile, ``DECODE_16``): an eager call runs the pointer kernel of the same tile
     (its launch costs less host time than building and encoding three descriptors), a call made while the stream
     captures a CUDA graph the TMA kernel; both compute the product, split-K's reduce included. Here the capture

@@ -10,8 +10,8 @@ import torch
 
 pytest.importorskip("triton")
 
-from lazyops._backends.triton import rmsnorm as rmsnorm_module  # noqa: E402
-from lazyops.specs.rmsnorm_fp8 import spec as fp8_spec  # noqa: E402
+from lazyops._backends.triton import rmsnorm as rmsnorm_module
+from lazyops.specs.rmsnorm_fp8 import spec as fp8_spec
 
 SWEEP = Path(__file__).resolve().parents[2] / "benchmarks" / "results" / "h200" / "sweeps" / "triton_row_variants.json"
 

@@ -21,8 +21,18 @@ from lazyops import _api
 # same one, so a test run against another tree tests that tree throughout.
 SRC = str(Path(lazyops.__file__).resolve().parents[1])
 CLEARED = (
-    "LAZYOPS_BACKEND", "LAZYOPS_FALLBACK", "LAZYOPS_STRICT", "LAZYOPS_VERBOSE", "LAZYOPS_TRACE", "LAZYOPS_TRACE_ARGS",
-    "EAGER_IMPORT", "RANK", "LOCAL_RANK", "PYTEST_ADDOPTS", "PYTEST_PLUGINS", "PYTEST_DISABLE_PLUGIN_AUTOLOAD",
+    "LAZYOPS_BACKEND",
+    "LAZYOPS_FALLBACK",
+    "LAZYOPS_STRICT",
+    "LAZYOPS_VERBOSE",
+    "LAZYOPS_TRACE",
+    "LAZYOPS_TRACE_ARGS",
+    "EAGER_IMPORT",
+    "RANK",
+    "LOCAL_RANK",
+    "PYTEST_ADDOPTS",
+    "PYTEST_PLUGINS",
+    "PYTEST_DISABLE_PLUGIN_AUTOLOAD",
     # tests/kernels sets it in this process; the inner runs must see this machine as it is.
     "TRITON_INTERPRET",
 )
@@ -79,7 +89,6 @@ def project(pytester: pytest.Pytester, fake_backends, monkeypatch: pytest.Monkey
 def installed(fake_backends, monkeypatch: pytest.MonkeyPatch):
     """Install backends from sources into this process (``installed("name", {"__init__": ...})``); lazyops
     rediscovers its backends now and again after the test."""
-    import lazyops
 
     for variable in CLEARED:
         monkeypatch.delenv(variable, raising=False)

@@ -1,6 +1,6 @@
 """lazyops.testing: a third-party backend checks itself the way the built-ins are checked.
 
-Two ports registered by entry point: 'goodport' (its kernels wrap the torch reference) passes; 'badport' (a softmax
+Two ports registered by entry point: 'goodport' (its kernels wrap the torch backend's) passes; 'badport' (a softmax
 that normalises by the first 64 columns only, an rmsnorm whose keyword is misspelt) fails, and the failure names
 the kernel, the error and the smallest failing case.
 """
@@ -14,8 +14,7 @@ import pytest
 import torch
 
 import lazyops
-from lazyops import _api
-from lazyops import BackendError, ConfigError
+from lazyops import BackendError, ConfigError, _api
 from lazyops._backends.torch.add_rmsnorm import add_rmsnorm_tl
 from lazyops._backends.torch.rope import rope_tl
 from lazyops._backends.torch.softmax import softmax_tl
@@ -25,6 +24,7 @@ from lazyops.specs import kernel_names
 def softmax_reference(x: torch.Tensor) -> torch.Tensor:
     return torch.softmax(x, dim=-1)
 
+
 testing = pytest.importorskip("lazyops.testing")
 
 GOODPORT = {
@@ -32,7 +32,7 @@ GOODPORT = {
         """A port that wraps the reference (no stub: lazyops imports it to list its kernels)."""
         from .kernels import gelu_tl, rmsnorm_tl, silu_and_mul_tl, softmax_tl
     ''',
-    "kernels": '''
+    "kernels": """
         # Built through the specs, as a port should be: the factories take the spec's signature, and every calling
         # convention (leading dimensions, strided rows, out=) reaches the launches below as [rows, width] tensors.
         import torch
@@ -55,7 +55,7 @@ GOODPORT = {
 
         def gelu_tl(n, dtype):  # a kernel of its own, which lazyops.testing has no check for
             return lambda x: torch.nn.functional.gelu(x)
-    ''',
+    """,
 }
 
 #: The specified kernels goodport exports (besides a kernel of its own, gelu_tl).
@@ -72,7 +72,7 @@ BADPORT = {
         """A port with two bugs."""
         from .kernels import rmsnorm_tl, softmax_tl
     ''',
-    "kernels": '''
+    "kernels": """
         import torch
         from lazyops.specs import softmax as softmax_spec
         from lazyops.specs.rmsnorm import rmsnorm_reference
@@ -86,7 +86,7 @@ BADPORT = {
 
         def rmsnorm_tl(n, dtype, epsilon=1e-6):  # the bug: callers pass eps=
             return lambda x, weight: rmsnorm_reference(x.float(), weight.float(), epsilon).to(dtype)
-    ''',
+    """,
 }
 
 
@@ -103,28 +103,32 @@ def test_a_third_party_backend_checks_itself_through_the_plugin_fixture(project)
     )
     result = project.run("--lazyops-backend", "goodport,badport", "-v", "-s", hypothesis=True)
     result.assert_outcomes(passed=1, failed=1)
-    result.stdout.fnmatch_lines([
-        "test_engine.py::test_conformance[[]goodport] lazyops conformance of backend 'goodport' on cpu (up to 5 "
-        "examples per kernel):",
-        "  passed        rmsnorm_tl: 5 examples, worst relative error *",
-        "  passed        silu_and_mul_tl: 5 examples, *",
-        "  passed        softmax_tl: 5 examples, *",
-        f"  not exported  {', '.join(not_exported(GOODPORT_KERNELS))}",
-        "  unchecked     gelu_tl (lazyops.testing has no conformance check for it)",
-        "PASSED",
-        "test_engine.py::test_conformance[[]badport] FAILED",
-    ])
-    result.stdout.fnmatch_lines([
-        "E   * lazyops.testing.ConformanceError: lazyops conformance of backend 'badport' on cpu (up to 5 examples "
-        "per kernel):",
-        "E   *  FAILED        rmsnorm_tl: backend 'badport', rmsnorm_tl: parameter 'eps' is missing (the reference "
-        "('lazyops.specs') has `eps: float = 1e-06`); *backend 'badport', rmsnorm_tl: parameter 'epsilon' is not in "
-        "the reference ('lazyops.specs') (it has (n, dtype, eps, weight_dtype, weight_offset))",
-        "E   *  FAILED        softmax_tl: ConformanceError: M=*: relative error * > 1e-0* (torch.*)",
-        "E   *                smallest failing case: softmax_tl(*",
-        "E   *                rerun it: lazyops.testing.check_case(factory, Case(kernel='softmax_tl'*",
-        f"E   *  not exported  {', '.join(not_exported({'rmsnorm_tl', 'softmax_tl'}))}",
-    ])
+    result.stdout.fnmatch_lines(
+        [
+            "test_engine.py::test_conformance[[]goodport] lazyops conformance of backend 'goodport' on cpu (up to 5 "
+            "examples per kernel):",
+            "  passed        rmsnorm_tl: 5 examples, worst relative error *",
+            "  passed        silu_and_mul_tl: 5 examples, *",
+            "  passed        softmax_tl: 5 examples, *",
+            f"  not exported  {', '.join(not_exported(GOODPORT_KERNELS))}",
+            "  unchecked     gelu_tl (lazyops.testing has no conformance check for it)",
+            "PASSED",
+            "test_engine.py::test_conformance[[]badport] FAILED",
+        ]
+    )
+    result.stdout.fnmatch_lines(
+        [
+            "E   * lazyops.testing.ConformanceError: lazyops conformance of backend 'badport' on cpu (up to 5 examples "
+            "per kernel):",
+            "E   *  FAILED        rmsnorm_tl: backend 'badport', rmsnorm_tl: parameter 'eps' is missing (the canonical "
+            "signature ('lazyops.specs') has `eps: float = 1e-06`); *backend 'badport', rmsnorm_tl: parameter 'epsilon' is "
+            "not in the canonical signature ('lazyops.specs') (it has (n, dtype, eps, weight_dtype, weight_offset))",
+            "E   *  FAILED        softmax_tl: ConformanceError: M=*: relative error * > 1e-0* (torch.*)",
+            "E   *                smallest failing case: softmax_tl(*",
+            "E   *                rerun it: lazyops.testing.check_case(factory, Case(kernel='softmax_tl'*",
+            f"E   *  not exported  {', '.join(not_exported({'rmsnorm_tl', 'softmax_tl'}))}",
+        ]
+    )
 
 
 def test_a_failed_check_reports_the_test_line_and_the_verdict_not_the_kits_source(project):
@@ -151,17 +155,21 @@ def test_a_failed_check_reports_the_test_line_and_the_verdict_not_the_kits_sourc
     )
     result = project.run(hypothesis=True)
     result.assert_outcomes(failed=2)
-    result.stdout.fnmatch_lines([
-        ">       lazyops.testing.run_conformance(*",
-        "E       lazyops.testing.ConformanceError: lazyops conformance of backend 'badport' on cpu *",
-        "E         FAILED        softmax_tl: ConformanceError: M=*: relative error *",
-        "test_engine.py:6: ConformanceError",
-    ])
-    result.stdout.fnmatch_lines([
-        ">       lazyops.testing.check_case(one_percent_off, case, device=*",
-        "E       lazyops.testing.ConformanceError: M=5: relative error * > 1e-03 (torch.float16)",
-        "test_engine.py:14: ConformanceError",
-    ])
+    result.stdout.fnmatch_lines(
+        [
+            ">       lazyops.testing.run_conformance(*",
+            "E       lazyops.testing.ConformanceError: lazyops conformance of backend 'badport' on cpu *",
+            "E         FAILED        softmax_tl: ConformanceError: M=*: relative error *",
+            "test_engine.py:6: ConformanceError",
+        ]
+    )
+    result.stdout.fnmatch_lines(
+        [
+            ">       lazyops.testing.check_case(one_percent_off, case, device=*",
+            "E       lazyops.testing.ConformanceError: M=5: relative error * > 1e-03 (torch.float16)",
+            "test_engine.py:14: ConformanceError",
+        ]
+    )
     output = result.stdout.str()
     assert "lazyops/testing/" not in output, output  # no frame of the kit: neither its files nor their source
     for kit_line in ("raise ConformanceError", "judge_case(factory", "report = ConformanceReport"):
@@ -190,13 +198,15 @@ def test_a_failure_names_the_kernel_the_error_and_a_case_that_reruns_it(installe
     message = str(failure.value)
     assert "FAILED        softmax_tl: ConformanceError: M=" in message and "relative error" in message
     case_text = message.split("rerun it: lazyops.testing.check_case(factory, ")[1].rsplit(")", 1)[0]
-    case = eval(case_text, {"Case": testing.Case, "Layout": testing.Layout, "torch": torch})  # the printed case is the case
+    case = eval(
+        case_text, {"Case": testing.Case, "Layout": testing.Layout, "torch": torch}
+    )  # the printed case is the case
     with pytest.raises(testing.ConformanceError, match="relative error"):
         testing.check_case(_api.kernel_factory("badport", "softmax_tl"), case, device="cpu")
     assert testing.check_case(softmax_tl, case, device="cpu") < testing.TOLERANCE[case.dtype]
 
 
-def test_the_reference_backend_conforms():
+def test_the_torch_backend_conforms():
     report = testing.run_conformance("torch", max_examples=8, device="cpu")
     assert report.passed == list(kernel_names())
 
@@ -210,8 +220,14 @@ def test_a_conformance_run_draws_the_same_cases_every_time():
 
 
 def test_a_call_with_no_tokens_is_part_of_every_case_that_draws_one():
-    geometry = {"rotary_dim": 64, "query_heads": 8, "key_heads": 2, "cache_rows": 512, "cache_dtype": "float32",
-                "positions_dtype": torch.int64}
+    geometry = {
+        "rotary_dim": 64,
+        "query_heads": 8,
+        "key_heads": 2,
+        "cache_rows": 512,
+        "cache_dtype": "float32",
+        "positions_dtype": torch.int64,
+    }
     case = testing.Case("rope_tl", (128, torch.bfloat16), {"is_neox": False}, (1, 17, 0, 64), 0, geometry)
     assert testing.check_case(rope_tl, case, device="cpu") < testing.TOLERANCE[torch.bfloat16]
 
@@ -227,7 +243,7 @@ def test_errors_of_the_caller_are_not_conformance_failures(installed):
 
 
 # -- check_case: what a wrong kernel looks like --------------------------------------------------------------
-def case_of(kernel: str, *args, tokens=(5, 0, 3), **kwargs) -> "testing.Case":
+def case_of(kernel: str, *args, tokens=(5, 0, 3), **kwargs) -> testing.Case:
     return testing.Case(kernel, args, kwargs, tokens, seed=7)
 
 
@@ -270,8 +286,14 @@ def test_check_case_requires_rope_to_rotate_in_place():
         kernel = rope_tl(head_dim, dtype, is_neox)
         return lambda positions, query, key, cache: kernel(positions, query.clone(), key.clone(), cache)
 
-    geometry = {"rotary_dim": 32, "query_heads": 4, "key_heads": 2, "cache_rows": 64, "cache_dtype": "float32",
-                "positions_dtype": torch.int64}
+    geometry = {
+        "rotary_dim": 32,
+        "query_heads": 4,
+        "key_heads": 2,
+        "cache_rows": 64,
+        "cache_dtype": "float32",
+        "positions_dtype": torch.int64,
+    }
     case = testing.Case("rope_tl", (64, torch.float16), {"is_neox": True}, (9,), 3, geometry)
     assert testing.check_case(rope_tl, case, device="cpu") < testing.TOLERANCE[torch.float16]
     with pytest.raises(testing.ConformanceError, match="rope_tl must return its arguments"):

@@ -15,6 +15,7 @@ from lazyops._platform import platform_default
 HALF_PORT = ("--lazyops-backend", "halfport", "--lazyops-strict")
 ROPE_MISSING = "lazyops: backend 'halfport' lacks kernel 'rope_tl' (available in: torch"
 
+
 def skipped(count: int, rest: str) -> str:
     """A -rs line as an fnmatch pattern (``[`` opens a character class there)."""
     return f"SKIPPED [[]{count}] {rest}"
@@ -37,7 +38,9 @@ def test_a_missing_kernel_skips_the_test_with_a_reason_naming_kernel_backend_and
     result.assert_outcomes(passed=1, skipped=1)
     result.stdout.fnmatch_lines([skipped(1, f"test_engine.py:7: {ROPE_MISSING}*")])
     # the to-do list at the end of the run
-    result.stdout.fnmatch_lines(["*lazyops: tests skipped for missing kernels*", "backend 'halfport' lacks rope_tl (1 test)"])
+    result.stdout.fnmatch_lines(
+        ["*lazyops: tests skipped for missing kernels*", "backend 'halfport' lacks rope_tl (1 test)"]
+    )
 
 
 def test_strict_mode_from_the_environment_skips_the_same_way(project):
@@ -55,12 +58,14 @@ def test_fail_missing_turns_the_skip_into_a_failure_naming_kernel_and_backend(pr
         project.pytester.makeini("[pytest]\nlazyops_fail_missing = true\n")
     result = project.run(*HALF_PORT, *(["--lazyops-fail-missing"] if switch == "option" else []))
     result.assert_outcomes(passed=1, failed=1)
-    result.stdout.fnmatch_lines([
-        "*KernelUnavailableError: kernel 'rope_tl' is not available from backend 'halfport'*",
-        "test_engine.py:7: KernelUnavailableError",
-        f"{ROPE_MISSING}*This is a failure, not a skip, because of --lazyops-fail-missing*",
-        "*lazyops: tests failed for missing kernels*",
-    ])
+    result.stdout.fnmatch_lines(
+        [
+            "*KernelUnavailableError: kernel 'rope_tl' is not available from backend 'halfport'*",
+            "test_engine.py:7: KernelUnavailableError",
+            f"{ROPE_MISSING}*This is a failure, not a skip, because of --lazyops-fail-missing*",
+            "*lazyops: tests failed for missing kernels*",
+        ]
+    )
     # the traceback ends at the line that asked for the kernel, not inside lazyops' resolution
     assert "_resolve.py" not in result.stdout.str()
 
@@ -79,7 +84,9 @@ def test_other_attribute_errors_stay_failures(project):
     )
     result = project.run(*HALF_PORT)
     result.assert_outcomes(failed=2)
-    result.stdout.fnmatch_lines(["*AttributeError: 'object' object has no attribute 'nope'*", "*Did you mean 'rmsnorm_tl'?*"])
+    result.stdout.fnmatch_lines(
+        ["*AttributeError: 'object' object has no attribute 'nope'*", "*Did you mean 'rmsnorm_tl'?*"]
+    )
 
 
 def test_a_missing_kernel_in_a_fixture_skips_every_test_that_uses_it(project):
@@ -111,10 +118,12 @@ def test_a_missing_kernel_in_a_fixture_skips_every_test_that_uses_it(project):
     )
     result = project.run(*HALF_PORT, "-rs")
     result.assert_outcomes(skipped=3)
-    result.stdout.fnmatch_lines([
-        skipped(2, "conftest.py:6: lazyops: backend 'halfport' lacks kernel 'matmul_tl'*"),
-        skipped(1, "conftest.py:10: lazyops: backend 'halfport' lacks kernel 'rope_tl'*"),
-    ])
+    result.stdout.fnmatch_lines(
+        [
+            skipped(2, "conftest.py:6: lazyops: backend 'halfport' lacks kernel 'matmul_tl'*"),
+            skipped(1, "conftest.py:10: lazyops: backend 'halfport' lacks kernel 'rope_tl'*"),
+        ]
+    )
 
 
 def test_a_missing_kernel_at_import_skips_the_module(project):
@@ -134,11 +143,13 @@ def test_a_missing_kernel_at_import_skips_the_module(project):
 
     failing = project.run(*HALF_PORT, "--lazyops-fail-missing")
     failing.assert_outcomes(errors=1)
-    failing.stdout.fnmatch_lines([
-        "*ERROR collecting test_engine.py*",
-        "*KernelUnavailableError: kernel 'rope_tl' is not available from backend 'halfport'*",
-        f"{ROPE_MISSING}*because of --lazyops-fail-missing*",
-    ])
+    failing.stdout.fnmatch_lines(
+        [
+            "*ERROR collecting test_engine.py*",
+            "*KernelUnavailableError: kernel 'rope_tl' is not available from backend 'halfport'*",
+            f"{ROPE_MISSING}*because of --lazyops-fail-missing*",
+        ]
+    )
 
 
 MARKED = """
@@ -163,16 +174,23 @@ def test_requires_kernels_skips_before_fixtures_and_body(project):
     project.tests(MARKED)
     result = project.run(*HALF_PORT, "-rs", "--strict-markers")
     result.assert_outcomes(passed=1, skipped=1)
-    result.stdout.fnmatch_lines([
-        skipped(1, "test_engine.py:8: lazyops: backend 'halfport' lacks kernels 'rope_tl', 'matmul_tl' (available in: torch*"),
-    ])
+    result.stdout.fnmatch_lines(
+        [
+            skipped(
+                1,
+                "test_engine.py:8: lazyops: backend 'halfport' lacks kernels 'rope_tl', 'matmul_tl' (available in: torch*",
+            ),
+        ]
+    )
 
     failing = project.run(*HALF_PORT, "--lazyops-fail-missing")
     failing.assert_outcomes(passed=1, errors=1)
-    failing.stdout.fnmatch_lines([
-        "lazyops: backend 'halfport' lacks kernels 'rope_tl', 'matmul_tl'*because of --lazyops-fail-missing*"
-        "required by @pytest.mark.requires_kernels",
-    ])
+    failing.stdout.fnmatch_lines(
+        [
+            "lazyops: backend 'halfport' lacks kernels 'rope_tl', 'matmul_tl'*because of --lazyops-fail-missing*"
+            "required by @pytest.mark.requires_kernels",
+        ]
+    )
     assert "must not" not in failing.stdout.str()
 
 
@@ -220,10 +238,12 @@ def test_a_bad_backend_option_is_a_usage_error_naming_the_choices(project):
     project.tests(TESTS)
     result = project.run("--lazyops-backend", "halport")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
-    result.stderr.fnmatch_lines([
-        "ERROR: --lazyops-backend=halport: 'halport' is not a registered backend; choose from: torch, triton, "
-        "tilelang, halfport*"
-    ])
+    result.stderr.fnmatch_lines(
+        [
+            "ERROR: --lazyops-backend=halport: 'halport' is not a registered backend; choose from: torch, triton, "
+            "tilelang, halfport*"
+        ]
+    )
     assert "Traceback" not in result.stderr.str()
 
 
@@ -235,21 +255,27 @@ def test_header_line_says_where_the_kernels_come_from(project):
     total = len(kernel_names())
     missing = sorted(set(kernel_names()) - {"rmsnorm_tl", "softmax_tl"})  # what halfport lacks
     inherited = project.run("--lazyops-backend", "halfport")
-    inherited.stdout.fnmatch_lines([
-        f"lazyops: backend halfport (--lazyops-backend) \N{EM DASH} 2 of {total} kernels from halfport, "
-        f"{len(missing)} inherited from {default}"
-    ])
+    inherited.stdout.fnmatch_lines(
+        [
+            f"lazyops: backend halfport (--lazyops-backend) \N{EM DASH} 2 of {total} kernels from halfport, "
+            f"{len(missing)} inherited from {default}"
+        ]
+    )
     strict = project.run(*HALF_PORT, "--lazyops-fail-missing", "-v")
-    strict.stdout.fnmatch_lines([
-        f"lazyops: backend halfport (--lazyops-backend, strict) \N{EM DASH} 2 of {total} kernels from halfport, "
-        f"{len(missing)} missing (tests that need them fail)",
-        f"lazyops: missing: {', '.join(missing)}",
-    ])
+    strict.stdout.fnmatch_lines(
+        [
+            f"lazyops: backend halfport (--lazyops-backend, strict) \N{EM DASH} 2 of {total} kernels from halfport, "
+            f"{len(missing)} missing (tests that need them fail)",
+            f"lazyops: missing: {', '.join(missing)}",
+        ]
+    )
     chain = project.run("--lazyops-backend", f"halfport,{default}")
-    chain.stdout.fnmatch_lines([
-        f"lazyops: backend halfport,{default} (--lazyops-backend) * {total} of {total} kernels from "
-        f"halfport,{default} (2 halfport, {len(missing)} {default})"
-    ])
+    chain.stdout.fnmatch_lines(
+        [
+            f"lazyops: backend halfport,{default} (--lazyops-backend) * {total} of {total} kernels from "
+            f"halfport,{default} (2 halfport, {len(missing)} {default})"
+        ]
+    )
 
 
 def test_header_prints_a_configuration_mistake_instead_of_crashing(project):
@@ -314,10 +340,14 @@ PER_BACKEND = """
 
 
 def test_lazyops_backend_fixture_runs_each_test_once_per_backend_that_can_run_here(project):
-    project.backends.make("offline", ["rmsnorm_tl"], init_code="def unavailable_reason():\n    return 'needs the Frobnicator board'\n")
+    project.backends.make(
+        "offline", ["rmsnorm_tl"], init_code="def unavailable_reason():\n    return 'needs the Frobnicator board'\n"
+    )
     project.tests(PER_BACKEND)
     result = project.run("-v", "-rs", "-p", "no:randomly")
-    outcomes = {line.split(" ")[0]: line.split(" ")[1] for line in result.outlines if line.startswith("test_engine.py::")}
+    outcomes = {
+        line.split(" ")[0]: line.split(" ")[1] for line in result.outlines if line.startswith("test_engine.py::")
+    }
     assert outcomes["test_engine.py::test_each[torch]"] == "PASSED"
     assert outcomes["test_engine.py::test_each[halfport]"] == "PASSED"
     assert outcomes["test_engine.py::test_each[offline]"] == "SKIPPED"
@@ -328,12 +358,14 @@ def test_lazyops_backend_fixture_runs_each_test_once_per_backend_that_can_run_he
     assert outcomes["test_engine.py::test_marked[halfport]"] == "SKIPPED"
     assert outcomes["test_engine.py::test_by_hand[halfport]"] == "PASSED"
     assert outcomes["test_engine.py::test_afterwards_the_session_configuration_is_back"] == "PASSED"
-    result.stdout.fnmatch_lines([
-        # pytest folds skip marks into one line per file, except for tests with marks of their own (test_marked)
-        skipped(2, "test_engine.py: backend 'offline' cannot run here: needs the Frobnicator board"),
-        skipped(1, "test_engine.py:9: lazyops: backend 'halfport' lacks kernel 'rope_tl'*"),
-        skipped(1, "test_engine.py:11: lazyops: backend 'halfport' lacks kernel 'rope_tl'*"),
-    ])
+    result.stdout.fnmatch_lines(
+        [
+            # pytest folds skip marks into one line per file, except for tests with marks of their own (test_marked)
+            skipped(2, "test_engine.py: backend 'offline' cannot run here: needs the Frobnicator board"),
+            skipped(1, "test_engine.py:9: lazyops: backend 'halfport' lacks kernel 'rope_tl'*"),
+            skipped(1, "test_engine.py:11: lazyops: backend 'halfport' lacks kernel 'rope_tl'*"),
+        ]
+    )
 
 
 def test_lazyops_backend_fixture_runs_only_over_the_selected_backends(project):
@@ -346,7 +378,6 @@ def test_lazyops_backend_fixture_runs_only_over_the_selected_backends(project):
 
 def test_configured_holds_for_its_block_only_and_a_refusal_changes_nothing(installed):
     import lazyops
-
     from lazyops import _api
 
     lazyops.configure(backend="torch")
@@ -355,9 +386,8 @@ def test_configured_holds_for_its_block_only_and_a_refusal_changes_nothing(insta
         assert inside.strict and inside.chain == ("torch",)
         assert _api.settings() is inside
     assert _api.settings() == before and not _api.settings().strict
-    with pytest.raises(lazyops.ConfigError):
-        with _api.configured(backend="nope"):
-            pytest.fail("a refused configuration must not enter the block")
+    with pytest.raises(lazyops.ConfigError), _api.configured(backend="nope"):
+        pytest.fail("a refused configuration must not enter the block")
     assert _api.settings() == before
 
 
@@ -378,33 +408,43 @@ def test_eager_import_with_a_bad_configuration_does_not_crash_pytest(project):
     result = project.run()
     assert result.ret == pytest.ExitCode.TESTS_FAILED, result.stderr.str()
     result.assert_outcomes(passed=1, failed=1)
-    result.stdout.fnmatch_lines([
-        "lazyops: EAGER_IMPORT: resolving every kernel at import failed: ConfigError: LAZYOPS_BACKEND names backend "
-        "'nope'*",
-        "*ConfigError: LAZYOPS_BACKEND names backend 'nope'*",
-    ])
+    result.stdout.fnmatch_lines(
+        [
+            "lazyops: EAGER_IMPORT: resolving every kernel at import failed: ConfigError: LAZYOPS_BACKEND names backend "
+            "'nope'*",
+            "*ConfigError: LAZYOPS_BACKEND names backend 'nope'*",
+        ]
+    )
 
 
 def test_eager_import_with_an_unusable_backend_does_not_crash_pytest(project):
-    project.backends.make("offline", ["rmsnorm_tl"], init_code="def unavailable_reason():\n    return 'needs the Frobnicator board'\n")
+    project.backends.make(
+        "offline", ["rmsnorm_tl"], init_code="def unavailable_reason():\n    return 'needs the Frobnicator board'\n"
+    )
     project.tests(UNRELATED_AND_KERNEL)
     project.setenv(EAGER_IMPORT="1", LAZYOPS_BACKEND="offline")
     result = project.run()
     result.assert_outcomes(passed=1, failed=1)
-    result.stdout.fnmatch_lines([
-        "lazyops: EAGER_IMPORT: resolving every kernel at import failed: BackendError: backend 'offline' cannot run "
-        "here: needs the Frobnicator board*",
-    ])
+    result.stdout.fnmatch_lines(
+        [
+            "lazyops: EAGER_IMPORT: resolving every kernel at import failed: BackendError: backend 'offline' cannot run "
+            "here: needs the Frobnicator board*",
+        ]
+    )
 
 
 def test_a_backend_whose_unavailable_reason_raises_does_not_crash_pytest(project):
-    project.backends.make("flaky", ["rmsnorm_tl"], init_code="def unavailable_reason():\n    raise RuntimeError('driver exploded')\n")
+    project.backends.make(
+        "flaky", ["rmsnorm_tl"], init_code="def unavailable_reason():\n    raise RuntimeError('driver exploded')\n"
+    )
     project.tests(UNRELATED_AND_KERNEL)
     project.setenv(LAZYOPS_BACKEND="flaky")
     result = project.run()
     assert "INTERNALERROR" not in result.stdout.str() + result.stderr.str()
     result.assert_outcomes(passed=1, failed=1)
-    result.stdout.fnmatch_lines([
-        "lazyops: backend 'flaky': its unavailable_reason() raised RuntimeError: driver exploded*",
-        "*BackendError: backend 'flaky': its unavailable_reason() raised RuntimeError: driver exploded*",
-    ])
+    result.stdout.fnmatch_lines(
+        [
+            "lazyops: backend 'flaky': its unavailable_reason() raised RuntimeError: driver exploded*",
+            "*BackendError: backend 'flaky': its unavailable_reason() raised RuntimeError: driver exploded*",
+        ]
+    )

@@ -1,6 +1,6 @@
-"""Every backend's factories have the reference's signatures: one stub is true whichever backend serves a kernel.
+"""Every backend's factories have the canonical signatures: one stub is true whichever backend serves a kernel.
 
-The reference is the torch backend (the specification). A backend that drifts (a renamed parameter, another
+The canonical signatures are the torch backend's. A backend that drifts (a renamed parameter, another
 default, a narrower dtype annotation, a different kernel call) fails here with one sentence per difference naming
 the backend, the kernel and the parameter.
 """
@@ -15,7 +15,7 @@ import torch
 
 from lazyops._errors import BackendError
 from lazyops._registry import BUILTINS, Registry
-from lazyops._resolve import REFERENCE
+from lazyops._resolve import LAST_RESORT
 from lazyops._signature import signature_mismatches
 from lazyops._stubgen import factory
 
@@ -26,8 +26,8 @@ NEEDS = {
 }
 
 
-@pytest.mark.parametrize("backend", [name for name, _, _ in BUILTINS if name != REFERENCE])
-def test_every_factory_of_a_builtin_backend_has_the_reference_signature(backend: str):
+@pytest.mark.parametrize("backend", [name for name, _, _ in BUILTINS if name != LAST_RESORT])
+def test_every_factory_of_a_builtin_backend_has_the_canonical_signature(backend: str):
     package, install = NEEDS[backend]
     if importlib.util.find_spec(package) is None:
         pytest.skip(f"backend {backend!r} needs the package {package!r}, which is not installed: {install}")
@@ -36,22 +36,22 @@ def test_every_factory_of_a_builtin_backend_has_the_reference_signature(backend:
         exports = registry[backend].exports()
     except BackendError as error:
         pytest.skip(f"backend {backend!r} cannot list its kernels here: {error}")
-    shared = sorted(exports & registry[REFERENCE].exports())
-    assert shared, f"backend {backend!r} exports none of the reference's kernels"
+    shared = sorted(exports & registry[LAST_RESORT].exports())
+    assert shared, f"backend {backend!r} exports none of the torch backend's kernels"
     problems = []
     for kernel in shared:
-        reference = factory(registry, REFERENCE, kernel)
-        problems += signature_mismatches(kernel, backend, factory(registry, backend, kernel), REFERENCE, reference)
+        canonical = factory(registry, LAST_RESORT, kernel)
+        problems += signature_mismatches(kernel, backend, factory(registry, backend, kernel), LAST_RESORT, canonical)
     assert not problems, "\n".join(problems)
 
 
 # -- the comparison itself, on factories written to disagree ---------------------------------------------------------
-def reference_rmsnorm() -> Callable[..., object]:
-    return factory(Registry.discover(), REFERENCE, "rmsnorm_tl")
+def canonical_rmsnorm() -> Callable[..., object]:
+    return factory(Registry.discover(), LAST_RESORT, "rmsnorm_tl")
 
 
 def mismatches(function: Callable[..., object]) -> list[str]:
-    return signature_mismatches("rmsnorm_tl", "fake", function, REFERENCE, reference_rmsnorm())
+    return signature_mismatches("rmsnorm_tl", "fake", function, LAST_RESORT, canonical_rmsnorm())
 
 
 def test_a_factory_written_with_a_callable_return_type_agrees_with_the_protocol():
@@ -71,7 +71,7 @@ def test_a_narrower_annotation_is_named_with_the_backend_and_the_parameter():
 
     (problem,) = mismatches(rmsnorm_tl)
     assert problem == (
-        "backend 'fake', rmsnorm_tl: parameter 'dtype' is annotated torch.dtype; the reference ('torch') has "
+        "backend 'fake', rmsnorm_tl: parameter 'dtype' is annotated torch.dtype; the canonical signature ('torch') has "
         "torch.dtype | str"
     )
 
@@ -84,14 +84,14 @@ def test_a_different_default_a_renamed_parameter_and_another_kernel_call_are_eac
 
     problems = mismatches(rmsnorm_tl)
     assert (
-        "backend 'fake', rmsnorm_tl: parameter 'eps' is missing (the reference ('torch') has `eps: float = 1e-06`)"
+        "backend 'fake', rmsnorm_tl: parameter 'eps' is missing (the canonical signature ('torch') has `eps: float = 1e-06`)"
     ) in problems
     assert (
-        "backend 'fake', rmsnorm_tl: parameter 'epsilon' is not in the reference ('torch') (it has (n, dtype, eps, "
+        "backend 'fake', rmsnorm_tl: parameter 'epsilon' is not in the canonical signature ('torch') (it has (n, dtype, eps, "
         "weight_dtype, weight_offset))"
     ) in problems
     assert (
-        "backend 'fake', rmsnorm_tl: returns a kernel (torch.Tensor) -> torch.Tensor; the reference ('torch') returns "
+        "backend 'fake', rmsnorm_tl: returns a kernel (torch.Tensor) -> torch.Tensor; the canonical signature ('torch') returns "
         "a kernel (torch.Tensor, torch.Tensor) -> torch.Tensor"
     ) in problems
 
@@ -101,7 +101,7 @@ def test_a_different_default_a_renamed_parameter_and_another_kernel_call_are_eac
         raise NotImplementedError
 
     assert mismatches(with_default) == [
-        "backend 'fake', rmsnorm_tl: parameter 'eps' has default 1e-05; the reference ('torch') has default 1e-06"
+        "backend 'fake', rmsnorm_tl: parameter 'eps' has default 1e-05; the canonical signature ('torch') has default 1e-06"
     ]
 
 
@@ -114,10 +114,10 @@ def test_order_and_kind_are_named_and_a_missing_annotation_is_no_disagreement():
     problems = mismatches(rmsnorm_tl)
     assert (
         "backend 'fake', rmsnorm_tl: parameters are in the order (dtype, n, eps, weight_dtype, weight_offset); the "
-        "reference ('torch') has (n, dtype, eps, weight_dtype, weight_offset)"
+        "canonical signature ('torch') has (n, dtype, eps, weight_dtype, weight_offset)"
     ) in problems
     assert (
-        "backend 'fake', rmsnorm_tl: parameter 'eps' is keyword-only; the reference ('torch') has positional or keyword"
+        "backend 'fake', rmsnorm_tl: parameter 'eps' is keyword-only; the canonical signature ('torch') has positional or keyword"
     ) in problems
     # A factory may leave annotations out (third-party ones often do); one it writes must agree.
     assert not any("'dtype' is annotated" in problem for problem in problems)

@@ -120,7 +120,7 @@ def test_a_third_party_backend_gets_stubs_for_its_own_kernels(fake_backends, tmp
     assert ast.unparse(definitions["alpha_tl"].args) == "n: int, scale: float=2.0, *, strict: bool=False"
     assert ast.unparse(definitions["alpha_tl"].returns) == "_AlphaKernel"
     assert "def __call__(self, values: list[float], /) -> list[float]:" in text
-    # The fake rmsnorm_tl is unannotated; the stub keeps the reference's signature for a kernel torch has.
+    # The fake rmsnorm_tl is unannotated; the stub keeps the torch backend's signature for a kernel torch has.
     assert ast.unparse(definitions["rmsnorm_tl"].args) == (
         "n: int, dtype: torch.dtype | str, eps: float=1e-06, *, weight_dtype: torch.dtype | str | None=None, "
         "weight_offset: float=0.0"

@@ -55,7 +55,7 @@ FAKE_CALLS = """
             call = getattr(lazyops, kernel)(*case.args, **case.kwargs)
             config = call.lazyops_config
             args = kernel_spec.example_inputs(config, 3, testing.Inputs(case.seed, "cpu"), case.geometry)
-            operator, operator_out = _ops.operators(kernel_spec, "torch", config, call, lambda c: call)
+            operator, operator_out = _ops.operators(kernel_spec, "torch", config)
             values = _ops.config_values(config)
             with FakeTensorMode() as mode:
                 fake = [mode.from_tensor(arg) if isinstance(arg, torch.Tensor) else arg for arg in args]

@@ -25,16 +25,16 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from lazyops import _config
+from lazyops import _settings
 from lazyops.cli._errors import FOUND_PROBLEMS, OK, USAGE
 from lazyops.cli._status import BROKEN, RUNS, BackendStatus, one_line
 
 HELP = "versions, device, backends, configuration, and every kernel checked against float64"
 
-#: The variables the configuration table shows: lazyops' own (``_config.VARIABLES``, its one table, with their
+#: The variables the configuration table shows: lazyops' own (``_settings.VARIABLES``, its one table, with their
 #: meanings) and Triton's switch to its interpreter, which decides whether that backend runs on a CPU.
 VARIABLES = {
-    **{name: meaning for name, meaning in _config.VARIABLES.items() if name not in ("RANK", "LOCAL_RANK")},
+    **{name: meaning for name, meaning in _settings.VARIABLES.items() if name not in ("RANK", "LOCAL_RANK")},
     "TRITON_INTERPRET": "Triton on the CPU (Triton's own variable)",
 }
 #: The check's token counts: one token (the decode step) and a few rows, so both paths of a kernel run.
@@ -64,7 +64,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 @dataclass
-class BackendReport:
+class BackendFinding:
     name: str
     origin: str
     status: str
@@ -88,7 +88,7 @@ class Check:
 
 
 @dataclass
-class KernelReport:
+class KernelFinding:
     kernel: str
     backend: str | None = None
     reason: str | None = None
@@ -110,7 +110,7 @@ def main(args: argparse.Namespace) -> int:
     return report.exit_status
 
 
-class Report:
+class Diagnosis:
     def __init__(self) -> None:
         self.versions: dict[str, str | None] = {}
         self.device = ""
@@ -121,8 +121,8 @@ class Report:
         self.chain: tuple[str, ...] = ()
         self.strict = False
         self.default = ""
-        self.backends: list[BackendReport] = []
-        self.kernels: list[KernelReport] = []
+        self.backends: list[BackendFinding] = []
+        self.kernels: list[KernelFinding] = []
         self.dtype = ""
         #: the plan LAZYOPS_PLAN names: its path, entries, and whether it applies here (None: no plan)
         self.plan: str | None = None
@@ -310,11 +310,11 @@ def _check_cell(check: Check | None) -> Any:
 # -- gathering ---------------------------------------------------------------------------------------------------
 
 
-def diagnose(args: argparse.Namespace, out: Any) -> Report:
+def diagnose(args: argparse.Namespace, out: Any) -> Diagnosis:
     import lazyops
     from lazyops import _api
 
-    report = Report()
+    report = Diagnosis()
     report.dtype = args.dtype
     report.versions = versions()
     try:
@@ -389,24 +389,24 @@ def device() -> str:
     return f"CPU only ({platform.machine()}, {os.cpu_count()} cores; torch sees no CUDA device)"
 
 
-def read_configuration(report: Report) -> None:
+def read_configuration(report: Diagnosis) -> None:
     """The variables as set, each malformed one as a problem (all of them, not just the first), then the whole."""
     from lazyops import _api
     from lazyops._errors import ConfigError
 
     environ = os.environ
     report.variables = {name: environ.get(name) for name in VARIABLES}
-    for name, nearest in _config.unknown_variables(environ):
+    for name, nearest in _settings.unknown_variables(environ):
         report.variables[name] = environ[name]
         hint = f"; did you mean {nearest}?" if nearest else ""
         report.config_warnings.append(f"{name} is not a lazyops variable and is ignored{hint}")
 
     parsers: dict[str, Callable[[str], object]] = {
-        "LAZYOPS_BACKEND": lambda value: _config.parse_chain("LAZYOPS_BACKEND", value),
-        "LAZYOPS_FALLBACK": lambda value: _config.parse_fallback("LAZYOPS_FALLBACK", value),
-        "LAZYOPS_TRACE": lambda value: _config.settings_from_environment({"LAZYOPS_TRACE": value}),
+        "LAZYOPS_BACKEND": lambda value: _settings.parse_chain("LAZYOPS_BACKEND", value),
+        "LAZYOPS_FALLBACK": lambda value: _settings.parse_fallback("LAZYOPS_FALLBACK", value),
+        "LAZYOPS_TRACE": lambda value: _settings.settings_from_environment({"LAZYOPS_TRACE": value}),
         **{
-            name: functools.partial(_config.parse_bool, name)
+            name: functools.partial(_settings.parse_bool, name)
             for name in ("LAZYOPS_STRICT", "LAZYOPS_VERBOSE", "LAZYOPS_TRACE_ARGS")
         },
     }
@@ -417,7 +417,7 @@ def read_configuration(report: Report) -> None:
             except ConfigError as error:
                 report.config_problems.append(str(error))
     try:
-        _config.parse_rank(environ)
+        _settings.parse_rank(environ)
     except ConfigError as error:
         report.config_problems.append(str(error))
     try:
@@ -433,30 +433,30 @@ def read_configuration(report: Report) -> None:
     report.strict = settings.strict
 
 
-def _add_problem(report: Report, error: Exception) -> None:
+def _add_problem(report: Diagnosis, error: Exception) -> None:
     if str(error) not in report.config_problems:
         report.config_problems.append(str(error))
 
 
-def _check_chain_alone(report: Report, value: str | None) -> None:
+def _check_chain_alone(report: Diagnosis, value: str | None) -> None:
     """The backend names, validated even when another variable is malformed (settings stop at the first)."""
     from lazyops import _api
     from lazyops._errors import ConfigError
 
     try:
-        chain = _config.parse_chain("LAZYOPS_BACKEND", value)
-        _api.check(_config.Settings(chain=chain))
+        chain = _settings.parse_chain("LAZYOPS_BACKEND", value)
+        _api.check(_settings.Settings(chain=chain))
     except (ConfigError, ImportError) as error:
         _add_problem(report, error)
 
 
-def load_backend(backend: Any, *, selected: bool) -> BackendReport:
+def load_backend(backend: Any, *, selected: bool) -> BackendFinding:
     """Load ``backend`` and import every kernel module it declares, timed; or say why it cannot run here."""
     from lazyops.cli._status import backend_status
 
     started = time.perf_counter()
     status = backend_status(backend.name)
-    entry = BackendReport(backend.name, backend.origin, status.status, selected, reason=status.reason)
+    entry = BackendFinding(backend.name, backend.origin, status.status, selected, reason=status.reason)
     if not status.runs:
         # Not imported further: a backend that cannot run here would only cost its import time (TileLang: seconds).
         return entry
@@ -472,9 +472,9 @@ def load_backend(backend: Any, *, selected: bool) -> BackendReport:
     return entry
 
 
-def resolve_kernel(kernel: str, report: Report) -> KernelReport:
+def resolve_kernel(kernel: str, report: Diagnosis) -> KernelFinding:
     """Where ``kernel`` resolves now, and whether that source works: the resolution path without the notices."""
-    entry = KernelReport(kernel)
+    entry = KernelFinding(kernel)
     if report.config_problems:
         entry.problem = "not resolved: the configuration is wrong"
         return entry
@@ -565,7 +565,7 @@ def drawn_cases(kernel: str, count: int) -> list[Any]:
     return found[:count]
 
 
-def check_kernel(kernel: str, backend: BackendReport, dtype: str) -> Check:
+def check_kernel(kernel: str, backend: BackendFinding, dtype: str) -> Check:
     """Every case of :func:`cases` through ``lazyops.testing.check_case``; the first that fails is the verdict."""
     from lazyops.specs import has_spec
     from lazyops.testing import check_case, default_device

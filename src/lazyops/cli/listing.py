@@ -1,7 +1,7 @@
 """lazyops list: every kernel, the backends that export it, and where it resolves under the current environment.
 
 Reads names and stubs only (the backends' packages are loaded to ask whether they can run here, no kernel
-module): the same report as the first resolution's summary line and the pytest header.
+module): the same sources as the first resolution's summary line and the pytest header.
 
 Each backend is asked whether it can run here (its package loaded, its ``unavailable_reason()``), and a kernel
 that resolves to one that cannot is marked "cannot load".
@@ -33,9 +33,9 @@ def main(args: argparse.Namespace) -> int:
     from lazyops._plan import plan_status
     from lazyops.cli._status import backend_status
 
-    report = _api.report()
+    sources = _api.sources()
     plan = plan_status()
-    statuses = {name: backend_status(name) for name in report.backends}
+    statuses = {name: backend_status(name) for name in sources.backends}
     rows: list[dict[str, Any]] = [
         {
             "kernel": source.kernel,
@@ -44,31 +44,31 @@ def main(args: argparse.Namespace) -> int:
             "reason": source.reason if source.backend else f"unavailable: {source.unavailable}",
             "loads": source.backend is None or statuses[source.backend].runs,
         }
-        for source in report.kernels
+        for source in sources.kernels
     ]
     if args.json:
         listing = {
-            "chain": list(report.chain),
-            "strict": report.strict,
+            "chain": list(sources.chain),
+            "strict": sources.strict,
             "plan": plan,
             "backends": {b.name: "ok" if b.runs else b.sentence() for b in statuses.values()},
             "kernels": rows,
-            "refused_entry_points": list(report.refused),
+            "refused_entry_points": list(sources.refused),
         }
         print(json.dumps(listing, indent=2))
     else:
         from lazyops.cli._output import Output
 
-        render(Output(), report, statuses, plan)
-    return verdict(report, statuses)
+        render(Output(), sources, statuses, plan)
+    return verdict(sources, statuses)
 
 
-def verdict(report: Any, statuses: dict[str, BackendStatus]) -> int:
+def verdict(sources: Any, statuses: dict[str, BackendStatus]) -> int:
     """OK, or the error for the backends that kernels resolve to but that cannot load here (one line each)."""
     from lazyops.cli._output import count
 
     served: dict[str, int] = {}
-    for source in report.kernels:
+    for source in sources.kernels:
         if source.backend is not None and not statuses[source.backend].runs:
             served[source.backend] = served.get(source.backend, 0) + 1
     if not served:
@@ -78,22 +78,22 @@ def verdict(report: Any, statuses: dict[str, BackendStatus]) -> int:
     )
 
 
-def render(out: Any, report: Any, statuses: dict[str, BackendStatus], plan: str | None = None) -> None:
-    strict = "; strict" if report.strict else ""
-    out.line(("lazyops list", "head"), f": chain {','.join(report.chain)}{strict}; platform default {report.default}")
+def render(out: Any, sources: Any, statuses: dict[str, BackendStatus], plan: str | None = None) -> None:
+    strict = "; strict" if sources.strict else ""
+    out.line(("lazyops list", "head"), f": chain {','.join(sources.chain)}{strict}; platform default {sources.default}")
     if plan is not None:
         out.line("plan (LAZYOPS_PLAN): ", plan)
 
     out.heading("Backends")
     rows = [[b.name, (b.status, "ok" if b.runs else "warn"), b.reason or ""] for b in statuses.values()]
     out.table(["backend", "status", "why not, and the way out"], rows, no_wrap=("backend", "status"))
-    for refusal in report.refused:
+    for refusal in sources.refused:
         out.line(("refused entry point: ", "warn"), refusal)
 
     out.heading("Kernels")
     kernels = []
-    for source in report.kernels:
-        marks = [("yes", "") if b in source.exported_by else ("-", "dim") for b in report.backends]
+    for source in sources.kernels:
+        marks = [("yes", "") if b in source.exported_by else ("-", "dim") for b in sources.backends]
         if source.backend is None:
             where = ("unavailable", "fail")
         elif not statuses[source.backend].runs:
@@ -101,7 +101,7 @@ def render(out: Any, report: Any, statuses: dict[str, BackendStatus], plan: str 
         else:
             where = (f"{source.backend} ({source.reason})", "")
         kernels.append([source.kernel, *marks, where])
-    out.table(["kernel", *report.backends, "resolves to"], kernels, no_wrap=("kernel",))
-    for source in report.kernels:
+    out.table(["kernel", *sources.backends, "resolves to"], kernels, no_wrap=("kernel",))
+    for source in sources.kernels:
         if source.backend is None:
             out.line((f"{source.kernel}: ", "fail"), str(source.unavailable))

@@ -39,7 +39,7 @@ _kernel_names: tuple[str, ...] | None = None  # the manifest is a file of the in
 
 
 def kernel_names() -> tuple[str, ...]:
-    """Every kernel lazyops specifies, sorted: the names the torch reference backend declares in its stub."""
+    """Every kernel lazyops specifies, sorted: the names the torch backend declares in its stub."""
     global _kernel_names
     if _kernel_names is None:
         stub = os.path.join(os.path.dirname(os.path.dirname(__file__)), "_backends", "torch", "__init__.pyi")

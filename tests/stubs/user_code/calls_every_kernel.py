@@ -1,6 +1,6 @@
 """A user's file that calls every kernel factory, and every kernel, as documented: both checkers must accept it.
 
-It also runs (on the CPU, from the torch reference), so what it claims type-checks is what works.
+It also runs (on the CPU, from the torch backend), so what it claims type-checks is what works.
 """
 
 import torch

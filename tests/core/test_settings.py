@@ -13,7 +13,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from lazyops import ConfigError
-from lazyops._config import VARIABLES, Settings, parse_bool, parse_chain, settings_from_environment, unknown_variables
+from lazyops._settings import VARIABLES, Settings, parse_bool, parse_chain, settings_from_environment, unknown_variables
 
 TRUE_WORDS = ["1", "true", "yes", "on"]
 FALSE_WORDS = ["0", "false", "no", "off", ""]

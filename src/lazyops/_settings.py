@@ -46,13 +46,13 @@ _VARIABLE_OF = {
 
 
 class Settings:
-    """One configuration, immutable once built.
+    """The settings, immutable once built.
 
     ``chain`` is ``None`` for the platform default (the default is found only when needed, so strict mode with an
     explicit chain never probes the platform). ``rank`` is the data-parallel rank (``RANK``, else ``LOCAL_RANK``),
-    read once with the rest so that every line printed under one configuration agrees on it. ``origin`` maps each
+    read once with the rest so that every line printed under one set of settings agrees on it. ``origin`` maps each
     of ``backend``, ``fallback``, ``strict`` to where its value came from, so an error can name the variable or
-    argument the user has to change; it is not part of a configuration's value (two equal settings may come from
+    argument the user has to change; it is not part of the settings' value (two equal settings may come from
     different places).
 
     Written out rather than a frozen dataclass: the ``dataclasses`` machinery costs milliseconds at import, on the
@@ -226,7 +226,7 @@ def expand_trace_path(template: str, rank: int) -> str:
 def parse_rank(environ: Mapping[str, str]) -> int:
     """This process's data-parallel rank (``RANK``, else ``LOCAL_RANK``), 0 when neither is set.
 
-    A value that is not an integer is a ``ConfigError``, raised whenever the configuration is read, like any other
+    A value that is not an integer is a ``ConfigError``, raised whenever the settings are read, like any other
     malformed variable: guessing would either silence rank 0's lines or print every rank's, and a launcher that
     sets ``RANK`` wrongly has other things to fix too.
     """

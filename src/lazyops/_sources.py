@@ -1,8 +1,8 @@
-"""Where each kernel comes from, computed once: the one report behind every summary lazyops shows.
+"""Where each kernel comes from, computed once: the one table behind every summary lazyops shows.
 
 The first resolution's summary line, the pytest header and ``lazyops list`` all answer the same question (which
 kernels come from the chain, which are inherited or forced elsewhere, which are missing) and must never disagree,
-so they format one ``Report``. Building it reads names and stubs only: no backend is imported for it (asking
+so they format one ``Sources``. Building it reads names and stubs only: no backend is imported for it (asking
 whether a backend can run here is a separate, costlier question, ``lazyops._api.backend_statuses``).
 """
 
@@ -11,9 +11,9 @@ from __future__ import annotations
 from collections.abc import Mapping, Set
 from dataclasses import dataclass
 
-from lazyops._config import Settings
 from lazyops._errors import BackendError, KernelUnavailableError
 from lazyops._resolve import INHERITED, Universe, chain_of, resolve
+from lazyops._settings import Settings
 
 UNAVAILABLE = "unavailable"
 
@@ -30,7 +30,7 @@ class KernelSource:
 
 
 @dataclass(frozen=True, slots=True)
-class Report:
+class Sources:
     chain: tuple[str, ...]
     default: str
     chain_is_default: bool  # no backend selected: the chain is the platform default alone
@@ -71,8 +71,9 @@ class Report:
         return f"lazyops: {selected} lacks {len(lacking)} of {total} known kernels; {'; '.join(parts)}{hint}"
 
 
-def build_report(settings: Settings, universe: Universe, *, refused: tuple[str, ...] = ()) -> Report:
-    """The report under ``settings``; ``refused`` are the registry's refused entry points, to show alongside."""
+def build_sources(settings: Settings, universe: Universe, *, refused: tuple[str, ...] = ()) -> Sources:
+    """Where each kernel comes from under ``settings``; ``refused`` are the registry's refused entry points, to show
+    alongside."""
     known = sorted(universe.known_kernels())
     exports: dict[str, Set[str]] = {}
     unreadable: dict[str, str] = {}
@@ -90,7 +91,7 @@ def build_report(settings: Settings, universe: Universe, *, refused: tuple[str, 
             rows.append(KernelSource(kernel, exported_by, None, UNAVAILABLE, str(error)))
             continue
         rows.append(KernelSource(kernel, exported_by, resolution.backend, resolution.reason))
-    return Report(
+    return Sources(
         chain=chain_of(settings, universe),
         default=universe.default,
         chain_is_default=settings.chain is None,
