@@ -52,12 +52,13 @@ PACKAGES = ("triton", "tilelang", "liger_kernel")
 
 @dataclass(frozen=True)
 class Case:
-    """One thing to time: ``setup(config) -> (fn, inputs)``; ``kind`` is ``"lazyops"``, ``"peer"`` or
-    ``"ceiling"``. A setup that raises ``ImportError`` makes the row say "not installed here"."""
+    """One thing to time: ``setup(config) -> (fn, inputs)``, or ``(fn, inputs, note)`` where its row needs a word
+    (the note goes into the row); ``kind`` is ``"lazyops"``, ``"peer"``, ``"candidate"`` or ``"skeleton"``. A setup
+    that raises ``ImportError`` makes the row say "not installed here"."""
 
     name: str
     kind: str
-    setup: Callable[[Any], tuple[Callable[..., Any], Sequence[tuple[Any, ...]]]]
+    setup: Callable[[Any], tuple[Any, ...]]
 
 
 def measure(
@@ -81,7 +82,8 @@ def measure(
     for case in cases:
         results[case.name] = {"kind": case.kind}
         try:
-            fn, inputs = case.setup(config)
+            fn, inputs, *note = case.setup(config)
+            results[case.name].update(note=note[0]) if note else None
             inputs = list(inputs)
             fn(*inputs[0])  # the first call compiles, autotunes, allocates: outside the timing
             synchronize(device)
@@ -301,7 +303,9 @@ def parser(doc: str) -> argparse.ArgumentParser:
     summary = doc.split("\n\n", maxsplit=1)[0]
     parser = argparse.ArgumentParser(description=summary, formatter_class=argparse.RawTextHelpFormatter)
     parser.add_argument("--device", help="cuda or cpu (default: cuda when torch sees it)")
-    parser.add_argument("--backend", metavar="NAME[,NAME]", help="lazyops backends (default: every registered one)")
+    parser.add_argument(
+        "--backend", "--backends", metavar="NAME[,NAME]", help="lazyops backends (default: every registered one)"
+    )
     parser.add_argument("--out", type=Path, help="where the result files go (default: results/<device>/)")
     parser.add_argument(
         "--smoke",
@@ -347,8 +351,9 @@ def folder(device: str) -> Path:
     return RESULTS / torch.cuda.get_device_name(torch.device(device)).split()[-1].lower()
 
 
-def environment(device: str) -> dict[str, Any]:
-    """The header facts of a result file: the exact command, date, device, versions and commit."""
+def environment(device: str, backends: Mapping[str, str | None] | None = None) -> dict[str, Any]:
+    """The header facts of a result file: the exact command, date, device, versions and commit, and which of
+    ``backends`` (:func:`backends`' answer) ran and why not the others."""
     import torch
 
     versions = {"torch": torch.__version__}
@@ -369,7 +374,7 @@ def environment(device: str) -> dict[str, Any]:
         "versions": versions,
         "python": platform.python_version(),
         "commit": _commit(),
-    }
+    } | ({"backends": {name: problem or "runs" for name, problem in backends.items()}} if backends else {})
 
 
 def _cpu_model() -> str:
@@ -409,13 +414,23 @@ def write(out: Path, stem: str, title: str, env: Mapping[str, Any], rows: Sequen
     lines = ",\n".join(json.dumps(_rounded(row), separators=(",", ":"), default=str) for row in plain)
     (out / f"{stem}.json").write_text(f'{{"environment":{json.dumps(dict(env))},\n"rows":[\n{lines}\n]}}\n')
     versions = ", ".join(f"{name} {version}" for name, version in env["versions"].items())
+    ran = ", ".join(f"{name} ({state})" for name, state in env.get("backends", {}).items())
     head = [
         f"# {title}",
         "",
         f"Made by `{env['command']}` on {env['date']}; do not edit, rerun the command.",
-        f"Device: {env['device']}; {versions}; Python {env['python']}; lazyops at {env['commit']}.",
+        f"Device: {env['device']}; {versions}; Python {env['python']}; lazyops at {env['commit']}."
+        + (f" {env['elapsed_s']} s in all." if "elapsed_s" in env else ""),
+        *([f"Backends: {ran}."] if ran else []),
+        "",
+        NOISY_NOTE,
         "",
     ]
+    errors = sorted(
+        {(row["impl"], str(row["error"]).splitlines()[0][:200]) for row in plain if row.get("error") and "impl" in row}
+    )
+    if errors:
+        body = [*body, "## What did not run", "", *(f"- {impl}: {error}" for impl, error in errors), ""]
     (out / f"{stem}.md").write_text("\n".join([*head, *body]).rstrip() + "\n")
     return out / f"{stem}.md"
 
@@ -456,6 +471,40 @@ def release(device: str) -> None:
         import torch
 
         torch.cuda.empty_cache()
+
+
+def judge(got: Sequence[Any], reference: Sequence[Any], tolerance: float) -> list[float]:
+    """The relative error of each of ``got`` against ``reference`` (``lazyops.testing``'s); ``ValueError`` where
+    one is over ``tolerance`` or NaN: a wrong implementation is an error row, never a figure."""
+    from lazyops.testing import relative_error
+
+    errors = [relative_error(mine, theirs) for mine, theirs in zip(got, reference, strict=True)]
+    if not max(errors) <= tolerance:  # NaN too
+        raise ValueError(f"wrong result: relative error {' / '.join(f'{e:.1e}' for e in errors)} > {tolerance:.0e}")
+    return errors
+
+
+def paged(caches: Sequence[Any], block: int, shuffle: bool = True) -> tuple[list[Any], Any]:
+    """Contiguous ``[B, H, L, D]`` caches as paged ones of ``block``-token blocks holding the same numbers
+    (``[B * ceil(L / block), block, H, D]``, zeros past ``L``), and their block table ``[B, ceil(L / block)]``: the
+    blocks scattered by a fixed permutation, as an engine's allocator leaves them (``shuffle=False``: in order)."""
+    import torch
+    from torch.nn import functional
+
+    batch, heads, length, dim = caches[0].shape
+    count = -(-length // block)
+    order = torch.randperm(batch * count, generator=torch.Generator().manual_seed(2)) if shuffle else None
+    order = (torch.arange(batch * count) if order is None else order).to(caches[0].device)
+
+    def scatter(cache: Any) -> Any:
+        # one expression: the padded copy is freed before the scattered one is made (a 256 x 32k cache is 17 GB)
+        blocks = functional.pad(cache, (0, 0, 0, count * block - length)).view(batch, heads, count, block, dim)
+        blocks = blocks.permute(0, 2, 3, 1, 4).reshape(batch * count, block, heads, dim)
+        scattered = blocks.new_empty(blocks.shape)  # contiguous, whatever view the reshape returned
+        scattered[order] = blocks
+        return scattered
+
+    return [scatter(cache) for cache in caches], order.view(batch, count).to(torch.int32)
 
 
 # --- Inside lazyops: the only code here that reads lazyops' private modules -------------------------------------
@@ -525,3 +574,26 @@ def through_operator(kernel: Any) -> Callable[..., Any]:
 
     operator, values = kernel.lazyops_operators()[0], config_values(kernel.lazyops_config)
     return lambda *args: operator(*args, *values)
+
+
+def attention_variants(
+    kind: str, config: tuple[Any, ...], device: str, splits: Sequence[int], tiles: int | None = None
+) -> dict[str, Callable[..., Any]]:
+    """The Triton backend's paged attention built with each of the first ``tiles`` tilings of its sweep table for
+    ``kind`` (``"decode"`` or ``"prefill"``) and each split count of ``splits``, whatever its rule would pick:
+    ``{label: call(query, key_cache, value_cache, block_table, seq_lens, cu_seqlens_q, out)}`` (``attention.py
+    --sweep``). ``config``: ``(heads, kv_heads, head_dim, dtype, block_size)``."""
+    import torch
+
+    from lazyops._backends.triton import paged_attention
+    from lazyops.specs.paged_attention import spec
+
+    *geometry, block = config
+    bound, empty = spec.bind(*geometry, block_size=block), torch.empty(0, device=device)  # no fp8 scales
+    calls = {}
+    for tile in paged_attention.SWEEP[kind][:tiles]:
+        for segments in splits:
+            launch = paged_attention.build_attention(bound, tiles=tile, segments=segments)
+            label = f"{tile}" + (f" segments {segments}" if len(splits) > 1 else "")
+            calls[label] = lambda *args, launch=launch: launch(*args[:-1], empty, empty, args[-1])
+    return calls

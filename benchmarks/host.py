@@ -65,7 +65,7 @@ def main(argv: list[str] | None = None) -> int:
         found, lines = calls_part(device, options.smoke)
         rows, body = rows + found, body + lines
     env["elapsed_s"] = round(time.perf_counter() - started)
-    written = harness.write(out, "host", "What lazyops costs on the host", env, rows, [harness.NOISY_NOTE, "", *body])
+    written = harness.write(out, "host", "What lazyops costs on the host", env, rows, body)
     print(f"wrote {written} and its .json in {env['elapsed_s']} s")
     return 0
 

@@ -66,9 +66,7 @@ def main(argv: list[str] | None = None) -> int:
     status = harness.backends(options.backend)
     chosen = [name for name, problem in status.items() if problem is None or options.backend]
     kernels = options.kernels.split(",") if options.kernels else memory_bound()
-    env = harness.environment(device)
-    env["backends"] = {name: problem or "runs" for name, problem in status.items()}
-    env["configs"] = {}
+    env = harness.environment(device, status) | {"configs": {}}
     out = options.out or harness.folder(device)
     started = time.perf_counter()
     copy = bench.copy_ceiling(16 if small else 256, device=device, rounds=rounds)
@@ -129,18 +127,14 @@ def say(row: Any) -> None:
 def render(rows: list[Any], copy: Any, env: dict[str, Any]) -> list[str]:
     copy_rate = copy.rate
     lines = [
-        f"Every implementation interleaved with the others ({env.get('elapsed_s', 0)} s in all); each figure the "
-        "median of its samples. Method and peers: `benchmarks/kernels.py`'s docstring. Backends: "
-        + ", ".join(f"{name} ({state})" for name, state in env["backends"].items())
-        + ".",
+        "Every implementation interleaved with the others; each figure the median of its samples. Method and peers: "
+        "`benchmarks/kernels.py`'s docstring.",
         "",
         f"Device-to-device copy, the ceiling: **{harness.figure(copy_rate, 0)} GB/s** ({copy.note})."
         if copy_rate
         else f"Device-to-device copy: {copy.error}.",
         "",
         *(f"- {kernel}: `{config}`" for kernel, config in env["configs"].items()),
-        "",
-        harness.NOISY_NOTE,
         "",
     ]
     for method, title, cell in (
@@ -159,9 +153,6 @@ def render(rows: list[Any], copy: Any, env: dict[str, Any]) -> list[str]:
             cells = {row.tokens: cell(row, copy_rate) for row in mine}
             body.append([f"{kernel} ({dtype})", impl, *(cells.get(m, "") for m in sizes)])
         lines += harness.table(["kernel", "implementation", *(f"M = {m}" for m in sizes)], body)
-    errors = sorted({(row.impl, row.error.splitlines()[0][:200]) for row in rows if row.error})
-    if errors:
-        lines += ["## What did not run", "", *(f"- {impl}: {error}" for impl, error in errors), ""]
     return lines
 
 

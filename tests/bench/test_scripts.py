@@ -124,7 +124,7 @@ def test_results_are_one_row_a_line_and_name_their_command(tmp_path):
     assert markdown.startswith("# Title\n") and "`python x.py`" in markdown and markdown.rstrip().endswith("body")
 
 
-@pytest.mark.parametrize("script", ["kernels.py", "gemm.py", "host.py", "layer.py"])
+@pytest.mark.parametrize("script", ["attention.py", "kernels.py", "gemm.py", "host.py", "layer.py", "tune.py"])
 def test_scripts_reach_lazyops_only_through_its_public_api_and_the_harness(script):
     text = (BENCHMARKS / script).read_text()
     assert "lazyops._" not in text and "from lazyops import _" not in text
