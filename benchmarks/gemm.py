@@ -23,9 +23,9 @@ tuned tiles of the GEMM backends were chosen: docs/decisions/.
 
 from __future__ import annotations
 
+import functools
 import math
 import sys
-import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -72,39 +72,36 @@ def main(argv: list[str] | None = None) -> int:
     status = harness.backends(options.backend or ("torch" if not cuda else None))
     peer = "cuBLAS" if cuda else "a @ b"  # torch's own GEMM: cuBLAS on CUDA, oneDNN or a loop on a CPU
     cases = [Case(peer, "peer", lambda n, k, dtype: lambda a, b: a @ b)]
-    for backend, problem in status.items():
-        cases.append(Case(f"lazyops {backend}", "lazyops", _factory(backend, problem)))
+    cases += [Case(f"lazyops {backend}", "lazyops", _matmul(backend, problem)) for backend, problem in status.items()]
     tiles = [_tile(text) for text in options.tiles.split(";") if text.strip()]
+    if tiles and not options.sweep:
+        sys.exit("--tiles needs --sweep BACKEND: whose tilings they are")
     for tile in tiles:
-        label = " ".join(f"{key}={value}" for key, value in tile.items())
-        cases.append(Case(label, "candidate", _tiled(options.sweep, tile), tile))
+        build = functools.cache(lambda n, k, dtype, t=tile: harness.tiled_matmul(options.sweep, n, k, dtype, t))
+        cases.append(Case(" ".join(f"{key}={value}" for key, value in tile.items()), "candidate", build, tile))
     env = harness.environment(device, status) | {"peer": peer}
     env["tolerance"] = {name: TOLERANCE[getattr(torch, name)] for name in options.dtypes.split(",")}
-    out = options.out or harness.folder(device)
+    out, name = options.out, options.name or "gemm"
     if options.sweep:
         out, name = out / "sweeps", options.name or options.sweep
-    else:
-        name = options.name or "gemm"
-    rounds = 1 if options.smoke else 3
-    started, rows = time.perf_counter(), []
+    rows: list[dict[str, Any]] = []
     for cell in cells:
         dtype = getattr(torch, cell.dtype)
         sets = _input_sets(cell, dtype, device, ROTATE_BYTES if cuda else 0)
         reference = sets[0][0].float() @ sets[0][1].float()
-        timed = [case.timed(cell, sets, reference, TOLERANCE[dtype]) for case in cases]
+        timed = [case.timed(sets, reference, TOLERANCE[dtype]) for case in cases]
         graphs = {}
         if cuda and cell.m <= options.graph_max:
-            graphs = harness.measure(timed, cell, "graph", device, rounds=rounds)
-        stream = {} if options.sweep and graphs else harness.measure(timed, cell, "stream", device, rounds=rounds)
+            graphs = harness.measure(timed, cell, "graph", device)
+        stream = {} if options.sweep and graphs else harness.measure(timed, cell, "stream", device)
         for case in cases:
             rows.append(_row(cell, case, stream.get(case.name), graphs.get(case.name), dtype))
             print(_line(rows[-1]), flush=True)
         _compare(rows, cell)
         del sets, reference
         harness.release(device)
-        env["elapsed_s"] = round(time.perf_counter() - started)
-        harness.write(out, name, TITLE, env, rows, _render(rows, env, options.graph_max))
-    print(f"wrote {out / name}.md and its .json in {time.perf_counter() - started:.0f} s")
+        written = harness.write(out, name, TITLE, env, rows, _render(rows, env, options.graph_max))
+    print(f"wrote {written} and its .json")
     return 0
 
 
@@ -113,56 +110,31 @@ TITLE = "GEMM against cuBLAS"
 
 @dataclass(frozen=True)
 class Case:
-    """One implementation: ``build(n, k, dtype) -> call(a, b)``, built once per weight and dtype; ``tile``: a sweep's
-    tiling."""
+    """One implementation: ``build(n, k, dtype) -> call(a, b)``, cached: built once per weight and dtype; ``tile``:
+    a sweep's tiling."""
 
     name: str
     kind: str
     build: Any
     tile: dict[str, Any] | None = None
 
-    def timed(self, cell: Cell, sets: list[tuple[Any, ...]], reference: Any, tolerance: float) -> harness.Case:
-        """The harness case of this implementation at ``cell``: built, checked against ``reference``, then timed."""
+    def timed(self, sets: list[tuple[Any, ...]], reference: Any, tolerance: float) -> harness.Case:
+        """The harness case of this implementation at a cell: built, checked against ``reference``, then timed."""
 
-        def setup(config: Cell) -> tuple[Any, list[tuple[Any, ...]]]:
-            from lazyops.testing import relative_error
-
-            call = _built(self, config)
-            error = relative_error(call(*sets[0]), reference)
-            if not error <= tolerance:  # NaN too
-                raise ValueError(f"wrong result: relative error {error:.2e} > {tolerance:.0e}")
+        def setup(cell: Cell) -> tuple[Any, list[tuple[Any, ...]]]:
+            call = self.build(cell.n, cell.k, cell.dtype)
+            harness.judge([call(*sets[0])], [reference], tolerance)
             return call, sets
 
         return harness.Case(self.name, self.kind, setup)
 
 
-_BUILT: dict[tuple[str, int, int, str], Any] = {}
-
-
-def _built(case: Case, cell: Cell) -> Any:
-    key = (case.name, cell.n, cell.k, cell.dtype)
-    if key not in _BUILT:
-        _BUILT[key] = case.build(cell.n, cell.k, cell.dtype)
-    return _BUILT[key]
-
-
-def _factory(backend: str, problem: str | None) -> Any:
+def _matmul(backend: str, problem: str | None) -> Any:
+    @functools.cache
     def build(n: int, k: int, dtype: str) -> Any:
         if problem:
             raise RuntimeError(f"unavailable: {problem}")
         return harness.factory(backend, "matmul_tl")(n, k, dtype)
-
-    return build
-
-
-def _tiled(backend: str | None, tile: dict[str, Any]) -> Any:
-    if backend is None:
-        sys.exit("--tiles needs --sweep BACKEND: whose tilings they are")
-
-    def build(n: int, k: int, dtype: str) -> Any:
-        import torch
-
-        return harness.tiled_matmul(backend, n, k, getattr(torch, dtype), tile)
 
     return build
 

@@ -1,27 +1,13 @@
-"""The one harness every benchmark script stands on: cases, timing, peers, and the result files.
+"""The one harness every benchmark script stands on: cases, timing, peers, inputs and the result files.
 
-A script is a set of *cases* timed at a set of *configs*. A case is ``Case(name, kind, setup)``, its
-``setup(config) -> (fn, inputs)`` building what is timed at one config (``inputs``: one or more argument tuples, the
-calls rotate through them); :func:`measure` sets up every case at a config, checks nothing, and times them
-*interleaved* by the engine of ``lazyops bench`` (``lazyops._bench``), in one of three modes:
-
-- ``stream``: ``triton.testing.do_bench`` on CUDA (the L2 flushed before every call), ``blocked_autorange`` on the
-  host;
-- ``graph``: 50 back-to-back calls captured in a CUDA graph, replayed 20 times, divided;
-- ``host``: 3000 back-to-back calls after a warm-up, ``perf_counter`` around them, one synchronize.
-
-Each row keeps the median and the quartiles of its samples; ``noisy`` marks a spread over 20 % of the median.
-Kernel benchmarks that need only a spec (``kernels.py``) call the engine's kernel functions directly; this module
-re-exports them.
-
-Results: :func:`write` puts ``<stem>.json`` (one row a line) and ``<stem>.md`` into ``results/<device>/`` (``h200``,
-``cpu``; ``--out`` elsewhere), each headed by the exact command, the date, the device, the versions and the commit.
-
-Scripts reach lazyops through its public API (``lazyops.<backend>.<kernel>``, ``lazyops.specs``,
-``lazyops.testing``) and this module. The one place that reaches inside lazyops is :mod:`lazyops._bench` (the timing
-engine, shared with ``lazyops bench``) and the section "Inside lazyops" at the end: building a GEMM of a given
-tiling (``gemm.py --sweep``) and calling a kernel through its custom operator (``host.py``). When a backend's
-internals change, that section is the one place to follow them.
+A script is *cases* timed at *configs*: ``Case(name, kind, setup)``, ``setup(config) -> (fn, inputs)`` building what
+is timed at one config (``inputs``: argument tuples the calls rotate through). :func:`measure` times every case of a
+config *interleaved* by the engine of ``lazyops bench`` (``lazyops._bench``): ``stream`` (``do_bench`` on CUDA, the
+L2 flushed; ``blocked_autorange`` on the host), ``graph`` (50 calls captured in a CUDA graph, 20 replays, divided) or
+``host`` (3000 back-to-back calls, one synchronize). Each row keeps the median and quartiles of its samples.
+:func:`write` puts ``<stem>.json`` (one row a line) and ``<stem>.md`` into ``results/<device>/``, headed by the
+exact command, date, device, versions and commit. Everything here reaches lazyops through its public API but
+:mod:`lazyops._bench` and the last section, "Inside lazyops": follow a backend's refactor there.
 """
 
 from __future__ import annotations
@@ -48,6 +34,9 @@ RESULTS = ROOT / "benchmarks" / "results"
 HOST_S = 0.5
 #: Packages whose versions a result depends on, beside torch (liger-kernel: a peer some benchmarks time).
 PACKAGES = ("triton", "tilelang", "liger_kernel")
+#: Set by :func:`start`: when the run began (every result file says how long it took), and whether it is ``--smoke``
+#: (then :func:`measure` times one round on tiny budgets: the script's logic, not a result).
+RUN: dict[str, Any] = {"started": None, "smoke": False}
 
 
 @dataclass(frozen=True)
@@ -73,9 +62,12 @@ def measure(
 ) -> dict[str, dict[str, Any]]:
     """Every case at ``config``, interleaved: ``{case name: {"kind", "us", "low_us", "high_us", "noisy", "samples"}
     or {"kind", "error"}}``. ``calls`` is the host mode's calls a sample (fewer where they would take more than
-    :data:`HOST_S`), ``round_s`` the stream mode's time a round.
+    :data:`HOST_S`), ``round_s`` the stream mode's time a round; a ``--smoke`` run takes one round of few calls.
     """
     from lazyops import _bench
+
+    if RUN["smoke"]:
+        rounds, calls, round_s = 1, min(calls, 10), min(round_s, 0.002)
 
     results: dict[str, dict[str, Any]] = {}
     samplers = {}
@@ -83,7 +75,8 @@ def measure(
         results[case.name] = {"kind": case.kind}
         try:
             fn, inputs, *note = case.setup(config)
-            results[case.name].update(note=note[0]) if note else None
+            if note:
+                results[case.name]["note"] = note[0]
             inputs = list(inputs)
             fn(*inputs[0])  # the first call compiles, autotunes, allocates: outside the timing
             synchronize(device)
@@ -132,9 +125,10 @@ def engine() -> Any:
 # --- what is compared -------------------------------------------------------------------------------------------
 
 
-def factory(backend: str, kernel: str) -> Any:
-    """Backend ``backend``'s own factory of ``kernel`` (``lazyops.<backend>.<kernel>``, third-party ones too)."""
-    return getattr(importlib.import_module(f"lazyops.{backend}"), kernel)
+def factory(backend: str | None, kernel: str) -> Any:
+    """Backend ``backend``'s own factory of ``kernel`` (``lazyops.<backend>.<kernel>``, third-party ones too); None:
+    lazyops' namespace (``lazyops.<kernel>``), each configuration resolved by the settings in force."""
+    return getattr(importlib.import_module("lazyops" if backend is None else f"lazyops.{backend}"), kernel)
 
 
 def backends(option: str | None) -> dict[str, str | None]:
@@ -317,7 +311,9 @@ def parser(doc: str) -> argparse.ArgumentParser:
 
 def start(options: argparse.Namespace) -> str:
     """The device of the run (``options.device``, else CUDA when there): Triton's interpreter is turned on for a
-    CPU run before any Triton kernel is defined, and a ``cuda`` run without a GPU stops with a way out."""
+    CPU run before any Triton kernel is defined, and a ``cuda`` run without a GPU stops with a way out. Fills in
+    ``options.out`` (``results/<device>/``) and :data:`RUN`."""
+    RUN.update(started=time.perf_counter(), smoke=options.smoke)
     if options.device in (None, "cpu") and not _cuda_visible():
         os.environ.setdefault("TRITON_INTERPRET", "1")
     import torch
@@ -325,17 +321,8 @@ def start(options: argparse.Namespace) -> str:
     device = options.device or ("cuda" if torch.cuda.is_available() else "cpu")
     if device.startswith("cuda") and not torch.cuda.is_available():
         sys.exit("no CUDA device here: run with --device cpu --smoke to check the script")
+    options.out = options.out or folder(device)
     return device
-
-
-def check_writable(plot: Path) -> None:
-    """Stop now, with the reason, if ``plot`` cannot be drawn into: before the run, not after it."""
-    from lazyops.cli.bench import check_plot_path
-
-    try:
-        check_plot_path(str(plot))
-    except Exception as error:  # noqa: BLE001 - its message says what is wrong and what to do
-        sys.exit(str(error))
 
 
 def _cuda_visible() -> bool:
@@ -408,8 +395,11 @@ def _commit() -> str:
 
 
 def write(out: Path, stem: str, title: str, env: Mapping[str, Any], rows: Sequence[Any], body: Sequence[str]) -> Path:
-    """``<out>/<stem>.json`` (the environment, then one row a line) and ``<stem>.md`` (the header, then ``body``)."""
+    """``<out>/<stem>.json`` (the environment, then one row a line) and ``<stem>.md`` (the header, then ``body``, then
+    what did not run): rewritten as a run goes, so that one cut short keeps what it measured."""
     out.mkdir(parents=True, exist_ok=True)
+    if RUN["started"] is not None:
+        env = {**env, "elapsed_s": round(time.perf_counter() - RUN["started"])}
     plain = [dataclasses.asdict(row) if dataclasses.is_dataclass(row) else row for row in rows]
     lines = ",\n".join(json.dumps(_rounded(row), separators=(",", ":"), default=str) for row in plain)
     (out / f"{stem}.json").write_text(f'{{"environment":{json.dumps(dict(env))},\n"rows":[\n{lines}\n]}}\n')
@@ -516,7 +506,7 @@ def tiled_matmul(backend: str, n: int, k: int, dtype: Any, tile: Mapping[str, An
     ``matmul.Tile`` (``split`` > 1: its split-K product and reduce programs)."""
     import torch
 
-    fields = dict(tile)
+    fields, dtype = dict(tile), getattr(torch, dtype) if isinstance(dtype, str) else dtype
     split = int(fields.pop("split", 1))
     if backend == "triton":
         from lazyops._backends.triton import matmul

@@ -40,7 +40,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import harness
 
 SRC = harness.ROOT / "src"
-WIDTH = 4096
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -50,23 +49,21 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--sizes", default="10,1000,10000", help="kernels of the synthetic backends (startup)")
     options = parser.parse_args(argv)
     device = harness.start(options)
-    parts = options.parts.split(",")
-    runs = 2 if options.smoke else options.runs
-    env = harness.environment(device)
-    out, started, rows, body = options.out or harness.folder(device), time.perf_counter(), [], []
-    if "import" in parts:
-        found, lines = import_part(runs, options.smoke)
+    runs, smoke = 2 if options.smoke else options.runs, options.smoke
+    sizes = [10] if smoke else [int(size) for size in options.sizes.split(",")]
+    parts = {
+        "import": lambda: import_part(runs, smoke),
+        "startup": lambda: startup_part(runs, sizes),
+        "calls": lambda: calls_part(device, smoke),
+    }
+    env, rows, body = harness.environment(device), [], []
+    for part in options.parts.split(","):
+        if part not in parts:
+            sys.exit(f"--parts: no part {part!r}; choose from {', '.join(parts)}")
+        found, lines = parts[part]()
         rows, body = rows + found, body + lines
-    if "startup" in parts:
-        sizes = [10] if options.smoke else [int(size) for size in options.sizes.split(",")]
-        found, lines = startup_part(runs, sizes)
-        rows, body = rows + found, body + lines
-    if "calls" in parts:
-        found, lines = calls_part(device, options.smoke)
-        rows, body = rows + found, body + lines
-    env["elapsed_s"] = round(time.perf_counter() - started)
-    written = harness.write(out, "host", "What lazyops costs on the host", env, rows, body)
-    print(f"wrote {written} and its .json in {env['elapsed_s']} s")
+    written = harness.write(options.out, "host", "What lazyops costs on the host", env, rows, body)
+    print(f"wrote {written} and its .json")
     return 0
 
 
@@ -245,7 +242,7 @@ def calls_part(device: str, smoke: bool) -> tuple[list[dict], list[str]]:
             cases = [
                 harness.Case(label, "peer", lambda _, fn=fn, args=args: (fn, [args])) for label, fn in calls.items()
             ]
-            timed = harness.measure(cases, name, "host", device, rounds=1 if smoke else 5, calls=10 if smoke else 3000)
+            timed = harness.measure(cases, name, "host", device, rounds=5)
             row = {"part": "calls", "kernel": short, "config": config.label}
             row.update({label: timing.get("us") for label, timing in timed.items()})
             row.update({f"{label} noisy": timing.get("noisy") for label, timing in timed.items()})

@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import dataclasses
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
@@ -46,12 +45,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--no-compile", dest="compile", action="store_false")
     parser.add_argument("--name", default="kernels", help="the result files' stem (default kernels)")
-    parser.add_argument(
-        "--plot", type=Path, help="also draw the stream rows (as `lazyops bench --plot`) into this file"
-    )
     options = parser.parse_args(argv)
-    if options.plot:
-        harness.check_writable(options.plot)
     device = harness.start(options)
     import torch
 
@@ -67,8 +61,6 @@ def main(argv: list[str] | None = None) -> int:
     chosen = [name for name, problem in status.items() if problem is None or options.backend]
     kernels = options.kernels.split(",") if options.kernels else memory_bound()
     env = harness.environment(device, status) | {"configs": {}}
-    out = options.out or harness.folder(device)
-    started = time.perf_counter()
     copy = bench.copy_ceiling(16 if small else 256, device=device, rounds=rounds)
     rows: list[Any] = [copy]
     for dtype in options.dtypes.split(","):
@@ -86,14 +78,9 @@ def main(argv: list[str] | None = None) -> int:
                 rows += bench.host_time(kernel, impls, dtype, calls=calls, warmup=calls // 30, rounds=rounds, **common)
             env["configs"][kernel] = bench.describe(kernel, dtype, small=small)
             bench.rank(rows)
-            env["elapsed_s"] = round(time.perf_counter() - started)
             plain = [{k: v for k, v in dataclasses.asdict(row).items() if k != "config"} for row in rows]
-            written = harness.write(out, options.name, TITLE, env, plain, render(rows, copy, env))
-    print(f"wrote {written} and its .json in {time.perf_counter() - started:.0f} s")
-    if options.plot:
-        from lazyops.cli.bench import plot
-
-        plot([row for row in rows if row.method == "stream"], str(options.plot), f"{env['device']}, {env['date']}")
+            written = harness.write(options.out, options.name, TITLE, env, plain, render(rows, copy, env))
+    print(f"wrote {written} and its .json")
     return 0
 
 

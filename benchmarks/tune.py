@@ -50,7 +50,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, help="lazyops tune's interleaved rounds (default 5; --smoke: 1)")
     options = parser.parse_args(argv)
     device = harness.start(options)
-    out = options.out or harness.folder(device)
+    out = options.out
     out.mkdir(parents=True, exist_ok=True)
     workloads = options.workloads or (layer.SMOKE_WORKLOADS if options.smoke else layer.WORKLOADS)
     tokens = sorted({int(text.partition("-")[2]) for text in workloads.split(",")})
@@ -61,7 +61,6 @@ def main(argv: list[str] | None = None) -> int:
     chosen = ["--backend", layer_backends] if layer_backends else []
     trace, plans = out / "tune_trace.jsonl", [out / "tune_plan.json", out / "tune_plan_2.json"]
     steps: list[dict[str, Any]] = []
-    started = time.perf_counter()
 
     def finish() -> Path:
         """The result files as the steps so far left them: a run cut short keeps what it measured."""
@@ -71,7 +70,6 @@ def main(argv: list[str] | None = None) -> int:
             "tokens": tokens,
             "workloads": workloads,
             "plan_resolved": planned,
-            "elapsed_s": round(time.perf_counter() - started),
         }
         first, second = [*runs, None, None][:2]
         records = [*choices(first), *differences(first, second), *comparisons(rows)]
@@ -93,7 +91,7 @@ def main(argv: list[str] | None = None) -> int:
     layer_run = [*script("layer.py"), *common, *chosen, "--workloads", workloads, "--plan", str(plans[0])]
     steps.append(run("layer", [*layer_run, "--out", str(out), "--name", "tune_layer"]))
     written = finish()
-    print(f"wrote {written} and its .json in {time.perf_counter() - started:.0f} s")
+    print(f"wrote {written} and its .json")
     return 0 if all(step["status"] in (0, 1) for step in steps) else 1
 
 
@@ -145,22 +143,8 @@ def chosen_text(config: dict[str, Any]) -> str:
 
 def choices(report: dict[str, Any] | None) -> list[dict[str, Any]]:
     """One record per configuration of the first run: its choice, its gain over the default at each token count."""
-    if report is None:
-        return []
-    return [
-        {
-            "kind": "choice",
-            "kernel": config["kernel"],
-            "label": config["label"],
-            "default": config["default"],
-            "plan": chosen_text(config),
-            "gain": config["gain"],
-            "us": config["us"],
-            "rejected": config["rejected"] or None,
-            "declined": config["declined"] or None,
-        }
-        for config in report["configurations"]
-    ]
+    configurations = report["configurations"] if report else []
+    return [{"kind": "choice", **config, "plan": chosen_text(config)} for config in configurations]
 
 
 def drift(first: dict[str, Any] | None, second: dict[str, Any] | None) -> float | None:
@@ -273,11 +257,9 @@ def comparisons(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def render(env: dict[str, Any], runs: list[Any], records: list[dict[str, Any]]) -> list[str]:
-    steps = env["steps"]
-    tune_steps = [step for step in steps if step["step"].startswith("tune")]
+    steps, tokens = env["steps"], [str(m) for m in env["tokens"]]
     lines = [
-        f"Token counts tuned: {', '.join(map(str, env['tokens']))} (the layer's workloads {env['workloads']}). "
-        f"{env['elapsed_s']} s in all.",
+        f"Token counts tuned: {', '.join(tokens)} (the layer's workloads {env['workloads']}).",
         "",
         "## The commands",
         "",
@@ -288,33 +270,35 @@ def render(env: dict[str, Any], runs: list[Any], records: list[dict[str, Any]]) 
         f"## Tuning time (goal: ≤ {TUNE_SECONDS} s for the whole command)",
         "",
     ]
-    for step, report in zip(tune_steps, runs, strict=False):
-        if report is None:
-            lines.append(f"- {step['step']}: failed (exit {step['status']})")
-            continue
+    for step, report in zip([s for s in steps if s["step"].startswith("tune")], runs, strict=False):
         verdict = "met" if step["seconds"] <= TUNE_SECONDS else "not met"
-        configurations = len(report["configurations"])
         lines.append(
-            f"- {step['step']}: {step['seconds']} s for the command ({report['elapsed_s']:.1f} s checking and timing "
-            f"{configurations} configurations, {report['timing']['method']} timing): {verdict}"
+            f"- {step['step']}: failed (exit {step['status']})"
+            if report is None
+            else f"- {step['step']}: {step['seconds']} s for the command ({report['elapsed_s']:.1f} s checking and "
+            f"timing {len(report['configurations'])} configurations, {report['timing']['method']} timing): {verdict}"
         )
-    lines += ["", "## The plan (first run): choice and speed over the default resolution per token count", ""]
-    picked = [r for r in records if r["kind"] == "choice"]
-    tokens = [str(m) for m in env["tokens"]]
-    lines += harness.table(
-        ["configuration", "default", "plan", *(f"× M={m}" for m in tokens), "rejected / declined"],
-        [
+    lines += [
+        "",
+        "## The plan (first run): choice and speed over the default resolution per token count",
+        "",
+        *harness.table(
+            ["configuration", "default", "plan", *(f"× M={m}" for m in tokens), "rejected / declined"],
             [
-                r["label"],
-                r["default"],
-                r["plan"],
-                *(harness.figure(r["gain"].get(m), 2) for m in tokens),
-                "; ".join(f"{b}: {why}" for b, why in {**(r["rejected"] or {}), **(r["declined"] or {})}.items()),
-            ]
-            for r in picked
-        ],
-    )
-    lines += ["## Reproducibility: choices that differ between the two runs", ""]
+                [
+                    r["label"],
+                    r["default"],
+                    r["plan"],
+                    *(harness.figure(r["gain"].get(m), 2) for m in tokens),
+                    _refused(r),
+                ]
+                for r in records
+                if r["kind"] == "choice"
+            ],
+        ),
+        "## Reproducibility: choices that differ between the two runs",
+        "",
+    ]
     differing = [r for r in records if r["kind"] == "differs"]
     if not differing:
         lines += ["None: both runs chose the same backend (and switch) for every configuration.", ""]
@@ -323,20 +307,12 @@ def render(env: dict[str, Any], runs: list[Any], records: list[dict[str, Any]]) 
             f"Noise between the runs: {100 * differing[0]['noise']:.1f} % (the 90th percentile of the change of a "
             "candidate's total time from run 1 to run 2). Gap: the two backends' totals apart in each run.",
             "",
+            *harness.table(
+                ["configuration", "run 1", "run 2", "gap run 1 / run 2", "verdict"],
+                [[r["label"], r["first"], r["second"], _gaps(r), r["verdict"]] for r in differing],
+            ),
         ]
-        lines += harness.table(
-            ["configuration", "run 1", "run 2", "gap run 1 / run 2", "verdict"],
-            [
-                [
-                    r["label"],
-                    r["first"],
-                    r["second"],
-                    " / ".join("—" if g is None else f"{100 * g:.1f} %" for g in r["gap"]),
-                    r["verdict"],
-                ]
-                for r in differing
-            ],
-        )
+    compared = [r for r in records if r["kind"] == "layer"]
     lines += [
         f"## The layer by the plan (goal: ≥ {AT_LEAST}× the best single-backend layer everywhere, ≥ {SOMEWHERE}× "
         "somewhere)",
@@ -347,35 +323,36 @@ def render(env: dict[str, Any], runs: list[Any], records: list[dict[str, Any]]) 
         "",
         *(f"- {line}" for line in env["plan_resolved"] or ["(the layer did not run)"]),
         "",
+        *harness.table(
+            ["workload", "", "plan µs", "best single backend", "µs", "best single / plan"],
+            [[r["workload"], "compiled" if r["compiled"] else "eager", *_layer_cells(r)] for r in compared],
+        ),
     ]
-    compared = [r for r in records if r["kind"] == "layer"]
-    lines += harness.table(
-        ["workload", "", "plan µs", "best single backend", "µs", "best single / plan"],
-        [[r["workload"], "compiled" if r["compiled"] else "eager", *_layer_cells(r)] for r in compared],
-    )
     ratios = [r["ratio"] for r in compared if "ratio" in r]
     if ratios:
-        everywhere = all(ratio >= AT_LEAST for ratio in ratios)
-        somewhere = any(ratio >= SOMEWHERE for ratio in ratios)
-        lines += [
+        everywhere, somewhere = all(x >= AT_LEAST for x in ratios), any(x >= SOMEWHERE for x in ratios)
+        lines.append(
             f"Goal: {'met' if everywhere and somewhere else 'not met'} (≥ {AT_LEAST}× at every workload: "
-            f"{'yes' if everywhere else 'no'}; ≥ {SOMEWHERE}× at one or more: {'yes' if somewhere else 'no'}).",
-            "",
-        ]
-    lines += [harness.NOISY_NOTE, ""]
+            f"{'yes' if everywhere else 'no'}; ≥ {SOMEWHERE}× at one or more: {'yes' if somewhere else 'no'})."
+        )
     return lines
+
+
+def _refused(record: dict[str, Any]) -> str:
+    refused = {**(record["rejected"] or {}), **(record["declined"] or {})}
+    return "; ".join(f"{backend}: {why}" for backend, why in refused.items())
+
+
+def _gaps(record: dict[str, Any]) -> str:
+    return " / ".join("—" if gap is None else f"{100 * gap:.1f} %" for gap in record["gap"])
 
 
 def _layer_cells(record: dict[str, Any]) -> list[str]:
     if "error" in record:
         return [record["error"], "", "", ""]
-    noisy = record["noisy"]
-    return [
-        harness.figure(record["plan_us"], 1, noisy),
-        record["best_single"],
-        harness.figure(record["best_us"], 1, noisy),
-        harness.figure(record["ratio"], 3, noisy),
-    ]
+    figures = [(record["plan_us"], 1), (record["best_us"], 1), (record["ratio"], 3)]
+    plan, best, ratio = (harness.figure(value, digits, record["noisy"]) for value, digits in figures)
+    return [plan, record["best_single"], best, ratio]
 
 
 if __name__ == "__main__":

@@ -108,6 +108,20 @@ def test_the_layer_takes_each_backends_attention_from_one_place(monkeypatch):
     assert sorted(set(asked), key=str) == sorted({None, "torch", "other"}, key=str)
 
 
+@pytest.mark.parametrize("batch", [1, 3])
+def test_a_paged_cache_holds_the_contiguous_numbers_in_scattered_contiguous_blocks(batch):
+    """The layout attention.py and layer.py time lazyops' attention on. At batch 1 the block reshape is a view:
+    the layer's cache was then not contiguous and the kernels refused it (a decode-1 row was an error)."""
+    import torch
+
+    k = torch.randn(batch, 2, 10, 8)
+    (paged,), table = harness.paged([k], 4)
+    assert paged.is_contiguous() and paged.shape == (batch * 3, 4, 2, 8) and table.dtype == torch.int32
+    assert sorted(table.flatten().tolist()) == list(range(batch * 3)) != table.flatten().tolist()
+    gathered = paged[table.long()].flatten(1, 2)  # [B, blocks * block, H, D], zeros past the length
+    assert torch.equal(gathered[:, :10].transpose(1, 2), k) and not gathered[:, 10:].any()
+
+
 def test_results_are_one_row_a_line_and_name_their_command(tmp_path):
     env = {
         "command": "python x.py",
