@@ -7,21 +7,15 @@ reference, then timed against torch's SDPA (flash and cuDNN backends) on contigu
     python benchmarks/attention.py --flex            # also FlexAttention (compiled per shape)
     python benchmarks/attention.py --smoke --device cpu --out /tmp/a   # the script's logic: tiny shapes, the host
 
-Llama-3-8B's attention: 32 query heads, 8 KV heads of 128, bf16, 16-token blocks scattered in the cache.
-
-1. **Checks**: ``lazyops.testing.run_conformance`` for both kernels in each backend (``--examples`` drawn cases),
-   then each kernel on the timed shapes (decode 16 x 8k, prefill 1 x 8192, chunked 512 over 8192) against the
-   float64 reference (``check_case``). A failed check makes the exit status 1.
-2. **Decode**, batch 1 / 16 / 64 / 256 x context 1k / 8k / 32k: µs per call inside a CUDA graph, GB/s over the KV
-   bytes read (``B * context * Hk * D * 2 * 2``) and the share of the H200's 4.8 TB/s.
-3. **Prefill**, causal, 1 x 8192 and 16 x 512 (stream time, TFLOP/s over ``4 * pairs * D * Hq``), and a chunked
-   prefill of 512 new tokens over a 7680-token cached prefix: paged (blocks scattered), the same kernel over blocks
-   in order (unpaged), and SDPA with a lower-right causal mask.
-
-Every implementation of a cell is timed interleaved with the others (``harness.measure``). Peers run on contiguous
-``[B, H, L, D]`` tensors with ``enable_gqa`` (where a backend refuses it, on keys and values repeated to 32 heads:
-the row says so). Backends: those of ``--backend``, else every one that runs here and exports the kernels (on a
-GPU but the torch backend's, which reads lengths on the host and cannot be captured in a CUDA graph).
+Llama-3-8B's attention (32 query heads, 8 KV heads of 128, bf16, 16-token blocks scattered in the cache). Checks:
+``lazyops.testing.run_conformance`` for both kernels (``--examples`` drawn cases), then each kernel on the timed
+shapes against float64 (``check_case``); a failed check makes the exit status 1. Decode, batch 1 / 16 / 64 / 256 x
+context 1k / 8k / 32k: µs per call inside a CUDA graph, GB/s over the KV bytes read, the share of 4.8 TB/s.
+Prefill, causal, 1 x 8192 and 16 x 512 (stream time, TFLOP/s), and a chunked prefill of 512 new tokens over a
+7680-token prefix, paged and over blocks in order (unpaged). Every cell's implementations interleaved; peers on
+``[B, H, L, D]`` tensors with ``enable_gqa`` (where a backend refuses it, keys and values repeated to 32 heads: the
+row says so). Backends: ``--backend``'s, else each that runs here and exports the kernels (on a GPU but the torch
+backend's, which reads lengths on the host and cannot be captured in a CUDA graph).
 """
 
 from __future__ import annotations
@@ -40,6 +34,7 @@ import harness
 TITLE = "paged_attention_tl and kv_cache_write_tl against SDPA"
 HBM_PEAK = 4.8e12  # the H200's HBM3e bandwidth, bytes/s
 KERNELS = ("paged_attention_tl", "kv_cache_write_tl")
+UNPAGED = " unpaged (blocks in order)"
 
 
 @dataclass(frozen=True)
@@ -85,7 +80,7 @@ def main(argv: list[str] | None = None) -> int:
     timing = Timing(device, options.smoke, 1 if options.quick else 3, options.flex, shape, dtype)
     print(f"backends: {', '.join(status)}; checks", flush=True)
     rows = checks(list(status), options, device, dtype, shape)
-    parts = [timing.decode, timing.prefill] + ([timing.sweep] if options.sweep and "triton" in status else [])
+    parts = [timing.attention] + ([timing.sweep] if options.sweep and "triton" in status else [])
     for part in parts:
         for cell in part(list(status)):
             rows += cell
@@ -146,7 +141,8 @@ def checks(backends: list[str], options: Any, device: str, dtype: Any, shape: Sh
 
 @dataclass
 class Timing:
-    """The timed parts; each yields a cell's rows at a time, so that the result files grow as the run goes."""
+    """The timed parts; each yields a cell's rows at a time, so that the result files grow as the run goes. A cell of
+    one query a sequence is decode (GB/s over the KV bytes, in a CUDA graph), any other prefill (TFLOP/s, stream)."""
 
     device: str
     smoke: bool
@@ -155,58 +151,40 @@ class Timing:
     shape: Shape
     dtype: Any
 
-    def decode(self, backends: list[str]) -> Any:
+    def attention(self, backends: list[str]) -> Any:
+        """Decode, then prefill: lazyops (chunked prefill also over blocks in order) beside SDPA and FlexAttention."""
         batches, contexts = self.shape.decode
-        for context in contexts:
-            for batch in batches:
-                q, k, v = self.tensors(batch, context, 1)
-                args = self.paged(q, k, v, shuffle=True)
-                cases = [lazyops_case(backend, "", args, self.shape, self.dtype) for backend in backends]
-                cases += sdpa_cases(q, k, v, self.device, causal=False)
-                cases += [flex_case(q, k, v, causal=False)] if self.flex else []
-                yield self.measure("decode", f"{batch} x {context}", cases, 2 * k.nbytes, "GB/s")
-                del q, k, v, args, cases
-
-    def prefill(self, backends: list[str]) -> Any:
-        for cell, batch, length, new in self.shape.prefill:
+        cells = [(f"{batch} x {context}", batch, context, 1) for context in contexts for batch in batches]
+        for cell, batch, length, new in cells + list(self.shape.prefill):
             q, k, v = self.tensors(batch, length, new)
-            layouts = [("", True)] + ([(" unpaged (blocks in order)", False)] if new < length else [])
+            layouts = [("", True)] + ([(UNPAGED, False)] if 1 < new < length else [])
             cases = []
             for suffix, shuffle in layouts:
                 args = self.paged(q, k, v, shuffle)
                 cases += [lazyops_case(backend, suffix, args, self.shape, self.dtype) for backend in backends]
-            cases += sdpa_cases(q, k, v, self.device, causal=True)
-            cases += [flex_case(q, k, v, causal=True)] if self.flex else []
-            yield self.measure("prefill", cell, cases, self.flops(batch, length, new), "TFLOP/s")
+            cases += sdpa_cases(q, k, v, self.device, causal=new > 1)
+            cases += [flex_case(q, k, v, causal=new > 1)] if self.flex else []
+            yield self.measure("decode" if new == 1 else "prefill", cell, cases, k, new)
             del q, k, v, args, cases
 
     def sweep(self, backends: list[str]) -> Any:
         """The Triton backend's alternatives (its ``SWEEP`` table, and split counts at decode), built unchecked,
         beside its own rule's choice (checked above) at a few cells."""
         s = self.shape
-        config = (s.heads, s.kv_heads, s.head_dim, self.dtype, s.block)
-        cells = [(1, 40), (3, 16)] if self.smoke else [(1, 8192), (16, 8192), (64, 8192), (256, 8192)]
-        splits = (1, 4) if self.smoke else (1, 16, 32, 64)
-        length = 32 if self.smoke else 8192
-        for kind, batch, context, new in [*(("decode", b, c, 1) for b, c in cells), ("prefill", 1, length, length)]:
-            q, k, v = self.tensors(batch, context, new)
+        decode = [(1, 40, 1), (3, 16, 1)] if self.smoke else [(batch, 8192, 1) for batch in (1, 16, 64, 256)]
+        for batch, length, new in [*decode, (1, 32, 32) if self.smoke else (1, 8192, 8192)]:
+            q, k, v = self.tensors(batch, length, new)
             args = self.paged(q, k, v, shuffle=True)
-            cases = [lazyops_case("triton", " (its rule)", args, s, self.dtype)]
-            splits_here, tiles = splits if new == 1 else (1,), 1 if self.smoke else None
-            variants = harness.attention_variants(kind, config, self.device, splits_here, tiles)
+            kind, splits = ("decode", (1, 4) if self.smoke else (1, 16, 32, 64)) if new == 1 else ("prefill", (1,))
+            config = (s.heads, s.kv_heads, s.head_dim, self.dtype, s.block)
+            variants = harness.attention_variants(kind, config, self.device, splits, 1 if self.smoke else None)
             timed = (*args, args[0].new_empty(args[0].shape))
+            cases = [lazyops_case("triton", " (its rule)", args, s, self.dtype)]
             cases += [
-                harness.Case(label, "candidate", lambda _, c=call, t=timed: (c, [t]))
-                for label, call in variants.items()
+                harness.Case(label, "candidate", lambda _, c=c, t=timed: (c, [t])) for label, c in variants.items()
             ]
-            cell, amount = f"{kind} {batch} x {context}", 2 * k.nbytes if new == 1 else self.flops(batch, context, new)
-            yield self.measure("sweep", cell, cases, amount, "GB/s" if new == 1 else "TFLOP/s")
-            del q, k, v, args, cases
-
-    def flops(self, batch: int, length: int, new: int) -> int:
-        """``4 * pairs * D * Hq``: each sequence's ``new`` queries causally over its ``length`` keys."""
-        pairs = batch * (new * (length - new) + new * (new + 1) // 2)
-        return 4 * pairs * self.shape.head_dim * self.shape.heads
+            yield self.measure("sweep", f"{kind} {batch} x {length}", cases, k, new)
+            del q, k, v, args, cases, timed
 
     def tensors(self, batch: int, length: int, new: int) -> tuple[Any, Any, Any]:
         """Contiguous ``q [B, Hq, new, D]`` and ``k``, ``v [B, Hk, length, D]``: the peers' inputs."""
@@ -219,27 +197,22 @@ class Timing:
     def paged(self, q: Any, k: Any, v: Any, shuffle: bool) -> tuple[Any, ...]:
         """The same numbers as lazyops takes them: ``(query [T, Hq * D], key_cache, value_cache, block_table,
         seq_lens, cu_seqlens_q)``."""
-        import torch
-
         batch, heads, new, dim = q.shape
-        (key_cache, value_cache), table = harness.paged([k, v], self.shape.block, shuffle)
         query = q.transpose(1, 2).reshape(batch * new, heads * dim)
-        seq_lens = torch.full((batch,), k.shape[2], dtype=torch.int32, device=q.device)
-        starts = torch.arange(0, batch * new + 1, new, dtype=torch.int32, device=q.device)
-        return query, key_cache, value_cache, table, seq_lens, starts
+        return query, *harness.paged(k, v, self.shape.block, new, shuffle)
 
-    def measure(self, part: str, cell: str, cases: list[Any], amount: float, unit: str) -> list[dict[str, Any]]:
-        """The cell's cases interleaved: decode per call inside a CUDA graph, prefill by stream time."""
-        mode = "graph" if unit == "GB/s" and self.device.startswith("cuda") else "stream"
+    def measure(self, part: str, cell: str, cases: list[Any], k: Any, new: int) -> list[dict[str, Any]]:
+        """The cell's cases interleaved, and their rates: GB/s over the KV bytes read at decode (``B * context * Hk
+        * D * 2 * 2``), TFLOP/s over ``4 * pairs * D * Hq`` at prefill (causal pairs: each sequence's ``new``
+        queries over its keys)."""
+        batch, length = k.shape[0], k.shape[2]
+        pairs = batch * (new * (length - new) + new * (new + 1) // 2)
+        amount, unit = (2 * k.nbytes, "GB/s") if new == 1 else (4 * pairs * k.shape[3] * self.shape.heads, "TFLOP/s")
+        mode = "graph" if new == 1 and self.device.startswith("cuda") else "stream"
         timed = harness.measure(cases, cell, mode, self.device, rounds=self.rounds, round_s=0.1)
-        rows = []
-        for case in cases:
-            row = {"part": part, "shape": cell, "impl": case.name, "mode": mode, **timed[case.name]}
-            if row.get("us"):
-                row.update(rate=amount / (row["us"] * 1e-6) / (1e9 if unit == "GB/s" else 1e12), unit=unit)
-            rows.append(row)
-            shown = f"{row['us']:10.1f} µs {row['rate']:9.1f} {unit}" if row.get("us") else row["error"][:100]
-            print(f"  {part:8} {cell:24} {case.name:40} {shown}", flush=True)
+        rows = [{"part": part, "shape": cell, "impl": name, "mode": mode, **timing} for name, timing in timed.items()]
+        for row in (row for row in rows if row.get("us")):
+            row.update(rate=amount / (row["us"] * 1e-6) / (1e9 if new == 1 else 1e12), unit=unit)
         return rows
 
 
@@ -317,68 +290,54 @@ def render(rows: list[dict[str, Any]], env: dict[str, Any]) -> list[str]:
         "",
         "## Checks (float64 reference, lazyops.testing)",
         "",
-        *harness.table(
-            ["backend", "what", "status", "detail"],
-            [
-                [r["backend"], r["shape"], r["status"], r["detail"].replace("\n", " ")[:200]]
-                for r in rows
-                if "status" in r
-            ],
-        ),
+        *harness.table(["backend", "what", "status", "detail"], [_check_cells(r) for r in rows if "status" in r]),
     ]
     for part in ("decode", "prefill", "sweep"):
-        chosen = [row for row in rows if row["part"] == part]
         body = []
-        for row in chosen:
-            best = min(
-                (r["us"] for r in chosen if r["shape"] == row["shape"] and r["kind"] == "peer" and r.get("us")),
-                default=None,
-            )
-            ratio = f"{best / row['us']:.2f}×" if best and row.get("us") and row["kind"] != "peer" else ""
+        for row in (row for row in rows if row["part"] == part):
+            best = _best_peer(rows, part, row["shape"])
+            ratio = f"{best['us'] / row['us']:.2f}×" if best and row.get("us") and row["kind"] != "peer" else ""
             hbm = f"{row['rate'] * 1e9 / HBM_PEAK * 100:.0f} %" if row.get("unit") == "GB/s" else ""
             rate = f"{harness.figure(row.get('rate'), 1, row.get('noisy'))} {row.get('unit', '')}"
             note = (row.get("error") or row.get("note") or "")[:160]
-            cells = [harness.figure(row.get("us"), 1, row.get("noisy")), rate, hbm, ratio, note]
-            body.append([row["shape"], row["impl"], *cells])
+            time = harness.figure(row.get("us"), 1, row.get("noisy"))
+            body.append([row["shape"], row["impl"], time, rate, hbm, ratio, note])
         if body:
             header = ["shape", "implementation", "µs", "rate", "% of HBM", "× best peer", "note"]
             lines += [f"## {part.capitalize()}", "", *harness.table(header, body)]
     return [*lines, "## The issue's goals, from the rows above", "", *(f"- {goal}" for goal in goals(rows)), ""]
 
 
+def _check_cells(row: dict[str, Any]) -> list[str]:
+    return [row["backend"], row["shape"], row["status"], row["detail"].replace("\n", " ")[:200]]
+
+
+def _best_peer(rows: list[dict[str, Any]], part: str, shape: str, name: str = "") -> dict[str, Any] | None:
+    found = [r for r in rows if (r["part"], r["shape"]) == (part, shape) and r.get("us") and r["kind"] == "peer"]
+    return min((r for r in found if name in r["impl"]), key=lambda r: r["us"], default=None)
+
+
 def goals(rows: list[dict[str, Any]]) -> list[str]:
     """Each of issue 29's goals that these rows speak to, met or not, with the figure."""
-
-    def best(part: str, shape: str, name: str = "") -> dict[str, Any] | None:
-        found = [r for r in rows if (r["part"], r["shape"]) == (part, shape) and r.get("us") and r["kind"] == "peer"]
-        return min((r for r in found if name in r["impl"]), key=lambda r: r["us"], default=None)
-
+    timed = {(r["part"], r["shape"], r["impl"]): r for r in rows if r.get("us")}
     said = []
-    for row in rows:
-        if row["part"] not in ("decode", "prefill") or row["kind"] != "lazyops" or not row.get("us"):
+    for (part, shape, impl), row in timed.items():
+        if part not in ("decode", "prefill") or row["kind"] != "lazyops" or UNPAGED in impl:
             continue
-        what, verdicts = f"{row['part']} {row['shape']}, {row['impl']}", []
-        if row["part"] == "prefill" and row["shape"].startswith("chunked"):
-            unpaged = [
-                r
-                for r in rows
-                if r["shape"] == row["shape"] and r["impl"] == row["impl"] + " unpaged (blocks in order)"
-            ]
-            if unpaged and unpaged[0].get("us"):
-                said.append(f"{what}: {unpaged[0]['us'] / row['us']:.2f}× its unpaged layout [goal ≥ 0.9×]")
+        what, verdicts = f"{part} {shape}, {impl}", []
+        if shape.startswith("chunked"):
+            unpaged = timed.get((part, shape, impl + UNPAGED))
+            said += [f"{what}: {unpaged['us'] / row['us']:.2f}× its unpaged layout [goal ≥ 0.9×]"] if unpaged else []
             continue
-        if "unpaged" in row["impl"]:
-            continue
-        peer = best(row["part"], row["shape"], "SDPA" if row["part"] == "prefill" else "")
+        peer = _best_peer(rows, part, shape, "SDPA" if part == "prefill" else "")
         if peer:
             verdicts.append(f"{peer['us'] / row['us']:.2f}× the best peer ({peer['impl']}) [goal ≥ 1.0×]")
-        if row["part"] == "decode":
-            batch, context = (int(x) for x in row["shape"].split(" x "))
-            if batch * context >= 65536:
-                verdicts.append(f"{row['rate'] * 1e9 / HBM_PEAK * 100:.0f} % of HBM [goal ≥ 85 %]")
-            cudnn = best("decode", row["shape"], "cuDNN")
-            if row["shape"] == "1 x 8192" and cudnn:
-                verdicts.append(f"{cudnn['us'] / row['us']:.2f}× cuDNN [goal ≥ 2×]")
+        batch, _, context = shape.partition(" x ")
+        if part == "decode" and int(batch) * int(context) >= 65536:
+            verdicts.append(f"{row['rate'] * 1e9 / HBM_PEAK * 100:.0f} % of HBM [goal ≥ 85 %]")
+        cudnn = _best_peer(rows, part, shape, "cuDNN")
+        if part == "decode" and shape == "1 x 8192" and cudnn:
+            verdicts.append(f"{cudnn['us'] / row['us']:.2f}× cuDNN [goal ≥ 2×]")
         said.append(f"{what}: " + ("; ".join(verdicts) or "no peer measured"))
     return said or ["(nothing measured here)"]
 

@@ -7,18 +7,14 @@
     python benchmarks/gemm.py --smoke --device cpu --out /tmp/g     # the script's logic, tiny shapes
 
 The grid: M in ``--tokens`` (1, 16, 128, 1024, 8192) times ``[M, k] @ [k, n]`` for (n, k) in ``--shapes``
-(4096x4096, 14336x4096, 4096x14336: Llama-3-8B's projections), plus 8192^3, in bfloat16. Implementations: cuBLAS
-(``a @ b``) and each lazyops backend's ``matmul_tl``. Every cell is first checked against ``a.float() @ b.float()``
-(``lazyops.testing``'s relative error and tolerance; a wrong cell is an error, not a figure), then timed, the
-implementations interleaved: stream time (``do_bench``, the L2 flushed, inputs rotating through 256 MiB), TFLOP/s
-and × cuBLAS; up to ``--graph-max`` tokens (128), where a GEMM is bound by reading its weight, also the weight's
-read in GB/s and the time per call inside a CUDA graph (what decode pays, without the host's launches).
+(Llama-3-8B's projections), plus 8192^3, in bfloat16: cuBLAS (``a @ b``) and each backend's ``matmul_tl``, each
+cell checked against ``a.float() @ b.float()`` first, then timed interleaved: stream time (inputs rotating through
+256 MiB), TFLOP/s and × cuBLAS; up to ``--graph-max`` tokens (128), where a GEMM is bound by reading its weight,
+also that read in GB/s and the time per call inside a CUDA graph (what decode pays).
 
-``--sweep BACKEND --tiles 'T;T;...'``: each tiling ``T`` (the backend's own tile fields, ``key=value`` and commas:
-Triton's ``block_m, block_n, block_k, num_warps, num_stages``, ``tma``...; TileLang's ``block_m, block_n, block_k,
-stages, threads``, ``warp_policy``, ``shared_epilogue``...; both take ``split``, the k-slices) timed in CUDA graphs
-beside the backend's own rule and cuBLAS at every cell: ``results/<device>/sweeps/<--name>.{md,json}``. How the
-tuned tiles of the GEMM backends were chosen: docs/decisions/.
+``--sweep BACKEND --tiles 'T;T;...'``: each tiling ``T`` (the backend's own tile fields as ``key=value,...``, and
+``split``, the k-slices) timed in CUDA graphs beside the backend's rule and cuBLAS at every cell:
+``results/<device>/sweeps/<--name>.{md,json}``.
 """
 
 from __future__ import annotations
@@ -89,14 +85,17 @@ def main(argv: list[str] | None = None) -> int:
         dtype = getattr(torch, cell.dtype)
         sets = _input_sets(cell, dtype, device, ROTATE_BYTES if cuda else 0)
         reference = sets[0][0].float() @ sets[0][1].float()
-        timed = [case.timed(sets, reference, TOLERANCE[dtype]) for case in cases]
-        graphs = {}
-        if cuda and cell.m <= options.graph_max:
-            graphs = harness.measure(timed, cell, "graph", device)
-        stream = {} if options.sweep and graphs else harness.measure(timed, cell, "stream", device)
+        timed = [
+            harness.Case(c.name, c.kind, lambda cell, c=c, s=sets: (c.build(cell.n, cell.k, cell.dtype), s))
+            for c in cases
+        ]
+        check = functools.partial(_judge, reference=reference, tolerance=TOLERANCE[dtype])
+        graphs = (
+            harness.measure(timed, cell, "graph", device, check=check) if cuda and cell.m <= options.graph_max else {}
+        )
+        stream = {} if options.sweep and graphs else harness.measure(timed, cell, "stream", device, check=check)
         for case in cases:
             rows.append(_row(cell, case, stream.get(case.name), graphs.get(case.name), dtype))
-            print(_line(rows[-1]), flush=True)
         _compare(rows, cell)
         del sets, reference
         harness.release(device)
@@ -118,15 +117,9 @@ class Case:
     build: Any
     tile: dict[str, Any] | None = None
 
-    def timed(self, sets: list[tuple[Any, ...]], reference: Any, tolerance: float) -> harness.Case:
-        """The harness case of this implementation at a cell: built, checked against ``reference``, then timed."""
 
-        def setup(cell: Cell) -> tuple[Any, list[tuple[Any, ...]]]:
-            call = self.build(cell.n, cell.k, cell.dtype)
-            harness.judge([call(*sets[0])], [reference], tolerance)
-            return call, sets
-
-        return harness.Case(self.name, self.kind, setup)
+def _judge(case: Any, got: Any, reference: Any, tolerance: float) -> None:
+    harness.judge([got], [reference], tolerance)
 
 
 def _matmul(backend: str, problem: str | None) -> Any:
@@ -164,16 +157,10 @@ def _input_sets(cell: Cell, dtype: Any, device: str, rotate: int) -> list[tuple[
 
 
 def _row(cell: Cell, case: Case, stream: dict[str, Any] | None, graph: dict[str, Any] | None, dtype: Any) -> dict:
-    row: dict[str, Any] = {"m": cell.m, "n": cell.n, "k": cell.k, "dtype": cell.dtype, "impl": case.name}
-    row["kind"] = case.kind
-    row.update(case.tile or {})
-    for timing, prefix in ((stream, ""), (graph, "graph_")):
-        if timing is None:
-            continue
-        if "error" in timing:
-            row["error"] = timing["error"]
-            continue
-        row.update({prefix + key: timing[key] for key in ("us", "low_us", "high_us", "noisy")})
+    row: dict[str, Any] = {**vars(cell), "impl": case.name, "kind": case.kind, **(case.tile or {})}
+    for timing, prefix in ((stream or {}, ""), (graph or {}, "graph_")):
+        row.update({prefix + key: timing[key] for key in ("us", "low_us", "high_us", "noisy") if key in timing})
+        row.update({"error": timing["error"]} if "error" in timing else {})
     if row.get("us"):
         row["tflops"] = 2 * cell.m * cell.n * cell.k / (row["us"] * 1e-6) / 1e12
     fastest = row.get("graph_us") or row.get("us")
@@ -192,58 +179,33 @@ def _compare(rows: list[dict[str, Any]], cell: Cell) -> None:
                 row[f"{key.removesuffix('us')}vs_cublas"] = cublas[key] / row[key]
 
 
-def _line(row: dict[str, Any]) -> str:
-    head = f"[{row['m']}, {row['k']}] @ [{row['k']}, {row['n']}] {row['impl']}"
-    if "error" in row:
-        return f"{head}: {row['error']}"
-    graph = f", {row['graph_us']:.1f} µs in a graph" if row.get("graph_us") else ""
-    stream = f"{row['us']:.1f} µs, {row['tflops']:.0f} TFLOP/s" if row.get("us") else ""
-    return f"{head}: {stream}{graph}"
-
-
 def _render(rows: list[dict[str, Any]], env: dict[str, Any], graph_max: int) -> list[str]:
+    tolerances = ", ".join(f"{k} {v:.0e}" for k, v in env["tolerance"].items())
     lines = [
-        "Every result checked against `a.float() @ b.float()` (relative error; "
-        f"tolerance {', '.join(f'{k} {v:.0e}' for k, v in env['tolerance'].items())}) before it is timed; the "
-        "implementations interleaved. Stream: "
-        "`do_bench` medians, the L2 flushed, inputs rotating through 256 MiB. Up to "
-        f"{graph_max} tokens: the weight's read in GB/s (at the graph time when there is one) and µs per call "
-        "inside a CUDA graph (50 calls captured, 20 replays).",
+        f"Every result checked against `a.float() @ b.float()` (relative error; tolerance {tolerances}) before it is "
+        "timed; the implementations interleaved. Stream: `do_bench` medians, the L2 flushed, inputs rotating through "
+        f"256 MiB. Up to {graph_max} tokens: the weight's read in GB/s (at the graph time when there is one) and µs "
+        "per call inside a CUDA graph (50 calls captured, 20 replays).",
         "",
     ]
     body = []
     for row in rows:
+        cells = [row["m"], row["n"], row["k"], row["dtype"], row["impl"]]
         if "error" in row:
-            body.append([row["m"], row["n"], row["k"], row["dtype"], row["impl"], row["error"][:160], "", "", "", ""])
+            body.append([*cells, row["error"][:160], "", "", "", ""])
             continue
+        graph = harness.figure(row.get("graph_us"), 2, row.get("graph_noisy"))
+        graph += f" ({row['graph_vs_cublas']:.2f}×)" if row.get("graph_vs_cublas") else ""
+        figures = [
+            (row.get("us"), 1, row.get("noisy")),
+            (row.get("tflops"), 0, False),
+            (row.get("vs_cublas"), 2, False),
+        ]
         body.append(
-            [
-                row["m"],
-                row["n"],
-                row["k"],
-                row["dtype"],
-                row["impl"],
-                harness.figure(row.get("us"), 1, row.get("noisy")),
-                harness.figure(row.get("tflops"), 0),
-                harness.figure(row.get("vs_cublas"), 2),
-                harness.figure(row.get("graph_us"), 2, row.get("graph_noisy"))
-                + (f" ({row['graph_vs_cublas']:.2f}×)" if row.get("graph_vs_cublas") else ""),
-                harness.figure(row.get("b_gbps"), 0),
-            ]
+            [*cells, *(harness.figure(*figure) for figure in figures), graph, harness.figure(row.get("b_gbps"), 0)]
         )
-    header = [
-        "M",
-        "n",
-        "k",
-        "dtype",
-        "implementation",
-        "µs",
-        "TFLOP/s",
-        f"× {env['peer']}",
-        "µs in a CUDA graph",
-        "b GB/s",
-    ]
-    return lines + harness.table(header, body)
+    header = ["M", "n", "k", "dtype", "implementation", "µs", "TFLOP/s", f"× {env['peer']}", "µs in a CUDA graph"]
+    return lines + harness.table([*header, "b GB/s"], body)
 
 
 if __name__ == "__main__":

@@ -1,13 +1,9 @@
 """The one harness every benchmark script stands on: cases, timing, peers, inputs and the result files.
 
-A script is *cases* timed at *configs*: ``Case(name, kind, setup)``, ``setup(config) -> (fn, inputs)`` building what
-is timed at one config (``inputs``: argument tuples the calls rotate through). :func:`measure` times every case of a
-config *interleaved* by the engine of ``lazyops bench`` (``lazyops._bench``): ``stream`` (``do_bench`` on CUDA, the
-L2 flushed; ``blocked_autorange`` on the host), ``graph`` (50 calls captured in a CUDA graph, 20 replays, divided) or
-``host`` (3000 back-to-back calls, one synchronize). Each row keeps the median and quartiles of its samples.
-:func:`write` puts ``<stem>.json`` (one row a line) and ``<stem>.md`` into ``results/<device>/``, headed by the
-exact command, date, device, versions and commit. Everything here reaches lazyops through its public API but
-:mod:`lazyops._bench` and the last section, "Inside lazyops": follow a backend's refactor there.
+A script is *cases* timed at *configs*: ``Case(name, kind, setup)``, ``setup(config) -> (fn, inputs)``;
+:func:`measure` times every case of a config interleaved, by the engine of ``lazyops bench`` (``lazyops._bench``);
+:func:`write` makes the two result files (README.md, "How a figure is made"). Everything here reaches lazyops
+through its public API but :mod:`lazyops._bench` and the last section, "Inside lazyops".
 """
 
 from __future__ import annotations
@@ -59,11 +55,16 @@ def measure(
     rounds: int = 3,
     calls: int = 3000,
     round_s: float = 0.04,
+    check: Callable[[Case, Any], None] | None = None,
 ) -> dict[str, dict[str, Any]]:
     """Every case at ``config``, interleaved: ``{case name: {"kind", "us", "low_us", "high_us", "noisy", "samples"}
     or {"kind", "error"}}``. ``calls`` is the host mode's calls a sample (fewer where they would take more than
     :data:`HOST_S`), ``round_s`` the stream mode's time a round; a ``--smoke`` run takes one round of few calls.
+    ``check(case, output)`` judges each case's first call (correct before fast: where it raises, the row is its
+    error, not a figure).
     """
+    import torch
+
     from lazyops import _bench
 
     if RUN["smoke"]:
@@ -78,8 +79,11 @@ def measure(
             if note:
                 results[case.name]["note"] = note[0]
             inputs = list(inputs)
-            fn(*inputs[0])  # the first call compiles, autotunes, allocates: outside the timing
-            synchronize(device)
+            with torch.no_grad():  # as the samplers call: a compiled case compiles once, here
+                got = fn(*inputs[0])  # the first call compiles, autotunes, allocates: outside the timing
+            if check is not None:
+                check(case, got)
+            _bench._synchronize(device)
             if mode == "stream":
                 samplers[case.name] = _bench.stream_sampler(fn, inputs, device, round_s)
             elif mode == "graph":
@@ -91,7 +95,7 @@ def measure(
                 started = time.perf_counter()
                 for _ in range(warmup):
                     fn(*inputs[0])
-                synchronize(device)
+                _bench._synchronize(device)
                 # 3000 calls where a call is launch-sized; fewer where it computes for long (a GEMM on a CPU)
                 each = (time.perf_counter() - started) / warmup
                 samplers[case.name] = _bench.host_sampler(
@@ -110,7 +114,10 @@ def measure(
             results[name].update(
                 us=timing.median, low_us=timing.low, high_us=timing.high, noisy=timing.noisy, samples=timing.count
             )
-    release(device)
+    for name, result in results.items():  # the run's progress
+        timing = f"{figure(result.get('us'), 1, result.get('noisy'))} µs {result.get('error', '')}"
+        print(f"{config} | {name}: {timing}", flush=True)
+    _bench._release(device)
     return results
 
 
@@ -247,45 +254,25 @@ TORCH_OPS: dict[str, Callable[[Any], Any]] = {
 }
 
 
-def _liger_rmsnorm(config: Any) -> Any:
-    from liger_kernel.ops.rms_norm import LigerRMSNormFunction
-
-    return lambda x, weight: LigerRMSNormFunction.apply(x, weight, config.eps)
-
-
-def _liger_add_rmsnorm(config: Any) -> Any:
-    # writes the sum to a new tensor instead of into ``residual``: the same bytes moved
-    from liger_kernel.ops.fused_add_rms_norm import LigerFusedAddRMSNormFunction
-
-    return lambda x, residual, weight: LigerFusedAddRMSNormFunction.apply(x, residual, weight, config.eps)[0]
-
-
-def _liger_silu_and_mul(config: Any) -> Any:
-    # two contiguous tensors, gate and up, split once per input set outside the timing
-    from liger_kernel.ops.swiglu import LigerSiLUMulFunction
-
-    n = config.n
-    return engine().Peer(LigerSiLUMulFunction.apply, lambda x: (x[:, :n].contiguous(), x[:, n:].contiguous()))
-
-
-def _liger_softmax(config: Any) -> Any:
-    from liger_kernel.ops.softmax import LigerSoftmaxFunction
-
-    return LigerSoftmaxFunction.apply
-
-
-def _liger_layernorm(config: Any) -> Any:
-    from liger_kernel.ops.layer_norm import LigerLayerNormFunction
-
-    return lambda x, weight, bias: LigerLayerNormFunction.apply(x, weight, bias, config.eps)
+def _liger(module: str, function: str, peer: Callable[[Any, Any], Any]) -> Callable[[Any], Any]:
+    """liger-kernel's ``liger_kernel.ops.<module>.<function>.apply``, made a peer by ``peer(apply, config)``."""
+    return lambda config: peer(getattr(importlib.import_module(f"liger_kernel.ops.{module}"), function).apply, config)
 
 
 LIGER: dict[str, Callable[[Any], Any]] = {
-    "rmsnorm": _liger_rmsnorm,
-    "add_rmsnorm": _liger_add_rmsnorm,
-    "silu_and_mul": _liger_silu_and_mul,
-    "softmax": _liger_softmax,
-    "layernorm": _liger_layernorm,
+    "rmsnorm": _liger("rms_norm", "LigerRMSNormFunction", lambda apply, c: lambda x, w: apply(x, w, c.eps)),
+    # writes the sum to a new tensor instead of into ``residual``: the same bytes moved
+    "add_rmsnorm": _liger(
+        "fused_add_rms_norm", "LigerFusedAddRMSNormFunction", lambda apply, c: lambda x, r, w: apply(x, r, w, c.eps)[0]
+    ),
+    # two contiguous tensors, gate and up, split once per input set outside the timing
+    "silu_and_mul": _liger(
+        "swiglu",
+        "LigerSiLUMulFunction",
+        lambda apply, c: engine().Peer(apply, lambda x: tuple(t.contiguous() for t in x.split(c.n, -1))),
+    ),
+    "softmax": _liger("softmax", "LigerSoftmaxFunction", lambda apply, c: apply),
+    "layernorm": _liger("layer_norm", "LigerLayerNormFunction", lambda apply, c: lambda x, w, b: apply(x, w, b, c.eps)),
 }
 
 
@@ -376,19 +363,14 @@ def _cpu_model() -> str:
 
 def _commit() -> str:
     """The checkout's commit (``+dirty`` when tracked files differ), or ``?`` outside a git checkout."""
+
+    def git(*args: str) -> str:
+        return subprocess.run(["git", "-C", str(ROOT), *args], capture_output=True, text=True, check=True).stdout
+
     try:
-        head = subprocess.run(
-            ["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=True
-        ).stdout.strip()
-        dirty = subprocess.run(
-            ["git", "-C", str(ROOT), "status", "--porcelain", "--untracked-files=no"],
-            capture_output=True,
-            text=True,
-            check=True,
-        ).stdout.strip()
+        return git("rev-parse", "--short", "HEAD").strip() + ("+dirty" if git("status", "--porcelain", "-uno") else "")
     except (OSError, subprocess.CalledProcessError):
         return "?"
-    return head + ("+dirty" if dirty else "")
 
 
 # --- result files -----------------------------------------------------------------------------------------------
@@ -449,18 +431,9 @@ def figure(value: float | None, digits: int = 1, noisy: bool | None = False) -> 
 NOISY_NOTE = "`?`: the samples' interquartile range is over 20 % of their median: too noisy to rank."
 
 
-def synchronize(device: str) -> None:
-    if device.startswith("cuda"):
-        import torch
-
-        torch.cuda.synchronize()
-
-
 def release(device: str) -> None:
-    if device.startswith("cuda"):
-        import torch
-
-        torch.cuda.empty_cache()
+    """Give the GPU's cached memory back: between cells of different sizes, so that none starts fragmented."""
+    engine()._release(device)
 
 
 def judge(got: Sequence[Any], reference: Sequence[Any], tolerance: float) -> list[float]:
@@ -474,17 +447,18 @@ def judge(got: Sequence[Any], reference: Sequence[Any], tolerance: float) -> lis
     return errors
 
 
-def paged(caches: Sequence[Any], block: int, shuffle: bool = True) -> tuple[list[Any], Any]:
-    """Contiguous ``[B, H, L, D]`` caches as paged ones of ``block``-token blocks holding the same numbers
-    (``[B * ceil(L / block), block, H, D]``, zeros past ``L``), and their block table ``[B, ceil(L / block)]``: the
-    blocks scattered by a fixed permutation, as an engine's allocator leaves them (``shuffle=False``: in order)."""
+def paged(key: Any, value: Any, block: int, new: int = 1, shuffle: bool = True) -> tuple[Any, ...]:
+    """Contiguous ``[B, H, L, D]`` keys and values as what paged attention takes, holding the same numbers:
+    ``(key_cache, value_cache, block_table, seq_lens, cu_seqlens_q)`` for ``new`` queries a sequence. The caches are
+    ``[B * ceil(L / block), block, H, D]`` (zeros past ``L``), their blocks scattered by a fixed permutation as an
+    engine's allocator leaves them (``shuffle=False``: in order)."""
     import torch
     from torch.nn import functional
 
-    batch, heads, length, dim = caches[0].shape
+    batch, heads, length, dim = key.shape
     count = -(-length // block)
     order = torch.randperm(batch * count, generator=torch.Generator().manual_seed(2)) if shuffle else None
-    order = (torch.arange(batch * count) if order is None else order).to(caches[0].device)
+    order = (torch.arange(batch * count) if order is None else order).to(key.device)
 
     def scatter(cache: Any) -> Any:
         # one expression: the padded copy is freed before the scattered one is made (a 256 x 32k cache is 17 GB)
@@ -494,7 +468,9 @@ def paged(caches: Sequence[Any], block: int, shuffle: bool = True) -> tuple[list
         scattered[order] = blocks
         return scattered
 
-    return [scatter(cache) for cache in caches], order.view(batch, count).to(torch.int32)
+    lengths = torch.full((batch,), length, dtype=torch.int32, device=key.device)
+    starts = torch.arange(0, batch * new + 1, new, dtype=torch.int32, device=key.device)
+    return scatter(key), scatter(value), order.view(batch, count).to(torch.int32), lengths, starts
 
 
 # --- Inside lazyops: the only code here that reads lazyops' private modules -------------------------------------

@@ -4,21 +4,15 @@
     python benchmarks/host.py --parts calls          # on the H200: its host's per-call costs, results/h200/host.*
     python benchmarks/host.py --smoke --out /tmp/h   # the script's logic, few samples
 
-Parts (``--parts``, a comma list; every figure from fresh interpreters or interleaved samples, medians):
-
-- ``import``: ``import lazyops``' own cumulative time (``python -X importtime``, bytecode compiled as in a wheel) and
-  the modules it imports (none heavy); the read of a resolved kernel against a plain module attribute (``timeit``,
-  after ``lazyops.resolve_all()``).
-- ``startup``: what a server's start pays, torch imported first (an engine has): ``import lazyops``, the first
-  ``lazyops.rmsnorm_tl`` (the torch backend selected: no GPU library's own import counted), a second kernel's first
-  access, and with a third-party backend of ``--sizes`` kernels installed the first access of one of its kernels
-  and ``dir(lazyops)``.
-- ``calls``: µs per call at one token (3000 back-to-back calls, one synchronize; every column interleaved): a
-  kernel whose launch does nothing (``spec.implementation`` around a no-op: lazyops' own per-call cost, the output's
-  allocation included), the torch backend's kernel, torch's own op, the same kernel through its ``torch.library``
-  operator (what an eager call would pay without the compile-only routing), and for softmax and layernorm the
-  lightest checked wrapper anyone could write (the compile router, dtype, width and grad mode in one frame, less
-  than the contract asks): the floor of any kernel that checks its arguments in Python.
+Parts (``--parts``; medians of fresh interpreters or of interleaved samples): ``import``, ``import lazyops``' own
+cumulative time (``-X importtime``, bytecode compiled as in a wheel), the modules it imports, and a resolved kernel's
+read against a plain module attribute; ``startup``, what a server's start pays with torch imported: ``import
+lazyops``, the first ``lazyops.rmsnorm_tl`` (torch backend), a second kernel, and with a third-party backend of
+``--sizes`` kernels installed the first access of one of its kernels and ``dir(lazyops)``; ``calls``, µs per call at
+one token (3000 back-to-back calls, one synchronize): around a no-op launch (lazyops' own cost), the torch backend,
+torch's own op, the kernel through its ``torch.library`` operator (what an eager call would pay without the
+compile-only routing), and for softmax and layernorm the lightest checked wrapper anyone could write (the compile
+router, dtype, width and grad mode in one frame): the floor of any kernel that checks its arguments in Python.
 """
 
 from __future__ import annotations
@@ -32,7 +26,7 @@ import sys
 import tempfile
 import textwrap
 import time
-from dataclasses import dataclass
+from collections import namedtuple
 from pathlib import Path
 from typing import Any
 
@@ -153,17 +147,9 @@ print(json.dumps([(t1 - t0) * 1e6, (t2 - t1) * 1e6, (t3 - t2) * 1e6]))
 """
 
 
-@dataclass(frozen=True)
-class Startup:
-    """One installation to start in: ``kernels`` of a synthetic backend (0: the built-ins alone), the code run
-    before ``import lazyops``, the kernel accessed first, and what is timed after it."""
-
-    kernels: int
-    pre: str
-    first: str
-    then: str
-    then_label: str
-    env: dict[str, str]
+#: One installation to start in: ``kernels`` of a synthetic backend (0: the built-ins alone), the code run before
+#: ``import lazyops``, the kernel accessed first, and what is timed after it.
+Startup = namedtuple("Startup", "kernels pre first then then_label env")
 
 
 def startup_part(runs: int, sizes: list[int]) -> tuple[list[dict], list[str]]:

@@ -5,21 +5,14 @@
         --tokens 1,128,1024 --name torch_backend     # the torch backend against torch's ops on this CPU
     python benchmarks/kernels.py --smoke --device cpu --out /tmp/k   # the script's logic, tiny shapes
 
-Kernels: every kernel whose spec says it is memory-bound (``--kernels`` for others, ``matmul`` included), each at
-its spec's engine-sized configuration (hidden 4096; rope 32 query + 8 key heads of 128). Implementations: each
-lazyops backend that runs here (or those of ``--backend``, third-party ones too). Peers: ``torch eager`` and
-``torch.compile`` (the spec's definition in float32, compiled per size), ``torch op`` (what a user writes in plain
-torch, in the input dtype: ``F.rms_norm``, ``F.silu(g) * u``, vLLM's native rope...) and ``liger-kernel`` where it
-is installed and has the kernel. Ceilings: a copy of the same bytes beside each kernel at each size (that size's
-own ceiling), and a 256 MiB device copy (the device's rate).
-
-Modes (``--modes``; every implementation interleaved with the others, each figure a median with its spread):
-
-- ``stream`` at ``--tokens`` (1024, 8192, 32768): GB/s, × the best peer, % of the 256 MiB copy;
-- ``graph`` at ``--graph-tokens`` (1, 1024; CUDA only): µs per call inside a CUDA graph, × the best peer;
-- ``host`` at one token: µs per call of 3000 back-to-back calls (what decode pays outside CUDA graphs).
-
-docs/performance.md reads the goals off this file.
+Kernels: every kernel whose spec says it is memory-bound (``--kernels`` for others), each at its spec's engine-sized
+configuration, in each backend that runs here (or of ``--backend``). Peers: ``torch eager`` and ``torch.compile``
+(the spec's definition in float32, compiled per size), ``torch op`` (what a user writes in plain torch in the input
+dtype) and ``liger-kernel`` where installed. Ceilings: a copy of the same bytes beside each kernel at each size, and a
+256 MiB device copy. Modes (``--modes``), every implementation interleaved: ``stream`` at ``--tokens`` (1024, 8192,
+32768): GB/s, × the best peer, % of the copy; ``graph`` at ``--graph-tokens`` (1, 1024; CUDA only): µs per call
+inside a CUDA graph; ``host`` at one token: µs per call of 3000 back-to-back calls. docs/performance.md reads the
+goals off this file.
 """
 
 from __future__ import annotations

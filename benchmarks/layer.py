@@ -6,23 +6,18 @@
     python benchmarks/layer.py --plan plan.json      # adds the layer of lazyops' namespace resolving by a plan
     LAZYOPS_TRACE=t.jsonl LAZYOPS_TRACE_ARGS=1 python benchmarks/layer.py --build-only   # the layer's trace
 
-The layer (hidden 4096; 32 query and 8 KV heads of 128; MLP 14336; neox rope; random bf16 weights), in an engine's
+The layer (hidden 4096; 32 query and 8 KV heads of 128; MLP 14336; neox rope; random bf16 weights) in an engine's
 order: rmsnorm, QKV GEMM, rope, attention, O GEMM, add_rmsnorm (the residual in place), gate-up GEMM, SiLU-and-mul,
-down GEMM. Implementations, interleaved at each workload: ``torch eager`` (``F.rms_norm``, ``@``, vLLM's native
-rope, ``F.silu``), ``torch.compile`` of it (the baseline of every ratio), and per lazyops backend its kernels, and its
-norms, rope and activation around cuBLAS's GEMMs (an engine's usual mix), each also under
-``torch.compile(fullgraph=True)``. Attention (:func:`attention_for`): SDPA over a contiguous KV cache for torch's
-layers and the torch backend's; every other backend's ``kv_cache_write_tl`` and ``paged_attention_tl`` over a paged
-cache of 16-token blocks holding the same numbers. Workloads: prefill of 1024 and 8192 tokens (stream time), decode
-at batch 1, 16 and 64 over 1024 cached tokens (a step inside a CUDA graph). Each implementation is first checked
-against torch's layer in float32; a wrong one is an error, not a figure. Goals: lazyops >= 1.15x torch.compile at
-prefill, >= 1.0x at decode.
-
-``--plan FILE``: also the layer of kernels from lazyops' namespace (as an engine takes them) under
-``LAZYOPS_PLAN=FILE`` and ``LAZYOPS_PLAN_STRICT=1``. ``--build-only``: build those and stop (the trace ``lazyops tune
---from-trace`` reads; ``tune.py``). ``--ceiling``: at prefill, the *skeleton* per GEMM provider (GEMMs and attention
-only): torch.compile's time over the fastest is the *bound* of any lazyops layer; the *floor* adds the memory-bound
-kernels' bytes (``spec.traffic``) at the device's copy rate.
+down GEMM. Interleaved at each workload: ``torch eager`` (``F.rms_norm``, ``@``, rope, ``F.silu``), ``torch.compile``
+of it (the baseline of every ratio), and per lazyops backend its kernels, and its norms, rope and activation around
+cuBLAS's GEMMs, each also under ``torch.compile(fullgraph=True)``. Attention (:func:`attention_for`): SDPA for torch's
+layers and the torch backend's, each other backend's KV-cache write and paged attention over the same numbers.
+Prefill of 1024 and 8192 tokens (stream time), decode at batch 1, 16 and 64 over 1024 cached tokens (a step in a
+CUDA graph); each layer first checked against torch's in float32. Goals: >= 1.15x torch.compile at prefill, >= 1.0x
+at decode. ``--plan FILE``: also the layer of lazyops' namespace under ``LAZYOPS_PLAN=FILE LAZYOPS_PLAN_STRICT=1``;
+``--build-only``: build those kernels and stop (the trace for ``tune.py``). ``--ceiling``: at prefill, the layer's
+*skeleton* per GEMM provider (GEMMs and attention only): torch.compile over the fastest is the *bound* of any lazyops
+layer; the *floor* adds the memory-bound kernels' bytes (``spec.traffic``) at the device's copy rate.
 """
 
 from __future__ import annotations
@@ -93,15 +88,11 @@ MEMORY_BOUND, GEMMS = ("rmsnorm", "add_rmsnorm", "rope", "silu_and_mul"), ("qkv"
 
 @dataclass(frozen=True)
 class Attention:
-    """The layer's attention: the seam where a backend's attention kernels come in.
-
-    - ``cache(batch, generator) -> tensors``: contiguous ``[B, Hkv, context + 1, D]`` keys and values (room for the
-      new token); they travel as the decode step's trailing inputs.
-    - ``prefill(q, k, v) -> out``: causal over one sequence; ``q [T, Hq * D]``, ``k``, ``v [T, Hkv * D]``.
-    - ``decode(q, k, v, *cache) -> out``: each sequence's new token written into its cache, then attended over it.
-    - ``adopt(*cache) -> cache``: the common contiguous cache in this attention's own layout, made once outside the
-      timing (every implementation is judged on the same numbers); None: it reads that one as it is.
-    """
+    """The layer's attention, the seam where a backend's attention kernels come in: ``cache(batch, generator)``,
+    contiguous ``[B, Hkv, context + 1, D]`` keys and values (the decode step's trailing inputs); ``prefill(q, k, v)``,
+    causal over one sequence (``q [T, Hq * D]``, ``k``, ``v [T, Hkv * D]``); ``decode(q, k, v, *cache)``, the new
+    tokens written into the cache, then attended over it; ``adopt(*cache)``: that cache in this attention's own
+    layout, the same numbers, made once outside the timing (None: it reads the contiguous one)."""
 
     name: str
     cache: Callable[..., tuple[Any, ...]]
@@ -139,9 +130,8 @@ def sdpa_attention(shape: Shape, dtype: Any, device: str) -> Attention:
 
 def paged_attention(backend: str | None, shape: Shape, dtype: Any, device: str) -> Attention:
     """lazyops' ``kv_cache_write_tl`` and ``paged_attention_tl`` of ``backend`` (None: lazyops' namespace) over a
-    paged cache of 16-token blocks, scattered as an engine's allocator leaves them: at decode each sequence's new
-    token written into its slot, then attended over its ``context + 1`` tokens; at prefill the tokens written into a
-    cache of their own (made once per token count, outside the timing), then attended causally."""
+    paged cache (``harness.paged``): the new tokens written into their slots, then attended over; at prefill into a
+    cache of their own, made once per token count outside the timing."""
     import torch
 
     kv_heads, head_dim, context = shape.kv_heads, shape.head_dim, shape.context
@@ -151,15 +141,11 @@ def paged_attention(backend: str | None, shape: Shape, dtype: Any, device: str) 
     )
 
     def adopt(k_cache: Any, v_cache: Any, new: int = 1) -> tuple[Any, ...]:
-        """The caches paged, their block table, lengths, query starts and the slots of each sequence's last ``new``
-        tokens: what the write and the attention take."""
-        batch, length = k_cache.shape[0], k_cache.shape[2]
-        caches, table = harness.paged([k_cache, v_cache], BLOCK_SIZE)
+        """What the write and the attention take: the paged cache and the slots of each sequence's last ``new``."""
+        paged, length = harness.paged(k_cache, v_cache, BLOCK_SIZE, new), k_cache.shape[2]
         positions = torch.arange(length - new, length, device=device)
-        slots = table[:, positions // BLOCK_SIZE].long() * BLOCK_SIZE + positions % BLOCK_SIZE
-        seq_lens = torch.full((batch,), length, dtype=torch.int32, device=device)
-        starts = torch.arange(0, batch * new + 1, new, dtype=torch.int32, device=device)
-        return *caches, table, seq_lens, starts, slots.flatten().contiguous()
+        slots = paged[2][:, positions // BLOCK_SIZE].long() * BLOCK_SIZE + positions % BLOCK_SIZE
+        return *paged, slots.flatten().contiguous()
 
     def decode(q: Any, k: Any, v: Any, *cache: Any) -> Any:
         key_cache, value_cache, table, seq_lens, starts, slots = cache
@@ -231,7 +217,9 @@ def torch_ops(shape: Shape, attention: Attention) -> Ops:
     def rmsnorm(x: Any, weight: Any) -> Any:
         return F.rms_norm(x, (hidden,), weight, eps)
 
-    mm = torch.matmul
+    def mm(a: Any, b: Any) -> Any:
+        return a @ b
+
     return Ops(rmsnorm, add_rmsnorm, rope, silu_and_mul, mm, mm, mm, mm, attention)
 
 
@@ -272,15 +260,10 @@ def make_weights(shape: Shape, dtype: Any, device: str) -> dict[str, Any]:
     half = shape.head_dim // 2
     inv_freq = 1.0 / shape.rope_theta ** (torch.arange(half, dtype=torch.float64) / half)
     angles = torch.outer(torch.arange(shape.rope_rows, dtype=torch.float64), inv_freq)
-    return {
-        "input_norm": norm(),
-        "qkv": linear(shape.hidden, shape.q_size + 2 * shape.kv_size),
-        "o": linear(shape.q_size, shape.hidden),
-        "post_norm": norm(),
-        "gate_up": linear(shape.hidden, 2 * shape.mlp),
-        "down": linear(shape.mlp, shape.hidden),
-        "cos_sin_cache": torch.cat([angles.cos(), angles.sin()], dim=-1).float().to(device),
-    }
+    weights = {"input_norm": norm(), "post_norm": norm()}
+    gemms = {role: shape.kernels(dtype)[role][1] for role in GEMMS}  # matmul_tl(n, k): a weight [k, n]
+    weights |= {role: linear(k, n) for role, (n, k, _) in gemms.items()}
+    return weights | {"cos_sin_cache": torch.cat([angles.cos(), angles.sin()], dim=-1).float().to(device)}
 
 
 def make_inputs(shape: Shape, phase: str, tokens: int, dtype: Any, device: str) -> tuple[Any, ...]:
@@ -322,48 +305,44 @@ def make_layer(ops: Ops, weights: dict[str, Any], shape: Shape, phase: str) -> C
 class Impl:
     name: str
     kind: str  # "lazyops", "peer" or "skeleton"
-    ops: Callable[[], Ops] | None  # None: cannot run here (``problem`` says why)
+    ops: Callable[[], Ops]  # built once, shared by every workload and the compiled twin; raises where it cannot run
     compiled: bool = False
-    problem: str | None = None
 
 
 def implementations(
     shape: Shape, dtype: Any, device: str, status: dict[str, str | None], ceiling: bool, plan: bool = False
 ) -> list[Impl]:
-    """What to time; each implementation's kernels are built once, shared by every workload and its compiled twin.
-    ``plan``: the layer of lazyops' namespace too (``LAZYOPS_PLAN`` set by ``main``)."""
+    """What to time; ``plan``: the layer of lazyops' namespace too (``LAZYOPS_PLAN`` set by ``main``)."""
 
-    def ops_of(backend: str) -> Callable[[], Ops]:
-        return functools.cache(lambda: lazyops_ops(backend, shape, dtype, attention_for(backend, shape, dtype, device)))
+    def ops_of(backend: str, problem: str | None = None) -> Callable[[], Ops]:
+        def build() -> Ops:
+            if problem:
+                raise RuntimeError(f"unavailable: {problem}")
+            return lazyops_ops(backend, shape, dtype, attention_for(backend, shape, dtype, device))
+
+        return functools.cache(build)
 
     natural = functools.cache(lambda: torch_ops(shape, attention_for(None, shape, dtype, device)))
-    variants = [(EAGER, "peer", natural, None)] + ([(PLANNED, "lazyops", ops_of("namespace"), None)] if plan else [])
+    variants = [(EAGER, "peer", natural)] + ([(PLANNED, "lazyops", ops_of("namespace"))] if plan else [])
     skeletons = [Impl("skeleton, cuBLAS GEMMs", "skeleton", lambda: skeleton(natural()))] if ceiling else []
     for backend, problem in status.items():
-        own = ops_of(backend)
-        variants.append((f"lazyops {backend}", "lazyops", own, problem))
+        own = ops_of(backend, problem)
+        variants.append((f"lazyops {backend}", "lazyops", own))
         if backend != "torch":  # the engine's usual mix: this backend's other kernels around cuBLAS's GEMMs
             mixed = functools.cache(lambda o=own: dataclasses.replace(o(), **{g: getattr(natural(), g) for g in GEMMS}))
-            variants.append((f"lazyops {backend}, cuBLAS GEMMs", "lazyops", mixed, problem))
+            variants.append((f"lazyops {backend}, cuBLAS GEMMs", "lazyops", mixed))
         if ceiling and not problem and backend != "torch":
             skeletons.append(Impl(f"skeleton, lazyops {backend} GEMMs", "skeleton", lambda o=own: skeleton(o())))
-    impls = []
-    for name, kind, ops, problem in variants:
-        compiled_name = COMPILED if name == EAGER else f"{name} + torch.compile"
-        impls += [Impl(name, kind, None if problem else ops, False, problem)]
-        impls += [Impl(compiled_name, kind, None if problem else ops, True, problem)]
-    return impls + skeletons
+    compiled = [Impl(COMPILED if n == EAGER else f"{n} + torch.compile", k, ops, True) for n, k, ops in variants]
+    return [impl for pair in zip([Impl(*v) for v in variants], compiled, strict=True) for impl in pair] + skeletons
 
 
-def case(impl: Impl, weights: dict[str, Any], shape: Shape, phase: str, inputs: tuple[Any, ...], check: Any) -> Any:
-    """The harness case of ``impl`` at one workload: the layer built (compiled), run once on fresh inputs and judged
-    by ``check`` (skeletons are not: they skip work on purpose), then timed on its own copy of the inputs."""
+def case(impl: Impl, weights: dict[str, Any], shape: Shape, phase: str, inputs: tuple[Any, ...]) -> Any:
+    """The harness case of ``impl`` at one workload: the layer built (compiled) on its own copy of the inputs."""
 
     def setup(workload: str) -> tuple[Callable[..., Any], list[tuple[Any, ...]]]:
         import torch
 
-        if impl.ops is None:
-            raise RuntimeError(f"unavailable: {impl.problem}")
         ops = impl.ops()
         own = inputs
         if phase == "decode" and ops.attention.adopt is not None:  # this attention's own cache, same numbers
@@ -373,10 +352,6 @@ def case(impl: Impl, weights: dict[str, Any], shape: Shape, phase: str, inputs: 
             dynamo = "inductor" if inputs[0].is_cuda else "eager"
             fullgraph = impl.kind == "lazyops"  # lazyops' kernels are custom operators under the compiler
             layer = torch.compile(harness.engine().own_code(layer), fullgraph=fullgraph, dynamic=False, backend=dynamo)
-        with torch.no_grad():
-            got = layer(*clone(own))
-        if impl.kind != "skeleton":
-            check(impl.name, got)
         return layer, [clone(own)]
 
     return harness.Case(impl.name, impl.kind, setup)
@@ -403,23 +378,22 @@ def measure_workload(phase: str, tokens: int, impls: list[Impl], shape: Shape, d
         reference = make_layer(reference_ops, wide, shape, phase)(*upcast)
     errors: dict[str, list[float]] = {}
 
-    def check(impl: str, got: Any) -> None:
-        errors[impl] = harness.judge(got, reference, TOLERANCE_FACTOR * TOLERANCE[dtype])
+    def check(case: Any, got: Any) -> None:  # skeletons skip work on purpose: not judged
+        if case.kind != "skeleton":
+            errors[case.name] = harness.judge(got, reference, TOLERANCE_FACTOR * TOLERANCE[dtype])
 
     chosen = [impl for impl in impls if impl.kind != "skeleton" or phase == "prefill"]
-    cases = [case(impl, weights, shape, phase, inputs, check) for impl in chosen]
+    cases = [case(impl, weights, shape, phase, inputs) for impl in chosen]
     mode = "graph" if device.startswith("cuda") and phase == "decode" else "stream"
-    timed = harness.measure(cases, name, mode, device, round_s=0.06)
-    rows = []
-    for impl in chosen:
-        row = {"workload": name, "phase": phase, "tokens": tokens, "impl": impl.name, "kind": impl.kind, "mode": mode}
-        row.update(timed[impl.name])
-        row["error_out"], row["error_residual"] = errors.get(impl.name, (None, None))
-        rows.append(row)
-    baseline = next((row.get("us") for row in rows if row["impl"] == COMPILED), None)
+    timed = harness.measure(cases, name, mode, device, round_s=0.06, check=check)
+    rows = [
+        {"workload": name, "phase": phase, "tokens": tokens, "impl": impl, "mode": mode} | t
+        for impl, t in timed.items()
+    ]
+    baseline = timed.get(COMPILED, {}).get("us")
     for row in rows:
-        if row.get("us") and baseline:
-            row["vs_compile"] = baseline / row["us"]
+        row["error_out"], row["error_residual"] = errors.get(row["impl"], (None, None))
+        row["vs_compile"] = baseline / row["us"] if row.get("us") and baseline else None
     return rows
 
 
@@ -441,18 +415,9 @@ def bound(rows: list[dict[str, Any]], shape: Shape, tokens: int, copy: Any) -> d
         kernel, args = shape.kernels(torch.bfloat16)[role]
         moved += spec(kernel).traffic(spec(kernel).bind(*args), tokens, rope if role == "rope" else {}).bytes
     floor_us = fastest["us"] + moved / copy.rate / 1e3
-    return {
-        "workload": workload,
-        "kind": "bound",
-        "compile_us": compile_us,
-        "fastest": fastest["impl"],
-        "skeleton_us": fastest["us"],
-        "bound": compile_us / fastest["us"],
-        "memory_bound_bytes": moved,
-        "copy_gbs": copy.rate,
-        "floor_us": floor_us,
-        "floor": compile_us / floor_us,
-    }
+    skeleton = {"fastest": fastest["impl"], "skeleton_us": fastest["us"], "bound": compile_us / fastest["us"]}
+    floor = {"memory_bound_bytes": moved, "copy_gbs": copy.rate, "floor_us": floor_us, "floor": compile_us / floor_us}
+    return {"workload": workload, "kind": "bound", "compile_us": compile_us, **skeleton, **floor}
 
 
 def resolved(shape: Shape, dtype: Any) -> list[str]:
@@ -510,8 +475,6 @@ def main(argv: list[str] | None = None) -> int:
         rows += measured
         if copy is not None and phase == "prefill":
             bounds.append(bound(measured, shape, tokens, copy))
-        for row in measured:
-            print(f"{row['workload']} {row['impl']}: {row.get('us') or row.get('error')}", flush=True)
         written = harness.write(options.out, options.name, TITLE, env, rows + bounds, render(rows, bounds, env, copy))
     print(f"wrote {written} and its .json")
     return 0 if all("wrong result" not in row.get("error", "") for row in rows) else 1
@@ -579,27 +542,25 @@ def _time_cell(row: dict[str, Any] | None) -> str:
 
 
 def _error_cell(row: dict[str, Any] | None) -> str:
-    if row is None or row.get("error_out") is None:
-        return "—"
-    return f"{row['error_out']:.1e} / {row['error_residual']:.1e}"
+    return (
+        "—" if row is None or row.get("error_out") is None else f"{row['error_out']:.1e} / {row['error_residual']:.1e}"
+    )
 
 
 def _goal(rows: list[dict[str, Any]], workload: str) -> list[str]:
     ours = [r for r in rows if r["workload"] == workload and r["kind"] == "lazyops" and r.get("vs_compile")]
-    best = max(ours, key=lambda r: r["vs_compile"], default=None)
-    target = GOALS[workload.split("-", maxsplit=1)[0]]
+    best, target = max(ours, key=lambda r: r["vs_compile"], default=None), GOALS[workload.split("-", maxsplit=1)[0]]
     if best is None:
         return [workload, f"≥ {target}", "—", "—", "not measured"]
     verdict = "met" if best["vs_compile"] >= target else "not met"
     return [workload, f"≥ {target}", best["impl"], f"{best['vs_compile']:.2f}", verdict]
 
 
-def _bound_cells(b: dict[str, Any]) -> list[str]:
+def _bound_cells(b: dict[str, Any]) -> list[Any]:
     if "error" in b:
         return [b["workload"], b["error"], "", "", "", "", ""]
-    figures = [harness.figure(b[key], digits) for key, digits in (("skeleton_us", 1), ("bound", 2))]
-    floors = [harness.figure(b["floor_us"]), harness.figure(b["floor"], 2)]
-    return [b["workload"], harness.figure(b["compile_us"]), b["fastest"], *figures, *floors]
+    keys = (("compile_us", 1), ("fastest", 0), ("skeleton_us", 1), ("bound", 2), ("floor_us", 1), ("floor", 2))
+    return [b["workload"], *(b[key] if key == "fastest" else harness.figure(b[key], digits) for key, digits in keys)]
 
 
 if __name__ == "__main__":

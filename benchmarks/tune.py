@@ -3,24 +3,14 @@
     python benchmarks/tune.py                                   # on the H200: results/h200/tune.{md,json}
     python benchmarks/tune.py --smoke --device cpu --out /tmp/t # the script's logic: tiny shapes, the host
 
-Four steps, each a command of its own, run as a user runs them (the result file lists them, so each reruns alone):
-
-1. The layer's trace: ``LAZYOPS_TRACE=tune_trace.jsonl LAZYOPS_TRACE_ARGS=1 python benchmarks/layer.py
-   --build-only``, the layer's kernels built from lazyops' namespace (``layer.py``'s shape: hidden 4096, 32 query and
-   8 KV heads of 128, MLP 14336).
-2. ``lazyops tune --from-trace tune_trace.jsonl --tokens T --output tune_plan.json``, its wall time measured
-   (the goal: at most 120 s), ``T`` the layer's workloads' token counts (prefill 1024 and 8192 tokens, decode
-   batches 1, 16 and 64): every configuration checked and timed in every backend that runs here.
-3. The same again into ``tune_plan_2.json``: tuning is reproducible when both runs choose the same backend wherever
-   the candidates differ by more than the noise between the runs (each choice that differs is listed with the two
-   backends' gap in each run, against the 90th percentile of how much a candidate's time changed between the runs).
-4. ``python benchmarks/layer.py --plan tune_plan.json --name tune_layer``: the layer of lazyops' namespace resolving
-   by the plan, interleaved with each backend's layer, at the same workloads (``tune_layer.{md,json}``). The goal:
-   the plan's layer at least as fast as the best single-backend layer at every workload, and 1.03x at one or more
-   (eager against eager, compiled against compiled).
-
-``--smoke`` runs the same on the host with ``layer.py``'s tiny shapes, Triton in its interpreter, one round: the
-logic, not a result (``make gpu-tune TUNE="--smoke --device cpu --out DIR"``, ``tests/plan/test_tune_script.py``).
+Four steps, each a command run as a user runs it (the result file lists them, so each reruns alone): (1) the layer's
+trace, ``layer.py --build-only`` under ``LAZYOPS_TRACE=tune_trace.jsonl LAZYOPS_TRACE_ARGS=1``; (2) ``lazyops tune
+--from-trace tune_trace.jsonl --tokens T --output tune_plan.json``, ``T`` the layer's workloads' token counts, its
+wall time measured (goal: at most 120 s); (3) the same into ``tune_plan_2.json``: tuning reproduces when both runs
+choose the same backend wherever the candidates differ by more than the noise between the runs (the 90th percentile
+of how much a candidate's time changed); (4) ``layer.py --plan tune_plan.json --name tune_layer``: the layer of
+lazyops' namespace by the plan, interleaved with each backend's layer (goal: at least as fast as the best
+single-backend layer at every workload, and 1.03x at one or more; eager against eager, compiled against compiled).
 """
 
 from __future__ import annotations
@@ -79,7 +69,8 @@ def main(argv: list[str] | None = None) -> int:
         stale.unlink(missing_ok=True)  # the trace appends, and a layer run that fails must not leave the last one's
     traced = {"LAZYOPS_TRACE": str(trace), "LAZYOPS_TRACE_ARGS": "1"}
     runs: list[dict[str, Any] | None] = []
-    steps.append(run("trace", [*script("layer.py"), *common, "--workloads", workloads, "--build-only"], traced))
+    layer_py = [sys.executable, str(Path(__file__).resolve().parent / "layer.py"), *common, "--workloads", workloads]
+    steps.append(run("trace", [*layer_py, "--build-only"], traced))
     tune_command = ["--from-trace", str(trace), "--tokens", ",".join(map(str, tokens))]
     tune_command += ["--rounds", str(options.rounds or (1 if options.smoke else 5))]
     tune_command += ["--backends", backends] if backends else []
@@ -88,15 +79,10 @@ def main(argv: list[str] | None = None) -> int:
         steps.append(step)
         runs.append(report_of(step.pop("stdout")) if step["status"] in (0, 1) else None)
         finish()
-    layer_run = [*script("layer.py"), *common, *chosen, "--workloads", workloads, "--plan", str(plans[0])]
-    steps.append(run("layer", [*layer_run, "--out", str(out), "--name", "tune_layer"]))
+    steps.append(run("layer", [*layer_py, *chosen, "--plan", str(plans[0]), "--out", str(out), "--name", "tune_layer"]))
     written = finish()
     print(f"wrote {written} and its .json")
     return 0 if all(step["status"] in (0, 1) for step in steps) else 1
-
-
-def script(name: str) -> list[str]:
-    return [sys.executable, str(Path(__file__).resolve().parent / name)]
 
 
 def run(name: str, command: list[str], extra_env: dict[str, str] | None = None) -> dict[str, Any]:
@@ -113,14 +99,9 @@ def run(name: str, command: list[str], extra_env: dict[str, str] | None = None) 
     print(f"{name}: exit {result.returncode} in {seconds:.1f} s", flush=True)
     if result.returncode not in (0, 1):
         print(result.stdout[-3000:] + result.stderr[-3000:], file=sys.stderr)
-    return {
-        "step": name,
-        "command": " ".join(filter(None, [shown, shlex.join(typed)])),
-        "status": result.returncode,
-        "seconds": round(seconds, 1),
-        "stdout": result.stdout,
-        "stderr_tail": result.stderr[-2000:] if result.returncode not in (0, 1) else None,
-    }
+    failed = result.stderr[-2000:] if result.returncode not in (0, 1) else None
+    record = {"step": name, "command": " ".join(filter(None, [shown, shlex.join(typed)])), "status": result.returncode}
+    return record | {"seconds": round(seconds, 1), "stdout": result.stdout, "stderr_tail": failed}
 
 
 def _typed(part: str) -> str:
@@ -182,17 +163,9 @@ def differences(first: dict[str, Any] | None, second: dict[str, Any] | None) -> 
         involved = sorted({mine["choice"], other["choice"]} - {None})
         gaps = [_gap(config, involved) for config in (mine, other)]
         beyond = all(gap is not None and gap > noise for gap in gaps)
-        found.append(
-            {
-                "kind": "differs",
-                "label": mine["label"],
-                "first": chosen_text(mine),
-                "second": chosen_text(other),
-                "gap": gaps,
-                "noise": noise,
-                "verdict": "differs beyond the noise" if beyond else "within the noise between the runs",
-            }
-        )
+        verdict = "differs beyond the noise" if beyond else "within the noise between the runs"
+        record = {"kind": "differs", "label": mine["label"], "first": chosen_text(mine), "second": chosen_text(other)}
+        found.append(record | {"gap": gaps, "noise": noise, "verdict": verdict})
     return found
 
 
@@ -271,30 +244,20 @@ def render(env: dict[str, Any], runs: list[Any], records: list[dict[str, Any]]) 
         "",
     ]
     for step, report in zip([s for s in steps if s["step"].startswith("tune")], runs, strict=False):
+        if report is None:
+            lines.append(f"- {step['step']}: failed (exit {step['status']})")
+            continue
         verdict = "met" if step["seconds"] <= TUNE_SECONDS else "not met"
-        lines.append(
-            f"- {step['step']}: failed (exit {step['status']})"
-            if report is None
-            else f"- {step['step']}: {step['seconds']} s for the command ({report['elapsed_s']:.1f} s checking and "
-            f"timing {len(report['configurations'])} configurations, {report['timing']['method']} timing): {verdict}"
-        )
+        checked = f"{report['elapsed_s']:.1f} s checking and timing {len(report['configurations'])} configurations"
+        method = f"{report['timing']['method']} timing"
+        lines.append(f"- {step['step']}: {step['seconds']} s for the command ({checked}, {method}): {verdict}")
     lines += [
         "",
         "## The plan (first run): choice and speed over the default resolution per token count",
         "",
         *harness.table(
             ["configuration", "default", "plan", *(f"× M={m}" for m in tokens), "rejected / declined"],
-            [
-                [
-                    r["label"],
-                    r["default"],
-                    r["plan"],
-                    *(harness.figure(r["gain"].get(m), 2) for m in tokens),
-                    _refused(r),
-                ]
-                for r in records
-                if r["kind"] == "choice"
-            ],
+            [_choice_cells(r, tokens) for r in records if r["kind"] == "choice"],
         ),
         "## Reproducibility: choices that differ between the two runs",
         "",
@@ -338,9 +301,16 @@ def render(env: dict[str, Any], runs: list[Any], records: list[dict[str, Any]]) 
     return lines
 
 
-def _refused(record: dict[str, Any]) -> str:
+def _choice_cells(record: dict[str, Any], tokens: list[str]) -> list[str]:
     refused = {**(record["rejected"] or {}), **(record["declined"] or {})}
-    return "; ".join(f"{backend}: {why}" for backend, why in refused.items())
+    gains = [harness.figure(record["gain"].get(m), 2) for m in tokens]
+    return [
+        record["label"],
+        record["default"],
+        record["plan"],
+        *gains,
+        "; ".join(f"{b}: {w}" for b, w in refused.items()),
+    ]
 
 
 def _gaps(record: dict[str, Any]) -> str:

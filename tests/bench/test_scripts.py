@@ -115,8 +115,9 @@ def test_a_paged_cache_holds_the_contiguous_numbers_in_scattered_contiguous_bloc
     import torch
 
     k = torch.randn(batch, 2, 10, 8)
-    (paged,), table = harness.paged([k], 4)
+    paged, _, table, lengths, starts = harness.paged(k, k, 4, new=2)
     assert paged.is_contiguous() and paged.shape == (batch * 3, 4, 2, 8) and table.dtype == torch.int32
+    assert lengths.tolist() == [10] * batch and starts.tolist() == list(range(0, 2 * batch + 1, 2))
     assert sorted(table.flatten().tolist()) == list(range(batch * 3)) != table.flatten().tolist()
     gathered = paged[table.long()].flatten(1, 2)  # [B, blocks * block, H, D], zeros past the length
     assert torch.equal(gathered[:, :10].transpose(1, 2), k) and not gathered[:, 10:].any()
