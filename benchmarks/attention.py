@@ -46,6 +46,9 @@ class Shape:
     decode: tuple[tuple[int, ...], tuple[int, ...]]  # batches, contexts
     prefill: tuple[tuple[str, int, int, int], ...]  # (cell, batch, length, new tokens a sequence)
 
+    def geometry(self, dtype: Any) -> tuple[Any, ...]:
+        return self.heads, self.kv_heads, self.head_dim, dtype
+
 
 LLAMA = Shape(
     32, 8, 128, 16, ((1, 16, 64, 256), (1024, 8192, 32768)),
@@ -102,7 +105,7 @@ def checks(backends: list[str], options: Any, device: str, dtype: Any, shape: Sh
 
     examples = options.examples or (2 if options.smoke else 4 if options.quick else 8)
     context, chunk, batch, written = (40, 8, 2, 5) if options.smoke else (8192, 512, 16, 256)
-    attend, block = (shape.heads, shape.kv_heads, shape.head_dim, dtype), {"block_size": shape.block}
+    attend, block = shape.geometry(dtype), {"block_size": shape.block}
     cases = {
         f"decode {batch} x {context}": ((context, 1),) * batch,
         f"prefill 1 x {context}": ((context, context),),
@@ -176,7 +179,7 @@ class Timing:
             q, k, v = self.tensors(batch, length, new)
             args = self.paged(q, k, v, shuffle=True)
             kind, splits = ("decode", (1, 4) if self.smoke else (1, 16, 32, 64)) if new == 1 else ("prefill", (1,))
-            config = (s.heads, s.kv_heads, s.head_dim, self.dtype, s.block)
+            config = (*s.geometry(self.dtype), s.block)
             variants = harness.attention_variants(kind, config, self.device, splits, 1 if self.smoke else None)
             timed = (*args, args[0].new_empty(args[0].shape))
             cases = [lazyops_case("triton", " (its rule)", args, s, self.dtype)]
@@ -218,9 +221,7 @@ class Timing:
 
 def lazyops_case(backend: str, suffix: str, args: tuple[Any, ...], shape: Shape, dtype: Any) -> Any:
     def setup(_: str) -> tuple[Callable[..., Any], list[tuple[Any, ...]]]:
-        attend = harness.factory(backend, KERNELS[0])(
-            shape.heads, shape.kv_heads, shape.head_dim, dtype, block_size=shape.block
-        )
+        attend = harness.factory(backend, KERNELS[0])(*shape.geometry(dtype), block_size=shape.block)
         out = args[0].new_empty(args[0].shape)
         return lambda *a: attend(*a, out=out), [args]
 

@@ -22,6 +22,7 @@ from __future__ import annotations
 import functools
 import math
 import sys
+from collections import namedtuple
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -33,12 +34,7 @@ ROTATE_BYTES = 256 * 2**20
 MAX_SETS = 64
 
 
-@dataclass(frozen=True)
-class Cell:
-    m: int
-    n: int
-    k: int
-    dtype: str
+Cell = namedtuple("Cell", "m n k dtype")  # [m, k] @ [k, n] in dtype (a name)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -94,9 +90,7 @@ def main(argv: list[str] | None = None) -> int:
             harness.measure(timed, cell, "graph", device, check=check) if cuda and cell.m <= options.graph_max else {}
         )
         stream = {} if options.sweep and graphs else harness.measure(timed, cell, "stream", device, check=check)
-        for case in cases:
-            rows.append(_row(cell, case, stream.get(case.name), graphs.get(case.name), dtype))
-        _compare(rows, cell)
+        rows += _compare([_row(cell, case, stream.get(case.name), graphs.get(case.name), dtype) for case in cases])
         del sets, reference
         harness.release(device)
         written = harness.write(out, name, TITLE, env, rows, _render(rows, env, options.graph_max))
@@ -134,11 +128,8 @@ def _matmul(backend: str, problem: str | None) -> Any:
 
 def _tile(text: str) -> dict[str, Any]:
     """``block_m=16,tma=1,warp_policy=full_row`` -> ``{"block_m": 16, "tma": 1, "warp_policy": "full_row"}``."""
-    fields = {}
-    for part in text.split(","):
-        key, _, value = part.strip().partition("=")
-        fields[key] = int(value) if value.lstrip("-").isdigit() else value
-    return fields
+    pairs = [part.strip().partition("=") for part in text.split(",")]
+    return {key: int(value) if value.lstrip("-").isdigit() else value for key, _, value in pairs}
 
 
 def _input_sets(cell: Cell, dtype: Any, device: str, rotate: int) -> list[tuple[Any, ...]]:
@@ -157,7 +148,7 @@ def _input_sets(cell: Cell, dtype: Any, device: str, rotate: int) -> list[tuple[
 
 
 def _row(cell: Cell, case: Case, stream: dict[str, Any] | None, graph: dict[str, Any] | None, dtype: Any) -> dict:
-    row: dict[str, Any] = {**vars(cell), "impl": case.name, "kind": case.kind, **(case.tile or {})}
+    row: dict[str, Any] = {**cell._asdict(), "impl": case.name, "kind": case.kind, **(case.tile or {})}
     for timing, prefix in ((stream or {}, ""), (graph or {}, "graph_")):
         row.update({prefix + key: timing[key] for key in ("us", "low_us", "high_us", "noisy") if key in timing})
         row.update({"error": timing["error"]} if "error" in timing else {})
@@ -169,14 +160,14 @@ def _row(cell: Cell, case: Case, stream: dict[str, Any] | None, graph: dict[str,
     return row
 
 
-def _compare(rows: list[dict[str, Any]], cell: Cell) -> None:
-    """Each row's × cuBLAS at ``cell`` (the peer's µs over its own), stream and graph."""
-    here = [row for row in rows if (row["m"], row["n"], row["k"], row["dtype"]) == (cell.m, cell.n, cell.k, cell.dtype)]
+def _compare(here: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The rows of a cell, each with its × cuBLAS (the peer's µs over its own), stream and graph."""
     cublas = next((row for row in here if row["kind"] == "peer"), {})
     for row in here:
         for key in ("us", "graph_us"):
             if row.get(key) and cublas.get(key):
                 row[f"{key.removesuffix('us')}vs_cublas"] = cublas[key] / row[key]
+    return here
 
 
 def _render(rows: list[dict[str, Any]], env: dict[str, Any], graph_max: int) -> list[str]:

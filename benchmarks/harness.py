@@ -58,11 +58,9 @@ def measure(
     check: Callable[[Case, Any], None] | None = None,
 ) -> dict[str, dict[str, Any]]:
     """Every case at ``config``, interleaved: ``{case name: {"kind", "us", "low_us", "high_us", "noisy", "samples"}
-    or {"kind", "error"}}``. ``calls`` is the host mode's calls a sample (fewer where they would take more than
-    :data:`HOST_S`), ``round_s`` the stream mode's time a round; a ``--smoke`` run takes one round of few calls.
-    ``check(case, output)`` judges each case's first call (correct before fast: where it raises, the row is its
-    error, not a figure).
-    """
+    or {"kind", "error"}}``. ``calls``: the host mode's calls a sample (fewer where they would take over
+    :data:`HOST_S`); ``round_s``: the stream mode's time a round; ``check(case, output)`` judges each first call
+    (correct before fast: where it raises, the row is its error). ``--smoke``: one round of few calls."""
     import torch
 
     from lazyops import _bench
@@ -122,8 +120,7 @@ def measure(
 
 
 def engine() -> Any:
-    """The timing engine of ``lazyops bench`` (``implementations``, ``measure``, ``host_time``, ``graph_time``,
-    ``copy_ceiling``, ``rank``, ``Peer``): what the kernel benchmarks time with."""
+    """The timing engine of ``lazyops bench``: what the kernel benchmarks time with."""
     from lazyops import _bench
 
     return _bench
@@ -145,10 +142,8 @@ def backends(option: str | None) -> dict[str, str | None]:
 
 
 def peers(kernel: str) -> dict[str, Callable[[Any], Any]]:
-    """The peers of ``kernel`` beyond the engine's generic ``torch eager`` and ``torch.compile``: ``torch op``, what a
-    user writes in plain torch in the input dtype, and liger-kernel's where it has one. Each is
-    ``build(config) -> call`` (the spec's configuration); liger-kernel's raises ``ImportError`` where it is not
-    installed, and its rows say so."""
+    """``torch op`` (what a user writes in plain torch, in the input dtype) and ``liger-kernel``'s where it has
+    ``kernel``: the peers beyond the engine's ``torch eager`` and ``torch.compile``, each ``build(config) -> call``."""
     short = kernel.removesuffix("_tl")
     found = {"torch op": TORCH_OPS[short]} if short in TORCH_OPS else {}
     if short in LIGER:
@@ -236,10 +231,6 @@ def _rope(config: Any) -> Any:
     return rope
 
 
-def _matmul(config: Any) -> Any:
-    return lambda a, b: a @ b
-
-
 TORCH_OPS: dict[str, Callable[[Any], Any]] = {
     "rmsnorm": _rmsnorm,
     "add_rmsnorm": _add_rmsnorm,
@@ -250,7 +241,7 @@ TORCH_OPS: dict[str, Callable[[Any], Any]] = {
     "layernorm": _layernorm,
     "softmax": _softmax,
     "rope": _rope,
-    "matmul": _matmul,
+    "matmul": lambda config: lambda a, b: a @ b,
 }
 
 
@@ -301,7 +292,8 @@ def start(options: argparse.Namespace) -> str:
     CPU run before any Triton kernel is defined, and a ``cuda`` run without a GPU stops with a way out. Fills in
     ``options.out`` (``results/<device>/``) and :data:`RUN`."""
     RUN.update(started=time.perf_counter(), smoke=options.smoke)
-    if options.device in (None, "cpu") and not _cuda_visible():
+    cuda_visible = Path("/dev/nvidiactl").exists() or bool(os.environ.get("CUDA_VISIBLE_DEVICES"))
+    if options.device in (None, "cpu") and not cuda_visible:
         os.environ.setdefault("TRITON_INTERPRET", "1")
     import torch
 
@@ -310,10 +302,6 @@ def start(options: argparse.Namespace) -> str:
         sys.exit("no CUDA device here: run with --device cpu --smoke to check the script")
     options.out = options.out or folder(device)
     return device
-
-
-def _cuda_visible() -> bool:
-    return Path("/dev/nvidiactl").exists() or bool(os.environ.get("CUDA_VISIBLE_DEVICES"))
 
 
 def folder(device: str) -> Path:
@@ -409,9 +397,8 @@ def write(out: Path, stem: str, title: str, env: Mapping[str, Any], rows: Sequen
 
 def _rounded(row: Mapping[str, Any]) -> dict[str, Any]:
     """``row`` without its empty fields, its floats to four places: a result file small enough to keep."""
-    return {
-        key: round(value, 4) if isinstance(value, float) else value for key, value in row.items() if value is not None
-    }
+    kept = {key: value for key, value in row.items() if value is not None}
+    return {key: round(value, 4) if isinstance(value, float) else value for key, value in kept.items()}
 
 
 def table(header: Sequence[str], rows: Iterable[Sequence[Any]]) -> list[str]:

@@ -234,7 +234,7 @@ def calls_part(device: str, smoke: bool) -> tuple[list[dict], list[str]]:
             row.update({f"{label} noisy": timing.get("noisy") for label, timing in timed.items()})
             row.update({f"{label} error": timing["error"] for label, timing in timed.items() if "error" in timing})
             rows.append(row)
-            body.append([short, *(_cell(timed.get(label)) for label in columns)])
+            body.append([short, *(_cell(timed.get(label, {})) for label in columns)])
     lines = [
         "## Per call at one token (µs)",
         "",
@@ -276,10 +276,8 @@ def kernel_calls(name: str, device: str, smoke: bool) -> tuple[Any, tuple[Any, .
     return config, args, calls
 
 
-def _cell(timing: dict[str, Any] | None) -> str:
-    if timing is None:
-        return "—"
-    return "error" if "error" in timing else harness.figure(timing["us"], 2, timing["noisy"])
+def _cell(timing: dict[str, Any]) -> str:
+    return "error" if "error" in timing else harness.figure(timing.get("us"), 2, timing.get("noisy"))
 
 
 def _checked_softmax(torch: Any, config: Any) -> Any:

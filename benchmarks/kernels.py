@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import dataclasses
 import sys
+from argparse import BooleanOptionalAction
 from pathlib import Path
 from typing import Any
 
@@ -33,10 +34,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--tokens", help="stream mode's token counts (default 1024,8192,32768)")
     parser.add_argument("--graph-tokens", default="1,1024", help="graph mode's token counts (default 1,1024)")
     parser.add_argument("--dtypes", default="bfloat16", help="comma list (default bfloat16)")
-    parser.add_argument(
-        "--compile", action="store_true", default=None, help="the torch.compile peer (default: on CUDA)"
-    )
-    parser.add_argument("--no-compile", dest="compile", action="store_false")
+    parser.add_argument("--compile", action=BooleanOptionalAction, help="the torch.compile peer (default: on CUDA)")
     parser.add_argument("--name", default="kernels", help="the result files' stem (default kernels)")
     options = parser.parse_args(argv)
     device = harness.start(options)
@@ -84,11 +82,9 @@ def memory_bound() -> list[str]:
     """Every kernel whose spec's traffic model says it is bound by memory, by short name."""
     from lazyops.specs import kernel_names, spec
 
-    bench = harness.engine()
     found = []
     for name in kernel_names():
-        chosen = bench.example(name)
-        kernel_spec = spec(name)
+        chosen, kernel_spec = harness.engine().example(name), spec(name)
         config = kernel_spec.bind(*chosen.args, **chosen.kwargs)
         if kernel_spec.traffic(config, 1, chosen.geometry).bound != "compute":
             found.append(name.removesuffix("_tl"))

@@ -58,17 +58,9 @@ class Shape:
     eps: float = 1e-5
     rope_theta: float = 500000.0
 
-    @property
-    def q_size(self) -> int:
-        return self.heads * self.head_dim
-
-    @property
-    def kv_size(self) -> int:
-        return self.kv_heads * self.head_dim
-
     def kernels(self, dtype: Any) -> dict[str, tuple[str, tuple[Any, ...]]]:
         """The layer's kernel configurations by role: ``{role: (kernel, factory arguments)}``."""
-        hidden, q, kv, mlp = self.hidden, self.q_size, self.kv_size, self.mlp
+        hidden, q, kv, mlp = self.hidden, self.heads * self.head_dim, self.kv_heads * self.head_dim, self.mlp
         return {
             "rmsnorm": ("rmsnorm_tl", (hidden, dtype, self.eps)),
             "add_rmsnorm": ("add_rmsnorm_tl", (hidden, dtype, self.eps)),
@@ -166,9 +158,8 @@ def paged_attention(backend: str | None, shape: Shape, dtype: Any, device: str) 
 
 
 def attention_for(backend: str | None, shape: Shape, dtype: Any, device: str) -> Attention:
-    """The attention of ``backend``'s layer: SDPA over a contiguous cache for torch's layers (``None``) and the torch
-    backend; lazyops' paged attention and KV-cache write for every other (``"namespace"``: lazyops' namespace, each
-    configuration where the settings in force send it)."""
+    """The attention of ``backend``'s layer: SDPA for torch's layers (``None``) and the torch backend (it reads lengths
+    on the host, which a CUDA graph cannot capture); lazyops' paged attention for every other (and the namespace)."""
     if backend is None or backend == "torch":
         return sdpa_attention(shape, dtype, device)
     return paged_attention(None if backend == "namespace" else backend, shape, dtype, device)
@@ -281,7 +272,8 @@ def make_inputs(shape: Shape, phase: str, tokens: int, dtype: Any, device: str) 
 
 def make_layer(ops: Ops, weights: dict[str, Any], shape: Shape, phase: str) -> Callable[..., Any]:
     """One decoder layer step: ``layer(hidden, positions[, *cache]) -> (out, residual)``."""
-    sizes, w, attention = [shape.q_size, shape.kv_size, shape.kv_size], weights, ops.attention
+    sizes = [shape.heads * shape.head_dim, shape.kv_heads * shape.head_dim, shape.kv_heads * shape.head_dim]
+    w, attention = weights, ops.attention
 
     def front(hidden: Any, positions: Any) -> tuple[Any, Any, Any]:
         q, k, v = ops.qkv(ops.rmsnorm(hidden, w["input_norm"]), w["qkv"]).split(sizes, dim=-1)
@@ -425,11 +417,10 @@ def resolved(shape: Shape, dtype: Any) -> list[str]:
     import lazyops
     from lazyops.specs import spec
 
-    found = []
-    for kernel, args in shape.kernels(dtype).values():
-        resolution = lazyops.which(kernel, *args)
-        found.append(f"{spec(kernel).bind(*args).label}: {resolution.backend} ({resolution.reason})")
-    return found
+    resolutions = [
+        (spec(kernel).bind(*args), lazyops.which(kernel, *args)) for kernel, args in shape.kernels(dtype).values()
+    ]
+    return [f"{config.label}: {where.backend} ({where.reason})" for config, where in resolutions]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -468,13 +459,10 @@ def main(argv: list[str] | None = None) -> int:
     if options.plan:
         env["plan"] = {"file": str(options.plan), "resolved": resolved(shape, dtype)}
     copy = harness.engine().copy_ceiling(16 if options.smoke else 256, device=device) if options.ceiling else None
-    rows: list[dict[str, Any]] = []
-    bounds: list[dict[str, Any]] = []
+    rows, bounds = [], []
     for phase, tokens in workloads:
-        measured = measure_workload(phase, tokens, impls, shape, device)
-        rows += measured
-        if copy is not None and phase == "prefill":
-            bounds.append(bound(measured, shape, tokens, copy))
+        rows += (measured := measure_workload(phase, tokens, impls, shape, device))
+        bounds += [bound(measured, shape, tokens, copy)] if copy is not None and phase == "prefill" else []
         written = harness.write(options.out, options.name, TITLE, env, rows + bounds, render(rows, bounds, env, copy))
     print(f"wrote {written} and its .json")
     return 0 if all("wrong result" not in row.get("error", "") for row in rows) else 1

@@ -181,17 +181,14 @@ def report_of(stdout: str) -> dict[str, Any] | None:
     it), or None."""
     start = stdout.find("{") if stdout.startswith("{") else stdout.find("\n{") + 1
     try:
-        report: dict[str, Any] = json.loads(stdout[start:])
+        return json.loads(stdout[start:])  # type: ignore[no-any-return]
     except ValueError:
         return None
-    return report
 
 
 def layer_rows(path: Path) -> tuple[list[dict[str, Any]], list[str]]:
     """The timed rows of ``layer.py``'s result, and where its plan layer's kernels resolved (its header)."""
-    if not path.exists():
-        return [], []
-    result = json.loads(path.read_text())
+    result = json.loads(path.read_text()) if path.exists() else {"rows": [], "environment": {}}
     rows = [row for row in result["rows"] if row.get("kind") != "bound"]
     return rows, result["environment"].get("plan", {}).get("resolved", [])
 
@@ -204,28 +201,24 @@ def comparisons(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
         for suffix in ("", " + torch.compile"):
             here = {row["impl"]: row for row in rows if row["workload"] == workload and row.get("us")}
             plan = here.get(layer.PLANNED + suffix)
-            singles = [
+            singles = [  # "lazyops <backend>": all its kernels its own
                 row
                 for name, row in here.items()
                 if row["kind"] == "lazyops"
                 and name.endswith(suffix)
                 and not name.startswith(layer.PLANNED)
-                and "," not in name
-                and (suffix or "+" not in name)
+                and len(name.removesuffix(suffix).split()) == 2
             ]
             best = min(singles, key=lambda row: row["us"], default=None)
             record: dict[str, Any] = {"kind": "layer", "workload": workload, "compiled": bool(suffix)}
             if plan is None or best is None:
-                record["error"] = "the plan's layer or every single-backend layer did not run"
-            else:
-                record |= {
-                    "plan_us": plan["us"],
-                    "best_single": best["impl"],
-                    "best_us": best["us"],
-                    "ratio": best["us"] / plan["us"],
-                    "noisy": bool(plan.get("noisy") or best.get("noisy")),
-                }
-            found.append(record)
+                found.append(record | {"error": "the plan's layer or every single-backend layer did not run"})
+                continue
+            record |= {"plan_us": plan["us"], "best_single": best["impl"], "best_us": best["us"]}
+            found.append(
+                record | {"ratio": best["us"] / plan["us"], "noisy": bool(plan.get("noisy") or best.get("noisy"))}
+            )
+
     return found
 
 
