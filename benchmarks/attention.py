@@ -8,14 +8,13 @@ reference, then timed against torch's SDPA (flash and cuDNN backends) on contigu
     python benchmarks/attention.py --smoke --device cpu --out /tmp/a   # the script's logic: tiny shapes, the host
 
 Llama-3-8B's attention (32 query heads, 8 KV heads of 128, bf16, 16-token blocks scattered in the cache). Checks:
-``lazyops.testing.run_conformance`` for both kernels (``--examples`` drawn cases), then each kernel on the timed
-shapes against float64 (``check_case``); a failed check makes the exit status 1. Decode, batch 1 / 16 / 64 / 256 x
-context 1k / 8k / 32k: µs per call inside a CUDA graph, GB/s over the KV bytes read, the share of 4.8 TB/s.
-Prefill, causal, 1 x 8192 and 16 x 512 (stream time, TFLOP/s), and a chunked prefill of 512 new tokens over a
-7680-token prefix, paged and over blocks in order (unpaged). Every cell's implementations interleaved; peers on
-``[B, H, L, D]`` tensors with ``enable_gqa`` (where a backend refuses it, keys and values repeated to 32 heads: the
-row says so). Backends: ``--backend``'s, else each that runs here and exports the kernels (on a GPU but the torch
-backend's, which reads lengths on the host and cannot be captured in a CUDA graph).
+``lazyops.testing.run_conformance`` (``--examples`` drawn cases), then each kernel on the timed shapes against
+float64; a failed check makes the exit status 1. Decode, batch 1 / 16 / 64 / 256 x context 1k / 8k / 32k: µs per
+call in a CUDA graph, GB/s over the KV bytes read, the share of 4.8 TB/s. Prefill, causal, 1 x 8192 and 16 x 512
+(stream time, TFLOP/s), and 512 new tokens over a 7680-token prefix, paged and over blocks in order (unpaged).
+Every cell's implementations interleaved; peers on ``[B, H, L, D]`` tensors with ``enable_gqa`` (where a backend
+refuses it, keys and values repeated to 32 heads: the row says so). Backends: ``--backend``'s, else each that runs
+here and exports the kernels (on a GPU but the torch backend's: it reads lengths on the host, no CUDA graph).
 """
 
 from __future__ import annotations
@@ -80,7 +79,8 @@ def main(argv: list[str] | None = None) -> int:
         if device.startswith("cuda"):
             status.pop("torch", None)
     env = harness.environment(device, status) | {"shape": shape.__dict__, "dtype": str(dtype)}
-    timing = Timing(device, options.smoke, 1 if options.quick else 3, options.flex, shape, dtype)
+    # two rounds: a 256 x 32k decode call reads 34 GB, and a graph sample is 1000 calls (--quick: one round)
+    timing = Timing(device, options.smoke, 1 if options.quick else 2, options.flex, shape, dtype)
     print(f"backends: {', '.join(status)}; checks", flush=True)
     rows = checks(list(status), options, device, dtype, shape)
     parts = [timing.attention] + ([timing.sweep] if options.sweep and "triton" in status else [])
@@ -239,8 +239,8 @@ def sdpa_cases(q: Any, k: Any, v: Any, device: str, causal: bool) -> list[Any]:
     lower_right = causal and q.shape[2] != k.shape[2]
     mask = causal_lower_right(q.shape[2], k.shape[2]) if lower_right else None
     suffix = " (lower-right causal)" if lower_right else ""
-    chosen = {"flash": SDPBackend.FLASH_ATTENTION, "cuDNN": SDPBackend.CUDNN_ATTENTION}
     cuda = device.startswith("cuda")
+    chosen = {"flash": SDPBackend.FLASH_ATTENTION, "cuDNN": SDPBackend.CUDNN_ATTENTION} if cuda else {}
 
     def case(name: str, backend: Any) -> Any:
         def call(q: Any, k: Any, v: Any, gqa: bool) -> Any:
@@ -261,7 +261,7 @@ def sdpa_cases(q: Any, k: Any, v: Any, device: str, causal: bool) -> list[Any]:
 
         return harness.Case(f"SDPA {name}{suffix}", "peer", setup)
 
-    return [case(name, backend) for name, backend in chosen.items()] if cuda else [case("math", SDPBackend.MATH)]
+    return [case(name, backend) for name, backend in (chosen or {"math": SDPBackend.MATH}).items()]
 
 
 def flex_case(q: Any, k: Any, v: Any, causal: bool) -> Any:

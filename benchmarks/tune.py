@@ -140,10 +140,7 @@ def drift(first: dict[str, Any] | None, second: dict[str, Any] | None) -> float 
             again = theirs.get(config["label"], {}).get(backend)
             if again and sum(figures.values()) > 0:
                 changes.append(abs(sum(again.values()) / sum(figures.values()) - 1))
-    if not changes:
-        return None
-    changes.sort()
-    return changes[min(len(changes) - 1, int(0.9 * len(changes)))]
+    return sorted(changes)[min(len(changes) - 1, int(0.9 * len(changes)))] if changes else None
 
 
 def differences(first: dict[str, Any] | None, second: dict[str, Any] | None) -> list[dict[str, Any]]:
