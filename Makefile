@@ -74,6 +74,7 @@ gpu-check:
 	  $(PYTHON) examples/generate.py --tokens 16 2>&1 | tail -n 8; echo '```'; } > benchmarks/results/h200/gpu-check.md
 
 # Attention over a paged KV cache (issue 29's goals): each backend's kernels checked, then decode and prefill against
-# SDPA's flash and cuDNN backends, in one run: benchmarks/results/<gpu>/attention.{md,json}.
+# SDPA's flash and cuDNN backends, in one run of about 5 minutes: benchmarks/results/<gpu>/attention.{md,json}.
+# ATTENTION passes options: `make gpu-attention ATTENTION=--quick` (about 2 minutes), `ATTENTION=--sweep`.
 gpu-attention:
-	$(PYTHON) benchmarks/attention.py
+	$(PYTHON) benchmarks/attention.py $(ATTENTION)

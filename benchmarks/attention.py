@@ -1,721 +1,346 @@
-"""paged_attention_tl and kv_cache_write_tl on a GPU: checked against the float64 reference, then timed against
-torch's SDPA (flash and cuDNN backends) on contiguous keys of the same size, in one run.
+"""Paged attention (issue 29): ``paged_attention_tl`` and ``kv_cache_write_tl`` checked against the float64
+reference, then timed against torch's SDPA (flash and cuDNN backends) on contiguous keys holding the same numbers.
 
-    python3 benchmarks/attention.py                  # H200: checks, decode grid, prefill; about 3 minutes
-    python3 benchmarks/attention.py --quick          # fewer checks and cells (about a minute)
-    python3 benchmarks/attention.py --sweep          # also the Triton tile table (SWEEP) and split counts
-    python3 benchmarks/attention.py --flex           # also FlexAttention (compiled; contiguous keys, GQA)
-    python3 benchmarks/attention.py --registers      # Triton's tiles compiled for sm_90 on the host: registers
-    python3 benchmarks/attention.py --smoke --out /tmp/x   # the script's logic on a CPU (torch, Triton's interpreter)
+    python benchmarks/attention.py                   # on the H200: results/h200/attention.{md,json}
+    python benchmarks/attention.py --quick           # fewer checks and decode cells, one round
+    python benchmarks/attention.py --sweep           # also the Triton backend's tile table and split counts
+    python benchmarks/attention.py --flex            # also FlexAttention (compiled per shape)
+    python benchmarks/attention.py --smoke --device cpu --out /tmp/a   # the script's logic: tiny shapes, the host
 
-Llama-3-8B's attention: 32 query heads, 8 kv heads of 128, bf16, 16-token blocks (shuffled in the cache).
-
-1. **Checks**: ``lazyops.testing.run_conformance`` for both kernels in every backend that runs here (drawn cases),
-   then each kernel on the timed shapes (decode 16 x 8k, prefill 1 x 8192, chunked 512 over 8192) against the
-   float64 reference (``check_case``).
-2. **Decode**, batch 1 / 16 / 64 / 256 x context 1k / 8k / 32k: per call inside a CUDA graph (50 calls captured, 20
-   replays, divided), bandwidth over the KV bytes read (``B * context * Hk * D * 2 * 2``), and the share of the
-   H200's 4.8 TB/s.
-3. **Prefill**, causal, 1 x 8192 and 16 x 512 (``triton.testing.do_bench`` medians, TFLOP/s over ``4 * pairs * D *
-   Hq``), and a chunked prefill of 512 new tokens over a 7680-token cached prefix: paged (shuffled blocks), the same
-   kernel over an unpaged layout (blocks in order), and SDPA with a lower-right causal mask.
-
-Peers run on contiguous ``[B, H, L, D]`` tensors with ``enable_gqa`` (or, where a backend refuses it, keys and values
-repeated to 32 heads: the row says so). Writes ``attention.md`` and ``attention.json`` into ``--out``
-(``benchmarks/results/h200`` by default). Self-contained: lazyops' public API, torch and Triton (the sweep and the
-register report reach into the Triton backend's module for its tile table).
+Llama-3-8B's attention (32 query heads, 8 KV heads of 128, bf16, 16-token blocks scattered in the cache). Checks:
+``lazyops.testing.run_conformance`` (``--examples`` drawn cases), then each kernel on the timed shapes against
+float64; a failed check makes the exit status 1. Decode, batch 1 / 16 / 64 / 256 x context 1k / 8k / 32k: µs per
+call in a CUDA graph, GB/s over the KV bytes read, the share of 4.8 TB/s. Prefill, causal, 1 x 8192 and 16 x 512
+(stream time, TFLOP/s), and 512 new tokens over a 7680-token prefix, paged and over blocks in order (unpaged).
+Every cell's implementations interleaved; peers on ``[B, H, L, D]`` tensors with ``enable_gqa`` (where a backend
+refuses it, keys and values repeated to 32 heads: the row says so). Backends: ``--backend``'s, else each that runs
+here and exports the kernels (on a GPU but the torch backend's: it reads lengths on the host, no CUDA graph).
 """
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
-import importlib
-import json
-import os
-import shlex
-import subprocess
+import functools
 import sys
-import time
-from collections.abc import Callable, Iterator
-from datetime import datetime, timezone
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import harness
+
+TITLE = "paged_attention_tl and kv_cache_write_tl against SDPA"
 HBM_PEAK = 4.8e12  # the H200's HBM3e bandwidth, bytes/s
-HEADS, KV_HEADS, HEAD_DIM, BLOCK = 32, 8, 128, 16
-DECODE_BATCHES, DECODE_CONTEXTS = (1, 16, 64, 256), (1024, 8192, 32768)
-QUICK_BATCHES, QUICK_CONTEXTS = (1, 64), (8192, 32768)
-SMOKE = {"heads": 4, "kv_heads": 2, "head_dim": 16, "block": 4, "batches": (1, 3), "contexts": (16, 40)}
-GRAPH_CALLS, GRAPH_REPLAYS = 50, 20
+KERNELS = ("paged_attention_tl", "kv_cache_write_tl")
+UNPAGED = " unpaged (blocks in order)"
 
 
-@dataclasses.dataclass
-class Row:
-    """One timed cell: what ran, how long per call, and its rate."""
-
-    part: str
-    shape: str
-    impl: str
-    us: float | None = None
-    rate: float | None = None  # GB/s (decode) or TFLOP/s (prefill)
-    unit: str = ""
-    note: str = ""
-
-
-# -- the setting -----------------------------------------------------------------------------------------------------
-def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
-    parser.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "h200")
-    parser.add_argument("--quick", action="store_true", help="fewer checks and decode cells")
-    parser.add_argument("--sweep", action="store_true", help="time the Triton tile table and split counts too")
-    parser.add_argument("--flex", action="store_true", help="time FlexAttention (compiled per shape) too")
-    parser.add_argument("--registers", action="store_true", help="only: Triton's tiles compiled for sm_90, host-side")
-    parser.add_argument("--smoke", action="store_true", help="tiny shapes on the CPU (torch, Triton's interpreter)")
-    parser.add_argument("--backends", help="comma list (default: every GPU backend that runs here)")
-    parser.add_argument("--examples", type=int, help="drawn conformance cases per kernel and backend")
-    return parser.parse_args(argv)
-
-
-def environment(torch: Any, device: str) -> dict[str, Any]:
-    versions = {"torch": torch.__version__}
-    for package in ("triton", "tilelang"):
-        try:
-            versions[package] = importlib.import_module(package).__version__
-        except Exception as error:  # noqa: BLE001 - a missing package is a fact of the run
-            versions[package] = f"not importable ({type(error).__name__})"
-    try:
-        commit = subprocess.run(
-            ["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=True
-        ).stdout.strip()
-        dirty = subprocess.run(
-            ["git", "-C", str(ROOT), "status", "--porcelain", "--untracked-files=no"],
-            capture_output=True,
-            text=True,
-            check=True,
-        ).stdout.strip()
-        commit += "+dirty" if dirty else ""
-    except (OSError, subprocess.CalledProcessError):
-        commit = "?"
-    return {
-        "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        "device": torch.cuda.get_device_name() if device == "cuda" else "cpu (a check of the script, no result)",
-        "versions": versions,
-        "commit": commit,
-        "command": shlex.join(getattr(sys, "orig_argv", [sys.executable, *sys.argv])),
-    }
-
-
-def factories(backend: str) -> tuple[Callable[..., Any], Callable[..., Any]]:
-    """``(paged_attention_tl, kv_cache_write_tl)`` of ``backend`` (its module, ``lazyops.<backend>``)."""
-    module = importlib.import_module(f"lazyops.{backend}")
-    return module.paged_attention_tl, module.kv_cache_write_tl
-
-
-def gpu_backends(torch: Any, args: argparse.Namespace) -> list[str]:
-    if args.backends:
-        return args.backends.split(",")
-    if args.smoke:
-        return ["torch", "triton"]
-    found = []
-    for backend in ("triton", "tilelang"):
-        try:
-            factories(backend)
-        except Exception as error:  # noqa: BLE001 - a backend that does not load is left out, and said so
-            print(f"  {backend}: not timed ({type(error).__name__}: {str(error).splitlines()[0][:120]})")
-            continue
-        found.append(backend)
-    return found
-
-
-# -- timing ----------------------------------------------------------------------------------------------------------
-def graph_us(torch: Any, call: Callable[[], Any], device: str) -> float:
-    """Per call inside a CUDA graph: ``GRAPH_CALLS`` calls captured, ``GRAPH_REPLAYS`` replays (on a CPU: plain calls,
-    timed on the host)."""
-    call()
-    if device != "cuda":
-        started = time.perf_counter()
-        for _ in range(3):
-            call()
-        return (time.perf_counter() - started) / 3 * 1e6
-    stream = torch.cuda.Stream()
-    stream.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(stream):
-        call()
-    torch.cuda.current_stream().wait_stream(stream)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        for _ in range(GRAPH_CALLS):
-            call()
-    graph.replay()
-    torch.cuda.synchronize()
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    start.record()
-    for _ in range(GRAPH_REPLAYS):
-        graph.replay()
-    end.record()
-    torch.cuda.synchronize()
-    elapsed_ms = start.elapsed_time(end)
-    del graph
-    return elapsed_ms * 1e3 / (GRAPH_CALLS * GRAPH_REPLAYS)
-
-
-def bench_us(call: Callable[[], Any], device: str) -> float:
-    """Stream time: the median of ``triton.testing.do_bench`` (L2 flushed between calls)."""
-    call()
-    if device != "cuda":
-        started = time.perf_counter()
-        call()
-        return (time.perf_counter() - started) * 1e6
-    from triton.testing import do_bench
-
-    return float(do_bench(call, warmup=25, rep=200, return_mode="median")) * 1e3
-
-
-def unmeasured() -> float:
-    raise RuntimeError("not measured")
-
-
-def timed(rows: list[Row], row: Row, measure: Callable[[], float], amount: float, unit: str) -> None:
-    """Measure one cell into ``rows``; an implementation that cannot run gets its error instead of a time."""
-    try:
-        row.us = measure()
-        row.rate, row.unit = amount / (row.us * 1e-6) / (1e9 if unit == "GB/s" else 1e12), unit
-    except Exception as error:  # noqa: BLE001 - one failing implementation is a row, not a crashed run
-        row.note = (row.note + "; " if row.note else "") + f"{type(error).__name__}: {str(error).splitlines()[0][:160]}"
-    rows.append(row)
-    shown = f"{row.us:9.1f} us {row.rate:9.1f} {row.unit}" if row.us is not None else row.note
-    print(f"  {row.part:8} {row.shape:24} {row.impl:34} {shown}", flush=True)
-
-
-# -- inputs ----------------------------------------------------------------------------------------------------------
-@dataclasses.dataclass
+@dataclass(frozen=True)
 class Shape:
-    heads: int = HEADS
-    kv_heads: int = KV_HEADS
-    head_dim: int = HEAD_DIM
-    block: int = BLOCK
+    heads: int
+    kv_heads: int
+    head_dim: int
+    block: int
+    decode: tuple[tuple[int, ...], tuple[int, ...]]  # batches, contexts
+    prefill: tuple[tuple[str, int, int, int], ...]  # (cell, batch, length, new tokens a sequence)
+
+    def geometry(self, dtype: Any) -> tuple[Any, ...]:
+        return self.heads, self.kv_heads, self.head_dim, dtype
 
 
-def paged_inputs(
-    torch: Any, shape: Shape, lengths: list[int], queries: list[int], device: str, dtype: Any, shuffle: bool = True
-) -> dict[str, Any]:
-    """A paged cache holding every sequence (blocks shuffled, or in order), its table, lengths and query offsets."""
-    blocks = [-(-length // shape.block) for length in lengths]
-    total = max(1, sum(blocks))
-    order = torch.randperm(total, device=device) if shuffle else torch.arange(total, device=device)
-    width = max(blocks, default=1)
-    table = torch.zeros(len(lengths), width, dtype=torch.int32, device=device)
-    used = 0
-    for b, count in enumerate(blocks):
-        table[b, :count] = order[used : used + count].to(torch.int32)
-        used += count
-    cache_shape = (total, shape.block, shape.kv_heads, shape.head_dim)
-    starts = [0]
-    for count in queries:
-        starts.append(starts[-1] + count)
-    return {
-        "query": torch.randn(starts[-1], shape.heads * shape.head_dim, dtype=dtype, device=device),
-        "key_cache": torch.randn(cache_shape, dtype=dtype, device=device),
-        "value_cache": torch.randn(cache_shape, dtype=dtype, device=device),
-        "block_table": table,
-        "seq_lens": torch.tensor(lengths, dtype=torch.int32, device=device),
-        "cu_seqlens_q": torch.tensor(starts, dtype=torch.int32, device=device),
-    }
-
-
-def lazyops_call(attention: Any, inputs: dict[str, Any]) -> Callable[[], Any]:
-    out = torch_module().empty_like(inputs["query"])
-    names = ("query", "key_cache", "value_cache", "block_table", "seq_lens", "cu_seqlens_q")
-    args = tuple(inputs[name] for name in names)
-    return lambda: attention(*args, out=out)
-
-
-def torch_module() -> Any:
-    import torch
-
-    return torch
-
-
-def sdpa_peers(torch: Any, q: Any, k: Any, v: Any, mask: Any = None, causal: bool = False) -> Iterator[Any]:
-    """``(name, call, note)`` for SDPA's flash and cuDNN backends on ``q[B, Hq, Lq, D]``, ``k``, ``v`` ``[B, Hk, L,
-    D]`` with ``enable_gqa``, else on keys and values repeated to ``Hq`` heads (what the backend then reads is the
-    group's multiple), made one at a time (a 256 x 32k repeat is 68 GB a tensor) and skipped where it cannot fit."""
-    from torch.nn.attention import SDPBackend, sdpa_kernel
-    from torch.nn.functional import scaled_dot_product_attention as sdpa
-
-    for name, backend in (("SDPA flash", SDPBackend.FLASH_ATTENTION), ("SDPA cuDNN", SDPBackend.CUDNN_ATTENTION)):
-
-        def call(q: Any = q, k: Any = k, v: Any = v, backend: Any = backend, gqa: bool = True) -> Any:
-            with sdpa_kernel([backend]):
-                return sdpa(q, k, v, attn_mask=mask, is_causal=causal, enable_gqa=gqa)
-
-        try:
-            call()
-        except RuntimeError as refusal:
-            group = q.shape[1] // k.shape[1]
-            needed = 2 * group * k.numel() * k.element_size()
-            if needed > 0.8 * torch.cuda.mem_get_info()[0]:
-                yield (
-                    name,
-                    None,
-                    f"no GQA here ({str(refusal).splitlines()[0][:80]}); repeated keys need {needed / 2**30:.0f} GiB",
-                )
-                continue
-            wide_k, wide_v = k.repeat_interleave(group, 1), v.repeat_interleave(group, 1)
-
-            def call(q: Any = q, k: Any = wide_k, v: Any = wide_v, backend: Any = backend, gqa: bool = False) -> Any:
-                with sdpa_kernel([backend]):
-                    return sdpa(q, k, v, attn_mask=mask, is_causal=causal, enable_gqa=gqa)
-
-            yield name, call, "keys and values repeated to the query heads (no GQA in this backend)"
-            del call, wide_k, wide_v
-            continue
-        yield name, call, ""
-
-
-def time_peers(
-    torch: Any,
-    rows: list[Row],
-    template: Row,
-    tensors: tuple[Any, Any, Any],
-    timing: Callable[..., float],
-    amount: float,
-    unit: str,
-    mask: Any = None,
-) -> None:
-    """Time each SDPA peer into ``rows`` (its tensors, repeated keys included, freed on return)."""
-    for name, call, note in sdpa_peers(torch, *tensors, mask=mask, causal=mask is None and template.part == "prefill"):
-        label = name + (" (lower-right causal)" if mask is not None else "")
-        row = dataclasses.replace(template, impl=label, note=note)
-        timed(rows, row, (lambda c=call: timing(torch, c, "cuda")) if call else unmeasured, amount, unit)
-
-
-# -- the parts -------------------------------------------------------------------------------------------------------
-def checks(torch: Any, backends: list[str], args: argparse.Namespace, device: str, dtype: Any) -> list[dict[str, Any]]:
-    from lazyops import testing
-    from lazyops.testing import Case
-
-    examples = args.examples or (2 if args.smoke else 4 if args.quick else 8)
-    results = []
-    for backend in backends:
-        try:
-            report = testing.run_conformance(
-                backend, kernels=["paged_attention_tl", "kv_cache_write_tl"], max_examples=examples, device=device
-            )
-            results.append({"backend": backend, "part": "drawn", "status": "pass", "detail": str(report)})
-        except Exception as error:  # noqa: BLE001 - recorded, and the run goes on to time what runs
-            results.append({"backend": backend, "part": "drawn", "status": "FAIL", "detail": str(error)})
-        print(f"  {backend}: drawn cases {results[-1]['status']}", flush=True)
-        attention, write = factories(backend)
-        shape = Shape(**{k: SMOKE[k] for k in ("heads", "kv_heads", "head_dim", "block")}) if args.smoke else Shape()
-        context = 40 if args.smoke else 8192
-        chunk = 8 if args.smoke else 512
-        batch = 2 if args.smoke else 16
-        perf = [
-            (f"decode {batch} x {context}", {"batches": (((context, 1),) * batch,)}),
-            (f"prefill 1 x {context}", {"batches": (((context, context),),)}),
-            (f"chunked {chunk} over {context}", {"batches": (((context, chunk),),)}),
-        ]
-        factory_args = (shape.heads, shape.kv_heads, shape.head_dim, dtype)
-        for name, geometry in perf:
-            tokens = sum(q for _, q in geometry["batches"][0])
-            case = Case(
-                "paged_attention_tl",
-                factory_args,
-                {"block_size": shape.block},
-                (tokens,),
-                7,
-                {**geometry, "shuffle": True},
-            )
-            try:
-                error = testing.check_case(attention, case, device=device, max_elements=2**62)
-                results.append({"backend": backend, "part": name, "status": "pass", "detail": f"error {error:.2e}"})
-            except Exception as failure:  # noqa: BLE001 - recorded
-                results.append({"backend": backend, "part": name, "status": "FAIL", "detail": str(failure)[:400]})
-            print(f"  {backend}: {name} {results[-1]['status']} {results[-1]['detail'][:80]}", flush=True)
-        case = Case(
-            "kv_cache_write_tl",
-            (shape.kv_heads, shape.head_dim, dtype),
-            {"block_size": shape.block},
-            (1, 256 if not args.smoke else 5),
-            7,
-            {"spare_blocks": 3, "padding": 1},
-        )
-        try:
-            testing.check_case(write, case, device=device, max_elements=2**62)
-            results.append({"backend": backend, "part": "write 1, 256", "status": "pass", "detail": ""})
-        except Exception as failure:  # noqa: BLE001 - recorded
-            results.append({"backend": backend, "part": "write 1, 256", "status": "FAIL", "detail": str(failure)[:400]})
-    return results
-
-
-def decode(torch: Any, backends: list[str], args: argparse.Namespace, device: str, dtype: Any) -> list[Row]:
-    rows: list[Row] = []
-    shape = Shape(**{k: SMOKE[k] for k in ("heads", "kv_heads", "head_dim", "block")}) if args.smoke else Shape()
-    batches, contexts = (
-        (SMOKE["batches"], SMOKE["contexts"])
-        if args.smoke
-        else (QUICK_BATCHES, QUICK_CONTEXTS)
-        if args.quick
-        else (DECODE_BATCHES, DECODE_CONTEXTS)
-    )
-    for context in contexts:
-        for batch in batches:
-            cell = f"{batch} x {context}"
-            kv_bytes = batch * context * shape.kv_heads * shape.head_dim * 2 * dtype.itemsize
-            inputs = paged_inputs(torch, shape, [context] * batch, [1] * batch, device, dtype)
-            for backend in backends:
-                attention = factories(backend)[0](
-                    shape.heads, shape.kv_heads, shape.head_dim, dtype, block_size=shape.block
-                )
-                call = lazyops_call(attention, inputs)
-                timed(
-                    rows,
-                    Row("decode", cell, f"lazyops {backend}"),
-                    lambda call=call: graph_us(torch, call, device),
-                    kv_bytes,
-                    "GB/s",
-                )
-            del inputs
-            q = torch.randn(batch, shape.heads, 1, shape.head_dim, dtype=dtype, device=device)
-            k = torch.randn(batch, shape.kv_heads, context, shape.head_dim, dtype=dtype, device=device)
-            v = torch.randn_like(k)
-            if device == "cuda":
-                time_peers(torch, rows, Row("decode", cell, ""), (q, k, v), graph_us, kv_bytes, "GB/s")
-            if args.flex:
-                timed(
-                    rows,
-                    Row("decode", cell, "FlexAttention (contiguous, GQA)"),
-                    lambda q=q, k=k, v=v: graph_us(torch, flex_call(torch, q, k, v, causal=False), device),
-                    kv_bytes,
-                    "GB/s",
-                )
-            del q, k, v
-            if device == "cuda":
-                torch.cuda.empty_cache()
-    return rows
-
-
-def flex_call(torch: Any, q: Any, k: Any, v: Any, causal: bool) -> Callable[[], Any]:
-    from torch.nn.attention.flex_attention import create_block_mask, flex_attention
-
-    compiled = torch.compile(flex_attention, dynamic=False)
-    mask = None
-    if causal:
-        offset = k.shape[2] - q.shape[2]
-        mask = create_block_mask(
-            lambda b, h, qi, ki: ki <= qi + offset, None, None, q.shape[2], k.shape[2], device=q.device
-        )
-    return lambda: compiled(q, k, v, block_mask=mask, enable_gqa=True)
-
-
-def prefill(torch: Any, backends: list[str], args: argparse.Namespace, device: str, dtype: Any) -> list[Row]:
-    from torch.nn.attention.bias import causal_lower_right
-
-    rows: list[Row] = []
-    shape = Shape(**{k: SMOKE[k] for k in ("heads", "kv_heads", "head_dim", "block")}) if args.smoke else Shape()
-    if args.smoke:
-        cells = [("1 x 64", [64], [64]), ("4 x 16", [16] * 4, [16] * 4), ("chunked 8 over 64", [64], [8])]
-    else:
-        cells = [
-            ("1 x 8192", [8192], [8192]),
-            ("16 x 512", [512] * 16, [512] * 16),
-            ("chunked 512 over 8192", [8192], [512]),
-        ]
-    for cell, lengths, queries in cells:
-        pairs = sum(q * (length - q) + q * (q + 1) // 2 for length, q in zip(lengths, queries, strict=True))
-        flops = 4 * pairs * shape.head_dim * shape.heads
-        layouts = [("", True)] + ([(" unpaged (blocks in order)", False)] if cell.startswith("chunked") else [])
-        for suffix, shuffle in layouts:
-            inputs = paged_inputs(torch, shape, lengths, queries, device, dtype, shuffle=shuffle)
-            for backend in backends:
-                attention = factories(backend)[0](
-                    shape.heads, shape.kv_heads, shape.head_dim, dtype, block_size=shape.block
-                )
-                call = lazyops_call(attention, inputs)
-                timed(
-                    rows,
-                    Row("prefill", cell, f"lazyops {backend}{suffix}"),
-                    lambda call=call: bench_us(call, device),
-                    flops,
-                    "TFLOP/s",
-                )
-            del inputs
-        batch, length, new = len(lengths), lengths[0], queries[0]
-        q = torch.randn(batch, shape.heads, new, shape.head_dim, dtype=dtype, device=device)
-        k = torch.randn(batch, shape.kv_heads, length, shape.head_dim, dtype=dtype, device=device)
-        v = torch.randn_like(k)
-        mask = causal_lower_right(new, length) if new != length else None
-        if device == "cuda":
-            timing = lambda torch, call, device: bench_us(call, device)  # noqa: E731
-            time_peers(torch, rows, Row("prefill", cell, ""), (q, k, v), timing, flops, "TFLOP/s", mask)
-        if args.flex:
-            timed(
-                rows,
-                Row("prefill", cell, "FlexAttention (contiguous, GQA)"),
-                lambda q=q, k=k, v=v: bench_us(flex_call(torch, q, k, v, causal=True), device),
-                flops,
-                "TFLOP/s",
-            )
-    return rows
-
-
-def sweep(torch: Any, args: argparse.Namespace, device: str, dtype: Any) -> list[Row]:
-    """The Triton backend's alternatives (``SWEEP``, and split counts for the 3D kernel) at a few cells, each built
-    directly (``build_attention``: no checks, which this script has run above)."""
-    from lazyops._backends.triton import paged_attention as triton_attention
-    from lazyops.specs.paged_attention import spec
-
-    rows: list[Row] = []
-    shape = Shape(**{k: SMOKE[k] for k in ("heads", "kv_heads", "head_dim", "block")}) if args.smoke else Shape()
-    config = spec.bind(shape.heads, shape.kv_heads, shape.head_dim, dtype, block_size=shape.block)
-    decode_cells = [(1, 40), (3, 16)] if args.smoke else [(1, 8192), (16, 8192), (64, 8192), (256, 8192)]
-    for batch, context in decode_cells:
-        inputs = paged_inputs(torch, shape, [context] * batch, [1] * batch, device, dtype)
-        out = torch.empty_like(inputs["query"])
-        empty = torch.empty(0, device=device)
-        kv_bytes = batch * context * shape.kv_heads * shape.head_dim * 2 * dtype.itemsize
-        for tiles in triton_attention.SWEEP["decode"][: 1 if args.smoke else None]:
-            for segments in (1, 4) if args.smoke else (1, 16, 32, 64):
-                launch = triton_attention.build_attention(config, tiles=tiles, segments=segments)
-                args_ = (*inputs.values(), empty, empty, out)
-                timed(
-                    rows,
-                    Row("sweep", f"decode {batch} x {context}", f"{tiles} segments {segments}"),
-                    lambda launch=launch, a=args_: graph_us(torch, lambda: launch(*a), device),
-                    kv_bytes,
-                    "GB/s",
-                )
-        del inputs
-    length = 32 if args.smoke else 8192
-    inputs = paged_inputs(torch, shape, [length], [length], device, dtype)
-    out = torch.empty_like(inputs["query"])
-    empty = torch.empty(0, device=device)
-    flops = 4 * (length * (length + 1) // 2) * shape.head_dim * shape.heads
-    for tiles in triton_attention.SWEEP["prefill"][: 1 if args.smoke else None]:
-        launch = triton_attention.build_attention(config, tiles=tiles, segments=1)
-        args_ = (*inputs.values(), empty, empty, out)
-        timed(
-            rows,
-            Row("sweep", f"prefill 1 x {length}", str(tiles)),
-            lambda launch=launch, a=args_: bench_us(lambda: launch(*a), device),
-            flops,
-            "TFLOP/s",
-        )
-    return rows
-
-
-def registers() -> None:
-    """Compile every Triton tile configuration for sm_90 on the host and print registers, spills, shared memory."""
-    import tempfile
-
-    import torch
-    import triton
-    from triton.backends.compiler import GPUTarget
-    from triton.compiler import ASTSource
-
-    from lazyops._backends.triton import paged_attention as triton_attention
-
-    kernel = triton_attention._attention_kernel
-    tool = Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "cuobjdump"
-    pointers = {
-        "query_ptr": "bf16",
-        "key_cache_ptr": "bf16",
-        "value_cache_ptr": "bf16",
-        "block_table_ptr": "i32",
-        "seq_lens_ptr": "i32",
-        "cu_seqlens_ptr": "i32",
-        "k_scale_ptr": "fp32",
-        "v_scale_ptr": "fp32",
-        "out_ptr": "bf16",
-        "partial_out_ptr": "fp32",
-        "partial_max_ptr": "fp32",
-        "partial_sum_ptr": "fp32",
-    }
-    scalars = {
-        "tokens": "i32",
-        "batch": "i32",
-        "num_blocks": "i32",
-        "table_width": "i32",
-        "query_row_stride": "i32",
-        "out_row_stride": "i32",
-        "table_row_stride": "i32",
-        "scale": "fp32",
-        "softcap": "fp32",
-    }
-    aligned = [*pointers, "query_row_stride", "out_row_stride", "table_row_stride"]
-    for kind, table in (("prefill", triton_attention.PREFILL_TILES), ("decode", triton_attention.DECODE_TILES)):
-        for head_dim, tiles in table.items():
-            if head_dim < 64:
-                continue
-            for dtype, name in ((torch.bfloat16, "bf16"), (torch.float32, "fp32")):
-                chosen = tiles if dtype is torch.bfloat16 else triton_attention.FLOAT32_TILES
-                types = {k: f"*{name if v == 'bf16' else v}" for k, v in pointers.items()}
-                constants = {
-                    "HEADS": 32,
-                    "KV_HEADS": 8,
-                    "GROUP": 4,
-                    "HEAD_DIM": head_dim,
-                    "BLOCK_D": head_dim,
-                    "BLOCK_SIZE": 16,
-                    "BLOCK_M": chosen.block_m,
-                    "BLOCK_Q": chosen.block_m // 4,
-                    "TILE_N": chosen.tile_n,
-                    "WINDOW": 0,
-                    "SOFTCAP": False,
-                    "FP8": False,
-                    "SEGMENTS": 1 if kind == "prefill" else 32,
-                    "UPCAST": False,
-                    "IEEE": dtype is torch.float32,
-                }
-                signature = {**types, **scalars, **dict.fromkeys(constants, "constexpr")}
-                attrs = {(kernel.arg_names.index(n),): [["tt.divisibility", 16]] for n in aligned}
-                compiled = triton.compile(
-                    ASTSource(kernel, signature, constants, attrs),
-                    target=GPUTarget("cuda", 90, 32),
-                    options={"num_warps": chosen.num_warps, "num_stages": chosen.num_stages},
-                )
-                with tempfile.NamedTemporaryFile(suffix=".cubin") as cubin:
-                    cubin.write(compiled.asm["cubin"])
-                    cubin.flush()
-                    usage = subprocess.run(
-                        [str(tool), "-res-usage", cubin.name], capture_output=True, text=True, check=True
-                    ).stdout
-                found = [part for part in usage.split() if part.startswith(("REG:", "STACK:"))]
-                print(f"{kind:8} D={head_dim:3} {name} {chosen}: {' '.join(found)} shared {compiled.metadata.shared}")
-
-
-# -- the report ------------------------------------------------------------------------------------------------------
-def write_report(out: Path, env: dict[str, Any], checked: list[dict[str, Any]], rows: list[Row]) -> None:
-    out.mkdir(parents=True, exist_ok=True)
-    payload = {**env, "checks": checked, "rows": [dataclasses.asdict(row) for row in rows]}
-    (out / "attention.json").write_text(json.dumps(payload, indent=1) + "\n")
-    lines = [
-        "# paged_attention_tl and kv_cache_write_tl on the GPU",
-        "",
-        f"Made by `{env['command']}` on {env['date']}: {env['device']}, commit {env['commit']}, "
-        + ", ".join(f"{k} {v}" for k, v in env["versions"].items())
-        + ".",
-        "",
-        "Llama-3-8B attention: 32 query heads, 8 kv heads of 128, bf16, 16-token blocks. Decode: per call inside a "
-        f"CUDA graph ({GRAPH_CALLS} calls captured, {GRAPH_REPLAYS} replays), GB/s over the KV bytes read, % of "
-        "4.8 TB/s. Prefill: do_bench medians, TFLOP/s over 4 x pairs x D x Hq. Peers on contiguous keys.",
-        "",
-        "## Checks (float64 reference, lazyops.testing)",
-        "",
-        "| backend | part | status | detail |",
-        "| --- | --- | --- | --- |",
-    ]
-    for check in checked:
-        detail = check["detail"].replace("\n", " ").replace("|", "/")[:200]
-        lines.append(f"| {check['backend']} | {check['part']} | {check['status']} | {detail} |")
-    for part in ("decode", "prefill", "sweep"):
-        chosen = [row for row in rows if row.part == part]
-        if not chosen:
-            continue
-        lines += [
-            "",
-            f"## {part.capitalize()}",
-            "",
-            "| shape | implementation | us | rate | % of HBM | vs best peer | note |",
-            "| --- | --- | ---: | ---: | ---: | ---: | --- |",
-        ]
-        for row in chosen:
-            peers = [r for r in chosen if r.shape == row.shape and not r.impl.startswith("lazyops") and r.us]
-            best = min((r.us for r in peers), default=None)
-            ratio = f"{best / row.us:.2f}x" if best and row.us and row.impl.startswith("lazyops") else ""
-            hbm = f"{row.rate * 1e9 / HBM_PEAK * 100:.0f} %" if row.unit == "GB/s" and row.rate else ""
-            us = f"{row.us:.1f}" if row.us is not None else "—"
-            rate = f"{row.rate:.1f} {row.unit}" if row.rate is not None else "—"
-            lines.append(f"| {row.shape} | {row.impl} | {us} | {rate} | {hbm} | {ratio} | {row.note} |")
-    lines += ["", "## The issue's goals, from the rows above", ""] + [f"- {goal}" for goal in goals(rows)]
-    (out / "attention.md").write_text("\n".join(lines) + "\n")
-
-
-def goals(rows: list[Row]) -> list[str]:
-    """Each of issue 29's goals that these rows speak to, met or not, with the figure."""
-
-    def best(part: str, shape: str, lazyops: bool, name: str = "") -> Row | None:
-        found = [
-            r
-            for r in rows
-            if r.part == part
-            and r.shape == shape
-            and r.us
-            and r.impl.startswith("lazyops") == lazyops
-            and name in r.impl
-            and "unpaged" not in r.impl
-        ]
-        return min(found, key=lambda r: r.us or 0.0, default=None)
-
-    said = []
-    for row in rows:
-        if row.part != "decode" or not row.impl.startswith("lazyops") or not row.us:
-            continue
-        peer = best("decode", row.shape, False)
-        batch, context = (int(x) for x in row.shape.split(" x "))
-        verdicts = []
-        if peer:
-            verdicts.append(f"{peer.us / row.us:.2f}x the best peer ({peer.impl}) [goal >= 1.0x]")
-        if batch * context >= 65536 and row.rate:
-            verdicts.append(f"{row.rate * 1e9 / HBM_PEAK * 100:.0f} % of HBM [goal >= 85 %]")
-        cudnn = best("decode", row.shape, False, "cuDNN")
-        if row.shape == "1 x 8192" and cudnn:
-            verdicts.append(f"{cudnn.us / row.us:.2f}x cuDNN [goal >= 2x]")
-        said.append(f"decode {row.shape}, {row.impl}: " + ("; ".join(verdicts) or "no peer measured"))
-    for row in rows:
-        if row.part != "prefill" or not row.impl.startswith("lazyops") or not row.us or "unpaged" in row.impl:
-            continue
-        if row.shape.startswith("chunked"):
-            unpaged = [r for r in rows if r.shape == row.shape and r.impl == row.impl + " unpaged (blocks in order)"]
-            if unpaged and unpaged[0].us:
-                said.append(
-                    f"prefill {row.shape}, {row.impl}: {unpaged[0].us / row.us:.2f}x its unpaged layout [goal >= 0.9x]"
-                )
-            continue
-        peer = best("prefill", row.shape, False, "SDPA")
-        if peer:
-            said.append(
-                f"prefill {row.shape}, {row.impl}: {peer.us / row.us:.2f}x the best SDPA ({peer.impl}) [goal >= 1.0x]"
-            )
-    return said or ["(no peer measured here)"]
+LLAMA = Shape(
+    32, 8, 128, 16, ((1, 16, 64, 256), (1024, 8192, 32768)),
+    (("1 x 8192", 1, 8192, 8192), ("16 x 512", 16, 512, 512), ("chunked 512 over 8192", 1, 8192, 512)),
+)  # fmt: skip
+QUICK = (1, 64), (8192, 32768)
+SMOKE = Shape(
+    4, 2, 16, 4, ((1, 3), (16, 40)), (("1 x 64", 1, 64, 64), ("4 x 16", 4, 16, 16), ("chunked 8 over 64", 1, 64, 8))
+)
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = parse_args(argv)
-    if args.registers:
-        registers()
-        return 0
-    if args.smoke:
-        os.environ["TRITON_INTERPRET"] = "1"  # before any Triton kernel module is imported
+    parser = harness.parser(__doc__)
+    parser.add_argument("--quick", action="store_true", help="fewer checks and decode cells, one round")
+    parser.add_argument("--sweep", action="store_true", help="also the Triton tile table and split counts")
+    parser.add_argument("--flex", action="store_true", help="also FlexAttention (compiled per shape)")
+    parser.add_argument("--examples", type=int, help="drawn conformance cases per kernel and backend (default 8)")
+    options = parser.parse_args(argv)
+    device = harness.start(options)
     import torch
 
-    device = "cpu" if args.smoke else "cuda"
-    if device == "cuda" and not torch.cuda.is_available():
-        print("no CUDA device: run with --smoke (and --out) to check the script on a CPU", file=sys.stderr)
-        return 2
-    dtype = torch.float32 if args.smoke else torch.bfloat16
     torch.manual_seed(0)
-    started = time.perf_counter()
-    env = environment(torch, device)
-    backends = gpu_backends(torch, args)
-    print(f"backends: {', '.join(backends)}; checks", flush=True)
-    checked = checks(torch, backends, args, device, dtype)
-    rows: list[Row] = []
-    print("decode", flush=True)
-    rows += decode(torch, backends, args, device, dtype)
-    write_report(args.out, env, checked, rows)
-    print("prefill", flush=True)
-    rows += prefill(torch, backends, args, device, dtype)
-    write_report(args.out, env, checked, rows)
-    if args.sweep and "triton" in backends:
-        print("sweep", flush=True)
-        rows += sweep(torch, args, device, dtype)
-        write_report(args.out, env, checked, rows)
-    print(f"wrote {args.out / 'attention.md'} in {time.perf_counter() - started:.0f} s")
-    return 1 if any(check["status"] != "pass" for check in checked) else 0
+    shape, dtype = (SMOKE, torch.float32) if options.smoke else (LLAMA, torch.bfloat16)
+    if options.quick and not options.smoke:
+        shape = dataclasses.replace(LLAMA, decode=QUICK)
+    status = harness.backends(options.backend)
+    if not options.backend:
+        status = {name: None for name, problem in status.items() if problem is None and exports(name)}
+        if device.startswith("cuda"):
+            status.pop("torch", None)
+    env = harness.environment(device, status) | {"shape": shape.__dict__, "dtype": str(dtype)}
+    # two rounds: a 256 x 32k decode call reads 34 GB, and a graph sample is 1000 calls (--quick: one round)
+    timing = Timing(device, options.smoke, 1 if options.quick else 2, options.flex, shape, dtype)
+    print(f"backends: {', '.join(status)}; checks", flush=True)
+    rows = checks(list(status), options, device, dtype, shape)
+    parts = [timing.attention] + ([timing.sweep] if options.sweep and "triton" in status else [])
+    for part in parts:
+        for cell in part(list(status)):
+            rows += cell
+            written = harness.write(options.out, "attention", TITLE, env, rows, render(rows, env))
+    print(f"wrote {written} and its .json")
+    return 1 if any(row.get("status") == "FAIL" for row in rows) else 0
+
+
+def exports(backend: str) -> bool:
+    try:
+        return all(harness.factory(backend, kernel) for kernel in KERNELS)
+    except Exception:  # noqa: BLE001 - a backend without the kernels (or that does not load) is not timed
+        return False
+
+
+def checks(backends: list[str], options: Any, device: str, dtype: Any, shape: Shape) -> list[dict[str, Any]]:
+    """Both kernels of each backend: drawn conformance cases, then the timed shapes, against float64."""
+    from lazyops import testing
+
+    examples = options.examples or (2 if options.smoke else 4 if options.quick else 8)
+    context, chunk, batch, written = (40, 8, 2, 5) if options.smoke else (8192, 512, 16, 256)
+    attend, block = shape.geometry(dtype), {"block_size": shape.block}
+    cases = {
+        f"decode {batch} x {context}": ((context, 1),) * batch,
+        f"prefill 1 x {context}": ((context, context),),
+        f"chunked {chunk} over {context}": ((context, chunk),),
+    }
+    judged = {
+        name: testing.Case(
+            KERNELS[0], attend, block, (sum(q for _, q in seqs),), 7, {"batches": (seqs,), "shuffle": True}
+        )
+        for name, seqs in cases.items()
+    }
+    judged[f"write 1, {written}"] = testing.Case(
+        KERNELS[1], attend[1:], block, (1, written), 7, {"spare_blocks": 3, "padding": 1}
+    )
+    rows = []
+    for backend in backends:
+
+        def drawn(backend: str = backend) -> str:
+            return str(testing.run_conformance(backend, kernels=KERNELS, max_examples=examples, device=device))
+
+        def timed_shape(case: Any, backend: str = backend) -> str:
+            error = testing.check_case(harness.factory(backend, case.kernel), case, device=device, max_elements=2**62)
+            return f"error {error:.2e}"
+
+        trials = {"drawn cases": drawn, **{name: functools.partial(timed_shape, case) for name, case in judged.items()}}
+        for name, trial in trials.items():
+            row = {"part": "check", "backend": backend, "shape": name}
+            try:
+                row.update(status="pass", detail=trial())
+            except Exception as error:  # noqa: BLE001 - recorded; the run goes on to time what runs
+                row.update(status="FAIL", detail=str(error)[:2000])
+            rows.append(row)
+            print(f"  {backend}: {name} {row['status']} {row['detail'].splitlines()[0][:80]}", flush=True)
+    return rows
+
+
+@dataclass
+class Timing:
+    """The timed parts; each yields a cell's rows at a time, so that the result files grow as the run goes. A cell of
+    one query a sequence is decode (GB/s over the KV bytes, in a CUDA graph), any other prefill (TFLOP/s, stream)."""
+
+    device: str
+    smoke: bool
+    rounds: int
+    flex: bool
+    shape: Shape
+    dtype: Any
+
+    def attention(self, backends: list[str]) -> Any:
+        """Decode, then prefill: lazyops (chunked prefill also over blocks in order) beside SDPA and FlexAttention."""
+        batches, contexts = self.shape.decode
+        cells = [(f"{batch} x {context}", batch, context, 1) for context in contexts for batch in batches]
+        for cell, batch, length, new in cells + list(self.shape.prefill):
+            q, k, v = self.tensors(batch, length, new)
+            layouts = [("", True)] + ([(UNPAGED, False)] if 1 < new < length else [])
+            cases = []
+            for suffix, shuffle in layouts:
+                args = self.paged(q, k, v, shuffle)
+                cases += [lazyops_case(backend, suffix, args, self.shape, self.dtype) for backend in backends]
+            cases += sdpa_cases(q, k, v, self.device, causal=new > 1)
+            cases += [flex_case(q, k, v, causal=new > 1)] if self.flex else []
+            yield self.measure("decode" if new == 1 else "prefill", cell, cases, k, new)
+            del q, k, v, args, cases
+
+    def sweep(self, backends: list[str]) -> Any:
+        """The Triton backend's alternatives (its ``SWEEP`` table, and split counts at decode), built unchecked,
+        beside its own rule's choice (checked above) at a few cells."""
+        s = self.shape
+        decode = [(1, 40, 1), (3, 16, 1)] if self.smoke else [(batch, 8192, 1) for batch in (1, 16, 64, 256)]
+        for batch, length, new in [*decode, (1, 32, 32) if self.smoke else (1, 8192, 8192)]:
+            q, k, v = self.tensors(batch, length, new)
+            args = self.paged(q, k, v, shuffle=True)
+            kind, splits = ("decode", (1, 4) if self.smoke else (1, 16, 32, 64)) if new == 1 else ("prefill", (1,))
+            config = (*s.geometry(self.dtype), s.block)
+            variants = harness.attention_variants(kind, config, self.device, splits, 1 if self.smoke else None)
+            timed = (*args, args[0].new_empty(args[0].shape))
+            cases = [lazyops_case("triton", " (its rule)", args, s, self.dtype)]
+            cases += [
+                harness.Case(label, "candidate", lambda _, c=c, t=timed: (c, [t])) for label, c in variants.items()
+            ]
+            yield self.measure("sweep", f"{kind} {batch} x {length}", cases, k, new)
+            del q, k, v, args, cases, timed
+
+    def tensors(self, batch: int, length: int, new: int) -> tuple[Any, Any, Any]:
+        """Contiguous ``q [B, Hq, new, D]`` and ``k``, ``v [B, Hk, length, D]``: the peers' inputs."""
+        import torch
+
+        s, options = self.shape, {"dtype": self.dtype, "device": self.device}
+        k = torch.randn(batch, s.kv_heads, length, s.head_dim, **options)
+        return torch.randn(batch, s.heads, new, s.head_dim, **options), k, torch.randn_like(k)
+
+    def paged(self, q: Any, k: Any, v: Any, shuffle: bool) -> tuple[Any, ...]:
+        """The same numbers as lazyops takes them: ``(query [T, Hq * D], key_cache, value_cache, block_table,
+        seq_lens, cu_seqlens_q)``."""
+        batch, heads, new, dim = q.shape
+        query = q.transpose(1, 2).reshape(batch * new, heads * dim)
+        return query, *harness.paged(k, v, self.shape.block, new, shuffle)
+
+    def measure(self, part: str, cell: str, cases: list[Any], k: Any, new: int) -> list[dict[str, Any]]:
+        """The cell's cases interleaved, and their rates: GB/s over the KV bytes read at decode (``B * context * Hk
+        * D * 2 * 2``), TFLOP/s over ``4 * pairs * D * Hq`` at prefill (causal pairs: each sequence's ``new``
+        queries over its keys)."""
+        batch, length = k.shape[0], k.shape[2]
+        pairs = batch * (new * (length - new) + new * (new + 1) // 2)
+        amount, unit = (2 * k.nbytes, "GB/s") if new == 1 else (4 * pairs * k.shape[3] * self.shape.heads, "TFLOP/s")
+        mode = "graph" if new == 1 and self.device.startswith("cuda") else "stream"
+        timed = harness.measure(cases, cell, mode, self.device, rounds=self.rounds, round_s=0.1)
+        rows = [{"part": part, "shape": cell, "impl": name, "mode": mode, **timing} for name, timing in timed.items()]
+        for row in (row for row in rows if row.get("us")):
+            row.update(rate=amount / (row["us"] * 1e-6) / (1e9 if new == 1 else 1e12), unit=unit)
+        return rows
+
+
+def lazyops_case(backend: str, suffix: str, args: tuple[Any, ...], shape: Shape, dtype: Any) -> Any:
+    def setup(_: str) -> tuple[Callable[..., Any], list[tuple[Any, ...]]]:
+        attend = harness.factory(backend, KERNELS[0])(*shape.geometry(dtype), block_size=shape.block)
+        out = args[0].new_empty(args[0].shape)
+        return lambda *a: attend(*a, out=out), [args]
+
+    return harness.Case(f"lazyops {backend}{suffix}", "lazyops", setup)
+
+
+def sdpa_cases(q: Any, k: Any, v: Any, device: str, causal: bool) -> list[Any]:
+    """SDPA's flash and cuDNN backends (on a CPU its math backend), GQA by ``enable_gqa``; a backend that refuses
+    it gets keys and values repeated to the query heads where they fit (a 256 x 32k repeat is 68 GB a tensor)."""
+    import torch
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+    from torch.nn.attention.bias import causal_lower_right
+    from torch.nn.functional import scaled_dot_product_attention as sdpa
+
+    lower_right = causal and q.shape[2] != k.shape[2]
+    mask = causal_lower_right(q.shape[2], k.shape[2]) if lower_right else None
+    suffix = " (lower-right causal)" if lower_right else ""
+    cuda = device.startswith("cuda")
+    chosen = {"flash": SDPBackend.FLASH_ATTENTION, "cuDNN": SDPBackend.CUDNN_ATTENTION} if cuda else {}
+
+    def case(name: str, backend: Any) -> Any:
+        def call(q: Any, k: Any, v: Any, gqa: bool) -> Any:
+            with sdpa_kernel([backend]):
+                return sdpa(q, k, v, attn_mask=mask, is_causal=causal and mask is None, enable_gqa=gqa)
+
+        def setup(_: str) -> tuple[Callable[..., Any], list[tuple[Any, ...]]]:
+            try:
+                call(q, k, v, True)
+                return call, [(q, k, v, True)]
+            except RuntimeError as refusal:
+                group, why = q.shape[1] // k.shape[1], str(refusal).splitlines()[0][:80]
+                needed = 2 * group * k.numel() * k.element_size()
+                if cuda and needed > 0.8 * torch.cuda.mem_get_info()[0]:
+                    raise RuntimeError(f"no GQA here ({why}); repeated keys need {needed / 2**30:.0f} GiB") from None
+                wide = (k.repeat_interleave(group, 1), v.repeat_interleave(group, 1))
+                return call, [(q, *wide, False)], "keys and values repeated to the query heads (no GQA here)"
+
+        return harness.Case(f"SDPA {name}{suffix}", "peer", setup)
+
+    return [case(name, backend) for name, backend in (chosen or {"math": SDPBackend.MATH}).items()]
+
+
+def flex_case(q: Any, k: Any, v: Any, causal: bool) -> Any:
+    def setup(_: str) -> tuple[Callable[..., Any], list[tuple[Any, ...]]]:
+        import torch
+        from torch.nn.attention.flex_attention import create_block_mask, flex_attention
+
+        offset, mask = k.shape[2] - q.shape[2], None
+        if causal:
+            mask = create_block_mask(
+                lambda b, h, i, j: j <= i + offset, None, None, q.shape[2], k.shape[2], device=q.device
+            )
+        compiled = torch.compile(flex_attention, dynamic=False)
+        return lambda q, k, v: compiled(q, k, v, block_mask=mask, enable_gqa=True), [(q, k, v)]
+
+    return harness.Case("FlexAttention (contiguous, GQA)", "peer", setup)
+
+
+def render(rows: list[dict[str, Any]], env: dict[str, Any]) -> list[str]:
+    s = env["shape"]
+    lines = [
+        f"{s['heads']} query heads, {s['kv_heads']} KV heads of {s['head_dim']}, {env['dtype']}, {s['block']}-token "
+        "blocks scattered in the cache. Decode: µs per call inside a CUDA graph (50 calls captured, 20 replays), "
+        f"GB/s over the KV bytes read, % of {HBM_PEAK / 1e12} TB/s. Prefill and the prefill sweep: stream time "
+        "(`do_bench`, the L2 flushed), TFLOP/s over 4 × pairs × D × Hq. Peers on contiguous keys of the same "
+        "numbers; the implementations of a cell interleaved.",
+        "",
+        "## Checks (float64 reference, lazyops.testing)",
+        "",
+        *harness.table(["backend", "what", "status", "detail"], [_check_cells(r) for r in rows if "status" in r]),
+    ]
+    for part in ("decode", "prefill", "sweep"):
+        body = []
+        for row in (row for row in rows if row["part"] == part):
+            best = _best_peer(rows, part, row["shape"])
+            ratio = f"{best['us'] / row['us']:.2f}×" if best and row.get("us") and row["kind"] != "peer" else ""
+            hbm = f"{row['rate'] * 1e9 / HBM_PEAK * 100:.0f} %" if row.get("unit") == "GB/s" else ""
+            rate = f"{harness.figure(row.get('rate'), 1, row.get('noisy'))} {row.get('unit', '')}"
+            note = (row.get("error") or row.get("note") or "")[:160]
+            time = harness.figure(row.get("us"), 1, row.get("noisy"))
+            body.append([row["shape"], row["impl"], time, rate, hbm, ratio, note])
+        if body:
+            header = ["shape", "implementation", "µs", "rate", "% of HBM", "× best peer", "note"]
+            lines += [f"## {part.capitalize()}", "", *harness.table(header, body)]
+    return [*lines, "## The issue's goals, from the rows above", "", *(f"- {goal}" for goal in goals(rows)), ""]
+
+
+def _check_cells(row: dict[str, Any]) -> list[str]:
+    return [row["backend"], row["shape"], row["status"], row["detail"].replace("\n", " ")[:200]]
+
+
+def _best_peer(rows: list[dict[str, Any]], part: str, shape: str, name: str = "") -> dict[str, Any] | None:
+    found = [r for r in rows if (r["part"], r["shape"]) == (part, shape) and r.get("us") and r["kind"] == "peer"]
+    return min((r for r in found if name in r["impl"]), key=lambda r: r["us"], default=None)
+
+
+def goals(rows: list[dict[str, Any]]) -> list[str]:
+    """Each of issue 29's goals that these rows speak to, met or not, with the figure."""
+    timed = {(r["part"], r["shape"], r["impl"]): r for r in rows if r.get("us")}
+    said = []
+    for (part, shape, impl), row in timed.items():
+        if part not in ("decode", "prefill") or row["kind"] != "lazyops" or UNPAGED in impl:
+            continue
+        what, verdicts = f"{part} {shape}, {impl}", []
+        if shape.startswith("chunked"):
+            unpaged = timed.get((part, shape, impl + UNPAGED))
+            said += [f"{what}: {unpaged['us'] / row['us']:.2f}× its unpaged layout [goal ≥ 0.9×]"] if unpaged else []
+            continue
+        peer = _best_peer(rows, part, shape, "SDPA" if part == "prefill" else "")
+        if peer:
+            verdicts.append(f"{peer['us'] / row['us']:.2f}× the best peer ({peer['impl']}) [goal ≥ 1.0×]")
+        batch, _, context = shape.partition(" x ")
+        if part == "decode" and int(batch) * int(context) >= 65536:
+            verdicts.append(f"{row['rate'] * 1e9 / HBM_PEAK * 100:.0f} % of HBM [goal ≥ 85 %]")
+        cudnn = _best_peer(rows, part, shape, "cuDNN")
+        if part == "decode" and shape == "1 x 8192" and cudnn:
+            verdicts.append(f"{cudnn['us'] / row['us']:.2f}× cuDNN [goal ≥ 2×]")
+        said.append(f"{what}: " + ("; ".join(verdicts) or "no peer measured"))
+    return said or ["(nothing measured here)"]
 
 
 if __name__ == "__main__":

@@ -7,25 +7,22 @@
     python benchmarks/gemm.py --smoke --device cpu --out /tmp/g     # the script's logic, tiny shapes
 
 The grid: M in ``--tokens`` (1, 16, 128, 1024, 8192) times ``[M, k] @ [k, n]`` for (n, k) in ``--shapes``
-(4096x4096, 14336x4096, 4096x14336: Llama-3-8B's projections), plus 8192^3, in bfloat16. Implementations: cuBLAS
-(``a @ b``) and each lazyops backend's ``matmul_tl``. Every cell is first checked against ``a.float() @ b.float()``
-(``lazyops.testing``'s relative error and tolerance; a wrong cell is an error, not a figure), then timed, the
-implementations interleaved: stream time (``do_bench``, the L2 flushed, inputs rotating through 256 MiB), TFLOP/s
-and × cuBLAS; up to ``--graph-max`` tokens (128), where a GEMM is bound by reading its weight, also the weight's
-read in GB/s and the time per call inside a CUDA graph (what decode pays, without the host's launches).
+(Llama-3-8B's projections), plus 8192^3, in bfloat16: cuBLAS (``a @ b``) and each backend's ``matmul_tl``, each
+cell checked against ``a.float() @ b.float()`` first, then timed interleaved: stream time (inputs rotating through
+256 MiB), TFLOP/s and × cuBLAS; up to ``--graph-max`` tokens (128), where a GEMM is bound by reading its weight,
+also that read in GB/s and the time per call inside a CUDA graph (what decode pays).
 
-``--sweep BACKEND --tiles 'T;T;...'``: each tiling ``T`` (the backend's own tile fields, ``key=value`` and commas:
-Triton's ``block_m, block_n, block_k, num_warps, num_stages``, ``tma``...; TileLang's ``block_m, block_n, block_k,
-stages, threads``, ``warp_policy``, ``shared_epilogue``...; both take ``split``, the k-slices) timed in CUDA graphs
-beside the backend's own rule and cuBLAS at every cell: ``results/<device>/sweeps/<--name>.{md,json}``. How the
-tuned tiles of the GEMM backends were chosen: docs/decisions/.
+``--sweep BACKEND --tiles 'T;T;...'``: each tiling ``T`` (the backend's own tile fields as ``key=value,...``, and
+``split``, the k-slices) timed in CUDA graphs beside the backend's rule and cuBLAS at every cell:
+``results/<device>/sweeps/<--name>.{md,json}``.
 """
 
 from __future__ import annotations
 
+import functools
 import math
 import sys
-import time
+from collections import namedtuple
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -37,12 +34,7 @@ ROTATE_BYTES = 256 * 2**20
 MAX_SETS = 64
 
 
-@dataclass(frozen=True)
-class Cell:
-    m: int
-    n: int
-    k: int
-    dtype: str
+Cell = namedtuple("Cell", "m n k dtype")  # [m, k] @ [k, n] in dtype (a name)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -72,40 +64,37 @@ def main(argv: list[str] | None = None) -> int:
     status = harness.backends(options.backend or ("torch" if not cuda else None))
     peer = "cuBLAS" if cuda else "a @ b"  # torch's own GEMM: cuBLAS on CUDA, oneDNN or a loop on a CPU
     cases = [Case(peer, "peer", lambda n, k, dtype: lambda a, b: a @ b)]
-    for backend, problem in status.items():
-        cases.append(Case(f"lazyops {backend}", "lazyops", _factory(backend, problem)))
+    cases += [Case(f"lazyops {backend}", "lazyops", _matmul(backend, problem)) for backend, problem in status.items()]
     tiles = [_tile(text) for text in options.tiles.split(";") if text.strip()]
+    if tiles and not options.sweep:
+        sys.exit("--tiles needs --sweep BACKEND: whose tilings they are")
     for tile in tiles:
-        label = " ".join(f"{key}={value}" for key, value in tile.items())
-        cases.append(Case(label, "candidate", _tiled(options.sweep, tile), tile))
-    env = harness.environment(device) | {"peer": peer}
+        build = functools.cache(lambda n, k, dtype, t=tile: harness.tiled_matmul(options.sweep, n, k, dtype, t))
+        cases.append(Case(" ".join(f"{key}={value}" for key, value in tile.items()), "candidate", build, tile))
+    env = harness.environment(device, status) | {"peer": peer}
     env["tolerance"] = {name: TOLERANCE[getattr(torch, name)] for name in options.dtypes.split(",")}
-    env["backends"] = {name: problem or "runs" for name, problem in status.items()}
-    out = options.out or harness.folder(device)
+    out, name = options.out, options.name or "gemm"
     if options.sweep:
         out, name = out / "sweeps", options.name or options.sweep
-    else:
-        name = options.name or "gemm"
-    rounds = 1 if options.smoke else 3
-    started, rows = time.perf_counter(), []
+    rows: list[dict[str, Any]] = []
     for cell in cells:
         dtype = getattr(torch, cell.dtype)
         sets = _input_sets(cell, dtype, device, ROTATE_BYTES if cuda else 0)
         reference = sets[0][0].float() @ sets[0][1].float()
-        timed = [case.timed(cell, sets, reference, TOLERANCE[dtype]) for case in cases]
-        graphs = {}
-        if cuda and cell.m <= options.graph_max:
-            graphs = harness.measure(timed, cell, "graph", device, rounds=rounds)
-        stream = {} if options.sweep and graphs else harness.measure(timed, cell, "stream", device, rounds=rounds)
-        for case in cases:
-            rows.append(_row(cell, case, stream.get(case.name), graphs.get(case.name), dtype))
-            print(_line(rows[-1]), flush=True)
-        _compare(rows, cell)
+        timed = [
+            harness.Case(c.name, c.kind, lambda cell, c=c, s=sets: (c.build(cell.n, cell.k, cell.dtype), s))
+            for c in cases
+        ]
+        check = functools.partial(_judge, reference=reference, tolerance=TOLERANCE[dtype])
+        graphs = (
+            harness.measure(timed, cell, "graph", device, check=check) if cuda and cell.m <= options.graph_max else {}
+        )
+        stream = {} if options.sweep and graphs else harness.measure(timed, cell, "stream", device, check=check)
+        rows += _compare([_row(cell, case, stream.get(case.name), graphs.get(case.name), dtype) for case in cases])
         del sets, reference
         harness.release(device)
-        env["elapsed_s"] = round(time.perf_counter() - started)
-        harness.write(out, name, TITLE, env, rows, _render(rows, env, options.graph_max))
-    print(f"wrote {out / name}.md and its .json in {time.perf_counter() - started:.0f} s")
+        written = harness.write(out, name, TITLE, env, rows, _render(rows, env, options.graph_max))
+    print(f"wrote {written} and its .json")
     return 0
 
 
@@ -114,40 +103,21 @@ TITLE = "GEMM against cuBLAS"
 
 @dataclass(frozen=True)
 class Case:
-    """One implementation: ``build(n, k, dtype) -> call(a, b)``, built once per weight and dtype; ``tile``: a sweep's
-    tiling."""
+    """One implementation: ``build(n, k, dtype) -> call(a, b)``, cached: built once per weight and dtype; ``tile``:
+    a sweep's tiling."""
 
     name: str
     kind: str
     build: Any
     tile: dict[str, Any] | None = None
 
-    def timed(self, cell: Cell, sets: list[tuple[Any, ...]], reference: Any, tolerance: float) -> harness.Case:
-        """The harness case of this implementation at ``cell``: built, checked against ``reference``, then timed."""
 
-        def setup(config: Cell) -> tuple[Any, list[tuple[Any, ...]]]:
-            from lazyops.testing import relative_error
-
-            call = _built(self, config)
-            error = relative_error(call(*sets[0]), reference)
-            if not error <= tolerance:  # NaN too
-                raise ValueError(f"wrong result: relative error {error:.2e} > {tolerance:.0e}")
-            return call, sets
-
-        return harness.Case(self.name, self.kind, setup)
+def _judge(case: Any, got: Any, reference: Any, tolerance: float) -> None:
+    harness.judge([got], [reference], tolerance)
 
 
-_BUILT: dict[tuple[str, int, int, str], Any] = {}
-
-
-def _built(case: Case, cell: Cell) -> Any:
-    key = (case.name, cell.n, cell.k, cell.dtype)
-    if key not in _BUILT:
-        _BUILT[key] = case.build(cell.n, cell.k, cell.dtype)
-    return _BUILT[key]
-
-
-def _factory(backend: str, problem: str | None) -> Any:
+def _matmul(backend: str, problem: str | None) -> Any:
+    @functools.cache
     def build(n: int, k: int, dtype: str) -> Any:
         if problem:
             raise RuntimeError(f"unavailable: {problem}")
@@ -156,25 +126,10 @@ def _factory(backend: str, problem: str | None) -> Any:
     return build
 
 
-def _tiled(backend: str | None, tile: dict[str, Any]) -> Any:
-    if backend is None:
-        sys.exit("--tiles needs --sweep BACKEND: whose tilings they are")
-
-    def build(n: int, k: int, dtype: str) -> Any:
-        import torch
-
-        return harness.tiled_matmul(backend, n, k, getattr(torch, dtype), tile)
-
-    return build
-
-
 def _tile(text: str) -> dict[str, Any]:
     """``block_m=16,tma=1,warp_policy=full_row`` -> ``{"block_m": 16, "tma": 1, "warp_policy": "full_row"}``."""
-    fields = {}
-    for part in text.split(","):
-        key, _, value = part.strip().partition("=")
-        fields[key] = int(value) if value.lstrip("-").isdigit() else value
-    return fields
+    pairs = [part.strip().partition("=") for part in text.split(",")]
+    return {key: int(value) if value.lstrip("-").isdigit() else value for key, _, value in pairs}
 
 
 def _input_sets(cell: Cell, dtype: Any, device: str, rotate: int) -> list[tuple[Any, ...]]:
@@ -193,16 +148,10 @@ def _input_sets(cell: Cell, dtype: Any, device: str, rotate: int) -> list[tuple[
 
 
 def _row(cell: Cell, case: Case, stream: dict[str, Any] | None, graph: dict[str, Any] | None, dtype: Any) -> dict:
-    row: dict[str, Any] = {"m": cell.m, "n": cell.n, "k": cell.k, "dtype": cell.dtype, "impl": case.name}
-    row["kind"] = case.kind
-    row.update(case.tile or {})
-    for timing, prefix in ((stream, ""), (graph, "graph_")):
-        if timing is None:
-            continue
-        if "error" in timing:
-            row["error"] = timing["error"]
-            continue
-        row.update({prefix + key: timing[key] for key in ("us", "low_us", "high_us", "noisy")})
+    row: dict[str, Any] = {**cell._asdict(), "impl": case.name, "kind": case.kind, **(case.tile or {})}
+    for timing, prefix in ((stream or {}, ""), (graph or {}, "graph_")):
+        row.update({prefix + key: timing[key] for key in ("us", "low_us", "high_us", "noisy") if key in timing})
+        row.update({"error": timing["error"]} if "error" in timing else {})
     if row.get("us"):
         row["tflops"] = 2 * cell.m * cell.n * cell.k / (row["us"] * 1e-6) / 1e12
     fastest = row.get("graph_us") or row.get("us")
@@ -211,72 +160,43 @@ def _row(cell: Cell, case: Case, stream: dict[str, Any] | None, graph: dict[str,
     return row
 
 
-def _compare(rows: list[dict[str, Any]], cell: Cell) -> None:
-    """Each row's × cuBLAS at ``cell`` (the peer's µs over its own), stream and graph."""
-    here = [row for row in rows if (row["m"], row["n"], row["k"], row["dtype"]) == (cell.m, cell.n, cell.k, cell.dtype)]
+def _compare(here: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The rows of a cell, each with its × cuBLAS (the peer's µs over its own), stream and graph."""
     cublas = next((row for row in here if row["kind"] == "peer"), {})
     for row in here:
         for key in ("us", "graph_us"):
             if row.get(key) and cublas.get(key):
                 row[f"{key.removesuffix('us')}vs_cublas"] = cublas[key] / row[key]
-
-
-def _line(row: dict[str, Any]) -> str:
-    head = f"[{row['m']}, {row['k']}] @ [{row['k']}, {row['n']}] {row['impl']}"
-    if "error" in row:
-        return f"{head}: {row['error']}"
-    graph = f", {row['graph_us']:.1f} µs in a graph" if row.get("graph_us") else ""
-    stream = f"{row['us']:.1f} µs, {row['tflops']:.0f} TFLOP/s" if row.get("us") else ""
-    return f"{head}: {stream}{graph}"
+    return here
 
 
 def _render(rows: list[dict[str, Any]], env: dict[str, Any], graph_max: int) -> list[str]:
+    tolerances = ", ".join(f"{k} {v:.0e}" for k, v in env["tolerance"].items())
     lines = [
-        f"{env.get('elapsed_s', 0)} s in all. Every result checked against `a.float() @ b.float()` (relative error; "
-        f"tolerance {', '.join(f'{k} {v:.0e}' for k, v in env['tolerance'].items())}) before it is timed; the "
-        "implementations interleaved. Stream: "
-        "`do_bench` medians, the L2 flushed, inputs rotating through 256 MiB. Up to "
-        f"{graph_max} tokens: the weight's read in GB/s (at the graph time when there is one) and µs per call "
-        "inside a CUDA graph (50 calls captured, 20 replays). Backends: "
-        + ", ".join(f"{name} ({state})" for name, state in env["backends"].items())
-        + ".",
-        "",
-        harness.NOISY_NOTE,
+        f"Every result checked against `a.float() @ b.float()` (relative error; tolerance {tolerances}) before it is "
+        "timed; the implementations interleaved. Stream: `do_bench` medians, the L2 flushed, inputs rotating through "
+        f"256 MiB. Up to {graph_max} tokens: the weight's read in GB/s (at the graph time when there is one) and µs "
+        "per call inside a CUDA graph (50 calls captured, 20 replays).",
         "",
     ]
     body = []
     for row in rows:
+        cells = [row["m"], row["n"], row["k"], row["dtype"], row["impl"]]
         if "error" in row:
-            body.append([row["m"], row["n"], row["k"], row["dtype"], row["impl"], row["error"][:160], "", "", "", ""])
+            body.append([*cells, row["error"][:160], "", "", "", ""])
             continue
+        graph = harness.figure(row.get("graph_us"), 2, row.get("graph_noisy"))
+        graph += f" ({row['graph_vs_cublas']:.2f}×)" if row.get("graph_vs_cublas") else ""
+        figures = [
+            (row.get("us"), 1, row.get("noisy")),
+            (row.get("tflops"), 0, False),
+            (row.get("vs_cublas"), 2, False),
+        ]
         body.append(
-            [
-                row["m"],
-                row["n"],
-                row["k"],
-                row["dtype"],
-                row["impl"],
-                harness.figure(row.get("us"), 1, row.get("noisy")),
-                harness.figure(row.get("tflops"), 0),
-                harness.figure(row.get("vs_cublas"), 2),
-                harness.figure(row.get("graph_us"), 2, row.get("graph_noisy"))
-                + (f" ({row['graph_vs_cublas']:.2f}×)" if row.get("graph_vs_cublas") else ""),
-                harness.figure(row.get("b_gbps"), 0),
-            ]
+            [*cells, *(harness.figure(*figure) for figure in figures), graph, harness.figure(row.get("b_gbps"), 0)]
         )
-    header = [
-        "M",
-        "n",
-        "k",
-        "dtype",
-        "implementation",
-        "µs",
-        "TFLOP/s",
-        f"× {env['peer']}",
-        "µs in a CUDA graph",
-        "b GB/s",
-    ]
-    return lines + harness.table(header, body)
+    header = ["M", "n", "k", "dtype", "implementation", "µs", "TFLOP/s", f"× {env['peer']}", "µs in a CUDA graph"]
+    return lines + harness.table([*header, "b GB/s"], body)
 
 
 if __name__ == "__main__":

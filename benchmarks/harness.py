@@ -1,27 +1,9 @@
-"""The one harness every benchmark script stands on: cases, timing, peers, and the result files.
+"""The one harness every benchmark script stands on: cases, timing, peers, inputs and the result files.
 
-A script is a set of *cases* timed at a set of *configs*. A case is ``Case(name, kind, setup)``, its
-``setup(config) -> (fn, inputs)`` building what is timed at one config (``inputs``: one or more argument tuples, the
-calls rotate through them); :func:`measure` sets up every case at a config, checks nothing, and times them
-*interleaved* by the engine of ``lazyops bench`` (``lazyops._bench``), in one of three modes:
-
-- ``stream``: ``triton.testing.do_bench`` on CUDA (the L2 flushed before every call), ``blocked_autorange`` on the
-  host;
-- ``graph``: 50 back-to-back calls captured in a CUDA graph, replayed 20 times, divided;
-- ``host``: 3000 back-to-back calls after a warm-up, ``perf_counter`` around them, one synchronize.
-
-Each row keeps the median and the quartiles of its samples; ``noisy`` marks a spread over 20 % of the median.
-Kernel benchmarks that need only a spec (``kernels.py``) call the engine's kernel functions directly; this module
-re-exports them.
-
-Results: :func:`write` puts ``<stem>.json`` (one row a line) and ``<stem>.md`` into ``results/<device>/`` (``h200``,
-``cpu``; ``--out`` elsewhere), each headed by the exact command, the date, the device, the versions and the commit.
-
-Scripts reach lazyops through its public API (``lazyops.<backend>.<kernel>``, ``lazyops.specs``,
-``lazyops.testing``) and this module. The one place that reaches inside lazyops is :mod:`lazyops._bench` (the timing
-engine, shared with ``lazyops bench``) and the section "Inside lazyops" at the end: building a GEMM of a given
-tiling (``gemm.py --sweep``) and calling a kernel through its custom operator (``host.py``). When a backend's
-internals change, that section is the one place to follow them.
+A script is *cases* timed at *configs*: ``Case(name, kind, setup)``, ``setup(config) -> (fn, inputs)``;
+:func:`measure` times every case of a config interleaved, by the engine of ``lazyops bench`` (``lazyops._bench``);
+:func:`write` makes the two result files (README.md, "How a figure is made"). Everything here reaches lazyops
+through its public API but :mod:`lazyops._bench` and the last section, "Inside lazyops".
 """
 
 from __future__ import annotations
@@ -48,16 +30,20 @@ RESULTS = ROOT / "benchmarks" / "results"
 HOST_S = 0.5
 #: Packages whose versions a result depends on, beside torch (liger-kernel: a peer some benchmarks time).
 PACKAGES = ("triton", "tilelang", "liger_kernel")
+#: Set by :func:`start`: when the run began (every result file says how long it took), and whether it is ``--smoke``
+#: (then :func:`measure` times one round on tiny budgets: the script's logic, not a result).
+RUN: dict[str, Any] = {"started": None, "smoke": False}
 
 
 @dataclass(frozen=True)
 class Case:
-    """One thing to time: ``setup(config) -> (fn, inputs)``; ``kind`` is ``"lazyops"``, ``"peer"`` or
-    ``"ceiling"``. A setup that raises ``ImportError`` makes the row say "not installed here"."""
+    """One thing to time: ``setup(config) -> (fn, inputs)``, or ``(fn, inputs, note)`` where its row needs a word
+    (the note goes into the row); ``kind`` is ``"lazyops"``, ``"peer"``, ``"candidate"`` or ``"skeleton"``. A setup
+    that raises ``ImportError`` makes the row say "not installed here"."""
 
     name: str
     kind: str
-    setup: Callable[[Any], tuple[Callable[..., Any], Sequence[tuple[Any, ...]]]]
+    setup: Callable[[Any], tuple[Any, ...]]
 
 
 def measure(
@@ -69,22 +55,33 @@ def measure(
     rounds: int = 3,
     calls: int = 3000,
     round_s: float = 0.04,
+    check: Callable[[Case, Any], None] | None = None,
 ) -> dict[str, dict[str, Any]]:
     """Every case at ``config``, interleaved: ``{case name: {"kind", "us", "low_us", "high_us", "noisy", "samples"}
-    or {"kind", "error"}}``. ``calls`` is the host mode's calls a sample (fewer where they would take more than
-    :data:`HOST_S`), ``round_s`` the stream mode's time a round.
-    """
+    or {"kind", "error"}}``. ``calls``: the host mode's calls a sample (fewer where they would take over
+    :data:`HOST_S`); ``round_s``: the stream mode's time a round; ``check(case, output)`` judges each first call
+    (correct before fast: where it raises, the row is its error). ``--smoke``: one round of few calls."""
+    import torch
+
     from lazyops import _bench
+
+    if RUN["smoke"]:
+        rounds, calls, round_s = 1, min(calls, 10), min(round_s, 0.002)
 
     results: dict[str, dict[str, Any]] = {}
     samplers = {}
     for case in cases:
         results[case.name] = {"kind": case.kind}
         try:
-            fn, inputs = case.setup(config)
+            fn, inputs, *note = case.setup(config)
+            if note:
+                results[case.name]["note"] = note[0]
             inputs = list(inputs)
-            fn(*inputs[0])  # the first call compiles, autotunes, allocates: outside the timing
-            synchronize(device)
+            with torch.no_grad():  # as the samplers call: a compiled case compiles once, here
+                got = fn(*inputs[0])  # the first call compiles, autotunes, allocates: outside the timing
+            if check is not None:
+                check(case, got)
+            _bench._synchronize(device)
             if mode == "stream":
                 samplers[case.name] = _bench.stream_sampler(fn, inputs, device, round_s)
             elif mode == "graph":
@@ -96,7 +93,7 @@ def measure(
                 started = time.perf_counter()
                 for _ in range(warmup):
                     fn(*inputs[0])
-                synchronize(device)
+                _bench._synchronize(device)
                 # 3000 calls where a call is launch-sized; fewer where it computes for long (a GEMM on a CPU)
                 each = (time.perf_counter() - started) / warmup
                 samplers[case.name] = _bench.host_sampler(
@@ -115,13 +112,15 @@ def measure(
             results[name].update(
                 us=timing.median, low_us=timing.low, high_us=timing.high, noisy=timing.noisy, samples=timing.count
             )
-    release(device)
+    for name, result in results.items():  # the run's progress
+        timing = f"{figure(result.get('us'), 1, result.get('noisy'))} µs {result.get('error', '')}"
+        print(f"{config} | {name}: {timing}", flush=True)
+    _bench._release(device)
     return results
 
 
 def engine() -> Any:
-    """The timing engine of ``lazyops bench`` (``implementations``, ``measure``, ``host_time``, ``graph_time``,
-    ``copy_ceiling``, ``rank``, ``Peer``): what the kernel benchmarks time with."""
+    """The timing engine of ``lazyops bench``: what the kernel benchmarks time with."""
     from lazyops import _bench
 
     return _bench
@@ -130,9 +129,10 @@ def engine() -> Any:
 # --- what is compared -------------------------------------------------------------------------------------------
 
 
-def factory(backend: str, kernel: str) -> Any:
-    """Backend ``backend``'s own factory of ``kernel`` (``lazyops.<backend>.<kernel>``, third-party ones too)."""
-    return getattr(importlib.import_module(f"lazyops.{backend}"), kernel)
+def factory(backend: str | None, kernel: str) -> Any:
+    """Backend ``backend``'s own factory of ``kernel`` (``lazyops.<backend>.<kernel>``, third-party ones too); None:
+    lazyops' namespace (``lazyops.<kernel>``), each configuration resolved by the settings in force."""
+    return getattr(importlib.import_module("lazyops" if backend is None else f"lazyops.{backend}"), kernel)
 
 
 def backends(option: str | None) -> dict[str, str | None]:
@@ -142,10 +142,8 @@ def backends(option: str | None) -> dict[str, str | None]:
 
 
 def peers(kernel: str) -> dict[str, Callable[[Any], Any]]:
-    """The peers of ``kernel`` beyond the engine's generic ``torch eager`` and ``torch.compile``: ``torch op``, what a
-    user writes in plain torch in the input dtype, and liger-kernel's where it has one. Each is
-    ``build(config) -> call`` (the spec's configuration); liger-kernel's raises ``ImportError`` where it is not
-    installed, and its rows say so."""
+    """``torch op`` (what a user writes in plain torch, in the input dtype) and ``liger-kernel``'s where it has
+    ``kernel``: the peers beyond the engine's ``torch eager`` and ``torch.compile``, each ``build(config) -> call``."""
     short = kernel.removesuffix("_tl")
     found = {"torch op": TORCH_OPS[short]} if short in TORCH_OPS else {}
     if short in LIGER:
@@ -233,10 +231,6 @@ def _rope(config: Any) -> Any:
     return rope
 
 
-def _matmul(config: Any) -> Any:
-    return lambda a, b: a @ b
-
-
 TORCH_OPS: dict[str, Callable[[Any], Any]] = {
     "rmsnorm": _rmsnorm,
     "add_rmsnorm": _add_rmsnorm,
@@ -247,49 +241,29 @@ TORCH_OPS: dict[str, Callable[[Any], Any]] = {
     "layernorm": _layernorm,
     "softmax": _softmax,
     "rope": _rope,
-    "matmul": _matmul,
+    "matmul": lambda config: lambda a, b: a @ b,
 }
 
 
-def _liger_rmsnorm(config: Any) -> Any:
-    from liger_kernel.ops.rms_norm import LigerRMSNormFunction
-
-    return lambda x, weight: LigerRMSNormFunction.apply(x, weight, config.eps)
-
-
-def _liger_add_rmsnorm(config: Any) -> Any:
-    # writes the sum to a new tensor instead of into ``residual``: the same bytes moved
-    from liger_kernel.ops.fused_add_rms_norm import LigerFusedAddRMSNormFunction
-
-    return lambda x, residual, weight: LigerFusedAddRMSNormFunction.apply(x, residual, weight, config.eps)[0]
-
-
-def _liger_silu_and_mul(config: Any) -> Any:
-    # two contiguous tensors, gate and up, split once per input set outside the timing
-    from liger_kernel.ops.swiglu import LigerSiLUMulFunction
-
-    n = config.n
-    return engine().Peer(LigerSiLUMulFunction.apply, lambda x: (x[:, :n].contiguous(), x[:, n:].contiguous()))
-
-
-def _liger_softmax(config: Any) -> Any:
-    from liger_kernel.ops.softmax import LigerSoftmaxFunction
-
-    return LigerSoftmaxFunction.apply
-
-
-def _liger_layernorm(config: Any) -> Any:
-    from liger_kernel.ops.layer_norm import LigerLayerNormFunction
-
-    return lambda x, weight, bias: LigerLayerNormFunction.apply(x, weight, bias, config.eps)
+def _liger(module: str, function: str, peer: Callable[[Any, Any], Any]) -> Callable[[Any], Any]:
+    """liger-kernel's ``liger_kernel.ops.<module>.<function>.apply``, made a peer by ``peer(apply, config)``."""
+    return lambda config: peer(getattr(importlib.import_module(f"liger_kernel.ops.{module}"), function).apply, config)
 
 
 LIGER: dict[str, Callable[[Any], Any]] = {
-    "rmsnorm": _liger_rmsnorm,
-    "add_rmsnorm": _liger_add_rmsnorm,
-    "silu_and_mul": _liger_silu_and_mul,
-    "softmax": _liger_softmax,
-    "layernorm": _liger_layernorm,
+    "rmsnorm": _liger("rms_norm", "LigerRMSNormFunction", lambda apply, c: lambda x, w: apply(x, w, c.eps)),
+    # writes the sum to a new tensor instead of into ``residual``: the same bytes moved
+    "add_rmsnorm": _liger(
+        "fused_add_rms_norm", "LigerFusedAddRMSNormFunction", lambda apply, c: lambda x, r, w: apply(x, r, w, c.eps)[0]
+    ),
+    # two contiguous tensors, gate and up, split once per input set outside the timing
+    "silu_and_mul": _liger(
+        "swiglu",
+        "LigerSiLUMulFunction",
+        lambda apply, c: engine().Peer(apply, lambda x: tuple(t.contiguous() for t in x.split(c.n, -1))),
+    ),
+    "softmax": _liger("softmax", "LigerSoftmaxFunction", lambda apply, c: apply),
+    "layernorm": _liger("layer_norm", "LigerLayerNormFunction", lambda apply, c: lambda x, w, b: apply(x, w, b, c.eps)),
 }
 
 
@@ -301,7 +275,9 @@ def parser(doc: str) -> argparse.ArgumentParser:
     summary = doc.split("\n\n", maxsplit=1)[0]
     parser = argparse.ArgumentParser(description=summary, formatter_class=argparse.RawTextHelpFormatter)
     parser.add_argument("--device", help="cuda or cpu (default: cuda when torch sees it)")
-    parser.add_argument("--backend", metavar="NAME[,NAME]", help="lazyops backends (default: every registered one)")
+    parser.add_argument(
+        "--backend", "--backends", metavar="NAME[,NAME]", help="lazyops backends (default: every registered one)"
+    )
     parser.add_argument("--out", type=Path, help="where the result files go (default: results/<device>/)")
     parser.add_argument(
         "--smoke",
@@ -313,29 +289,19 @@ def parser(doc: str) -> argparse.ArgumentParser:
 
 def start(options: argparse.Namespace) -> str:
     """The device of the run (``options.device``, else CUDA when there): Triton's interpreter is turned on for a
-    CPU run before any Triton kernel is defined, and a ``cuda`` run without a GPU stops with a way out."""
-    if options.device in (None, "cpu") and not _cuda_visible():
+    CPU run before any Triton kernel is defined, and a ``cuda`` run without a GPU stops with a way out. Fills in
+    ``options.out`` (``results/<device>/``) and :data:`RUN`."""
+    RUN.update(started=time.perf_counter(), smoke=options.smoke)
+    cuda_visible = Path("/dev/nvidiactl").exists() or bool(os.environ.get("CUDA_VISIBLE_DEVICES"))
+    if options.device in (None, "cpu") and not cuda_visible:
         os.environ.setdefault("TRITON_INTERPRET", "1")
     import torch
 
     device = options.device or ("cuda" if torch.cuda.is_available() else "cpu")
     if device.startswith("cuda") and not torch.cuda.is_available():
         sys.exit("no CUDA device here: run with --device cpu --smoke to check the script")
+    options.out = options.out or folder(device)
     return device
-
-
-def check_writable(plot: Path) -> None:
-    """Stop now, with the reason, if ``plot`` cannot be drawn into: before the run, not after it."""
-    from lazyops.cli.bench import check_plot_path
-
-    try:
-        check_plot_path(str(plot))
-    except Exception as error:  # noqa: BLE001 - its message says what is wrong and what to do
-        sys.exit(str(error))
-
-
-def _cuda_visible() -> bool:
-    return Path("/dev/nvidiactl").exists() or bool(os.environ.get("CUDA_VISIBLE_DEVICES"))
 
 
 def folder(device: str) -> Path:
@@ -347,8 +313,9 @@ def folder(device: str) -> Path:
     return RESULTS / torch.cuda.get_device_name(torch.device(device)).split()[-1].lower()
 
 
-def environment(device: str) -> dict[str, Any]:
-    """The header facts of a result file: the exact command, date, device, versions and commit."""
+def environment(device: str, backends: Mapping[str, str | None] | None = None) -> dict[str, Any]:
+    """The header facts of a result file: the exact command, date, device, versions and commit, and which of
+    ``backends`` (:func:`backends`' answer) ran and why not the others."""
     import torch
 
     versions = {"torch": torch.__version__}
@@ -369,7 +336,7 @@ def environment(device: str) -> dict[str, Any]:
         "versions": versions,
         "python": platform.python_version(),
         "commit": _commit(),
-    }
+    } | ({"backends": {name: problem or "runs" for name, problem in backends.items()}} if backends else {})
 
 
 def _cpu_model() -> str:
@@ -384,47 +351,54 @@ def _cpu_model() -> str:
 
 def _commit() -> str:
     """The checkout's commit (``+dirty`` when tracked files differ), or ``?`` outside a git checkout."""
+
+    def git(*args: str) -> str:
+        return subprocess.run(["git", "-C", str(ROOT), *args], capture_output=True, text=True, check=True).stdout
+
     try:
-        head = subprocess.run(
-            ["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=True
-        ).stdout.strip()
-        dirty = subprocess.run(
-            ["git", "-C", str(ROOT), "status", "--porcelain", "--untracked-files=no"],
-            capture_output=True,
-            text=True,
-            check=True,
-        ).stdout.strip()
+        return git("rev-parse", "--short", "HEAD").strip() + ("+dirty" if git("status", "--porcelain", "-uno") else "")
     except (OSError, subprocess.CalledProcessError):
         return "?"
-    return head + ("+dirty" if dirty else "")
 
 
 # --- result files -----------------------------------------------------------------------------------------------
 
 
 def write(out: Path, stem: str, title: str, env: Mapping[str, Any], rows: Sequence[Any], body: Sequence[str]) -> Path:
-    """``<out>/<stem>.json`` (the environment, then one row a line) and ``<stem>.md`` (the header, then ``body``)."""
+    """``<out>/<stem>.json`` (the environment, then one row a line) and ``<stem>.md`` (the header, then ``body``, then
+    what did not run): rewritten as a run goes, so that one cut short keeps what it measured."""
     out.mkdir(parents=True, exist_ok=True)
+    if RUN["started"] is not None:
+        env = {**env, "elapsed_s": round(time.perf_counter() - RUN["started"])}
     plain = [dataclasses.asdict(row) if dataclasses.is_dataclass(row) else row for row in rows]
     lines = ",\n".join(json.dumps(_rounded(row), separators=(",", ":"), default=str) for row in plain)
     (out / f"{stem}.json").write_text(f'{{"environment":{json.dumps(dict(env))},\n"rows":[\n{lines}\n]}}\n')
     versions = ", ".join(f"{name} {version}" for name, version in env["versions"].items())
+    ran = ", ".join(f"{name} ({state})" for name, state in env.get("backends", {}).items())
     head = [
         f"# {title}",
         "",
         f"Made by `{env['command']}` on {env['date']}; do not edit, rerun the command.",
-        f"Device: {env['device']}; {versions}; Python {env['python']}; lazyops at {env['commit']}.",
+        f"Device: {env['device']}; {versions}; Python {env['python']}; lazyops at {env['commit']}."
+        + (f" {env['elapsed_s']} s in all." if "elapsed_s" in env else ""),
+        *([f"Backends: {ran}."] if ran else []),
+        "",
+        NOISY_NOTE,
         "",
     ]
+    errors = sorted(
+        {(row["impl"], str(row["error"]).splitlines()[0][:200]) for row in plain if row.get("error") and "impl" in row}
+    )
+    if errors:
+        body = [*body, "## What did not run", "", *(f"- {impl}: {error}" for impl, error in errors), ""]
     (out / f"{stem}.md").write_text("\n".join([*head, *body]).rstrip() + "\n")
     return out / f"{stem}.md"
 
 
 def _rounded(row: Mapping[str, Any]) -> dict[str, Any]:
     """``row`` without its empty fields, its floats to four places: a result file small enough to keep."""
-    return {
-        key: round(value, 4) if isinstance(value, float) else value for key, value in row.items() if value is not None
-    }
+    kept = {key: value for key, value in row.items() if value is not None}
+    return {key: round(value, 4) if isinstance(value, float) else value for key, value in kept.items()}
 
 
 def table(header: Sequence[str], rows: Iterable[Sequence[Any]]) -> list[str]:
@@ -444,18 +418,46 @@ def figure(value: float | None, digits: int = 1, noisy: bool | None = False) -> 
 NOISY_NOTE = "`?`: the samples' interquartile range is over 20 % of their median: too noisy to rank."
 
 
-def synchronize(device: str) -> None:
-    if device.startswith("cuda"):
-        import torch
-
-        torch.cuda.synchronize()
-
-
 def release(device: str) -> None:
-    if device.startswith("cuda"):
-        import torch
+    """Give the GPU's cached memory back: between cells of different sizes, so that none starts fragmented."""
+    engine()._release(device)
 
-        torch.cuda.empty_cache()
+
+def judge(got: Sequence[Any], reference: Sequence[Any], tolerance: float) -> list[float]:
+    """The relative error of each of ``got`` against ``reference`` (``lazyops.testing``'s); ``ValueError`` where
+    one is over ``tolerance`` or NaN: a wrong implementation is an error row, never a figure."""
+    from lazyops.testing import relative_error
+
+    errors = [relative_error(mine, theirs) for mine, theirs in zip(got, reference, strict=True)]
+    if not max(errors) <= tolerance:  # NaN too
+        raise ValueError(f"wrong result: relative error {' / '.join(f'{e:.1e}' for e in errors)} > {tolerance:.0e}")
+    return errors
+
+
+def paged(key: Any, value: Any, block: int, new: int = 1, shuffle: bool = True) -> tuple[Any, ...]:
+    """Contiguous ``[B, H, L, D]`` keys and values as what paged attention takes, holding the same numbers:
+    ``(key_cache, value_cache, block_table, seq_lens, cu_seqlens_q)`` for ``new`` queries a sequence. The caches are
+    ``[B * ceil(L / block), block, H, D]`` (zeros past ``L``), their blocks scattered by a fixed permutation as an
+    engine's allocator leaves them (``shuffle=False``: in order)."""
+    import torch
+    from torch.nn import functional
+
+    batch, heads, length, dim = key.shape
+    count = -(-length // block)
+    order = torch.randperm(batch * count, generator=torch.Generator().manual_seed(2)) if shuffle else None
+    order = (torch.arange(batch * count) if order is None else order).to(key.device)
+
+    def scatter(cache: Any) -> Any:
+        # one expression: the padded copy is freed before the scattered one is made (a 256 x 32k cache is 17 GB)
+        blocks = functional.pad(cache, (0, 0, 0, count * block - length)).view(batch, heads, count, block, dim)
+        blocks = blocks.permute(0, 2, 3, 1, 4).reshape(batch * count, block, heads, dim)
+        scattered = blocks.new_empty(blocks.shape)  # contiguous, whatever view the reshape returned
+        scattered[order] = blocks
+        return scattered
+
+    lengths = torch.full((batch,), length, dtype=torch.int32, device=key.device)
+    starts = torch.arange(0, batch * new + 1, new, dtype=torch.int32, device=key.device)
+    return scatter(key), scatter(value), order.view(batch, count).to(torch.int32), lengths, starts
 
 
 # --- Inside lazyops: the only code here that reads lazyops' private modules -------------------------------------
@@ -467,7 +469,7 @@ def tiled_matmul(backend: str, n: int, k: int, dtype: Any, tile: Mapping[str, An
     ``matmul.Tile`` (``split`` > 1: its split-K product and reduce programs)."""
     import torch
 
-    fields = dict(tile)
+    fields, dtype = dict(tile), getattr(torch, dtype) if isinstance(dtype, str) else dtype
     split = int(fields.pop("split", 1))
     if backend == "triton":
         from lazyops._backends.triton import matmul
@@ -525,3 +527,26 @@ def through_operator(kernel: Any) -> Callable[..., Any]:
 
     operator, values = kernel.lazyops_operators()[0], config_values(kernel.lazyops_config)
     return lambda *args: operator(*args, *values)
+
+
+def attention_variants(
+    kind: str, config: tuple[Any, ...], device: str, splits: Sequence[int], tiles: int | None = None
+) -> dict[str, Callable[..., Any]]:
+    """The Triton backend's paged attention built with each of the first ``tiles`` tilings of its sweep table for
+    ``kind`` (``"decode"`` or ``"prefill"``) and each split count of ``splits``, whatever its rule would pick:
+    ``{label: call(query, key_cache, value_cache, block_table, seq_lens, cu_seqlens_q, out)}`` (``attention.py
+    --sweep``). ``config``: ``(heads, kv_heads, head_dim, dtype, block_size)``."""
+    import torch
+
+    from lazyops._backends.triton import paged_attention
+    from lazyops.specs.paged_attention import spec
+
+    *geometry, block = config
+    bound, empty = spec.bind(*geometry, block_size=block), torch.empty(0, device=device)  # no fp8 scales
+    calls = {}
+    for tile in paged_attention.SWEEP[kind][:tiles]:
+        for segments in splits:
+            launch = paged_attention.build_attention(bound, tiles=tile, segments=segments)
+            label = f"{tile}" + (f" segments {segments}" if len(splits) > 1 else "")
+            calls[label] = lambda *args, launch=launch: launch(*args[:-1], empty, empty, args[-1])
+    return calls

@@ -4,21 +4,15 @@
     python benchmarks/host.py --parts calls          # on the H200: its host's per-call costs, results/h200/host.*
     python benchmarks/host.py --smoke --out /tmp/h   # the script's logic, few samples
 
-Parts (``--parts``, a comma list; every figure from fresh interpreters or interleaved samples, medians):
-
-- ``import``: ``import lazyops``' own cumulative time (``python -X importtime``, bytecode compiled as in a wheel) and
-  the modules it imports (none heavy); the read of a resolved kernel against a plain module attribute (``timeit``,
-  after ``lazyops.resolve_all()``).
-- ``startup``: what a server's start pays, torch imported first (an engine has): ``import lazyops``, the first
-  ``lazyops.rmsnorm_tl`` (the torch backend selected: no GPU library's own import counted), a second kernel's first
-  access, and with a third-party backend of ``--sizes`` kernels installed the first access of one of its kernels
-  and ``dir(lazyops)``.
-- ``calls``: µs per call at one token (3000 back-to-back calls, one synchronize; every column interleaved): a
-  kernel whose launch does nothing (``spec.implementation`` around a no-op: lazyops' own per-call cost, the output's
-  allocation included), the torch backend's kernel, torch's own op, the same kernel through its ``torch.library``
-  operator (what an eager call would pay without the compile-only routing), and for softmax and layernorm the
-  lightest checked wrapper anyone could write (the compile router, dtype, width and grad mode in one frame, less
-  than the contract asks): the floor of any kernel that checks its arguments in Python.
+Parts (``--parts``; medians of fresh interpreters or of interleaved samples): ``import``, ``import lazyops``' own
+cumulative time (``-X importtime``, bytecode compiled as in a wheel), the modules it imports, and a resolved kernel's
+read against a plain module attribute; ``startup``, what a server's start pays with torch imported: ``import
+lazyops``, the first ``lazyops.rmsnorm_tl`` (torch backend), a second kernel, and with a third-party backend of
+``--sizes`` kernels installed the first access of one of its kernels and ``dir(lazyops)``; ``calls``, µs per call at
+one token (3000 back-to-back calls, one synchronize): around a no-op launch (lazyops' own cost), the torch backend,
+torch's own op, the kernel through its ``torch.library`` operator (what an eager call would pay without the
+compile-only routing), and for softmax and layernorm the lightest checked wrapper anyone could write (the compile
+router, dtype, width and grad mode in one frame): the floor of any kernel that checks its arguments in Python.
 """
 
 from __future__ import annotations
@@ -32,7 +26,7 @@ import sys
 import tempfile
 import textwrap
 import time
-from dataclasses import dataclass
+from collections import namedtuple
 from pathlib import Path
 from typing import Any
 
@@ -40,7 +34,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import harness
 
 SRC = harness.ROOT / "src"
-WIDTH = 4096
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -50,23 +43,21 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--sizes", default="10,1000,10000", help="kernels of the synthetic backends (startup)")
     options = parser.parse_args(argv)
     device = harness.start(options)
-    parts = options.parts.split(",")
-    runs = 2 if options.smoke else options.runs
-    env = harness.environment(device)
-    out, started, rows, body = options.out or harness.folder(device), time.perf_counter(), [], []
-    if "import" in parts:
-        found, lines = import_part(runs, options.smoke)
+    runs, smoke = 2 if options.smoke else options.runs, options.smoke
+    sizes = [10] if smoke else [int(size) for size in options.sizes.split(",")]
+    parts = {
+        "import": lambda: import_part(runs, smoke),
+        "startup": lambda: startup_part(runs, sizes),
+        "calls": lambda: calls_part(device, smoke),
+    }
+    env, rows, body = harness.environment(device), [], []
+    for part in options.parts.split(","):
+        if part not in parts:
+            sys.exit(f"--parts: no part {part!r}; choose from {', '.join(parts)}")
+        found, lines = parts[part]()
         rows, body = rows + found, body + lines
-    if "startup" in parts:
-        sizes = [10] if options.smoke else [int(size) for size in options.sizes.split(",")]
-        found, lines = startup_part(runs, sizes)
-        rows, body = rows + found, body + lines
-    if "calls" in parts:
-        found, lines = calls_part(device, options.smoke)
-        rows, body = rows + found, body + lines
-    env["elapsed_s"] = round(time.perf_counter() - started)
-    written = harness.write(out, "host", "What lazyops costs on the host", env, rows, [harness.NOISY_NOTE, "", *body])
-    print(f"wrote {written} and its .json in {env['elapsed_s']} s")
+    written = harness.write(options.out, "host", "What lazyops costs on the host", env, rows, body)
+    print(f"wrote {written} and its .json")
     return 0
 
 
@@ -156,17 +147,9 @@ print(json.dumps([(t1 - t0) * 1e6, (t2 - t1) * 1e6, (t3 - t2) * 1e6]))
 """
 
 
-@dataclass(frozen=True)
-class Startup:
-    """One installation to start in: ``kernels`` of a synthetic backend (0: the built-ins alone), the code run
-    before ``import lazyops``, the kernel accessed first, and what is timed after it."""
-
-    kernels: int
-    pre: str
-    first: str
-    then: str
-    then_label: str
-    env: dict[str, str]
+#: One installation to start in: ``kernels`` of a synthetic backend (0: the built-ins alone), the code run before
+#: ``import lazyops``, the kernel accessed first, and what is timed after it.
+Startup = namedtuple("Startup", "kernels pre first then then_label env")
 
 
 def startup_part(runs: int, sizes: list[int]) -> tuple[list[dict], list[str]]:
@@ -245,13 +228,13 @@ def calls_part(device: str, smoke: bool) -> tuple[list[dict], list[str]]:
             cases = [
                 harness.Case(label, "peer", lambda _, fn=fn, args=args: (fn, [args])) for label, fn in calls.items()
             ]
-            timed = harness.measure(cases, name, "host", device, rounds=1 if smoke else 5, calls=10 if smoke else 3000)
+            timed = harness.measure(cases, name, "host", device, rounds=5)
             row = {"part": "calls", "kernel": short, "config": config.label}
             row.update({label: timing.get("us") for label, timing in timed.items()})
             row.update({f"{label} noisy": timing.get("noisy") for label, timing in timed.items()})
             row.update({f"{label} error": timing["error"] for label, timing in timed.items() if "error" in timing})
             rows.append(row)
-            body.append([short, *(_cell(timed.get(label)) for label in columns)])
+            body.append([short, *(_cell(timed.get(label, {})) for label in columns)])
     lines = [
         "## Per call at one token (µs)",
         "",
@@ -293,10 +276,8 @@ def kernel_calls(name: str, device: str, smoke: bool) -> tuple[Any, tuple[Any, .
     return config, args, calls
 
 
-def _cell(timing: dict[str, Any] | None) -> str:
-    if timing is None:
-        return "—"
-    return "error" if "error" in timing else harness.figure(timing["us"], 2, timing["noisy"])
+def _cell(timing: dict[str, Any]) -> str:
+    return "error" if "error" in timing else harness.figure(timing.get("us"), 2, timing.get("noisy"))
 
 
 def _checked_softmax(torch: Any, config: Any) -> Any:

@@ -5,28 +5,21 @@
         --tokens 1,128,1024 --name torch_backend     # the torch backend against torch's ops on this CPU
     python benchmarks/kernels.py --smoke --device cpu --out /tmp/k   # the script's logic, tiny shapes
 
-Kernels: every kernel whose spec says it is memory-bound (``--kernels`` for others, ``matmul`` included), each at
-its spec's engine-sized configuration (hidden 4096; rope 32 query + 8 key heads of 128). Implementations: each
-lazyops backend that runs here (or those of ``--backend``, third-party ones too). Peers: ``torch eager`` and
-``torch.compile`` (the spec's definition in float32, compiled per size), ``torch op`` (what a user writes in plain
-torch, in the input dtype: ``F.rms_norm``, ``F.silu(g) * u``, vLLM's native rope...) and ``liger-kernel`` where it
-is installed and has the kernel. Ceilings: a copy of the same bytes beside each kernel at each size (that size's
-own ceiling), and a 256 MiB device copy (the device's rate).
-
-Modes (``--modes``; every implementation interleaved with the others, each figure a median with its spread):
-
-- ``stream`` at ``--tokens`` (1024, 8192, 32768): GB/s, × the best peer, % of the 256 MiB copy;
-- ``graph`` at ``--graph-tokens`` (1, 1024; CUDA only): µs per call inside a CUDA graph, × the best peer;
-- ``host`` at one token: µs per call of 3000 back-to-back calls (what decode pays outside CUDA graphs).
-
-docs/performance.md reads the goals off this file.
+Kernels: every kernel whose spec says it is memory-bound (``--kernels`` for others), each at its spec's engine-sized
+configuration, in each backend that runs here (or of ``--backend``). Peers: ``torch eager`` and ``torch.compile``
+(the spec's definition in float32, compiled per size), ``torch op`` (what a user writes in plain torch in the input
+dtype) and ``liger-kernel`` where installed. Ceilings: a copy of the same bytes beside each kernel at each size, and a
+256 MiB device copy. Modes (``--modes``), every implementation interleaved: ``stream`` at ``--tokens`` (1024, 8192,
+32768): GB/s, × the best peer, % of the copy; ``graph`` at ``--graph-tokens`` (1, 1024; CUDA only): µs per call
+inside a CUDA graph; ``host`` at one token: µs per call of 3000 back-to-back calls. docs/performance.md reads the
+goals off this file.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import sys
-import time
+from argparse import BooleanOptionalAction
 from pathlib import Path
 from typing import Any
 
@@ -41,17 +34,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--tokens", help="stream mode's token counts (default 1024,8192,32768)")
     parser.add_argument("--graph-tokens", default="1,1024", help="graph mode's token counts (default 1,1024)")
     parser.add_argument("--dtypes", default="bfloat16", help="comma list (default bfloat16)")
-    parser.add_argument(
-        "--compile", action="store_true", default=None, help="the torch.compile peer (default: on CUDA)"
-    )
-    parser.add_argument("--no-compile", dest="compile", action="store_false")
+    parser.add_argument("--compile", action=BooleanOptionalAction, help="the torch.compile peer (default: on CUDA)")
     parser.add_argument("--name", default="kernels", help="the result files' stem (default kernels)")
-    parser.add_argument(
-        "--plot", type=Path, help="also draw the stream rows (as `lazyops bench --plot`) into this file"
-    )
     options = parser.parse_args(argv)
-    if options.plot:
-        harness.check_writable(options.plot)
     device = harness.start(options)
     import torch
 
@@ -66,11 +51,7 @@ def main(argv: list[str] | None = None) -> int:
     status = harness.backends(options.backend)
     chosen = [name for name, problem in status.items() if problem is None or options.backend]
     kernels = options.kernels.split(",") if options.kernels else memory_bound()
-    env = harness.environment(device)
-    env["backends"] = {name: problem or "runs" for name, problem in status.items()}
-    env["configs"] = {}
-    out = options.out or harness.folder(device)
-    started = time.perf_counter()
+    env = harness.environment(device, status) | {"configs": {}}
     copy = bench.copy_ceiling(16 if small else 256, device=device, rounds=rounds)
     rows: list[Any] = [copy]
     for dtype in options.dtypes.split(","):
@@ -88,14 +69,9 @@ def main(argv: list[str] | None = None) -> int:
                 rows += bench.host_time(kernel, impls, dtype, calls=calls, warmup=calls // 30, rounds=rounds, **common)
             env["configs"][kernel] = bench.describe(kernel, dtype, small=small)
             bench.rank(rows)
-            env["elapsed_s"] = round(time.perf_counter() - started)
             plain = [{k: v for k, v in dataclasses.asdict(row).items() if k != "config"} for row in rows]
-            written = harness.write(out, options.name, TITLE, env, plain, render(rows, copy, env))
-    print(f"wrote {written} and its .json in {time.perf_counter() - started:.0f} s")
-    if options.plot:
-        from lazyops.cli.bench import plot
-
-        plot([row for row in rows if row.method == "stream"], str(options.plot), f"{env['device']}, {env['date']}")
+            written = harness.write(options.out, options.name, TITLE, env, plain, render(rows, copy, env))
+    print(f"wrote {written} and its .json")
     return 0
 
 
@@ -106,11 +82,9 @@ def memory_bound() -> list[str]:
     """Every kernel whose spec's traffic model says it is bound by memory, by short name."""
     from lazyops.specs import kernel_names, spec
 
-    bench = harness.engine()
     found = []
     for name in kernel_names():
-        chosen = bench.example(name)
-        kernel_spec = spec(name)
+        chosen, kernel_spec = harness.engine().example(name), spec(name)
         config = kernel_spec.bind(*chosen.args, **chosen.kwargs)
         if kernel_spec.traffic(config, 1, chosen.geometry).bound != "compute":
             found.append(name.removesuffix("_tl"))
@@ -129,18 +103,14 @@ def say(row: Any) -> None:
 def render(rows: list[Any], copy: Any, env: dict[str, Any]) -> list[str]:
     copy_rate = copy.rate
     lines = [
-        f"Every implementation interleaved with the others ({env.get('elapsed_s', 0)} s in all); each figure the "
-        "median of its samples. Method and peers: `benchmarks/kernels.py`'s docstring. Backends: "
-        + ", ".join(f"{name} ({state})" for name, state in env["backends"].items())
-        + ".",
+        "Every implementation interleaved with the others; each figure the median of its samples. Method and peers: "
+        "`benchmarks/kernels.py`'s docstring.",
         "",
         f"Device-to-device copy, the ceiling: **{harness.figure(copy_rate, 0)} GB/s** ({copy.note})."
         if copy_rate
         else f"Device-to-device copy: {copy.error}.",
         "",
         *(f"- {kernel}: `{config}`" for kernel, config in env["configs"].items()),
-        "",
-        harness.NOISY_NOTE,
         "",
     ]
     for method, title, cell in (
@@ -159,9 +129,6 @@ def render(rows: list[Any], copy: Any, env: dict[str, Any]) -> list[str]:
             cells = {row.tokens: cell(row, copy_rate) for row in mine}
             body.append([f"{kernel} ({dtype})", impl, *(cells.get(m, "") for m in sizes)])
         lines += harness.table(["kernel", "implementation", *(f"M = {m}" for m in sizes)], body)
-    errors = sorted({(row.impl, row.error.splitlines()[0][:200]) for row in rows if row.error})
-    if errors:
-        lines += ["## What did not run", "", *(f"- {impl}: {error}" for impl, error in errors), ""]
     return lines
 
 

@@ -3,24 +3,14 @@
     python benchmarks/tune.py                                   # on the H200: results/h200/tune.{md,json}
     python benchmarks/tune.py --smoke --device cpu --out /tmp/t # the script's logic: tiny shapes, the host
 
-Four steps, each a command of its own, run as a user runs them (the result file lists them, so each reruns alone):
-
-1. The layer's trace: ``LAZYOPS_TRACE=tune_trace.jsonl LAZYOPS_TRACE_ARGS=1 python benchmarks/layer.py
-   --build-only``, the layer's kernels built from lazyops' namespace (``layer.py``'s shape: hidden 4096, 32 query and
-   8 KV heads of 128, MLP 14336).
-2. ``lazyops tune --from-trace tune_trace.jsonl --tokens T --output tune_plan.json``, its wall time measured
-   (the goal: at most 120 s), ``T`` the layer's workloads' token counts (prefill 1024 and 8192 tokens, decode
-   batches 1, 16 and 64): every configuration checked and timed in every backend that runs here.
-3. The same again into ``tune_plan_2.json``: tuning is reproducible when both runs choose the same backend wherever
-   the candidates differ by more than the noise between the runs (each choice that differs is listed with the two
-   backends' gap in each run, against the 90th percentile of how much a candidate's time changed between the runs).
-4. ``python benchmarks/layer.py --plan tune_plan.json --name tune_layer``: the layer of lazyops' namespace resolving
-   by the plan, interleaved with each backend's layer, at the same workloads (``tune_layer.{md,json}``). The goal:
-   the plan's layer at least as fast as the best single-backend layer at every workload, and 1.03x at one or more
-   (eager against eager, compiled against compiled).
-
-``--smoke`` runs the same on the host with ``layer.py``'s tiny shapes, Triton in its interpreter, one round: the
-logic, not a result (``make gpu-tune TUNE="--smoke --device cpu --out DIR"``, ``tests/plan/test_tune_script.py``).
+Four steps, each a command run as a user runs it (the result file lists them, so each reruns alone): (1) the layer's
+trace, ``layer.py --build-only`` under ``LAZYOPS_TRACE=tune_trace.jsonl LAZYOPS_TRACE_ARGS=1``; (2) ``lazyops tune
+--from-trace tune_trace.jsonl --tokens T --output tune_plan.json``, ``T`` the layer's workloads' token counts, its
+wall time measured (goal: at most 120 s); (3) the same into ``tune_plan_2.json``: tuning reproduces when both runs
+choose the same backend wherever the candidates differ by more than the noise between the runs (the 90th percentile
+of how much a candidate's time changed); (4) ``layer.py --plan tune_plan.json --name tune_layer``: the layer of
+lazyops' namespace by the plan, interleaved with each backend's layer (goal: at least as fast as the best
+single-backend layer at every workload, and 1.03x at one or more; eager against eager, compiled against compiled).
 """
 
 from __future__ import annotations
@@ -50,7 +40,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, help="lazyops tune's interleaved rounds (default 5; --smoke: 1)")
     options = parser.parse_args(argv)
     device = harness.start(options)
-    out = options.out or harness.folder(device)
+    out = options.out
     out.mkdir(parents=True, exist_ok=True)
     workloads = options.workloads or (layer.SMOKE_WORKLOADS if options.smoke else layer.WORKLOADS)
     tokens = sorted({int(text.partition("-")[2]) for text in workloads.split(",")})
@@ -61,7 +51,6 @@ def main(argv: list[str] | None = None) -> int:
     chosen = ["--backend", layer_backends] if layer_backends else []
     trace, plans = out / "tune_trace.jsonl", [out / "tune_plan.json", out / "tune_plan_2.json"]
     steps: list[dict[str, Any]] = []
-    started = time.perf_counter()
 
     def finish() -> Path:
         """The result files as the steps so far left them: a run cut short keeps what it measured."""
@@ -71,7 +60,6 @@ def main(argv: list[str] | None = None) -> int:
             "tokens": tokens,
             "workloads": workloads,
             "plan_resolved": planned,
-            "elapsed_s": round(time.perf_counter() - started),
         }
         first, second = [*runs, None, None][:2]
         records = [*choices(first), *differences(first, second), *comparisons(rows)]
@@ -81,7 +69,8 @@ def main(argv: list[str] | None = None) -> int:
         stale.unlink(missing_ok=True)  # the trace appends, and a layer run that fails must not leave the last one's
     traced = {"LAZYOPS_TRACE": str(trace), "LAZYOPS_TRACE_ARGS": "1"}
     runs: list[dict[str, Any] | None] = []
-    steps.append(run("trace", [*script("layer.py"), *common, "--workloads", workloads, "--build-only"], traced))
+    layer_py = [sys.executable, str(Path(__file__).resolve().parent / "layer.py"), *common, "--workloads", workloads]
+    steps.append(run("trace", [*layer_py, "--build-only"], traced))
     tune_command = ["--from-trace", str(trace), "--tokens", ",".join(map(str, tokens))]
     tune_command += ["--rounds", str(options.rounds or (1 if options.smoke else 5))]
     tune_command += ["--backends", backends] if backends else []
@@ -90,15 +79,10 @@ def main(argv: list[str] | None = None) -> int:
         steps.append(step)
         runs.append(report_of(step.pop("stdout")) if step["status"] in (0, 1) else None)
         finish()
-    layer_run = [*script("layer.py"), *common, *chosen, "--workloads", workloads, "--plan", str(plans[0])]
-    steps.append(run("layer", [*layer_run, "--out", str(out), "--name", "tune_layer"]))
+    steps.append(run("layer", [*layer_py, *chosen, "--plan", str(plans[0]), "--out", str(out), "--name", "tune_layer"]))
     written = finish()
-    print(f"wrote {written} and its .json in {time.perf_counter() - started:.0f} s")
+    print(f"wrote {written} and its .json")
     return 0 if all(step["status"] in (0, 1) for step in steps) else 1
-
-
-def script(name: str) -> list[str]:
-    return [sys.executable, str(Path(__file__).resolve().parent / name)]
 
 
 def run(name: str, command: list[str], extra_env: dict[str, str] | None = None) -> dict[str, Any]:
@@ -115,14 +99,9 @@ def run(name: str, command: list[str], extra_env: dict[str, str] | None = None) 
     print(f"{name}: exit {result.returncode} in {seconds:.1f} s", flush=True)
     if result.returncode not in (0, 1):
         print(result.stdout[-3000:] + result.stderr[-3000:], file=sys.stderr)
-    return {
-        "step": name,
-        "command": " ".join(filter(None, [shown, shlex.join(typed)])),
-        "status": result.returncode,
-        "seconds": round(seconds, 1),
-        "stdout": result.stdout,
-        "stderr_tail": result.stderr[-2000:] if result.returncode not in (0, 1) else None,
-    }
+    failed = result.stderr[-2000:] if result.returncode not in (0, 1) else None
+    record = {"step": name, "command": " ".join(filter(None, [shown, shlex.join(typed)])), "status": result.returncode}
+    return record | {"seconds": round(seconds, 1), "stdout": result.stdout, "stderr_tail": failed}
 
 
 def _typed(part: str) -> str:
@@ -145,22 +124,8 @@ def chosen_text(config: dict[str, Any]) -> str:
 
 def choices(report: dict[str, Any] | None) -> list[dict[str, Any]]:
     """One record per configuration of the first run: its choice, its gain over the default at each token count."""
-    if report is None:
-        return []
-    return [
-        {
-            "kind": "choice",
-            "kernel": config["kernel"],
-            "label": config["label"],
-            "default": config["default"],
-            "plan": chosen_text(config),
-            "gain": config["gain"],
-            "us": config["us"],
-            "rejected": config["rejected"] or None,
-            "declined": config["declined"] or None,
-        }
-        for config in report["configurations"]
-    ]
+    configurations = report["configurations"] if report else []
+    return [{"kind": "choice", **config, "plan": chosen_text(config)} for config in configurations]
 
 
 def drift(first: dict[str, Any] | None, second: dict[str, Any] | None) -> float | None:
@@ -175,10 +140,7 @@ def drift(first: dict[str, Any] | None, second: dict[str, Any] | None) -> float 
             again = theirs.get(config["label"], {}).get(backend)
             if again and sum(figures.values()) > 0:
                 changes.append(abs(sum(again.values()) / sum(figures.values()) - 1))
-    if not changes:
-        return None
-    changes.sort()
-    return changes[min(len(changes) - 1, int(0.9 * len(changes)))]
+    return sorted(changes)[min(len(changes) - 1, int(0.9 * len(changes)))] if changes else None
 
 
 def differences(first: dict[str, Any] | None, second: dict[str, Any] | None) -> list[dict[str, Any]]:
@@ -198,17 +160,9 @@ def differences(first: dict[str, Any] | None, second: dict[str, Any] | None) -> 
         involved = sorted({mine["choice"], other["choice"]} - {None})
         gaps = [_gap(config, involved) for config in (mine, other)]
         beyond = all(gap is not None and gap > noise for gap in gaps)
-        found.append(
-            {
-                "kind": "differs",
-                "label": mine["label"],
-                "first": chosen_text(mine),
-                "second": chosen_text(other),
-                "gap": gaps,
-                "noise": noise,
-                "verdict": "differs beyond the noise" if beyond else "within the noise between the runs",
-            }
-        )
+        verdict = "differs beyond the noise" if beyond else "within the noise between the runs"
+        record = {"kind": "differs", "label": mine["label"], "first": chosen_text(mine), "second": chosen_text(other)}
+        found.append(record | {"gap": gaps, "noise": noise, "verdict": verdict})
     return found
 
 
@@ -224,17 +178,14 @@ def report_of(stdout: str) -> dict[str, Any] | None:
     it), or None."""
     start = stdout.find("{") if stdout.startswith("{") else stdout.find("\n{") + 1
     try:
-        report: dict[str, Any] = json.loads(stdout[start:])
+        return json.loads(stdout[start:])  # type: ignore[no-any-return]
     except ValueError:
         return None
-    return report
 
 
 def layer_rows(path: Path) -> tuple[list[dict[str, Any]], list[str]]:
     """The timed rows of ``layer.py``'s result, and where its plan layer's kernels resolved (its header)."""
-    if not path.exists():
-        return [], []
-    result = json.loads(path.read_text())
+    result = json.loads(path.read_text()) if path.exists() else {"rows": [], "environment": {}}
     rows = [row for row in result["rows"] if row.get("kind") != "bound"]
     return rows, result["environment"].get("plan", {}).get("resolved", [])
 
@@ -247,37 +198,31 @@ def comparisons(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
         for suffix in ("", " + torch.compile"):
             here = {row["impl"]: row for row in rows if row["workload"] == workload and row.get("us")}
             plan = here.get(layer.PLANNED + suffix)
-            singles = [
+            singles = [  # "lazyops <backend>": all its kernels its own
                 row
                 for name, row in here.items()
                 if row["kind"] == "lazyops"
                 and name.endswith(suffix)
                 and not name.startswith(layer.PLANNED)
-                and "," not in name
-                and (suffix or "+" not in name)
+                and len(name.removesuffix(suffix).split()) == 2
             ]
             best = min(singles, key=lambda row: row["us"], default=None)
             record: dict[str, Any] = {"kind": "layer", "workload": workload, "compiled": bool(suffix)}
             if plan is None or best is None:
-                record["error"] = "the plan's layer or every single-backend layer did not run"
-            else:
-                record |= {
-                    "plan_us": plan["us"],
-                    "best_single": best["impl"],
-                    "best_us": best["us"],
-                    "ratio": best["us"] / plan["us"],
-                    "noisy": bool(plan.get("noisy") or best.get("noisy")),
-                }
-            found.append(record)
+                found.append(record | {"error": "the plan's layer or every single-backend layer did not run"})
+                continue
+            record |= {"plan_us": plan["us"], "best_single": best["impl"], "best_us": best["us"]}
+            found.append(
+                record | {"ratio": best["us"] / plan["us"], "noisy": bool(plan.get("noisy") or best.get("noisy"))}
+            )
+
     return found
 
 
 def render(env: dict[str, Any], runs: list[Any], records: list[dict[str, Any]]) -> list[str]:
-    steps = env["steps"]
-    tune_steps = [step for step in steps if step["step"].startswith("tune")]
+    steps, tokens = env["steps"], [str(m) for m in env["tokens"]]
     lines = [
-        f"Token counts tuned: {', '.join(map(str, env['tokens']))} (the layer's workloads {env['workloads']}). "
-        f"{env['elapsed_s']} s in all.",
+        f"Token counts tuned: {', '.join(tokens)} (the layer's workloads {env['workloads']}).",
         "",
         "## The commands",
         "",
@@ -288,33 +233,25 @@ def render(env: dict[str, Any], runs: list[Any], records: list[dict[str, Any]]) 
         f"## Tuning time (goal: ≤ {TUNE_SECONDS} s for the whole command)",
         "",
     ]
-    for step, report in zip(tune_steps, runs, strict=False):
+    for step, report in zip([s for s in steps if s["step"].startswith("tune")], runs, strict=False):
         if report is None:
             lines.append(f"- {step['step']}: failed (exit {step['status']})")
             continue
         verdict = "met" if step["seconds"] <= TUNE_SECONDS else "not met"
-        configurations = len(report["configurations"])
-        lines.append(
-            f"- {step['step']}: {step['seconds']} s for the command ({report['elapsed_s']:.1f} s checking and timing "
-            f"{configurations} configurations, {report['timing']['method']} timing): {verdict}"
-        )
-    lines += ["", "## The plan (first run): choice and speed over the default resolution per token count", ""]
-    picked = [r for r in records if r["kind"] == "choice"]
-    tokens = [str(m) for m in env["tokens"]]
-    lines += harness.table(
-        ["configuration", "default", "plan", *(f"× M={m}" for m in tokens), "rejected / declined"],
-        [
-            [
-                r["label"],
-                r["default"],
-                r["plan"],
-                *(harness.figure(r["gain"].get(m), 2) for m in tokens),
-                "; ".join(f"{b}: {why}" for b, why in {**(r["rejected"] or {}), **(r["declined"] or {})}.items()),
-            ]
-            for r in picked
-        ],
-    )
-    lines += ["## Reproducibility: choices that differ between the two runs", ""]
+        checked = f"{report['elapsed_s']:.1f} s checking and timing {len(report['configurations'])} configurations"
+        method = f"{report['timing']['method']} timing"
+        lines.append(f"- {step['step']}: {step['seconds']} s for the command ({checked}, {method}): {verdict}")
+    lines += [
+        "",
+        "## The plan (first run): choice and speed over the default resolution per token count",
+        "",
+        *harness.table(
+            ["configuration", "default", "plan", *(f"× M={m}" for m in tokens), "rejected / declined"],
+            [_choice_cells(r, tokens) for r in records if r["kind"] == "choice"],
+        ),
+        "## Reproducibility: choices that differ between the two runs",
+        "",
+    ]
     differing = [r for r in records if r["kind"] == "differs"]
     if not differing:
         lines += ["None: both runs chose the same backend (and switch) for every configuration.", ""]
@@ -323,20 +260,12 @@ def render(env: dict[str, Any], runs: list[Any], records: list[dict[str, Any]]) 
             f"Noise between the runs: {100 * differing[0]['noise']:.1f} % (the 90th percentile of the change of a "
             "candidate's total time from run 1 to run 2). Gap: the two backends' totals apart in each run.",
             "",
+            *harness.table(
+                ["configuration", "run 1", "run 2", "gap run 1 / run 2", "verdict"],
+                [[r["label"], r["first"], r["second"], _gaps(r), r["verdict"]] for r in differing],
+            ),
         ]
-        lines += harness.table(
-            ["configuration", "run 1", "run 2", "gap run 1 / run 2", "verdict"],
-            [
-                [
-                    r["label"],
-                    r["first"],
-                    r["second"],
-                    " / ".join("—" if g is None else f"{100 * g:.1f} %" for g in r["gap"]),
-                    r["verdict"],
-                ]
-                for r in differing
-            ],
-        )
+    compared = [r for r in records if r["kind"] == "layer"]
     lines += [
         f"## The layer by the plan (goal: ≥ {AT_LEAST}× the best single-backend layer everywhere, ≥ {SOMEWHERE}× "
         "somewhere)",
@@ -347,35 +276,43 @@ def render(env: dict[str, Any], runs: list[Any], records: list[dict[str, Any]]) 
         "",
         *(f"- {line}" for line in env["plan_resolved"] or ["(the layer did not run)"]),
         "",
+        *harness.table(
+            ["workload", "", "plan µs", "best single backend", "µs", "best single / plan"],
+            [[r["workload"], "compiled" if r["compiled"] else "eager", *_layer_cells(r)] for r in compared],
+        ),
     ]
-    compared = [r for r in records if r["kind"] == "layer"]
-    lines += harness.table(
-        ["workload", "", "plan µs", "best single backend", "µs", "best single / plan"],
-        [[r["workload"], "compiled" if r["compiled"] else "eager", *_layer_cells(r)] for r in compared],
-    )
     ratios = [r["ratio"] for r in compared if "ratio" in r]
     if ratios:
-        everywhere = all(ratio >= AT_LEAST for ratio in ratios)
-        somewhere = any(ratio >= SOMEWHERE for ratio in ratios)
-        lines += [
+        everywhere, somewhere = all(x >= AT_LEAST for x in ratios), any(x >= SOMEWHERE for x in ratios)
+        lines.append(
             f"Goal: {'met' if everywhere and somewhere else 'not met'} (≥ {AT_LEAST}× at every workload: "
-            f"{'yes' if everywhere else 'no'}; ≥ {SOMEWHERE}× at one or more: {'yes' if somewhere else 'no'}).",
-            "",
-        ]
-    lines += [harness.NOISY_NOTE, ""]
+            f"{'yes' if everywhere else 'no'}; ≥ {SOMEWHERE}× at one or more: {'yes' if somewhere else 'no'})."
+        )
     return lines
+
+
+def _choice_cells(record: dict[str, Any], tokens: list[str]) -> list[str]:
+    refused = {**(record["rejected"] or {}), **(record["declined"] or {})}
+    gains = [harness.figure(record["gain"].get(m), 2) for m in tokens]
+    return [
+        record["label"],
+        record["default"],
+        record["plan"],
+        *gains,
+        "; ".join(f"{b}: {w}" for b, w in refused.items()),
+    ]
+
+
+def _gaps(record: dict[str, Any]) -> str:
+    return " / ".join("—" if gap is None else f"{100 * gap:.1f} %" for gap in record["gap"])
 
 
 def _layer_cells(record: dict[str, Any]) -> list[str]:
     if "error" in record:
         return [record["error"], "", "", ""]
-    noisy = record["noisy"]
-    return [
-        harness.figure(record["plan_us"], 1, noisy),
-        record["best_single"],
-        harness.figure(record["best_us"], 1, noisy),
-        harness.figure(record["ratio"], 3, noisy),
-    ]
+    figures = [(record["plan_us"], 1), (record["best_us"], 1), (record["ratio"], 3)]
+    plan, best, ratio = (harness.figure(value, digits, record["noisy"]) for value, digits in figures)
+    return [plan, record["best_single"], best, ratio]
 
 
 if __name__ == "__main__":

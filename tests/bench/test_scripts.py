@@ -108,6 +108,52 @@ def test_the_layer_takes_each_backends_attention_from_one_place(monkeypatch):
     assert sorted(set(asked), key=str) == sorted({None, "torch", "other"}, key=str)
 
 
+@pytest.mark.parametrize("batch", [1, 3])
+def test_a_paged_cache_holds_the_contiguous_numbers_in_scattered_contiguous_blocks(batch):
+    """The layout attention.py and layer.py time lazyops' attention on. At batch 1 the block reshape is a view:
+    the layer's cache was then not contiguous and the kernels refused it (a decode-1 row was an error)."""
+    import torch
+
+    k = torch.randn(batch, 2, 10, 8)
+    paged, _, table, lengths, starts = harness.paged(k, k, 4, new=2)
+    assert paged.is_contiguous() and paged.shape == (batch * 3, 4, 2, 8) and table.dtype == torch.int32
+    assert lengths.tolist() == [10] * batch and starts.tolist() == list(range(0, 2 * batch + 1, 2))
+    assert sorted(table.flatten().tolist()) == list(range(batch * 3)) != table.flatten().tolist()
+    gathered = paged[table.long()].flatten(1, 2)  # [B, blocks * block, H, D], zeros past the length
+    assert torch.equal(gathered[:, :10].transpose(1, 2), k) and not gathered[:, 10:].any()
+
+
+def test_the_attention_goals_are_read_off_the_rows_at_the_h200s_shapes():
+    """issue 29's goals as attention.py states them (the GPU run has no second chance), on rows at its shapes."""
+    import attention
+
+    def row(part: str, shape: str, impl: str, us: float, kind: str = "lazyops", rate: float = 1.0) -> dict:
+        return {"part": part, "shape": shape, "impl": impl, "us": us, "kind": kind, "rate": rate, "unit": "GB/s"}
+
+    rows = [
+        {"part": "check", "backend": "triton", "shape": "drawn cases", "status": "pass", "detail": "passed"},
+        row("decode", "1 x 8192", "lazyops triton", 10.0),
+        row("decode", "1 x 8192", "SDPA flash", 12.0, "peer"),
+        row("decode", "1 x 8192", "SDPA cuDNN", 25.0, "peer"),
+        row("decode", "64 x 1024", "lazyops triton", 20.0, rate=4200.0),
+        row("decode", "64 x 1024", "SDPA flash", 19.0, "peer"),
+        row("prefill", "1 x 8192", "lazyops triton", 100.0),
+        row("prefill", "1 x 8192", "SDPA flash", 110.0, "peer"),
+        row("prefill", "1 x 8192", "FlexAttention (contiguous, GQA)", 50.0, "peer"),
+        row("prefill", "chunked 512 over 8192", "lazyops triton", 10.0),
+        row("prefill", "chunked 512 over 8192", "lazyops triton unpaged (blocks in order)", 9.0),
+    ]
+    assert attention.goals(rows) == [
+        "decode 1 x 8192, lazyops triton: 1.20× the best peer (SDPA flash) [goal ≥ 1.0×]; 2.50× cuDNN [goal ≥ 2×]",
+        "decode 64 x 1024, lazyops triton: 0.95× the best peer (SDPA flash) [goal ≥ 1.0×]; 88 % of HBM [goal ≥ 85 %]",
+        "prefill 1 x 8192, lazyops triton: 1.10× the best peer (SDPA flash) [goal ≥ 1.0×]",
+        "prefill chunked 512 over 8192, lazyops triton: 0.90× its unpaged layout [goal ≥ 0.9×]",
+    ]
+    shape = vars(attention.LLAMA) | {"decode": None, "prefill": None}
+    markdown = "\n".join(attention.render(rows, {"shape": shape, "dtype": "torch.bfloat16"}))
+    assert "| 1 x 8192 | lazyops triton | 10.0 | 1.0 GB/s | 0 % | 1.20× |  |" in markdown
+
+
 def test_results_are_one_row_a_line_and_name_their_command(tmp_path):
     env = {
         "command": "python x.py",
@@ -124,7 +170,7 @@ def test_results_are_one_row_a_line_and_name_their_command(tmp_path):
     assert markdown.startswith("# Title\n") and "`python x.py`" in markdown and markdown.rstrip().endswith("body")
 
 
-@pytest.mark.parametrize("script", ["kernels.py", "gemm.py", "host.py", "layer.py"])
+@pytest.mark.parametrize("script", ["attention.py", "kernels.py", "gemm.py", "host.py", "layer.py", "tune.py"])
 def test_scripts_reach_lazyops_only_through_its_public_api_and_the_harness(script):
     text = (BENCHMARKS / script).read_text()
     assert "lazyops._" not in text and "from lazyops import _" not in text

@@ -458,12 +458,15 @@ def test_the_gpu_script_runs_on_the_host(tmp_path):
     and Triton's interpreter), writing both result files."""
     root = Path(__file__).resolve().parents[2]
     env = {**os.environ, "PYTHONPATH": str(root / "src"), "TRITON_INTERPRET": "1"}
-    command = [sys.executable, str(root / "benchmarks" / "attention.py"), "--smoke", "--sweep", "--out", str(tmp_path)]
+    script = [sys.executable, str(root / "benchmarks" / "attention.py")]
+    command = [*script, "--smoke", "--device", "cpu", "--sweep", "--out", str(tmp_path)]
     result = subprocess.run(command, capture_output=True, text=True, env=env, timeout=600)
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
     payload = json.loads((tmp_path / "attention.json").read_text())
-    assert payload["command"].endswith(f"--out {tmp_path}") and payload["commit"]
-    assert {check["status"] for check in payload["checks"]} == {"pass"}
-    parts = {(row["part"], row["impl"].split()[0]) for row in payload["rows"] if row["us"]}
-    assert {("decode", "lazyops"), ("prefill", "lazyops"), ("sweep", "Tiles(block_m=16,")} <= parts
+    assert payload["environment"]["command"].endswith(f"--out {tmp_path}") and payload["environment"]["commit"]
+    checks = [row for row in payload["rows"] if row["part"] == "check"]
+    assert {row["backend"] for row in checks} == {"torch", "triton"} and {row["status"] for row in checks} == {"pass"}
+    timed = {(row["part"], row["impl"].split()[0]) for row in payload["rows"] if row.get("us")}
+    assert {("decode", "lazyops"), ("decode", "SDPA"), ("prefill", "lazyops"), ("sweep", "Tiles(block_m=16,")} <= timed
+    assert not [row for row in payload["rows"] if row.get("error")]
     assert "## The issue's goals" in (tmp_path / "attention.md").read_text()
