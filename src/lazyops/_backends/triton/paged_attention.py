@@ -59,8 +59,8 @@ class Tiles:
 #: The configurations by head dim (the next power of two): for prefill-like calls (many queries per sequence), big
 #: row tiles that reuse each key tile over many queries; for decode-like ones, 16 rows (a decode step's GROUP heads
 #: of one token, padded to what ``tl.dot`` takes) and long key tiles, to keep loads in flight. Chosen so that none
-#: spills registers when compiled for sm_90 (``benchmarks/attention.py --registers``, on the host with Triton 3.9:
-#: 172 / 227 / 254 registers for prefill at head dims 64 / 128 / 256, 64 / 113 / 164 for decode); not timed on an
+#: spills registers when compiled for sm_90 (the compiled kernel's ``n_regs`` and ``n_spills``, on the host with Triton
+#: 3.9: 172 / 227 / 254 registers for prefill at head dims 64 / 128 / 256, 64 / 113 / 164 for decode); not timed on an
 #: H200 yet: ``benchmarks/attention.py --sweep`` times the alternatives in ``SWEEP``.
 PREFILL_TILES = {
     16: Tiles(128, 64, 8, 3),
