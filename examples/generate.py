@@ -23,9 +23,11 @@ import lazyops
 
 @dataclass(frozen=True)
 class Shape:
+    """The random run's model: tiny, with heads of 64 (a size every GPU backend's attention tiles take)."""
+
     vocab: int = 128
-    hidden: int = 64
-    intermediate: int = 128
+    hidden: int = 256
+    intermediate: int = 512
     layers: int = 2
     heads: int = 4
     kv_heads: int = 2
@@ -95,6 +97,11 @@ class Engine:
         inverse = s.theta ** -(torch.arange(0, s.head_dim, 2, dtype=torch.float64) / s.head_dim)
         angles = torch.arange(max_len, dtype=torch.float64)[:, None] * inverse
         self.cos_sin = torch.cat([angles.cos(), angles.sin()], -1).float().to(device)
+        # A decode step is replayed from a CUDA graph only where no kernel of it comes from the torch backend, whose
+        # kernels read index values (positions, slots, lengths) on the host to check them, which a capture cannot.
+        kernels = [*self.mm.values(), self.norm, self.add_norm, self.rope, self.silu, self.write, self.attend]
+        self.host_checked = sorted({k.__name__ for k in kernels if getattr(k, "lazyops_backend", None) == "torch"})
+        self.graphs = device == "cuda" and not self.host_checked
 
     def forward(self, tokens, positions, slots, table, lengths, starts, last) -> torch.Tensor:
         """Logits of rows ``last`` for a packed batch of tokens (their index tensors all on the device)."""
@@ -148,7 +155,7 @@ class Engine:
             step[3].copy_(table())
             lengths = [n + 1 for n in lengths]
             step[4].copy_(tensor(lengths, i32))
-            if self.device != "cuda":
+            if not self.graphs:
                 chosen = self.forward(*step).argmax(-1)
             else:
                 if graph is None:  # the first step compiles every kernel, then is captured
@@ -182,7 +189,15 @@ def main() -> int:
         model = LlamaForCausalLM(config).eval()
         shape, weights = from_hugging_face(model)
     with torch.inference_mode():
-        ours = Engine(shape, weights, dtype, device).generate(prompts, args.tokens)
+        engine = Engine(shape, weights, dtype, device)
+        ours = engine.generate(prompts, args.tokens)
+        if device == "cuda":
+            how = (
+                "replayed from a CUDA graph"
+                if engine.graphs
+                else "eager (torch backend's " + ", ".join(engine.host_checked) + ": index values checked on the host)"
+            )
+            print("decode steps:", how)
         print("lazyops:     ", ours)
         if args.hf:
             model, n = model.to(device), args.tokens

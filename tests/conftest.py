@@ -20,9 +20,19 @@ hypothesis_profiles.load()
 # same one, so a test run against another tree tests that tree throughout.
 SRC = str(Path(lazyops.__file__).resolve().parents[1])
 
+
+
+def _plugin_installed() -> bool:
+    """Whether lazyops' pytest plugin comes by its entry point (lazyops installed). A source tree on PYTHONPATH alone,
+    as on the GPU machine, has no entry point: the plugin is loaded here instead, so the kernel tests run there too."""
+    from importlib.metadata import entry_points
+
+    return any(point.value == "lazyops.pytest_plugin" for point in entry_points(group="pytest11"))
+
+
 # The plugin tests (tests/plugin) run pytest inside pytest; pytest only honours pytest_plugins in this top-level
 # conftest, not in tests/plugin/conftest.py.
-pytest_plugins = ["pytester"]
+pytest_plugins = ["pytester"] + ([] if _plugin_installed() else ["lazyops.pytest_plugin"])
 
 
 class BackendFactory:
@@ -80,7 +90,8 @@ class BackendFactory:
             for k, v in os.environ.items()
             if not k.startswith("LAZYOPS_") and k not in ("RANK", "LOCAL_RANK", "EAGER_IMPORT")
         }
-        env["PYTHONPATH"] = os.pathsep.join([str(self.root), SRC])
+        # what this run's PYTHONPATH adds stays after them (on the GPU machine: the folder TileLang is installed in)
+        env["PYTHONPATH"] = os.pathsep.join([str(self.root), SRC, *filter(None, [os.environ.get("PYTHONPATH")])])
         env.update(variables)
         return env
 

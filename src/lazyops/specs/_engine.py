@@ -131,6 +131,7 @@ def kernel_of(
     kernel.__name__ = kernel.__qualname__ = spec.name.removesuffix("_tl")
     kernel.__doc__ = spec.kernel_type.__call__.__doc__
     kernel.lazyops_config = config  # type: ignore[attr-defined]
+    kernel.lazyops_backend = backend  # type: ignore[attr-defined]  # which implementation runs, for its caller
     # For tools and tests: the custom operators of this kernel, registered if they were not yet.
     kernel.lazyops_operators = lambda: _ops.operators(spec, backend)  # type: ignore[attr-defined]
     return kernel
