@@ -113,13 +113,19 @@ def schema(spec: KernelSpec, config: Any, *, with_out: bool = False) -> str:
     return f"{stem(spec) + ('_out' if with_out else '')}({', '.join(tensors + scalars)}) -> {returns}"
 
 
-def ensure_operators(backend: str, kernel: str, example_config: Any) -> int:
+#: A configuration of each (backend, kernel) that built a kernel: what :func:`ensure_operators` reads the schema's
+#: scalar types from (any configuration of the kernel will do).
+_example_configs: dict[tuple[str, str], Any] = {}
+
+
+def ensure_operators(backend: str, kernel: str) -> int:
     """Register ``kernel``'s operators in ``backend`` if they are not yet; returns 1 (a constant for the compiler).
 
     Called while ``torch.compile`` traces a kernel: the compiler runs it as it is instead of tracing into it
     (the attribute below is what ``torch._dynamo.assume_constant_result`` sets), and the operator it registers is
-    then looked up by name as any ``torch.ops`` operator is."""
-    operators(_factories[(backend, kernel)][0], backend, example_config)
+    then looked up by name as any ``torch.ops`` operator is. Its arguments are strings only: the compiler passes
+    them as constants, and torch 2.11's cannot pass a frozen dataclass (a configuration) so."""
+    operators(_factories[(backend, kernel)][0], backend, _example_configs.get((backend, kernel)))
     return 1
 
 
@@ -136,8 +142,10 @@ def operator_route(spec: KernelSpec, config: Any, backend: str) -> Callable[[tup
     returns_out = spec.returns == "out"
     returned = () if returns_out else tuple(spec.inputs.index(input_name) for input_name in spec.returns)
 
+    _example_configs.setdefault((backend, name), config)
+
     def through_operator(args: tuple[Any, ...], out: Any) -> Any:
-        ensure_operators(backend, name, config)
+        ensure_operators(backend, name)
         operators = getattr(torch.ops, namespace)
         if out is not None:
             if not returns_out:
