@@ -21,7 +21,6 @@ hypothesis_profiles.load()
 SRC = str(Path(lazyops.__file__).resolve().parents[1])
 
 
-
 def _plugin_installed() -> bool:
     """Whether lazyops' pytest plugin comes by its entry point (lazyops installed). A source tree on PYTHONPATH alone,
     as on the GPU machine, has no entry point: the plugin is loaded here instead, so the kernel tests run there too."""
