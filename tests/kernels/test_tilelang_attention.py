@@ -133,8 +133,11 @@ def test_attention_program_lowers_to_the_designed_kernel(case: str) -> None:
     fp8 = config.cache_dtype is FP8
 
     # Every size that varies between calls is a kernel parameter: one binary for any batch, length and cache.
-    for size in ("int M", "int B", "int Hk", "int NB", "int MB", "int q_stride", "int table_stride"):
+    for size in ("int M", "int B", "int Hk", "int NB", "int MB", "int64_t q_stride", "int table_stride"):
         assert size in kernel, f"{size} must be a run-time size"
+    # Row strides in 64 bits: TileLang narrows a stride to its declared type, unchecked, so rows 2**31 elements
+    # apart wrapped on an H200 (found by lazyops.testing.check_large_offsets).
+    assert ("int64_t o_stride" in kernel) == (not split)
     # The values are run-time arguments (the device kernel takes those its code reads).
     assert "float scale" in kernel
     assert ("float softcap" in kernel) == bool(config.softcap)
@@ -200,7 +203,7 @@ def test_configurations_differing_in_values_only_share_their_programs() -> None:
 def test_merge_program_folds_the_shares_in_parallel_groups(head_dim: int) -> None:
     source, host = lower(paged_attention.merge_program(head_dim, "bfloat16"))
     kernel = signature(source)
-    for size in ("int M", "int H", "int S", "int o_stride"):
+    for size in ("int M", "int H", "int S", "int64_t o_stride"):
         assert size in kernel
     groups, unroll = paged_attention.MERGE_GROUPS, paged_attention.MERGE_UNROLL
     assert f"__launch_bounds__({head_dim}" in source
@@ -230,7 +233,7 @@ def test_kv_cache_write_lowers_to_one_guarded_vector_copy_a_token(case: str) -> 
     source, host = lower(program())
     kernel = signature(source)
     fp8 = config.cache_dtype is FP8
-    for size in ("int M", "int NB", "int key_stride", "int value_stride"):
+    for size in ("int M", "int NB", "int64_t key_stride", "int64_t value_stride"):
         assert size in kernel
     assert "const int64_t* __restrict__ slot_mapping" in kernel
     # The slot read once a token and tested against both ends before anything is written.

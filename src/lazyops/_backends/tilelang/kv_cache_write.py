@@ -24,7 +24,7 @@ import tilelang.language as T
 import torch
 
 from lazyops._backends.tilelang._rows import vector_elements
-from lazyops._backends.tilelang._runtime import F32, FP8, compiled, direct, launch_with_copies, tl_dtype
+from lazyops._backends.tilelang._runtime import F32, FP8, INDEX, compiled, direct, launch_with_copies, tl_dtype
 from lazyops._errors import KernelInputError
 from lazyops.specs.kv_cache_write import KVCacheWriteConfig, spec
 
@@ -49,7 +49,8 @@ def kv_cache_write_program(
     Hk, D, BS = num_kv_heads, head_dim, block_size
     vector = vector_elements(D, dtype)
     M, NB = T.dynamic("M, NB")
-    key_stride, value_stride = T.dynamic("key_stride, value_stride")
+    # 64-bit: TileLang narrows a stride to its declared type on the host, unchecked (a row 2**31 elements on wraps)
+    key_stride, value_stride = T.dynamic("key_stride, value_stride", INDEX)
 
     def stored(x: Any, scale: Any) -> Any:
         if fp8:

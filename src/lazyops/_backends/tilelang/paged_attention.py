@@ -50,7 +50,7 @@ from typing import Any
 import tilelang.language as T
 import torch
 
-from lazyops._backends.tilelang._runtime import F32, FP8, compiled, direct, launch_with_copies, tl_dtype
+from lazyops._backends.tilelang._runtime import F32, FP8, INDEX, compiled, direct, launch_with_copies, tl_dtype
 from lazyops._errors import KernelInputError
 from lazyops.specs.paged_attention import PagedAttentionConfig, spec
 
@@ -168,7 +168,9 @@ def paged_attention_program(
     pack = Packing.of(group, tile.block_m)
     BM, BN, D, BS, HP, BQ = tile.block_m, tile.block_n, head_dim, block_size, pack.heads, pack.tokens
     M, B, NB, MB, S, Hk = T.dynamic("M, B, NB, MB, S, Hk")
-    q_stride, o_stride, table_stride = T.dynamic("q_stride, o_stride, table_stride")
+    # 64-bit: TileLang narrows a stride to its declared type on the host, unchecked (a row 2**31 elements on wraps)
+    q_stride, o_stride = T.dynamic("q_stride, o_stride", INDEX)
+    table_stride = T.dynamic("table_stride")
     if fp8:
         # TileLang's planner would give the fp8 conversions a stage of their own (a three-stage pipeline, see
         # STAGES); stated explicitly: the gather (statement 0) one tile ahead, the other 14 statements of the
@@ -497,7 +499,8 @@ def merge_program(head_dim: int, dtype: str) -> Any:
     split does not write it); a row whose every share is empty writes zeros.
     """
     G, U, D = MERGE_GROUPS, MERGE_UNROLL, head_dim
-    M, H, S, o_stride = T.dynamic("M, H, S, o_stride")
+    M, H, S = T.dynamic("M, H, S")
+    o_stride = T.dynamic("o_stride", INDEX)  # 64-bit, as the attention program's
 
     @T.prim_func
     def main(
