@@ -2,6 +2,7 @@
 # TileLang's and liger-kernel's wheels installed first), `make cpu-results` on the 2-core CPU machine. Each result file
 # names the command that made it, so one file is remade by running that command alone.
 
+SHELL := /bin/bash
 PYTHON ?= $(if $(wildcard .venv/bin/python),.venv/bin/python,python3)
 # the checkout's lazyops, after whatever PYTHONPATH already names (the H200's wheel folder first)
 export PYTHONPATH := $(if $(PYTHONPATH),$(PYTHONPATH):)$(CURDIR)/src
@@ -64,14 +65,28 @@ cpu-results:
 # command, the date and the device, is benchmarks/results/<gpu>/gpu-check.md.
 GPU_CHECK ?= tests/kernels/test_paged_attention.py tests/kernels/test_triton_matmul_tma.py \
 	tests/kernels/test_triton_launch.py tests/kernels/test_call_depth.py tests/examples tests/plan
+# Each of the three steps is interrupted after GPU_CHECK_TIMEOUT seconds (pytest then still prints its summary and
+# slowest tests; the log says "exit status 124"). A device call is at most 10 minutes, and on 2026-12-02 the GPU tests
+# alone did not finish in 170 s (TileLang compiles each drawn configuration): split the run with GPU_SELECT, pytest
+# options for the `-m gpu` step, e.g. `make gpu-check GPU_SELECT="-k triton" GPU_CHECK=`.
+GPU_CHECK_TIMEOUT ?= 540
+GPU_CONFORMANCE_EXAMPLES ?= 6
+GPU_SELECT ?=
+STOP_AFTER = timeout -s INT -k 30 $(GPU_CHECK_TIMEOUT)
 gpu-check:
 	@mkdir -p benchmarks/results/h200
-	{ echo "# GPU checks"; echo; echo "Made by \`make gpu-check\` on $$(date -u +%FT%TZ); do not edit, rerun the command."; \
+	{ echo "# GPU checks"; echo; echo "Made by \`make gpu-check GPU_CONFORMANCE_EXAMPLES=$(GPU_CONFORMANCE_EXAMPLES)" \
+	  "GPU_SELECT='$(GPU_SELECT)' GPU_CHECK='$(GPU_CHECK)'\` on $$(date -u +%FT%TZ); do not edit, rerun the command."; \
 	  echo "Device: $$(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader); $$($(PYTHON) -c \
 	  'import torch, triton; print("torch", torch.__version__, "triton", triton.__version__)')."; echo; echo '```'; \
-	  $(PYTHON) -m pytest -m gpu -q -rA -p no:cacheprovider tests 2>&1 | tail -n 120; \
-	  $(PYTHON) -m pytest -q -p no:cacheprovider $(GPU_CHECK) 2>&1 | tail -n 40; \
-	  $(PYTHON) examples/generate.py --tokens 16 2>&1 | tail -n 8; echo '```'; } > benchmarks/results/h200/gpu-check.md
+	  echo '$$ pytest -m gpu tests $$GPU_SELECT'; GPU_CONFORMANCE_EXAMPLES=$(GPU_CONFORMANCE_EXAMPLES) $(STOP_AFTER) \
+	  $(PYTHON) -m pytest -m gpu -q -rfEs --durations=15 -p no:cacheprovider tests $(GPU_SELECT) 2>&1 | tail -n 150; \
+	  echo "exit status $${PIPESTATUS[0]}"; \
+	  $(if $(strip $(GPU_CHECK)),echo '$$ pytest $$GPU_CHECK'; $(STOP_AFTER) $(PYTHON) -m pytest -q -rfEs --durations=15 \
+	  -p no:cacheprovider $(GPU_CHECK) 2>&1 | tail -n 80; echo "exit status $${PIPESTATUS[0]}";) \
+	  echo '$$ python examples/generate.py --tokens 16'; $(STOP_AFTER) \
+	  $(PYTHON) examples/generate.py --tokens 16 2>&1 | tail -n 8; echo "exit status $${PIPESTATUS[0]}"; echo '```'; \
+	} > benchmarks/results/h200/gpu-check.md
 
 # Attention over a paged KV cache (issue 29's goals): each backend's kernels checked, then decode and prefill against
 # SDPA's flash and cuDNN backends, in one run of about 5 minutes: benchmarks/results/<gpu>/attention.{md,json}.
