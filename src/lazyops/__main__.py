@@ -25,9 +25,14 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
-    status: int = args.run(args)  # each subcommand reports its own errors as one line and an exit status
-    return status
+    try:
+        args = _parser().parse_args(argv)
+        status: int = args.run(args)  # each subcommand reports its own errors as one line and an exit status
+        return status
+    except BrokenPipeError:
+        from lazyops.cli import reader_gone
+
+        return reader_gone()
 
 
 if __name__ == "__main__":

@@ -150,3 +150,19 @@ def test_counts_agree_with_their_nouns():
         "2 kernels",
         "0 processes",
     ]
+
+
+@pytest.mark.parametrize("args", [["list"], ["list", "--json"], ["which", "rmsnorm_tl"]])
+def test_a_reader_that_closes_the_pipe_ends_the_command_quietly(env, args):
+    """``lazyops list | head``: the reader gone before the first write (its end closed before the start, so no race)
+    ends the command with a SIGPIPE-ended tool's status and nothing on stderr, not a traceback or a usage error."""
+    reader, writer = os.pipe()
+    os.close(reader)
+    try:
+        result = subprocess.run(
+            [sys.executable, "-m", "lazyops", *args], env=env, stdout=writer, stderr=subprocess.PIPE, text=True,
+            timeout=300,
+        )  # fmt: skip
+    finally:
+        os.close(writer)
+    assert (result.returncode, result.stderr) == (141, "")

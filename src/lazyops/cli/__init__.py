@@ -13,13 +13,15 @@ and the heavy imports happen inside ``main`` (rich and matplotlib are the ``cli`
 from __future__ import annotations
 
 import argparse
+import contextlib
 import functools
 import importlib
+import os
 import sys
 from collections.abc import Callable
 from typing import Any
 
-from lazyops.cli._errors import INTERNAL, INTERRUPTED, USAGE, CommandError, did_you_mean
+from lazyops.cli._errors import CLOSED_PIPE, INTERNAL, INTERRUPTED, USAGE, CommandError, did_you_mean
 
 #: Each subcommand and its module, in the order ``lazyops --help`` lists them (``list`` is ``listing``: a module
 #: named ``list`` would shadow the builtin in this package's namespace once imported).
@@ -67,7 +69,11 @@ def add_subcommands(commands: Any) -> None:
 def run(command: Callable[[argparse.Namespace], int], args: argparse.Namespace) -> int:
     """``command(args)``, with every error turned into one line on stderr and its exit status (see ``_errors``)."""
     try:
-        return command(args)
+        status = command(args)
+        sys.stdout.flush()  # here, not at exit: a reader that closed the pipe is answered in lazyops.__main__
+        return status
+    except BrokenPipeError:
+        raise
     except KeyboardInterrupt:
         print("lazyops: interrupted", file=sys.stderr)
         return INTERRUPTED
@@ -79,6 +85,15 @@ def run(command: Callable[[argparse.Namespace], int], args: argparse.Namespace) 
         status, message = describe(error)
         print(f"lazyops {args.command}: {printable(message)}", file=sys.stderr)
         return status
+
+
+def reader_gone() -> int:
+    """The reader of stdout closed it (``lazyops list | head``): stop quietly, with a SIGPIPE-ended tool's status.
+    Python ignores SIGPIPE, so without this a closed pipe is a traceback; stdout goes to /dev/null so that the
+    interpreter's last flush at exit cannot fail again (the recipe of the ``signal`` module's documentation)."""
+    with contextlib.suppress(OSError, ValueError):  # ValueError: no file descriptor behind stdout (a capture)
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    return CLOSED_PIPE
 
 
 def describe(error: Exception) -> tuple[int, str]:

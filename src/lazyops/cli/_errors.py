@@ -13,7 +13,9 @@ Exit statuses of every subcommand (the README's table):
   be loaded, an unreadable or malformed input file, an output file that cannot be written, the ``cli`` extra not
   installed;
 - 3: an unexpected error (a bug in lazyops or in a backend): ``--debug`` shows its traceback;
-- 130: interrupted (Ctrl-C).
+- 130: interrupted (Ctrl-C);
+- 141: the reader closed the output early (``lazyops list | head``): the status of a tool ended by SIGPIPE, and
+  nothing on stderr.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ FOUND_PROBLEMS = 1
 USAGE = 2
 INTERNAL = 3
 INTERRUPTED = 130
+CLOSED_PIPE = 141
 
 
 class CommandError(Exception):

@@ -13,6 +13,7 @@ lazyops`` do not pay for it.
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import os
 import sys
@@ -52,6 +53,10 @@ def wants_fancy(stream: TextIO) -> bool:
     return bool(isatty and isatty())
 
 
+def _pipe_closed() -> None:
+    raise BrokenPipeError(errno.EPIPE, "the reader closed the output")
+
+
 class Output:
     """One subcommand's output: tables, lines and progress, fancy or plain (see the module's docstring)."""
 
@@ -68,6 +73,9 @@ class Output:
             plain = dict(common, width=WIDTH, no_color=True, color_system=None, force_terminal=False)
             self.console = console.Console(file=_Trimmed(self.stream), **plain)
             self.error_console = console.Console(file=_Trimmed(self.errors), **plain)
+        for each in (self.console, self.error_console):
+            # rich exits with status 1 on a closed pipe; lazyops.__main__ answers it as every subcommand's (141)
+            each.on_broken_pipe = _pipe_closed
 
     # -- text --------------------------------------------------------------------------------------------------
     def text(self, *parts: str | tuple[str, str]) -> Any:
