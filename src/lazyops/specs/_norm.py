@@ -13,7 +13,7 @@ import torch
 
 from lazyops._errors import KernelInputError
 from lazyops.specs import _arguments as arguments
-from lazyops.specs._params import Fixed
+from lazyops.specs._params import Fixed, Rows
 from lazyops.specs._spec import Example, KernelSpec
 
 #: The norms' learned scale: ``weight[n]`` in ``weight_dtype`` (float32 under 16-bit activations for Gemma-style
@@ -80,7 +80,9 @@ class NormSpec(KernelSpec):
     def cases(self) -> Any:
         from lazyops.testing import strategies
 
-        return strategies.row_cases(self.name, strategies.epsilons(), **strategies.norm_options())
+        # the rows normalised are the sum of the row inputs (add_rmsnorm: x and a residual drawn 4 times wider)
+        mean_square = sum(param.scale**2 for param in self.params if isinstance(param, Rows))
+        return strategies.row_cases(self.name, strategies.epsilons(mean_square), **strategies.norm_options())
 
     def benchmark(self, dtype: torch.dtype) -> Example:
         return Example((4096, dtype))

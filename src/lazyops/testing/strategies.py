@@ -45,9 +45,10 @@ def seeds() -> st.SearchStrategy[int]:
     return st.integers(0, 2**32 - 1)
 
 
-def epsilons() -> st.SearchStrategy[float]:
-    """Norm epsilons: the usual ones, and one large enough to matter."""
-    return st.sampled_from([1e-6, 1e-5, 0.5])
+def epsilons(mean_square: float = 1.0) -> st.SearchStrategy[float]:
+    """Norm epsilons: the usual ones, and one large enough to matter beside rows of this ``mean_square`` (half of
+    it): a kernel that forgets ``eps`` is then off by 18 % there, which even a float8 output resolves."""
+    return st.sampled_from([1e-6, 1e-5, 0.5 * mean_square])
 
 
 def norm_options() -> dict[str, st.SearchStrategy]:
