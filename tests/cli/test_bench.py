@@ -74,12 +74,19 @@ def test_a_backend_that_cannot_build_the_kernel_exits_1(env, fake_backends):
 
 
 def test_bad_arguments_exit_2(env):
-    assert_one_line_error(lazyops_cli("bench", "nope", env=env), 2, "no kernel 'nope'; the kernels are")
+    assert_one_line_error(lazyops_cli("bench", "xyzzy", env=env), 2, "no kernel 'xyzzy'; the kernels are")
     result = lazyops_cli("bench", "--tokens", "1,x", env=env)
     assert result.returncode == 2 and "not a comma list of token counts" in result.stderr
     result = lazyops_cli("bench", "--rounds", "0", env=env)
     assert result.returncode == 2 and "not a positive integer" in result.stderr
     assert_one_line_error(lazyops_cli("bench", "--backend", "nope", env=env), 2, "no backend named 'nope'")
+
+
+def test_a_mistyped_kernel_or_backend_gets_a_did_you_mean(env):
+    result = lazyops_cli("bench", "rmsnrom", env=env)
+    assert_one_line_error(result, 2, "no kernel 'rmsnrom' (did you mean 'rmsnorm' or 'rmsnorm_fp8'?); the kernels are")
+    result = lazyops_cli("bench", "rmsnorm", "--backend", "torh", env=env)
+    assert_one_line_error(result, 2, "--backend: no backend named 'torh' (did you mean 'torch'?); known: torch")
 
 
 # --- the marks and the plot, on rows made up here (no timing) ----------------------------------------------------

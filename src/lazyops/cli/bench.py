@@ -25,7 +25,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from lazyops.cli._errors import FOUND_PROBLEMS, OK, CommandError
+from lazyops.cli._errors import FOUND_PROBLEMS, OK, CommandError, nearest, unknown_names
 
 HELP = "time kernels per backend and token count against torch eager; a table, --json or --plot"
 DTYPES = ("float32", "float16", "bfloat16")
@@ -175,8 +175,10 @@ def _kernels(names: list[str]) -> list[str]:
     chosen = [name if name.endswith("_tl") else f"{name}_tl" for name in names]
     for name, full in zip(names, chosen, strict=True):
         if full not in known:
-            short = ", ".join(k.removesuffix("_tl") for k in known)
-            raise CommandError(f"no kernel {name!r}; the kernels are {short}")
+            shorts = [k.removesuffix("_tl") for k in known]
+            close = nearest(name.removesuffix("_tl"), shorts)
+            guess = f" (did you mean {' or '.join(map(repr, close))}?)" if close else ""
+            raise CommandError(f"no kernel {name!r}{guess}; the kernels are {', '.join(shorts)}")
     return list(dict.fromkeys(chosen))
 
 
@@ -184,11 +186,10 @@ def _backends(option: str | None, status: dict[str, str | None]) -> list[str]:
     if option is None:
         return [name for name, reason in status.items() if reason is None]
     names = [name.strip() for name in option.split(",") if name.strip()]
-    unknown = [name for name in names if name not in status]
-    if unknown or not names:
-        raise CommandError(
-            f"--backend {option!r}: no backend named {', '.join(map(repr, unknown))}; known: {', '.join(status)}"
-        )
+    if not names:
+        raise CommandError(f"--backend {option!r} names no backend; known: {', '.join(status)}")
+    if any(name not in status for name in names):
+        raise unknown_names("--backend", "backend", names, status)
     return names
 
 
