@@ -72,6 +72,11 @@ def backend(name: str) -> Backend | RefusedBackend:
     return registry[name]
 
 
+def backend_origins() -> dict[str, str]:
+    """Each registered backend's origin (``"built-in"``, or its distribution): what a plan is locked to."""
+    return _namespace().universe().registry.origins()
+
+
 def backend_module(name: str) -> ModuleType:
     """The backend's package, loaded (``register_backend()`` run) if it was not; ``BackendError`` if it cannot."""
     return backend(name).load()

@@ -288,7 +288,7 @@ class Namespace:
             from lazyops import _plan  # only with a plan: it reads the device and the versions
 
             plan = _plan.load(settings.plan)
-            differences = _plan.applies_here(plan)
+            differences = _plan.applies_here(plan, self.universe().registry.origins())
             if differences:
                 line = (
                     f"the plan {settings.plan} was made elsewhere or is stale ({'; '.join(differences)}); kernels "

@@ -174,17 +174,18 @@ def lookup(plan: Plan, kernel: str, config: Any) -> Entry | None:
 # -- the environment ---------------------------------------------------------------------------------------------
 
 
-def environment_here(backends: Iterable[str]) -> dict[str, Any]:
+def environment_here(backends: Mapping[str, str | None]) -> dict[str, Any]:
     """What a plan is locked to, measured here: the device and its compute capability (``"cpu"`` and None without
     CUDA), the versions of Python, torch, Triton, TileLang and lazyops (None where not installed), and each of
-    ``backends``' version (its distribution's; lazyops' for a built-in; None where it is not registered here)."""
+    ``backends``' version. ``backends`` maps each backend's name to its origin here (``Registry.origins()``:
+    ``"built-in"`` or its distribution; None where it is not registered here): this module never reads the registry."""
     import platform
 
     device, capability = _device()
     found: dict[str, Any] = {"device": device, "capability": capability}
     for package in PACKAGES:
         found[package] = platform.python_version() if package == "python" else _version(package)
-    found["backends"] = {name: backend_version(name) for name in backends}
+    found["backends"] = {name: backend_version(origin) for name, origin in backends.items()}
     return found
 
 
@@ -211,15 +212,11 @@ def _version(package: str) -> str | None:
         return None
 
 
-def backend_version(name: str) -> str | None:
-    """Backend ``name``'s version: that of the distribution whose entry point registered it, lazyops' for a
-    built-in, None for a name not registered here."""
-    import lazyops
-    from lazyops import _api
-
-    if name not in lazyops.backends():
+def backend_version(origin: str | None) -> str | None:
+    """The version of a backend of this origin: its distribution's, lazyops' for a built-in, None for a backend not
+    registered here (``origin`` None)."""
+    if origin is None:
         return None
-    origin = _api.backend(name).origin
     return _version("lazyops") if origin == "built-in" else _version(origin)
 
 
@@ -243,9 +240,12 @@ def _shown(value: Any, missing: str = "not installed") -> str:
     return missing if value is None else str(value)
 
 
-def applies_here(plan: Plan) -> list[str]:
-    """:func:`differences` between ``plan`` and this machine (empty: it applies here)."""
-    return differences(plan, environment_here(plan.environment.get("backends", {})))
+def applies_here(plan: Plan, origins: Mapping[str, str]) -> list[str]:
+    """:func:`differences` between ``plan`` and this machine, whose backends come from ``origins`` (empty: it
+    applies here)."""
+    return differences(
+        plan, environment_here({name: origins.get(name) for name in plan.environment.get("backends", {})})
+    )
 
 
 # -- reading and writing -----------------------------------------------------------------------------------------
@@ -548,9 +548,9 @@ def save(plan: Plan, path: str | os.PathLike[str]) -> None:
 # -- the plan in force -------------------------------------------------------------------------------------------
 
 
-def plan_status(environ: Mapping[str, str] | None = None) -> str | None:
+def plan_status(origins: Mapping[str, str], environ: Mapping[str, str] | None = None) -> str | None:
     """One line on the plan ``LAZYOPS_PLAN`` names, for ``lazyops doctor`` and ``lazyops list``: its path, its entry
-    count and whether it applies here (or why not); None when no plan is set."""
+    count and whether it applies here with these backends' ``origins`` (or why not); None when no plan is set."""
     path = (os.environ if environ is None else environ).get("LAZYOPS_PLAN", "").strip()
     if not path:
         return None
@@ -559,7 +559,7 @@ def plan_status(environ: Mapping[str, str] | None = None) -> str | None:
     except ConfigError as error:
         return f"cannot be used: {error}"
     entries = f"{len(plan.entries)} {'entry' if len(plan.entries) == 1 else 'entries'}"
-    found = applies_here(plan)
+    found = applies_here(plan, origins)
     if not found:
         return f"{path}: {entries}, measured here ({plan.environment['device']}): applies"
     return f"{path}: {entries}, not applied here: {'; '.join(found)}"

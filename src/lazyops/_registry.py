@@ -121,6 +121,10 @@ class Registry:
     def __iter__(self) -> Iterator[Backend | RefusedBackend]:
         return iter(self._backends.values())
 
+    def origins(self) -> dict[str, str]:
+        """Each backend's origin: ``"built-in"``, or the distribution that registered it (what a plan locks)."""
+        return {name: backend.origin for name, backend in self._backends.items()}
+
 
 def installed_entry_points() -> list[EntryPointTriple]:
     """The ``lazyops.backends`` entry points of the installed distributions, as ``importlib.metadata`` lists them."""

@@ -40,7 +40,7 @@ def write_plan(fake_backends, tmp_path, entries, environment=None) -> str:
     """A plan made here (its environment this machine's) with ``entries`` (kernel, n, choice, switch)."""
     script = f"""
         import json, torch
-        from lazyops import _plan
+        from lazyops import _api, _plan
         from lazyops.specs.rmsnorm import spec
         entries = []
         for n, choice, switch in {entries!r}:
@@ -48,7 +48,8 @@ def write_plan(fake_backends, tmp_path, entries, environment=None) -> str:
             timed = {{backend: _plan.Candidate({{1: 1.0}}) for backend in (choice, *(switch[1:] if switch else ()))}}
             entries.append(_plan.Entry("rmsnorm_tl", _plan.config_fields(config), config.label, choice,
                                        _plan.Switch(*switch) if switch else None, timed))
-        environment = _plan.environment_here(["torch", "left", "right"])
+        registered = _api.backend_origins()
+        environment = _plan.environment_here({{name: registered.get(name) for name in ("torch", "left", "right")}})
         environment.update({environment or {}!r})
         plan = _plan.Plan("2026-12-01T00:00:00", "a test", environment, {{"method": "host", "tokens": [1]}}, entries)
         _plan.save(plan, {str(tmp_path / "plan.json")!r})

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import torch
 
-from lazyops import _plan
+from lazyops import _api, _plan
 
 #: Backend 'fast': an rmsnorm and a softmax built through their specs, right (they compute as the reference does): a
 #: candidate that passes its check and is timed.
@@ -88,7 +88,7 @@ def a_plan(environment: dict | None = None) -> _plan.Plan:
     return _plan.Plan(
         created="2026-12-01T00:00:00+00:00",
         command="lazyops tune --from-trace trace.jsonl",
-        environment=environment if environment is not None else _plan.environment_here(["torch"]),
+        environment=environment if environment is not None else _plan.environment_here(origins("torch")),
         timing={"method": "host", "tokens": [1, 16, 128], "rounds": 5, "checked_at": [1, 7]},
         entries=[
             _plan.Entry("rmsnorm_tl", fields(small), small.label, "torch", None, {"torch": candidate({1: 2.0})}),
@@ -104,3 +104,10 @@ def a_plan(environment: dict | None = None) -> _plan.Plan:
             ),
         ],
     )
+
+
+def origins(*names: str) -> dict[str, str | None]:
+    """Backend name -> origin as this process registered them (None: not registered), what ``_plan``'s environment
+    functions take; every registered backend's when no name is given."""
+    registered: dict[str, str | None] = dict(_api.backend_origins())
+    return {name: registered.get(name) for name in names} if names else registered

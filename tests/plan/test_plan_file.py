@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from plan_support import a_plan, rmsnorm_config
+from plan_support import a_plan, origins, rmsnorm_config
 
 from lazyops import ConfigError, _plan
 from lazyops.specs import spec
@@ -225,7 +225,7 @@ def test_loading_a_plan_imports_neither_torch_nor_a_backend(tmp_path):
 
 
 def test_the_environment_here_names_device_versions_and_backends():
-    here = _plan.environment_here(["torch", "nonesuch"])
+    here = _plan.environment_here(origins("torch", "nonesuch"))
     assert here["device"] == ("cpu" if not torch.cuda.is_available() else torch.cuda.get_device_name())
     assert here["torch"] and here["lazyops"] and here["python"]
     assert here["backends"] == {"torch": here["lazyops"], "nonesuch": None}  # a built-in is lazyops' own version
@@ -269,7 +269,7 @@ def test_a_third_party_backend_is_locked_to_its_distribution_version(fake_backen
     fake_backends.make("halfport", ["rmsnorm_tl"], distribution="halfport-dist")
     _api.reset()
     try:
-        assert _plan.environment_here(["halfport"])["backends"] == {"halfport": "1.0"}
+        assert _plan.environment_here(origins("halfport"))["backends"] == {"halfport": "1.0"}
     finally:
         _api.reset()
 
@@ -278,18 +278,23 @@ def test_a_third_party_backend_is_locked_to_its_distribution_version(fake_backen
 
 
 def test_plan_status_says_whether_the_plan_in_force_applies(tmp_path):
-    assert _plan.plan_status({}) is None and _plan.plan_status({"LAZYOPS_PLAN": " "}) is None
+    assert _plan.plan_status(origins(), {}) is None and _plan.plan_status(origins(), {"LAZYOPS_PLAN": " "}) is None
     here = tmp_path / "here.json"
     plan = a_plan()
     _plan.save(plan, here)
     device = plan.environment["device"]
-    assert _plan.plan_status({"LAZYOPS_PLAN": str(here)}) == f"{here}: 2 entries, measured here ({device}): applies"
+    assert (
+        _plan.plan_status(origins(), {"LAZYOPS_PLAN": str(here)})
+        == f"{here}: 2 entries, measured here ({device}): applies"
+    )
     elsewhere = tmp_path / "elsewhere.json"
-    _plan.save(a_plan(dict(_plan.environment_here(["torch"]), device="NVIDIA H200", capability="9.0")), elsewhere)
-    status = _plan.plan_status({"LAZYOPS_PLAN": str(elsewhere)})
+    _plan.save(
+        a_plan(dict(_plan.environment_here(origins("torch")), device="NVIDIA H200", capability="9.0")), elsewhere
+    )
+    status = _plan.plan_status(origins(), {"LAZYOPS_PLAN": str(elsewhere)})
     assert status.startswith(f"{elsewhere}: 2 entries, not applied here: device: plan NVIDIA H200, here ")
     broken_path = write(tmp_path, "{")
-    assert _plan.plan_status({"LAZYOPS_PLAN": broken_path}).startswith(
+    assert _plan.plan_status(origins(), {"LAZYOPS_PLAN": broken_path}).startswith(
         f"cannot be used: plan {broken_path!r}: not JSON"
     )
 

@@ -10,7 +10,7 @@ import re
 
 import pytest
 import torch
-from plan_support import a_plan, lazyops_cli
+from plan_support import a_plan, lazyops_cli, origins
 
 from lazyops import _plan
 from lazyops.__main__ import main
@@ -155,7 +155,7 @@ def test_plan_check_exit_statuses(tmp_path, capsys):
     assert f"lazyops plan check {here}: 2 entries, measured on" in out and "applies here" in out
 
     elsewhere = tmp_path / "elsewhere.json"
-    environment = dict(_plan.environment_here(["torch"]), device="NVIDIA H200", capability="9.0", triton="0.0.1")
+    environment = dict(_plan.environment_here(origins("torch")), device="NVIDIA H200", capability="9.0", triton="0.0.1")
     _plan.save(a_plan(environment), elsewhere)
     assert main(["plan", "check", str(elsewhere)]) == 1
     out = capsys.readouterr().out
@@ -179,7 +179,7 @@ def test_plan_check_exit_statuses(tmp_path, capsys):
 
 def test_list_and_doctor_show_the_plan_in_force(env, tmp_path):
     path = tmp_path / "plan.json"
-    _plan.save(a_plan(dict(_plan.environment_here(["torch"]), device="NVIDIA H200", capability="9.0")), path)
+    _plan.save(a_plan(dict(_plan.environment_here(origins("torch")), device="NVIDIA H200", capability="9.0")), path)
     env["LAZYOPS_PLAN"] = str(path)
     listing = lazyops_cli("list", env=env)
     assert listing.returncode == 0, listing.stderr
@@ -218,7 +218,7 @@ def test_on_a_gpu_every_way_of_timing_times_every_backend_that_runs(env, tmp_pat
     report = json.loads(result.stdout)
     assert report["timing"]["method"] == {"auto": "cuda-graph"}.get(timing, timing)
     plan = _plan.load(out)
-    assert _plan.applies_here(plan) == []
+    assert _plan.applies_here(plan, origins()) == []
     for entry in plan.entries:
         assert set(entry.candidates) == set(plan.environment["backends"]), entry.rejected
         assert all(set(figures.us) == {1, 64} for figures in entry.candidates.values())

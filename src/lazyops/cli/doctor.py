@@ -327,7 +327,7 @@ def diagnose(args: argparse.Namespace, out: Any) -> Diagnosis:
     read_configuration(report)
     from lazyops._plan import plan_status
 
-    report.plan = plan_status()
+    report.plan = plan_status(_api.backend_origins())
     report.device = device()
     if not report.chain and not report.config_problems:
         report.chain = (report.default,)

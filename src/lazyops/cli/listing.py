@@ -34,7 +34,7 @@ def main(args: argparse.Namespace) -> int:
     from lazyops.cli._status import backend_status
 
     sources = _api.sources()
-    plan = plan_status()
+    plan = plan_status(_api.backend_origins())
     statuses = {name: backend_status(name) for name in sources.backends}
     rows: list[dict[str, Any]] = [
         {

@@ -30,12 +30,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
-    from lazyops import _plan
+    from lazyops import _api, _plan
     from lazyops.cli._output import Output
 
     output = Output()
     plan = _plan.load(args.plan)  # a ConfigError: exit 2, the message names the file and what is wrong
-    found = _plan.applies_here(plan)
+    found = _plan.applies_here(plan, _api.backend_origins())
     if args.json:
         output.json(
             {

@@ -263,12 +263,13 @@ def main(args: argparse.Namespace) -> int:
             tune(configuration, candidates, tokens, method, args.rounds, progress)
     elapsed = time.perf_counter() - started
 
-    from lazyops import _plan
+    from lazyops import _api, _plan
 
+    origins = _api.backend_origins()
     plan = _plan.Plan(
         created=_now(),
         command=shlex.join(["lazyops", *sys.argv[1:]]) if sys.argv[1:2] == ["tune"] else "lazyops tune",
-        environment=_plan.environment_here(candidates),
+        environment=_plan.environment_here({name: origins.get(name) for name in candidates}),
         timing={"method": method, "tokens": list(tokens), "rounds": args.rounds, "checked_at": list(CHECK_TOKENS)},
         entries=[c.entry for c in configurations if c.entry is not None],
     )

@@ -1,0 +1,164 @@
+"""The limits issue 28 set for the house, held: no import cycle in the package, the benchmarks a library of at most
+2,500 lines, results of at most 1 MiB with no rerun files, no notebook file over 250 lines.
+
+Each limit is a count over the checkout's files, not a timing. A change that crosses one fails here with what crossed
+it; to move a limit, change it here with the reason in the commit.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from pathlib import Path
+
+import pytest
+
+import lazyops
+
+PACKAGE = Path(lazyops.__file__).resolve().parent
+CHECKOUT = PACKAGE.parents[1]
+BENCHMARKS = CHECKOUT / "benchmarks"
+BENCHMARK_LINES = 2_500
+RESULT_BYTES = 1 << 20
+NOTEBOOK_LINES = 250
+#: Names of a rerun kept beside the run it repeats; git history keeps earlier runs.
+RERUN = re.compile(r"_(before|after|recheck|rerun|final|old|new|v\d+)(_\w+)?\.", re.IGNORECASE)
+
+pytestmark = pytest.mark.skipif(not BENCHMARKS.is_dir(), reason="needs the checkout, not an installed wheel")
+
+
+def module_name(path: Path) -> str:
+    parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def is_type_checking(test: ast.expr) -> bool:
+    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
+        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"
+    )
+
+
+def imports(tree: ast.Module, name: str, is_package: bool) -> set[str]:
+    """Every module ``name`` imports, at import time or later inside a function (a deferred import closes a cycle
+    too, only later), except under ``if TYPE_CHECKING:`` (never run). ``from a import b`` names ``a`` and ``a.b``
+    (``b`` may be a module)."""
+    package = name if is_package else name.rpartition(".")[0]
+    found: set[str] = set()
+
+    def visit(node: ast.AST) -> None:
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, ast.If) and is_type_checking(child.test):
+                for statement in child.orelse:
+                    visit(statement)
+                continue
+            if isinstance(child, ast.Import):
+                found.update(alias.name for alias in child.names)
+            elif isinstance(child, ast.ImportFrom):
+                base = child.module or ""
+                if child.level:
+                    anchor = package.split(".")[: len(package.split(".")) - child.level + 1]
+                    base = ".".join([*anchor, base] if base else anchor)
+                found.add(base)
+                found.update(f"{base}.{alias.name}" for alias in child.names)
+            visit(child)
+
+    visit(tree)
+    return found
+
+
+def import_graph() -> dict[str, set[str]]:
+    paths = sorted(PACKAGE.rglob("*.py"))
+    modules = {module_name(path): path for path in paths}
+    graph: dict[str, set[str]] = {}
+    for name, path in modules.items():
+        imported = imports(ast.parse(path.read_text()), name, path.name == "__init__.py")
+        # a package is initialised before its modules run, so a module naming its own package is no cycle
+        ancestors = {name.rsplit(".", depth)[0] for depth in range(1, name.count(".") + 1)}
+        graph[name] = {other for other in imported if other in modules and other != name and other not in ancestors}
+    return graph
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan), each sorted."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+
+    def connect(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        on_stack.add(node)
+        for other in sorted(graph[node]):
+            if other not in index:
+                connect(other)
+                low[node] = min(low[node], low[other])
+            elif other in on_stack:
+                low[node] = min(low[node], index[other])
+        if low[node] == index[node]:
+            component = []
+            while True:
+                member = stack.pop()
+                on_stack.discard(member)
+                component.append(member)
+                if member == node:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for node in sorted(graph):
+        if node not in index:
+            connect(node)
+    return found
+
+
+def test_the_cycle_finder_counts_deferred_imports_and_ignores_typing_only_ones() -> None:
+    code = "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    import pkg.c\nimport pkg.b\ndef f():\n    import pkg.d\n"
+    assert imports(ast.parse(code), "pkg.a", is_package=False) == {"typing", "typing.TYPE_CHECKING", "pkg.b", "pkg.d"}
+    relative = ast.parse("from . import b\nfrom ._c import d\n")
+    assert imports(relative, "pkg.a", is_package=False) == {"pkg", "pkg.b", "pkg._c", "pkg._c.d"}
+    assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+    assert cycles({"a": {"b"}, "b": set()}) == []
+
+
+def test_no_import_cycle_in_the_package() -> None:
+    graph = import_graph()
+    assert len(graph) > 50, "the package's modules were not found"
+    assert cycles(graph) == [], "modules that import each other (pass what one needs from the other as an argument)"
+
+
+def tracked_lines(folder: Path, suffixes: tuple[str, ...]) -> dict[str, int]:
+    files = [path for path in folder.rglob("*") if path.is_file() and path.suffix in suffixes]
+    return {str(path.relative_to(CHECKOUT)): len(path.read_text().splitlines()) for path in files}
+
+
+def test_the_benchmarks_are_a_library_of_at_most_2500_lines() -> None:
+    lines = {
+        path: count
+        for path, count in tracked_lines(BENCHMARKS, (".py", ".sh", ".md")).items()
+        if not path.startswith("benchmarks/results/") and "__pycache__" not in path
+    }
+    assert lines, "no benchmark file found"
+    assert sum(lines.values()) <= BENCHMARK_LINES, sorted(lines.items(), key=lambda item: -item[1])
+
+
+def test_results_are_the_latest_runs_in_at_most_1_mib() -> None:
+    results = [path for path in (BENCHMARKS / "results").rglob("*") if path.is_file()]
+    total = sum(path.stat().st_size for path in results)
+    assert total <= RESULT_BYTES, f"benchmarks/results holds {total:,} bytes; keep the latest run of each file"
+    reruns = [str(path.relative_to(CHECKOUT)) for path in results if RERUN.search(path.name)]
+    assert not reruns, f"rerun files beside their run (git keeps earlier runs): {reruns}"
+
+
+def test_no_notebook_file_is_over_250_lines() -> None:
+    prose = [CHECKOUT / "docs", BENCHMARKS]
+    lines = {
+        path: count
+        for folder in prose
+        for path, count in tracked_lines(folder, (".md",)).items()
+        if not path.startswith("benchmarks/results/")
+    }
+    assert lines, "no docs found"
+    long = {path: count for path, count in lines.items() if count > NOTEBOOK_LINES}
+    assert not long, f"split these, or move their history to docs/decisions/: {long}"
