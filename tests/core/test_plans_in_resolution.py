@@ -8,6 +8,8 @@ from __future__ import annotations
 import json
 import textwrap
 
+import pytest
+
 from fresh_interpreter import run_python
 
 #: Two ports of rmsnorm built on its spec: "left" declines widths over 128, "right" serves everything. Each adds
@@ -36,8 +38,9 @@ def ports(fake_backends) -> None:
         fake_backends.register(name, package, f"{name}-port")
 
 
-def write_plan(fake_backends, tmp_path, entries, environment=None) -> str:
-    """A plan made here (its environment this machine's) with ``entries`` (kernel, n, choice, switch)."""
+def write_plan(fake_backends, tmp_path, entries, environment=None, backends=("torch", "left", "right")) -> str:
+    """A plan made here (its environment this machine's, locked to ``backends``) with ``entries`` (kernel, n,
+    choice, switch)."""
     script = f"""
         import json, torch
         from lazyops import _api, _plan
@@ -49,7 +52,7 @@ def write_plan(fake_backends, tmp_path, entries, environment=None) -> str:
             entries.append(_plan.Entry("rmsnorm_tl", _plan.config_fields(config), config.label, choice,
                                        _plan.Switch(*switch) if switch else None, timed))
         registered = _api.backend_origins()
-        environment = _plan.environment_here({{name: registered.get(name) for name in ("torch", "left", "right")}})
+        environment = _plan.environment_here({{name: registered.get(name) for name in {tuple(backends)!r}}})
         environment.update({environment or {}!r})
         plan = _plan.Plan("2026-12-01T00:00:00", "a test", environment, {{"method": "host", "tokens": [1]}}, entries)
         _plan.save(plan, {str(tmp_path / "plan.json")!r})
@@ -136,3 +139,47 @@ def test_a_malformed_plan_is_a_configuration_error_naming_the_file(fake_backends
     path.write_text(json.dumps({"schema": "lazyops-plan", "version": 0}))
     result = run_python(RUN + "print(hasattr(lazyops, 'rmsnorm_tl'))", fake_backends.env(LAZYOPS_PLAN=str(path)))
     assert result.returncode != 0 and "ConfigError" in result.stderr and str(path) in result.stderr
+
+
+def test_a_plan_runs_the_triton_backend_in_its_interpreter_and_its_switch_to_torch(fake_backends, tmp_path):
+    """The built-in backends under a plan, as the issue asks of the CPU: at 64 features the plan's Triton (its
+    interpreter) from 8 tokens and its switch, torch, under 8; 96 features, not in the plan, resolve as without it
+    (torch, the default here). What ran is read from the backends' code the call entered; every result is
+    rmsnorm's."""
+    pytest.importorskip("triton")
+    plan = write_plan(fake_backends, tmp_path, [(64, "triton", (8, "torch"))], backends=("torch", "triton"))
+    script = """
+import sys, torch, lazyops
+from lazyops.specs.rmsnorm import rmsnorm_reference
+
+def backends_run(call):
+    # which backends' code a call runs: the lazyops._backends packages whose functions it enters
+    seen = set()
+    def profile(frame, event, arg):
+        path = frame.f_code.co_filename.replace(chr(92), "/")
+        if event == "call" and "/lazyops/_backends/" in path:
+            seen.add(path.split("/lazyops/_backends/")[1].split("/")[0])
+    sys.setprofile(profile)
+    try:
+        return call(), ",".join(sorted(seen))
+    finally:
+        sys.setprofile(None)
+
+for n in (64, 96):
+    kernel = lazyops.rmsnorm_tl(n, torch.float32)
+    ran = []
+    for tokens in (7, 8):
+        x, weight = torch.randn(tokens, n), torch.randn(n)
+        expected = rmsnorm_reference(x.double(), weight.double(), 1e-6).float()
+        got, backends = backends_run(lambda: kernel(x, weight))
+        assert torch.allclose(got, expected, rtol=1e-5, atol=1e-6), (n, tokens)
+        ran.append(backends)
+    where = lazyops.which("rmsnorm_tl", n, torch.float32)
+    print(n, where.backend, where.reason.split()[0], *ran)
+"""
+    result = run_python(script, fake_backends.env(LAZYOPS_PLAN=plan, TRITON_INTERPRET="1"))
+    assert result.returncode == 0, result.stderr
+    planned, unplanned = (line.split() for line in result.stdout.splitlines())
+    assert planned == ["64", "triton", "plan", "torch", "triton"], result.stdout  # 7 tokens: torch; 8: Triton
+    assert unplanned[:2] == ["96", "torch"] and unplanned[3:] == ["torch", "torch"], result.stdout
+    assert "made elsewhere or is stale" not in result.stderr, result.stderr
