@@ -68,15 +68,17 @@ GPU_CHECK ?= tests/kernels/test_paged_attention.py tests/kernels/test_triton_mat
 # Each of the three steps is interrupted after GPU_CHECK_TIMEOUT seconds (pytest then still prints its summary and
 # slowest tests; the log says "exit status 124"). A device call is at most 10 minutes, and on 2026-12-02 the GPU tests
 # alone did not finish in 170 s (TileLang compiles each drawn configuration): split the run with GPU_SELECT, pytest
-# options for the `-m gpu` step, e.g. `make gpu-check GPU_SELECT="-k triton" GPU_CHECK=`.
+# options for the `-m gpu` step, e.g. `make gpu-check GPU_SELECT="-k triton" GPU_CHECK= GPU_CHECK_NAME=gpu-check-triton`
+# (GPU_CHECK_NAME: the result file's stem, so that the parts of a split run do not overwrite each other).
 GPU_CHECK_TIMEOUT ?= 540
 GPU_CONFORMANCE_EXAMPLES ?= 6
 GPU_SELECT ?=
+GPU_CHECK_NAME ?= gpu-check
 STOP_AFTER = timeout -s INT -k 30 $(GPU_CHECK_TIMEOUT)
 gpu-check:
 	@mkdir -p benchmarks/results/h200
 	{ echo "# GPU checks"; echo; echo "Made by \`make gpu-check GPU_CONFORMANCE_EXAMPLES=$(GPU_CONFORMANCE_EXAMPLES)" \
-	  "GPU_SELECT='$(GPU_SELECT)' GPU_CHECK='$(GPU_CHECK)'\` on $$(date -u +%FT%TZ); do not edit, rerun the command."; \
+	  "GPU_SELECT='$(GPU_SELECT)' GPU_CHECK='$(GPU_CHECK)' GPU_CHECK_NAME=$(GPU_CHECK_NAME)\` on $$(date -u +%FT%TZ); do not edit, rerun the command."; \
 	  echo "Device: $$(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader); $$($(PYTHON) -c \
 	  'import torch, triton; print("torch", torch.__version__, "triton", triton.__version__)')."; echo; echo '```'; \
 	  echo '$$ pytest -m gpu tests $$GPU_SELECT'; GPU_CONFORMANCE_EXAMPLES=$(GPU_CONFORMANCE_EXAMPLES) $(STOP_AFTER) \
@@ -86,7 +88,7 @@ gpu-check:
 	  -p no:cacheprovider $(GPU_CHECK) 2>&1 | tail -n 80; echo "exit status $${PIPESTATUS[0]}";) \
 	  echo '$$ python examples/generate.py --tokens 16'; $(STOP_AFTER) \
 	  $(PYTHON) examples/generate.py --tokens 16 2>&1 | tail -n 8; echo "exit status $${PIPESTATUS[0]}"; echo '```'; \
-	} > benchmarks/results/h200/gpu-check.md
+	} > benchmarks/results/h200/$(GPU_CHECK_NAME).md
 
 # Attention over a paged KV cache (issue 29's goals): each backend's kernels checked, then decode and prefill against
 # SDPA's flash and cuDNN backends, in one run of about 5 minutes: benchmarks/results/<gpu>/attention.{md,json}.
