@@ -6,7 +6,12 @@ means the same thing everywhere.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
+
 import torch
+
+if TYPE_CHECKING:
+    from lazyops.testing._case import Case
 
 #: ‖out − ref‖ / ‖ref‖ allowed per dtype. For 16-bit types it is one unit in the last place at 1.0 (torch's
 #: ``finfo.eps``): the kernels compute in float32 and round once at the store, which a GPU does to nearest (half
@@ -222,3 +227,31 @@ class Inputs:
 def rows(m: int, width: int, max_elements: int) -> int:
     """``m`` cut so that ``m`` rows of ``width`` stay within ``max_elements`` (never below one row, unless 0)."""
     return min(m, max(1, max_elements // max(width, 1)))
+
+
+def default_max_elements(device: str) -> int:
+    """The most elements one input of one example may hold: small on the host, where kernels are slow (or run in
+    an interpreter), large on a GPU, where size is what finds the bugs (grid strides, several blocks per row)."""
+    return 100_000 if str(device).startswith("cpu") else 2_000_000
+
+
+def float64(value: Any) -> Any:
+    """Floating tensors in float64 for the reference; integer ones (positions) and the rest as they are."""
+    if isinstance(value, torch.Tensor) and value.is_floating_point():
+        return value.to(torch.float64)
+    return value
+
+
+#: How many tokens :func:`output_scales` draws (fewer when a token is wide).
+SCALE_TOKENS = 64
+
+
+def output_scales(spec: Any, config: Any, case: Case, max_elements: int) -> dict[str, float]:
+    """The scale of each result of ``case``'s configuration (its :func:`output_scale`), from the reference over a
+    batch of :data:`SCALE_TOKENS` tokens drawn from the case's seed: the size of a typical output, which one call of
+    a token or two cannot tell (its outputs may all be near zero, or one dot product that cancels). Every judge of
+    a case (:func:`~lazyops.testing.check_case`, :func:`~lazyops.testing.check_large_offsets`) floors by these."""
+    tokens = rows(SCALE_TOKENS, spec.token_elements(config, case.geometry), max_elements)
+    drawn = spec.example_inputs(config, tokens, Inputs(case.seed, "cpu"), case.geometry)
+    results = spec.reference(config, *map(float64, drawn))
+    return {name: output_scale(result) for name, result in zip(spec.results, results, strict=True)}

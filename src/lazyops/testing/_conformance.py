@@ -26,7 +26,9 @@ from lazyops.testing._compare import (
     __tracebackhide__,  # noqa: F401 - the kit's verdicts end at the test
     check_close,
     check_each,
-    output_scale,
+    default_max_elements,
+    float64,
+    output_scales,
     poison,
     rows,
 )
@@ -120,12 +122,6 @@ def default_device(backend: str) -> str:
     return _api.default_device(backend)
 
 
-def default_max_elements(device: str) -> int:
-    """The most elements one input of one example may hold: small on the host, where kernels are slow (or run in
-    an interpreter), large on a GPU, where size is what finds the bugs (grid strides, several blocks per row)."""
-    return 100_000 if str(device).startswith("cpu") else 2_000_000
-
-
 def check_case(
     factory: Callable[..., Any], case: Case, *, device: str | None = None, max_elements: int | None = None
 ) -> float:
@@ -173,7 +169,7 @@ def judge_case(
     for requested in case.tokens:
         tokens = rows(requested, spec.token_elements(config, case.geometry), max_elements)
         drawn = spec.example_inputs(config, tokens, draw, case.geometry)
-        expected = dict(zip(spec.results, spec.reference(config, *(_float64(arg) for arg in drawn)), strict=True))
+        expected = dict(zip(spec.results, spec.reference(config, *(float64(arg) for arg in drawn)), strict=True))
         before = {name: drawn[spec.inputs.index(name)].clone() for name in spec.mutates}
         call = lay_out(spec, config, drawn, case.layout, draw)
         args = call.args
@@ -212,34 +208,11 @@ def judge_case(
             stored = before[name].dtype
             check_each(tensor, expected[name], stored, what=f"{what}: {name}", scale=scales[name])
             judged(check_close(tensor, expected[name], stored, what=f"{what}: {name}", scale=scales[name]), stored)
-            unchanged = (_float64(before[name]) == expected[name]).cpu()
+            unchanged = (float64(before[name]) == expected[name]).cpu()
             if not torch.equal(tensor.cpu()[unchanged], before[name].cpu()[unchanged]):
                 raise ConformanceError(f"{what}: {name} changed where the reference leaves it as it was")
         call.check_untouched(what)
     return worst, worst_dtype
-
-
-#: How many tokens :func:`output_scales` draws (fewer when a token is wide).
-SCALE_TOKENS = 64
-
-
-def output_scales(spec: Any, config: Any, case: Case, max_elements: int) -> dict[str, float]:
-    """The scale of each result of ``case``'s configuration (its :func:`~lazyops.testing._compare.output_scale`),
-    from the reference over a batch of :data:`SCALE_TOKENS` tokens drawn from the case's seed: the size of a
-    typical output, which one call of a token or two cannot tell (its outputs may all be near zero)."""
-    tokens = rows(SCALE_TOKENS, spec.token_elements(config, case.geometry), max_elements)
-    drawn = spec.example_inputs(config, tokens, Inputs(case.seed, "cpu"), case.geometry)
-    results = spec.reference(config, *(_float64(arg) for arg in drawn))
-    return {name: output_scale(result) for name, result in zip(spec.results, results, strict=True)}
-
-
-def _float64(value: Any) -> Any:
-    """Floating tensors in float64 for the reference; integer ones (positions) and the rest as they are."""
-    import torch
-
-    if isinstance(value, torch.Tensor) and value.is_floating_point():
-        return value.to(torch.float64)
-    return value
 
 
 def run_conformance(
