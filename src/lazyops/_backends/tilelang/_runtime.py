@@ -16,7 +16,7 @@ from collections.abc import Callable, Hashable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from lazyops._backends._ways_out import MIN_CAPABILITY, cuda_capability, select_another
-from lazyops._errors import BackendError
+from lazyops._errors import BackendError, KernelInputError
 from lazyops._platform import is_installed
 
 if TYPE_CHECKING:
@@ -84,6 +84,16 @@ def require_gpu(factory: str) -> None:
     reason = unavailable_reason()
     if reason is not None:
         raise BackendError(f"{factory}: backend 'tilelang' cannot run here: {reason}", backend="tilelang")
+
+
+def refuse_unsupported(kernel: str, config: Any, reason: str | None) -> None:
+    """Refuse a configuration these programs are not built for (``reason`` not None) before anything compiles: a
+    direct ``build``/``programs()`` call. Through lazyops' namespace the spec's ``supports`` hook declines it first."""
+    if reason:
+        raise KernelInputError(
+            f"{config.label}: backend 'tilelang' does not serve it: {reason}; select the 'torch' or 'triton' backend "
+            f"for it (through lazyops.{kernel} it comes from the next backend that serves it)"
+        )
 
 
 def compiled(label: str, programs: Mapping[Any, Callable[[], Any]]) -> dict[Any, Any]:

@@ -24,8 +24,16 @@ import tilelang.language as T
 import torch
 
 from lazyops._backends.tilelang._rows import vector_elements
-from lazyops._backends.tilelang._runtime import F32, FP8, INDEX, compiled, direct, launch_with_copies, tl_dtype
-from lazyops._errors import KernelInputError
+from lazyops._backends.tilelang._runtime import (
+    F32,
+    FP8,
+    INDEX,
+    compiled,
+    direct,
+    launch_with_copies,
+    refuse_unsupported,
+    tl_dtype,
+)
 from lazyops.specs.kv_cache_write import KVCacheWriteConfig, spec
 
 #: Threads a program: a 16-byte vector of the token's keys (and one of its values) each, within a warp and 128.
@@ -128,20 +136,10 @@ def unsupported(config: Any) -> str | None:
     return None
 
 
-def refuse_unsupported(config: Any) -> None:
-    """Refuse what this program is not built for before anything compiles (a direct ``programs()`` call)."""
-    reason = unsupported(config)
-    if reason:
-        raise KernelInputError(
-            f"{config.label}: backend 'tilelang' does not serve it: {reason}; select the 'torch' or 'triton' backend "
-            "for it (through lazyops.kv_cache_write_tl it comes from the next backend that serves it)"
-        )
-
-
 def programs(config: Any) -> dict[str, Callable[[], Any]]:
     """The program the factory compiles for ``config`` (a ``KVCacheWriteConfig``); a dtype it does not serve is
     refused here, before anything compiles."""
-    refuse_unsupported(config)
+    refuse_unsupported(spec.name, config, unsupported(config))
     dtype = tl_dtype(config.dtype)
     cache_dtype = FP8 if config.cache_dtype is torch.float8_e4m3fn else dtype
     return {

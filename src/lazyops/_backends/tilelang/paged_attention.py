@@ -50,8 +50,16 @@ from typing import Any
 import tilelang.language as T
 import torch
 
-from lazyops._backends.tilelang._runtime import F32, FP8, INDEX, compiled, direct, launch_with_copies, tl_dtype
-from lazyops._errors import KernelInputError
+from lazyops._backends.tilelang._runtime import (
+    F32,
+    FP8,
+    INDEX,
+    compiled,
+    direct,
+    launch_with_copies,
+    refuse_unsupported,
+    tl_dtype,
+)
 from lazyops.specs.paged_attention import PagedAttentionConfig, spec
 
 LOG2E = math.log2(math.e)
@@ -557,21 +565,11 @@ def unsupported(config: Any) -> str | None:
     return None
 
 
-def refuse_unsupported(config: Any) -> None:
-    """Refuse what these programs are not built for before anything compiles (a direct ``programs()`` call)."""
-    reason = unsupported(config)
-    if reason:
-        raise KernelInputError(
-            f"{config.label}: backend 'tilelang' does not serve it: {reason}; select the 'torch' or 'triton' backend "
-            "for it (through lazyops.paged_attention_tl it comes from the next backend that serves it)"
-        )
-
-
 def programs(config: Any) -> dict[str, Callable[[], Any]]:
     """The programs the factory compiles for ``config`` (a ``PagedAttentionConfig``), by variant: the prefill and
     decode tiles, the decode tile split over keys, and the split's merge. A configuration they are not built for is
     refused here, before anything compiles."""
-    refuse_unsupported(config)
+    refuse_unsupported(spec.name, config, unsupported(config))
     dtype, head_dim = tl_dtype(config.dtype), config.head_dim
     cache_dtype = FP8 if config.cache_dtype is torch.float8_e4m3fn else dtype
 
