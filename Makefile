@@ -34,29 +34,29 @@ lint:
 gpu-results: gpu-kernels gpu-gemm gpu-layer gpu-host
 
 gpu-kernels:
-	$(PYTHON) benchmarks/kernels.py
+	$(PYTHON) benchmarks/bench_kernels.py
 
 gpu-gemm:
-	$(PYTHON) benchmarks/gemm.py
+	$(PYTHON) benchmarks/bench_gemm.py
 
 gpu-layer:
-	$(PYTHON) benchmarks/layer.py --ceiling
+	$(PYTHON) benchmarks/bench_layer.py --ceiling
 
 gpu-host:
-	$(PYTHON) benchmarks/host.py --parts calls
+	$(PYTHON) benchmarks/bench_host.py --parts calls
 
 # lazyops tune on the Llama decoder layer's trace (twice: the second run checks that the choices reproduce), then the
 # layer run by the plan beside each backend's: results/<gpu>/tune.{md,json}, tune_layer.*, the trace and both plans.
 # One device call of a few minutes. TUNE passes options: `make gpu-tune TUNE="--smoke --device cpu --out /tmp/t"` runs
 # the same steps on a CPU with tiny shapes (tests/plan/test_tune_script.py).
 gpu-tune:
-	$(PYTHON) benchmarks/tune.py $(TUNE)
+	$(PYTHON) benchmarks/bench_tune.py $(TUNE)
 
 cpu-results:
-	$(PYTHON) benchmarks/host.py
-	$(PYTHON) benchmarks/kernels.py --backend torch --dtypes float32,float16,bfloat16 --tokens 1,128,1024 \
+	$(PYTHON) benchmarks/bench_host.py
+	$(PYTHON) benchmarks/bench_kernels.py --backend torch --dtypes float32,float16,bfloat16 --tokens 1,128,1024 \
 		--modes stream --name torch_backend
-	$(PYTHON) benchmarks/gemm.py --backend torch --dtypes float32,float16,bfloat16 --shapes 1024x1024 --tokens 1,128,1024 \
+	$(PYTHON) benchmarks/bench_gemm.py --backend torch --dtypes float32,float16,bfloat16 --shapes 1024x1024 --tokens 1,128,1024 \
 		--no-cube --name torch_backend_matmul
 
 # Correctness on the H200: every GPU test (`-m gpu`: the conformance kit over each GPU backend, the offsets past 2**31,
@@ -94,4 +94,4 @@ gpu-check:
 # SDPA's flash and cuDNN backends, in one run of about 5 minutes: benchmarks/results/<gpu>/attention.{md,json}.
 # ATTENTION passes options: `make gpu-attention ATTENTION=--quick` (about 2 minutes), `ATTENTION=--sweep`.
 gpu-attention:
-	$(PYTHON) benchmarks/attention.py $(ATTENTION)
+	$(PYTHON) benchmarks/bench_attention.py $(ATTENTION)

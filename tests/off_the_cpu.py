@@ -4,7 +4,7 @@ Some torch-backend kernels take one route on the CPU and another elsewhere (``if
 refuses what the CPU route does (a CPU scalar added to by ``addcmul``) or torch has a fused kernel only there
 (``F.rms_norm``). This machine has no GPU; the subclass's ``is_cpu`` is False while every op still runs on the CPU
 (ops on a subclass return the subclass, so the kernel sees it at every step), so the other route's numbers are
-checked here and its speed on the H200 (``benchmarks/kernels.py``, its ``lazyops torch`` rows).
+checked here and its speed on the H200 (``benchmarks/bench_kernels.py``, its ``lazyops torch`` rows).
 """
 
 from __future__ import annotations

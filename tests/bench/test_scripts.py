@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
-sys.path.insert(0, str(BENCHMARKS))
-import harness  # noqa: E402
+from benchmark_scripts import BENCHMARKS, load
+
+harness = load("bench_harness")
 
 
 def smoke(script: str, out: Path, *args: str) -> dict:
@@ -41,7 +41,7 @@ def smoke(script: str, out: Path, *args: str) -> dict:
 
 
 def test_kernels(tmp_path):
-    rows = smoke("kernels.py", tmp_path, "--backend", "torch,triton", "--kernels", "rmsnorm,rope")["rows"]
+    rows = smoke("bench_kernels.py", tmp_path, "--backend", "torch,triton", "--kernels", "rmsnorm,rope")["rows"]
     ours = [row for row in rows if row["impl"] in ("lazyops torch", "lazyops triton", "torch op", "torch eager")]
     assert {(row["kernel"], row["impl"], row["method"]) for row in ours} == {
         (kernel, impl, method)
@@ -55,18 +55,18 @@ def test_kernels(tmp_path):
 
 
 def test_gemm_grid_and_a_sweep(tmp_path):
-    rows = smoke("gemm.py", tmp_path / "grid", "--backend", "torch")["rows"]
+    rows = smoke("bench_gemm.py", tmp_path / "grid", "--backend", "torch")["rows"]
     assert {row["impl"] for row in rows} == {"a @ b", "lazyops torch"}
     assert all("error" not in row and row["us"] > 0 and row["vs_cublas"] > 0 for row in rows)
     tile = "block_m=16,block_n=32,block_k=32,num_warps=4,num_stages=2,split=2"
     options = ["--sweep", "triton", "--backend", "triton", "--tokens", "3", "--shapes", "64x96", "--tiles", tile]
-    sweep = smoke("gemm.py", tmp_path / "sweep", *options)["rows"]
+    sweep = smoke("bench_gemm.py", tmp_path / "sweep", *options)["rows"]
     (candidate,) = [row for row in sweep if row["kind"] == "candidate"]
     assert candidate["block_n"] == 32 and candidate["split"] == 2 and "error" not in candidate and candidate["us"] > 0
 
 
 def test_host(tmp_path):
-    rows = smoke("host.py", tmp_path)["rows"]
+    rows = smoke("bench_host.py", tmp_path)["rows"]
     parts = {row["part"] for row in rows}
     assert parts == {"import", "startup", "calls"}
     calls = {row["kernel"]: row for row in rows if row["part"] == "calls"}
@@ -77,7 +77,7 @@ def test_host(tmp_path):
 
 
 def test_layer_with_its_ceiling(tmp_path):
-    rows = smoke("layer.py", tmp_path, "--backend", "torch", "--ceiling")["rows"]
+    rows = smoke("bench_layer.py", tmp_path, "--backend", "torch", "--ceiling")["rows"]
     timed = [row for row in rows if row["kind"] != "bound"]
     assert {row["workload"] for row in timed} == {"prefill-16", "decode-2"}
     assert all("error" not in row and row["us"] > 0 for row in timed), [row for row in timed if "error" in row]
@@ -90,7 +90,7 @@ def test_layer_with_its_ceiling(tmp_path):
 def test_the_layer_takes_each_backends_attention_from_one_place(monkeypatch):
     """The seam for attention kernels: every layer of a backend, its compiled row and its skeleton get the attention
     ``attention_for`` gives that backend."""
-    import layer
+    layer = load("bench_layer")
 
     asked = []
 
@@ -110,7 +110,7 @@ def test_the_layer_takes_each_backends_attention_from_one_place(monkeypatch):
 
 @pytest.mark.parametrize("batch", [1, 3])
 def test_a_paged_cache_holds_the_contiguous_numbers_in_scattered_contiguous_blocks(batch):
-    """The layout attention.py and layer.py time lazyops' attention on. At batch 1 the block reshape is a view:
+    """The layout bench_attention.py and bench_layer.py time lazyops' attention on. At batch 1 the block reshape is a view:
     the layer's cache was then not contiguous and the kernels refused it (a decode-1 row was an error)."""
     import torch
 
@@ -124,8 +124,8 @@ def test_a_paged_cache_holds_the_contiguous_numbers_in_scattered_contiguous_bloc
 
 
 def test_the_attention_goals_are_read_off_the_rows_at_the_h200s_shapes():
-    """issue 29's goals as attention.py states them (the GPU run has no second chance), on rows at its shapes."""
-    import attention
+    """issue 29's goals as bench_attention.py states them (the GPU run has no second chance), on rows at its shapes."""
+    attention = load("bench_attention")
 
     def row(part: str, shape: str, impl: str, us: float, kind: str = "lazyops", rate: float = 1.0) -> dict:
         return {"part": part, "shape": shape, "impl": impl, "us": us, "kind": kind, "rate": rate, "unit": "GB/s"}
@@ -170,7 +170,10 @@ def test_results_are_one_row_a_line_and_name_their_command(tmp_path):
     assert markdown.startswith("# Title\n") and "`python x.py`" in markdown and markdown.rstrip().endswith("body")
 
 
-@pytest.mark.parametrize("script", ["attention.py", "kernels.py", "gemm.py", "host.py", "layer.py", "tune.py"])
+@pytest.mark.parametrize(
+    "script",
+    ["bench_attention.py", "bench_kernels.py", "bench_gemm.py", "bench_host.py", "bench_layer.py", "bench_tune.py"],
+)
 def test_scripts_reach_lazyops_only_through_its_public_api_and_the_harness(script):
     text = (BENCHMARKS / script).read_text()
     assert "lazyops._" not in text and "from lazyops import _" not in text

@@ -162,3 +162,26 @@ def test_no_notebook_file_is_over_250_lines() -> None:
     assert lines, "no docs found"
     long = {path: count for path, count in lines.items() if count > NOTEBOOK_LINES}
     assert not long, f"split these, or move their history to docs/decisions/: {long}"
+
+
+def test_no_script_or_test_helper_shadows_an_installed_module() -> None:
+    """A folder of scripts on ``sys.path`` hides every installed module of a script's name: ``benchmarks/kernels.py``
+    once hid Hugging Face's ``kernels`` from transformers for the rest of a test run. The benchmark scripts are
+    named ``bench_*``, and no script or test helper (pytest puts each test folder on ``sys.path``) takes the name of
+    a standard-library module or of a top-level module of any installed distribution."""
+    import sys
+    from importlib.metadata import packages_distributions
+
+    taken = set(sys.stdlib_module_names) | set(packages_distributions())
+    folders = [BENCHMARKS, CHECKOUT / "examples", *(path for path in (CHECKOUT / "tests").rglob("*") if path.is_dir())]
+    ours = {
+        path.stem: str(path.relative_to(CHECKOUT))
+        for folder in folders
+        if "__pycache__" not in folder.parts and not folder.name.startswith(".")
+        for path in folder.glob("*.py")
+        if path.stem != "conftest"
+    }
+    shadowing = {name: path for name, path in ours.items() if name in taken}
+    assert not shadowing, f"rename these, they hide installed modules of the same name: {shadowing}"
+    scripts = [path.name for path in BENCHMARKS.glob("*.py")]
+    assert scripts and all(name.startswith("bench_") for name in scripts), scripts

@@ -454,12 +454,12 @@ def test_any_split_of_the_keys_merges_exactly(triton_kernels):
 
 
 def test_the_gpu_script_runs_on_the_host(tmp_path):
-    """``benchmarks/attention.py --smoke``: its checks, decode, prefill and sweep on tiny shapes, on the CPU (torch
+    """``benchmarks/bench_attention.py --smoke``: its checks, decode, prefill and sweep on tiny shapes, on the CPU (torch
     and Triton's interpreter), writing both result files."""
     root = Path(__file__).resolve().parents[2]
     path = os.pathsep.join([str(root / "src"), *filter(None, [os.environ.get("PYTHONPATH")])])
     env = {**os.environ, "PYTHONPATH": path, "TRITON_INTERPRET": "1"}
-    script = [sys.executable, str(root / "benchmarks" / "attention.py")]
+    script = [sys.executable, str(root / "benchmarks" / "bench_attention.py")]
     command = [*script, "--smoke", "--device", "cpu", "--sweep", "--out", str(tmp_path)]
     result = subprocess.run(command, capture_output=True, text=True, env=env, timeout=600)
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]

@@ -2,7 +2,7 @@
 
 ``plan_split`` is arithmetic over the shape and the device's SM count and shared memory, so it is tested here
 without a GPU: against ``benchmarks/results/h200/sweeps/gemm_decode_sweep_tilelang.json`` (84 tilings timed in
-CUDA graphs on an H200; ``benchmarks/gemm.py --sweep tilelang`` today), and by drawn shapes and devices for the
+CUDA graphs on an H200; ``benchmarks/bench_gemm.py --sweep tilelang`` today), and by drawn shapes and devices for the
 invariants the programs rely on.
 """
 

@@ -1,4 +1,4 @@
-"""``make gpu-tune`` (``benchmarks/tune.py``) in its smoke mode on this CPU, so that the H200's run cannot rot: the
+"""``make gpu-tune`` (``benchmarks/bench_tune.py``) in its smoke mode on this CPU, so that the H200's run cannot rot: the
 layer's trace, ``lazyops tune`` twice, the layer by the plan, and the result files saying how they were made. No
 figure is asserted; the reproducibility and goal verdicts are checked on synthetic reports."""
 
@@ -12,11 +12,11 @@ from pathlib import Path
 
 import pytest
 
+from benchmark_scripts import load
 from lazyops import _plan
 
 ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "benchmarks"))
-import tune  # noqa: E402
+tune = load("bench_tune")
 
 
 def test_make_gpu_tune_runs_every_step_on_the_cpu(tmp_path):
@@ -38,7 +38,10 @@ def test_make_gpu_tune_runs_every_step_on_the_cpu(tmp_path):
     assert list(steps) == ["trace", "tune 1", "tune 2", "layer"]
     assert all(step["status"] == 0 for step in steps.values()), steps
     assert steps["tune 1"]["command"].startswith("lazyops tune --from-trace ")
-    assert steps["trace"]["command"].startswith("LAZYOPS_TRACE=") and "benchmarks/layer.py" in steps["trace"]["command"]
+    assert (
+        steps["trace"]["command"].startswith("LAZYOPS_TRACE=")
+        and "benchmarks/bench_layer.py" in steps["trace"]["command"]
+    )
     markdown = (tmp_path / "tune.md").read_text()
     assert environment["command"] in markdown and all(f"`{step['command']}`" in markdown for step in steps.values())
 
@@ -124,7 +127,7 @@ def test_the_plan_layer_is_compared_with_the_best_single_backend_layer():
 
 def test_the_layer_refuses_a_missing_plan_before_anything_runs(tmp_path):
     result = subprocess.run(
-        [sys.executable, str(ROOT / "benchmarks" / "layer.py"), "--smoke", "--plan", str(tmp_path / "none.json")],
+        [sys.executable, str(ROOT / "benchmarks" / "bench_layer.py"), "--smoke", "--plan", str(tmp_path / "none.json")],
         capture_output=True,
         text=True,
         timeout=120,

@@ -391,7 +391,7 @@ def build_matmul(
     label: str = "matmul_tl",
 ) -> Callable[[torch.Tensor, torch.Tensor, torch.Tensor], None]:
     """The launch ``matmul(a, b, out)`` for a ``[k, n]`` weight, its tiles picked per token count by ``choose``
-    (by default :func:`tiling` over the current GPU's table; ``benchmarks/gemm.py --sweep triton`` passes fixed
+    (by default :func:`tiling` over the current GPU's table; ``benchmarks/bench_gemm.py --sweep triton`` passes fixed
     tilings to time them); ``label`` names the kernel in a refusal."""
     upcast = interpreting(_matmul_kernel) and dtype != torch.float32
     if interpreting(_matmul_kernel):

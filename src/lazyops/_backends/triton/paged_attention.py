@@ -61,7 +61,7 @@ class Tiles:
 #: of one token, padded to what ``tl.dot`` takes) and long key tiles, to keep loads in flight. Chosen so that none
 #: spills registers when compiled for sm_90 (the compiled kernel's ``n_regs`` and ``n_spills``, on the host with Triton
 #: 3.9: 172 / 227 / 254 registers for prefill at head dims 64 / 128 / 256, 64 / 113 / 164 for decode); not timed on an
-#: H200 yet: ``benchmarks/attention.py --sweep`` times the alternatives in ``SWEEP``.
+#: H200 yet: ``benchmarks/bench_attention.py --sweep`` times the alternatives in ``SWEEP``.
 PREFILL_TILES = {
     16: Tiles(128, 64, 8, 3),
     32: Tiles(128, 64, 8, 3),
@@ -79,7 +79,7 @@ DECODE_TILES = {
 #: float32 (the CPU engine's dtype, served on a GPU for its exactness, not its speed): full-precision products run
 #: on the FMA units, where bigger tiles spill (128 x 64 x 128 spills 1.4 KB a thread); this one does not, up to 256.
 FLOAT32_TILES = Tiles(16, 32, 8, 2)
-#: Alternatives the GPU script sweeps (``benchmarks/attention.py --sweep``), by kind of call.
+#: Alternatives the GPU script sweeps (``benchmarks/bench_attention.py --sweep``), by kind of call.
 SWEEP = {
     "prefill": (Tiles(128, 64, 8, 3), Tiles(128, 32, 4, 3), Tiles(64, 64, 4, 3), Tiles(128, 128, 8, 2)),
     "decode": (Tiles(16, 64, 4, 3), Tiles(16, 32, 4, 3), Tiles(16, 64, 8, 3), Tiles(16, 128, 8, 3)),

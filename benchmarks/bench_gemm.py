@@ -1,10 +1,10 @@
 """GEMM against cuBLAS at a decoder's token counts: the grid, and (``--sweep``) a backend's candidate tilings.
 
-    python benchmarks/gemm.py                        # on the H200: results/h200/gemm.{md,json}
-    python benchmarks/gemm.py --device cpu --backend torch --shapes 1024x1024 --tokens 1,128,1024 --no-cube
-    python benchmarks/gemm.py --sweep tilelang --tokens 1,16 --shapes 4096x4096 --name narrow16 --tiles \\
+    python benchmarks/bench_gemm.py                        # on the H200: results/h200/gemm.{md,json}
+    python benchmarks/bench_gemm.py --device cpu --backend torch --shapes 1024x1024 --tokens 1,128,1024 --no-cube
+    python benchmarks/bench_gemm.py --sweep tilelang --tokens 1,16 --shapes 4096x4096 --name narrow16 --tiles \\
         'block_m=16,block_n=64,block_k=128,stages=6,threads=128;block_m=16,block_n=128,block_k=128,stages=4,split=4'
-    python benchmarks/gemm.py --smoke --device cpu --out /tmp/g     # the script's logic, tiny shapes
+    python benchmarks/bench_gemm.py --smoke --device cpu --out /tmp/g     # the script's logic, tiny shapes
 
 The grid: M in ``--tokens`` (1, 16, 128, 1024, 8192) times ``[M, k] @ [k, n]`` for (n, k) in ``--shapes``
 (Llama-3-8B's projections), plus 8192^3, in bfloat16: cuBLAS (``a @ b``) and each backend's ``matmul_tl``, each
@@ -24,11 +24,9 @@ import math
 import sys
 from collections import namedtuple
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import harness
+import bench_harness as harness
 
 ROTATE_BYTES = 256 * 2**20
 MAX_SETS = 64

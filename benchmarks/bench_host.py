@@ -1,8 +1,8 @@
 """What lazyops costs on the host: its import, its first access at an engine's start-up, and every call.
 
-    python benchmarks/host.py                        # this CPU, every part: results/cpu/host.{md,json}
-    python benchmarks/host.py --parts calls          # on the H200: its host's per-call costs, results/h200/host.*
-    python benchmarks/host.py --smoke --out /tmp/h   # the script's logic, few samples
+    python benchmarks/bench_host.py                        # this CPU, every part: results/cpu/host.{md,json}
+    python benchmarks/bench_host.py --parts calls          # on the H200: its host's per-call costs, results/h200/host.*
+    python benchmarks/bench_host.py --smoke --out /tmp/h   # the script's logic, few samples
 
 Parts (``--parts``; medians of fresh interpreters or of interleaved samples): ``import``, ``import lazyops``' own
 cumulative time (``-X importtime``, bytecode compiled as in a wheel), the modules it imports, and a resolved kernel's
@@ -30,8 +30,7 @@ from collections import namedtuple
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import harness
+import bench_harness as harness
 
 SRC = harness.ROOT / "src"
 

@@ -465,7 +465,7 @@ def paged(key: Any, value: Any, block: int, new: int = 1, shuffle: bool = True) 
 
 def tiled_matmul(backend: str, n: int, k: int, dtype: Any, tile: Mapping[str, Any]) -> Callable[..., Any]:
     """``call(a, b) -> c`` of ``backend``'s GEMM with the tiling ``tile`` (its own tile type's fields, and ``split``),
-    whatever its rule would pick: what ``gemm.py --sweep`` times. Triton: ``matmul.Tiling``; TileLang:
+    whatever its rule would pick: what ``bench_gemm.py --sweep`` times. Triton: ``matmul.Tiling``; TileLang:
     ``matmul.Tile`` (``split`` > 1: its split-K product and reduce programs)."""
     import torch
 
@@ -504,7 +504,9 @@ def tiled_matmul(backend: str, n: int, k: int, dtype: Any, tile: Mapping[str, An
                 ("split", plan): lambda: matmul.split_k_program(n, k, name, plan),
                 ("reduce", split): lambda: matmul.reduce_program(n, name, split),
             }
-        kernels = [direct(kernel) for kernel in compiled(f"gemm.py --sweep n={n} k={k} {name}", programs).values()]
+        kernels = [
+            direct(kernel) for kernel in compiled(f"bench_gemm.py --sweep n={n} k={k} {name}", programs).values()
+        ]
 
         def tilelang_call(a: Any, b: Any) -> Any:
             out = a.new_empty((a.shape[0], n))
@@ -534,7 +536,7 @@ def attention_variants(
 ) -> dict[str, Callable[..., Any]]:
     """The Triton backend's paged attention built with each of the first ``tiles`` tilings of its sweep table for
     ``kind`` (``"decode"`` or ``"prefill"``) and each split count of ``splits``, whatever its rule would pick:
-    ``{label: call(query, key_cache, value_cache, block_table, seq_lens, cu_seqlens_q, out)}`` (``attention.py
+    ``{label: call(query, key_cache, value_cache, block_table, seq_lens, cu_seqlens_q, out)}`` (``bench_attention.py
     --sweep``). ``config``: ``(heads, kv_heads, head_dim, dtype, block_size)``."""
     import torch
 

@@ -1,11 +1,11 @@
 """Paged attention (issue 29): ``paged_attention_tl`` and ``kv_cache_write_tl`` checked against the float64
 reference, then timed against torch's SDPA (flash and cuDNN backends) on contiguous keys holding the same numbers.
 
-    python benchmarks/attention.py                   # on the H200: results/h200/attention.{md,json}
-    python benchmarks/attention.py --quick           # fewer checks and decode cells, one round
-    python benchmarks/attention.py --sweep           # also the Triton backend's tile table and split counts
-    python benchmarks/attention.py --flex            # also FlexAttention (compiled per shape)
-    python benchmarks/attention.py --smoke --device cpu --out /tmp/a   # the script's logic: tiny shapes, the host
+    python benchmarks/bench_attention.py                   # on the H200: results/h200/attention.{md,json}
+    python benchmarks/bench_attention.py --quick           # fewer checks and decode cells, one round
+    python benchmarks/bench_attention.py --sweep           # also the Triton backend's tile table and split counts
+    python benchmarks/bench_attention.py --flex            # also FlexAttention (compiled per shape)
+    python benchmarks/bench_attention.py --smoke --device cpu --out /tmp/a   # the script's logic: tiny shapes, the host
 
 Llama-3-8B's attention (32 query heads, 8 KV heads of 128, bf16, 16-token blocks scattered in the cache). Checks:
 ``lazyops.testing.run_conformance`` (``--examples`` drawn cases), then each kernel on the timed shapes against
@@ -24,11 +24,9 @@ import functools
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import harness
+import bench_harness as harness
 
 TITLE = "paged_attention_tl and kv_cache_write_tl against SDPA"
 HBM_PEAK = 4.8e12  # the H200's HBM3e bandwidth, bytes/s

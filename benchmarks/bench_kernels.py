@@ -1,9 +1,9 @@
 """Every memory-bound kernel against its peers and its ceilings: stream, CUDA-graph and host time, in one run.
 
-    python benchmarks/kernels.py                     # on the H200: results/h200/kernels.{md,json}
-    python benchmarks/kernels.py --device cpu --backend torch --dtypes float32,float16,bfloat16 \\
+    python benchmarks/bench_kernels.py                     # on the H200: results/h200/kernels.{md,json}
+    python benchmarks/bench_kernels.py --device cpu --backend torch --dtypes float32,float16,bfloat16 \\
         --tokens 1,128,1024 --name torch_backend     # the torch backend against torch's ops on this CPU
-    python benchmarks/kernels.py --smoke --device cpu --out /tmp/k   # the script's logic, tiny shapes
+    python benchmarks/bench_kernels.py --smoke --device cpu --out /tmp/k   # the script's logic, tiny shapes
 
 Kernels: every kernel whose spec says it is memory-bound (``--kernels`` for others), each at its spec's engine-sized
 configuration, in each backend that runs here (or of ``--backend``). Peers: ``torch eager`` and ``torch.compile``
@@ -20,11 +20,9 @@ from __future__ import annotations
 import dataclasses
 import sys
 from argparse import BooleanOptionalAction
-from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import harness
+import bench_harness as harness
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -104,7 +102,7 @@ def render(rows: list[Any], copy: Any, env: dict[str, Any]) -> list[str]:
     copy_rate = copy.rate
     lines = [
         "Every implementation interleaved with the others; each figure the median of its samples. Method and peers: "
-        "`benchmarks/kernels.py`'s docstring.",
+        "`benchmarks/bench_kernels.py`'s docstring.",
         "",
         f"Device-to-device copy, the ceiling: **{harness.figure(copy_rate, 0)} GB/s** ({copy.note})."
         if copy_rate

@@ -1,14 +1,14 @@
 """``lazyops tune`` on a Llama-3-8B decoder layer's trace, and the layer run by the plan it writes.
 
-    python benchmarks/tune.py                                   # on the H200: results/h200/tune.{md,json}
-    python benchmarks/tune.py --smoke --device cpu --out /tmp/t # the script's logic: tiny shapes, the host
+    python benchmarks/bench_tune.py                                   # on the H200: results/h200/tune.{md,json}
+    python benchmarks/bench_tune.py --smoke --device cpu --out /tmp/t # the script's logic: tiny shapes, the host
 
 Four steps, each a command run as a user runs it (the result file lists them, so each reruns alone): (1) the layer's
-trace, ``layer.py --build-only`` under ``LAZYOPS_TRACE=tune_trace.jsonl LAZYOPS_TRACE_ARGS=1``; (2) ``lazyops tune
+trace, ``bench_layer.py --build-only`` under ``LAZYOPS_TRACE=tune_trace.jsonl LAZYOPS_TRACE_ARGS=1``; (2) ``lazyops tune
 --from-trace tune_trace.jsonl --tokens T --output tune_plan.json``, ``T`` the layer's workloads' token counts, its
 wall time measured (goal: at most 120 s); (3) the same into ``tune_plan_2.json``: tuning reproduces when both runs
 choose the same backend wherever the candidates differ by more than the noise between the runs (the 90th percentile
-of how much a candidate's time changed); (4) ``layer.py --plan tune_plan.json --name tune_layer``: the layer of
+of how much a candidate's time changed); (4) ``bench_layer.py --plan tune_plan.json --name tune_layer``: the layer of
 lazyops' namespace by the plan, interleaved with each backend's layer (goal: at least as fast as the best
 single-backend layer at every workload, and 1.03x at one or more; eager against eager, compiled against compiled).
 """
@@ -24,9 +24,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import harness
-import layer
+import bench_harness as harness
+import bench_layer as layer
 
 TITLE = "lazyops tune on a Llama-3-8B decoder layer, and the layer by its plan"
 #: The issue's goals: tuning a layer's trace within this many seconds; the plan's layer against the best single
@@ -69,7 +68,13 @@ def main(argv: list[str] | None = None) -> int:
         stale.unlink(missing_ok=True)  # the trace appends, and a layer run that fails must not leave the last one's
     traced = {"LAZYOPS_TRACE": str(trace), "LAZYOPS_TRACE_ARGS": "1"}
     runs: list[dict[str, Any] | None] = []
-    layer_py = [sys.executable, str(Path(__file__).resolve().parent / "layer.py"), *common, "--workloads", workloads]
+    layer_py = [
+        sys.executable,
+        str(Path(__file__).resolve().parent / "bench_layer.py"),
+        *common,
+        "--workloads",
+        workloads,
+    ]
     steps.append(run("trace", [*layer_py, "--build-only"], traced))
     tune_command = ["--from-trace", str(trace), "--tokens", ",".join(map(str, tokens))]
     tune_command += ["--rounds", str(options.rounds or (1 if options.smoke else 5))]
@@ -184,7 +189,7 @@ def report_of(stdout: str) -> dict[str, Any] | None:
 
 
 def layer_rows(path: Path) -> tuple[list[dict[str, Any]], list[str]]:
-    """The timed rows of ``layer.py``'s result, and where its plan layer's kernels resolved (its header)."""
+    """The timed rows of ``bench_layer.py``'s result, and where its plan layer's kernels resolved (its header)."""
     result = json.loads(path.read_text()) if path.exists() else {"rows": [], "environment": {}}
     rows = [row for row in result["rows"] if row.get("kind") != "bound"]
     return rows, result["environment"].get("plan", {}).get("resolved", [])

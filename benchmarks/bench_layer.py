@@ -1,10 +1,10 @@
 """A Llama-3-8B decoder layer end to end: torch eager, torch.compile and lazyops' kernels per backend, in one run.
 
-    python benchmarks/layer.py --ceiling             # on the H200: results/h200/layer.{md,json}
-    python benchmarks/layer.py --workloads prefill-1024,decode-16 --backend triton
-    python benchmarks/layer.py --smoke --ceiling --device cpu --out /tmp/l   # the script's logic, tiny shapes
-    python benchmarks/layer.py --plan plan.json      # adds the layer of lazyops' namespace resolving by a plan
-    LAZYOPS_TRACE=t.jsonl LAZYOPS_TRACE_ARGS=1 python benchmarks/layer.py --build-only   # the layer's trace
+    python benchmarks/bench_layer.py --ceiling             # on the H200: results/h200/layer.{md,json}
+    python benchmarks/bench_layer.py --workloads prefill-1024,decode-16 --backend triton
+    python benchmarks/bench_layer.py --smoke --ceiling --device cpu --out /tmp/l   # the script's logic, tiny shapes
+    python benchmarks/bench_layer.py --plan plan.json      # adds the layer of lazyops' namespace resolving by a plan
+    LAZYOPS_TRACE=t.jsonl LAZYOPS_TRACE_ARGS=1 python benchmarks/bench_layer.py --build-only   # the layer's trace
 
 The layer (hidden 4096; 32 query and 8 KV heads of 128; MLP 14336; neox rope; random bf16 weights) in an engine's
 order: rmsnorm, QKV GEMM, rope, attention, O GEMM, add_rmsnorm (the residual in place), gate-up GEMM, SiLU-and-mul,
@@ -15,7 +15,7 @@ layers and the torch backend's, each other backend's KV-cache write and paged at
 Prefill of 1024 and 8192 tokens (stream time), decode at batch 1, 16 and 64 over 1024 cached tokens (a step in a
 CUDA graph); each layer first checked against torch's in float32. Goals: >= 1.15x torch.compile at prefill, >= 1.0x
 at decode. ``--plan FILE``: also the layer of lazyops' namespace under ``LAZYOPS_PLAN=FILE LAZYOPS_PLAN_STRICT=1``;
-``--build-only``: build those kernels and stop (the trace for ``tune.py``). ``--ceiling``: at prefill, the layer's
+``--build-only``: build those kernels and stop (the trace for ``bench_tune.py``). ``--ceiling``: at prefill, the layer's
 *skeleton* per GEMM provider (GEMMs and attention only): torch.compile over the fastest is the *bound* of any lazyops
 layer; the *floor* adds the memory-bound kernels' bytes (``spec.traffic``) at the device's copy rate.
 """
@@ -31,8 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import harness
+import bench_harness as harness
 
 TITLE = "A Llama-3-8B decoder layer end to end"
 EAGER, COMPILED = "torch eager", "torch.compile"
