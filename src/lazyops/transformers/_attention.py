@@ -185,8 +185,9 @@ def _valid(mask: torch.Tensor, batch: int, tokens: int, length: int) -> tuple[to
 def register() -> None:
     """``attn_implementation="lazyops"`` (and ``"paged|lazyops"``) in transformers' ``AttentionInterface``, with
     flash attention's mask function (a 2D padding mask, or None). Idempotent."""
-    from transformers import AttentionInterface
     from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS, flash_attention_mask
+
+    from transformers import AttentionInterface
 
     for name in (NAME, PAGED_NAME):
         AttentionInterface.register(name, attention_forward)

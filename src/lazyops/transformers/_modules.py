@@ -38,7 +38,7 @@ class Kernels:
         return kernel
 
 
-def norm(module: torch.nn.Module, offset: float) -> Kernels:
+def norm(module: Any, offset: float) -> Kernels:
     """``rmsnorm_tl`` of a Hugging Face RMSNorm (``variance_epsilon`` or ``eps``; Gemma's ``offset`` 1)."""
     eps = getattr(module, "variance_epsilon", None)
     eps = module.eps if eps is None else eps
@@ -46,19 +46,27 @@ def norm(module: torch.nn.Module, offset: float) -> Kernels:
     return Kernels("rmsnorm_tl", weight.numel(), float(eps), weight_dtype=weight.dtype, weight_offset=offset)
 
 
-def norm_forward(module: torch.nn.Module, kernels: Kernels) -> Callable[..., Any]:
+def norm_forward(module: Any, kernels: Kernels) -> Callable[..., Any]:
     def forward(hidden_states: torch.Tensor) -> torch.Tensor:
-        return kernels(hidden_states.dtype)(hidden_states, module.weight)  # type: ignore[no-any-return]
+        kernel = kernels(hidden_states.dtype)
+        if (
+            hidden_states.dim() == 4
+            and not hidden_states.is_contiguous()
+            and hidden_states.transpose(1, 2).is_contiguous()
+        ):
+            # a per-head norm of [B, H, S, D] heads transposed from the projection's [B, S, H, D] (Gemma 3's)
+            return kernel(hidden_states.transpose(1, 2), module.weight).transpose(1, 2)  # type: ignore[no-any-return]
+        return kernel(hidden_states, module.weight)  # type: ignore[no-any-return]
 
     return forward
 
 
-def add_norm(norm_module: torch.nn.Module, offset: float) -> Kernels:
+def add_norm(norm_module: Any, offset: float) -> Kernels:
     plain = norm(norm_module, offset)
     return Kernels("add_rmsnorm_tl", plain.first, *plain.rest, **plain.options)
 
 
-def pre_norm_layer_forward(layer: torch.nn.Module, fused: Kernels) -> Callable[..., Any]:
+def pre_norm_layer_forward(layer: Any, fused: Kernels) -> Callable[..., Any]:
     """A Llama-style decoder layer whose first residual add runs inside ``add_rmsnorm_tl`` with the post-attention
     norm. The attention's output takes the sum (it is fresh; the layer's input, which callers may keep, is not
     written). Every keyword goes to the attention as the stock layer passes it."""
@@ -73,17 +81,17 @@ def pre_norm_layer_forward(layer: torch.nn.Module, fused: Kernels) -> Callable[.
         attended, _ = layer.self_attn(hidden_states=layer.input_layernorm(hidden_states), **kwargs)
         normed = fused(attended.dtype)(hidden_states, attended, post.weight)  # attended becomes the residual
         out = layer.mlp(normed)
-        return attended + (out[0] if isinstance(out, tuple) else out)
+        return attended + (out[0] if isinstance(out, tuple) else out)  # type: ignore[no-any-return]
 
     return forward
 
 
-def gated(module: torch.nn.Module, kernel: str, approximate: str | None) -> Kernels:
+def gated(module: Any, kernel: str, approximate: str | None) -> Kernels:
     size = module.gate_proj.weight.shape[0]
     return Kernels(kernel, size, approximate) if approximate is not None else Kernels(kernel, size)
 
 
-def mlp_unsupported(module: torch.nn.Module) -> str | None:
+def mlp_unsupported(module: Any) -> str | None:
     """Why a gated MLP's projections cannot be packed into one ``[2I, H]`` weight: only plain ``nn.Linear`` without
     bias, on one device and dtype (quantised or offloaded layers keep their own forward)."""
     projections = [getattr(module, name, None) for name in ("gate_proj", "up_proj", "down_proj")]
@@ -97,7 +105,7 @@ def mlp_unsupported(module: torch.nn.Module) -> str | None:
     return None
 
 
-def pack_gate_up(module: torch.nn.Module) -> Callable[[], None]:
+def pack_gate_up(module: Any) -> Callable[[], None]:
     """``gate_proj`` and ``up_proj`` made views of one ``[2I, H]`` buffer (``lazyops_gate_up``, not saved): one GEMM
     instead of two, no second copy of the weights. Returns the undo, which gives each its own tensor back."""
     gate, up = module.gate_proj, module.up_proj
@@ -118,7 +126,7 @@ def pack_gate_up(module: torch.nn.Module) -> Callable[[], None]:
     return undo
 
 
-def mlp_forward(module: torch.nn.Module, kernels: Kernels) -> Callable[..., Any]:
+def mlp_forward(module: Any, kernels: Kernels) -> Callable[..., Any]:
     def forward(x: torch.Tensor) -> torch.Tensor:
         gate_up = torch.nn.functional.linear(x, module.lazyops_gate_up)
         return module.down_proj(kernels(x.dtype)(gate_up))  # type: ignore[no-any-return]

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import copy
 import difflib
+import functools
 import sys
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -103,7 +104,10 @@ def _chosen(kernels: Iterable[str] | None, attention: bool) -> set[str]:
     for name in sorted(names - set(KERNELS)):
         near = difflib.get_close_matches(name, KERNELS, n=1)
         hint = f"; did you mean {near[0]!r}?" if near else ""
-        raise ValueError(f"patch(kernels=...): {name!r} is not a kernel lazyops.transformers patches{hint} (known: {', '.join(KERNELS)})")
+        raise ValueError(
+            f"patch(kernels=...): {name!r} is not a kernel lazyops.transformers patches{hint} "
+            f"(known: {', '.join(KERNELS)})"
+        )
     return names if attention else names - {"paged_attention_tl"}
 
 
@@ -111,8 +115,8 @@ def _dtype(model: torch.nn.Module) -> torch.dtype:
     return next((p.dtype for p in model.parameters() if p.is_floating_point()), torch.float32)
 
 
-def _plan(model: torch.nn.Module, chosen: set[str]) -> Plan:
-    config = model.config  # type: ignore[union-attr]
+def _plan(model: Any, chosen: set[str]) -> Plan:
+    config = model.config
     model_type = str(getattr(config, "model_type", "?"))
     family = FAMILIES.get(model_type)
     plan = Plan(Report(model_type))
@@ -134,7 +138,7 @@ class _Planner:
         self.plan, self.family, self.config, self.dtype, self.chosen = plan, family, config, dtype, chosen
         self.fused: dict[str, Row] = {}  # post-attention norms whose add fuses into their layer
 
-    def row(self, path: str, module: torch.nn.Module, kernel: str, resolution: Any, detail: str = "") -> None:
+    def row(self, path: str, module: Any, kernel: str, resolution: Any, detail: str = "") -> None:
         if resolution.declined:
             declined = "; ".join(f"{backend} declines: {why}" for backend, why in resolution.declined)
             detail = f"{detail}; {declined}" if detail else declined
@@ -142,18 +146,21 @@ class _Planner:
             Row(path, type(module).__name__, kernel, resolution.backend, resolution.reason, detail)
         )
 
-    def stock(self, path: str, module: torch.nn.Module, detail: str) -> None:
+    def stock(self, path: str, module: Any, detail: str) -> None:
         self.plan.report.rows.append(Row(path, type(module).__name__, detail=detail))
 
-    def resolve(self, path: str, module: torch.nn.Module, kernel: str, ask: Callable[[], Any]) -> Any:
+    def resolve(self, path: str, module: Any, kernel: str, ask: Callable[[], Any]) -> Any:
         """``ask()`` (a ``lazyops.which``), its refusal named after the module that needs the kernel."""
         try:
             return ask()
         except lazyops.KernelUnavailableError as error:
-            message = f"{path} ({type(module).__name__}) needs {kernel}: {error}; patch(model, kernels=[...]) without {kernel} leaves it stock"
+            message = (
+                f"{path} ({type(module).__name__}) needs {kernel}: {error}; "
+                f"patch(model, kernels=[...]) without {kernel} leaves it stock"
+            )
             raise lazyops.KernelUnavailableError(error.kernel, error.backend, error.available_in, message) from error
 
-    def visit(self, path: str, module: torch.nn.Module) -> None:
+    def visit(self, path: str, module: Any) -> None:
         role = self.family.role(type(module).__name__)
         if role == "norm" and "rmsnorm_tl" in self.chosen:
             self.norm(path, module)
@@ -166,7 +173,7 @@ class _Planner:
         elif role == "moe" and self.chosen & {"moe_route_tl", "fused_moe_tl"}:
             self.moe(path, module)
 
-    def norm(self, path: str, module: torch.nn.Module) -> None:
+    def norm(self, path: str, module: Any) -> None:
         kernels = _modules.norm(module, self.family.norm_offset)
         resolution = self.resolve(path, module, "rmsnorm_tl", lambda: kernels.which(self.dtype))
         fused = self.fused.pop(path, None)
@@ -177,7 +184,7 @@ class _Planner:
         kernels(self.dtype)
         self.plan.changes.append(_forward(module, _modules.norm_forward(module, kernels)))
 
-    def layer(self, path: str, layer: torch.nn.Module) -> None:
+    def layer(self, path: str, layer: Any) -> None:
         post = getattr(layer, "post_attention_layernorm", None)
         if post is None or not all(hasattr(layer, name) for name in ("input_layernorm", "self_attn", "mlp")):
             self.stock(path, layer, "not the norm, attention, add, norm, MLP, add layer lazyops fuses")
@@ -188,17 +195,20 @@ class _Planner:
         detail = "the layer's residual add fused into this norm"
         if resolution.declined:
             detail += "; " + "; ".join(f"{b} declines: {why}" for b, why in resolution.declined)
-        self.fused[norm_path] = Row(norm_path, type(post).__name__, "add_rmsnorm_tl", resolution.backend, resolution.reason, detail)
+        self.fused[norm_path] = Row(
+            norm_path, type(post).__name__, "add_rmsnorm_tl", resolution.backend, resolution.reason, detail
+        )
         kernels(self.dtype)
         self.plan.changes.append(_forward(layer, _modules.pre_norm_layer_forward(layer, kernels)))
 
-    def mlp(self, path: str, module: torch.nn.Module) -> None:
+    def mlp(self, path: str, module: Any) -> None:
         activation = getattr(self.config, "hidden_activation", None) or getattr(self.config, "hidden_act", None)
         kernel, approximate = ACTIVATIONS.get(str(activation), (None, None))
         problem = _modules.mlp_unsupported(module)
         if kernel is None:
-            problem = f"activation {activation!r} has no lazyops gated kernel (silu, gelu, gelu_pytorch_tanh do)"
-        elif kernel not in self.chosen:
+            self.stock(path, module, f"activation {activation!r} has no lazyops gated kernel (silu, gelu do)")
+            return
+        if kernel not in self.chosen:
             return
         if problem:
             self.stock(path, module, problem)
@@ -221,7 +231,7 @@ class _Planner:
 
         self.plan.changes.append(Change(apply, undo))
 
-    def attention(self, path: str, module: torch.nn.Module) -> None:
+    def attention(self, path: str, module: Any) -> None:
         if "rope_tl" in self.chosen:
             self.rope(path, module)
         if "paged_attention_tl" not in self.chosen:
@@ -230,7 +240,9 @@ class _Planner:
             self.stock(path, module, "attention sinks: paged_attention_tl has none")
             return
         args, options = _attention.configuration(module, self.dtype, _attention.BLOCK)
-        resolution = self.resolve(path, module, "paged_attention_tl", lambda: lazyops.which("paged_attention_tl", *args, **options))
+        resolution = self.resolve(
+            path, module, "paged_attention_tl", lambda: lazyops.which("paged_attention_tl", *args, **options)
+        )
         self.row(path, module, "paged_attention_tl", resolution, "attention implementation 'lazyops'")
         for block in (_attention.BLOCK, 1):  # regular caches, continuous batching: built before any compile traces
             _attention.kernel(module, self.dtype, block, options["sliding_window"], options["softcap"], None)
@@ -248,7 +260,7 @@ class _Planner:
 
         self.plan.changes.append(Change(apply, undo))
 
-    def rope(self, path: str, module: torch.nn.Module) -> None:
+    def rope(self, path: str, module: Any) -> None:
         modeling = sys.modules.get(type(module).__module__)
         stock = getattr(modeling, "apply_rotary_pos_emb", None)
         if stock is None:
@@ -278,14 +290,14 @@ class _Planner:
 
         self.plan.changes.append(Change(apply, undo))
 
-    def moe(self, path: str, block: torch.nn.Module) -> None:
+    def moe(self, path: str, block: Any) -> None:
         missing = _moe.missing()
         if missing:
             detail = f"{' and '.join(missing)} not in this lazyops: transformers' experts run"
             self.stock(path, block, detail)
             return
         for kernel, (args, options) in _moe.configurations(block, self.dtype).items():
-            resolution = self.resolve(path, block, kernel, lambda k=kernel, a=args, o=options: lazyops.which(k, *a, **o))
+            resolution = self.resolve(path, block, kernel, functools.partial(lazyops.which, kernel, *args, **options))
             self.row(path, block, kernel, resolution)
         self.plan.changes.append(_forward(block, _moe.forward(block, self.dtype)))
 
@@ -302,7 +314,7 @@ class _Planner:
                     self.stock(where, child, f"not a module of {self.family.name} that lazyops knows: left as it is")
 
 
-def _forward(module: torch.nn.Module, forward: Callable[..., Any]) -> Change:
+def _forward(module: Any, forward: Callable[..., Any]) -> Change:
     """``module.forward`` replaced on the instance (the class, shared by other models, untouched)."""
 
     def apply() -> None:

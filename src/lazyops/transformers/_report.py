@@ -30,7 +30,13 @@ class Row:
 
     def cells(self) -> tuple[str, ...]:
         why = self.reason or "stock"
-        return (self.path, self.module, self.kernel or "—", self.backend or "—", f"{why}: {self.detail}" if self.detail else why)
+        return (
+            self.path,
+            self.module,
+            self.kernel or "—",
+            self.backend or "—",
+            f"{why}: {self.detail}" if self.detail else why,
+        )
 
 
 @dataclass
@@ -63,7 +69,10 @@ class Report:
     def __str__(self) -> str:
         rows = [COLUMNS, *(row.cells() for row in self.rows)]
         widths = [max(len(row[i]) for row in rows) for i in range(len(COLUMNS) - 1)]
-        lines = ["  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=False)) + "  " + row[-1] for row in rows]
+        lines = [
+            "  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=False)) + "  " + row[-1]
+            for row in rows
+        ]
         summary = f"lazyops.transformers: {len(self.patched)} kernels in {self.family}, {len(self.stock)} modules stock"
         return "\n".join([summary, *(line.rstrip() for line in lines)])
 
