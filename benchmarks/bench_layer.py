@@ -4,6 +4,7 @@
     python benchmarks/bench_layer.py --workloads prefill-1024,decode-16 --backend triton
     python benchmarks/bench_layer.py --smoke --ceiling --device cpu --out /tmp/l   # the script's logic, tiny shapes
     python benchmarks/bench_layer.py --plan plan.json      # adds the layer of lazyops' namespace resolving by a plan
+    python benchmarks/bench_layer.py --hf                  # a 4-layer Hugging Face Llama: stock, patched, liger
     LAZYOPS_TRACE=t.jsonl LAZYOPS_TRACE_ARGS=1 python benchmarks/bench_layer.py --build-only   # the layer's trace
 
 The layer (hidden 4096; 32 query and 8 KV heads of 128; MLP 14336; neox rope; random bf16 weights) in an engine's
@@ -17,7 +18,11 @@ CUDA graph); each layer first checked against torch's in float32. Goals: >= 1.15
 at decode. ``--plan FILE``: also the layer of lazyops' namespace under ``LAZYOPS_PLAN=FILE LAZYOPS_PLAN_STRICT=1``;
 ``--build-only``: build those kernels and stop (the trace for ``bench_tune.py``). ``--ceiling``: at prefill, the layer's
 *skeleton* per GEMM provider (GEMMs and attention only): torch.compile over the fastest is the *bound* of any lazyops
-layer; the *floor* adds the memory-bound kernels' bytes (``spec.traffic``) at the device's copy rate.
+layer; the *floor* adds the memory-bound kernels' bytes (``spec.traffic``) at the device's copy rate. ``--hf``: a
+Hugging Face ``LlamaForCausalLM`` of these shapes, 4 layers, bf16: stock (SDPA), ``lazyops.transformers.patch`` and
+liger-kernel's ``apply_liger_kernel_to_llama``, interleaved: prefill 2048 (stream time), an eager decode step at batch 1
+and 32 over 512 cached tokens (host time: eager decode is host-bound), and ``generate_batch`` (tokens/s; stock with
+each paged attention transformers has here), each first checked against stock's logits (results ``hf.{md,json}``).
 """
 
 from __future__ import annotations
@@ -429,7 +434,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--name", default="layer", help="the result files' stem (default layer)")
     parser.add_argument("--plan", type=Path, help="also time the layer of lazyops' namespace under this plan")
     parser.add_argument("--build-only", action="store_true", help="build the namespace's kernels and stop")
+    parser.add_argument("--hf", action="store_true", help="a Hugging Face Llama: stock, lazyops' patch, liger's")
     options = parser.parse_args(argv)
+    if options.hf:
+        return hugging_face(options, harness.start(options))
     if options.plan:  # strictly: a plan that does not apply here is an error, not the default measured by its name
         if not options.plan.is_file():
             make = f"make one with `lazyops tune --from-trace TRACE --output {options.plan}`"
@@ -548,6 +556,186 @@ def _bound_cells(b: dict[str, Any]) -> list[Any]:
         return [b["workload"], b["error"], "", "", "", "", ""]
     keys = (("compile_us", 1), ("fastest", 0), ("skeleton_us", 1), ("bound", 2), ("floor_us", 1), ("floor", 2))
     return [b["workload"], *(b[key] if key == "fastest" else harness.figure(b[key], digits) for key, digits in keys)]
+
+
+HF_PEERS = {"transformers": None, "lazyops.transformers.patch": "lazyops", "liger-kernel": "liger"}
+
+
+def hf_models(options: Any, device: str) -> tuple[dict[str, Any], dict[str, Any], Any]:
+    """Three copies of one random ``LlamaForCausalLM`` (bf16), two patched; ``{name: model}``, each one's
+    ``apply_rotary_pos_emb`` (lazyops and liger replace the module's global: set before each call), the config."""
+    import copy
+
+    import torch
+    from transformers.models.llama import modeling_llama
+
+    import transformers
+
+    s = SMOKE if options.smoke else LLAMA3_8B
+    config = transformers.LlamaConfig(
+        vocab_size=128 if options.smoke else 128256, hidden_size=s.hidden, intermediate_size=s.mlp,
+        num_hidden_layers=2 if options.smoke else 4, num_attention_heads=s.heads, num_key_value_heads=s.kv_heads,
+        head_dim=s.head_dim, rms_norm_eps=s.eps, rope_theta=s.rope_theta, max_position_embeddings=8192,
+    )  # fmt: skip
+    torch.manual_seed(0)
+    with torch.device(device):
+        stock = transformers.LlamaForCausalLM(config).to(torch.bfloat16).eval().requires_grad_(False)
+    models, ropes, original = {}, {}, modeling_llama.apply_rotary_pos_emb
+    for name, how in HF_PEERS.items():
+        model = stock if how is None else copy.deepcopy(stock)
+        try:
+            if how == "lazyops":
+                import lazyops.transformers
+
+                print(lazyops.transformers.patch(model), flush=True)
+            elif how == "liger":
+                from liger_kernel.transformers import apply_liger_kernel_to_llama
+
+                apply_liger_kernel_to_llama(fused_linear_cross_entropy=False, model=model)
+        except ImportError as error:
+            models[name] = error
+            continue
+        models[name], ropes[name] = model, modeling_llama.apply_rotary_pos_emb
+        modeling_llama.apply_rotary_pos_emb = original
+    return models, ropes, config
+
+
+def hf_case(name: str, model: Any, rope: Any, phase: str, batch: int, context: int) -> Any:
+    """The harness case of one model: prefill (``batch`` prompts of ``context``) or one eager decode step over a
+    ``DynamicCache`` of ``context`` tokens, cropped back after each step (as ``generate`` pays it: the cat)."""
+
+    def setup(config: Any) -> tuple[Any, ...]:
+        import torch
+        from transformers.models.llama import modeling_llama
+
+        if isinstance(model, Exception):
+            raise model
+        ids = torch.randint(0, model.config.vocab_size, (batch, context), generator=torch.Generator().manual_seed(1))
+        ids = ids.to(model.device)
+
+        def prefill(ids: Any) -> Any:
+            modeling_llama.apply_rotary_pos_emb = rope
+            return (model(ids, use_cache=False, logits_to_keep=1).logits,)
+
+        if phase == "prefill":
+            return prefill, [(ids,)]
+        with torch.no_grad():
+            cache = model(ids, use_cache=True, logits_to_keep=1).past_key_values
+        step_ids = ids[:, -1:]
+
+        def decode(step: Any) -> Any:
+            modeling_llama.apply_rotary_pos_emb = rope
+            logits = model(step, past_key_values=cache, use_cache=True).logits
+            cache.crop(-1)  # the step's token: each call decodes after the same context
+            return (logits,)
+
+        return decode, [(step_ids,)]
+
+    return harness.Case(name, "peer" if name == "transformers" else "lazyops", setup)
+
+
+def hf_batch(models: dict[str, Any], ropes: dict[str, Any], smoke: bool) -> list[dict[str, Any]]:
+    """``generate_batch`` throughput, interleaved rounds: each model's, and stock's with each paged attention."""
+    import time
+
+    import torch
+    from transformers.models.llama import modeling_llama
+
+    from transformers import GenerationConfig
+
+    count, prompt, new = (3, 8, 4) if smoke else (64, 256, 128)
+    vocab = next(m for m in models.values() if not isinstance(m, Exception)).config.vocab_size
+    draw = [torch.randint(0, vocab, (prompt,), generator=torch.Generator().manual_seed(i)) for i in range(count)]
+    prompts = [ids.tolist() for ids in draw]
+    generation = GenerationConfig(max_new_tokens=new, do_sample=False, eos_token_id=-1, pad_token_id=0)
+    runs = {f"{name} ({attention})": (name, attention) for name in models for attention in ("sdpa", "paged|eager")}
+    runs = {label: run for label, run in runs.items() if run[0] == "transformers" or run[1] == "sdpa"}
+    samples: dict[str, list[float]] = {label: [] for label in runs}
+    errors: dict[str, str] = {}
+    for round_ in range(1 if smoke else 3):
+        for label in list(runs)[round_ % len(runs) :] + list(runs)[: round_ % len(runs)]:
+            name, attention = runs[label]
+            model = models[name]
+            if label in errors or isinstance(model, Exception):
+                errors.setdefault(label, f"not installed here: {model}")
+                continue
+            try:
+                model.set_attn_implementation(attention)
+                modeling_llama.apply_rotary_pos_emb = ropes[name]
+                started = time.perf_counter()
+                with torch.no_grad():
+                    out = model.generate_batch(inputs=prompts, generation_config=generation, progress_bar=False)
+                if model.device.type == "cuda":
+                    torch.cuda.synchronize(model.device)
+                elapsed = time.perf_counter() - started
+                made = sum(len(result.generated_tokens) for result in out.values())
+                if made != count * new:  # transformers logs a failed request and goes on: not a figure
+                    raise RuntimeError(f"{made} of {count * new} tokens generated (a request failed)")
+                samples[label].append(made / elapsed)
+            except Exception as error:  # noqa: BLE001 - one failing configuration is its row
+                errors[label] = f"{type(error).__name__}: {str(error).strip().splitlines()[0][:200]}"
+            finally:
+                model.set_attn_implementation("sdpa")
+    rows = []
+    for label, values in samples.items():
+        values.sort()
+        figures = {"tokens_per_s": values[len(values) // 2], "low": values[0], "high": values[-1]} if values else {}
+        rows.append(
+            {"workload": "generate_batch", "impl": label}
+            | figures
+            | ({"error": errors[label]} if label in errors else {})
+        )
+    return rows
+
+
+def _hf_time(row: dict[str, Any]) -> str:
+    if "us" not in row:
+        return "" if "tokens_per_s" in row else str(row.get("error", ""))
+    ratio = f" ({row['vs_stock']:.2f}×)" if row.get("vs_stock") else ""
+    return harness.figure(row["us"], 1, row.get("noisy")) + ratio
+
+
+def _hf_rate(row: dict[str, Any]) -> str:
+    return f"{row['tokens_per_s']:,.0f} [{row['low']:,.0f}–{row['high']:,.0f}]" if "tokens_per_s" in row else ""
+
+
+def hugging_face(options: Any, device: str) -> int:
+    import torch
+
+    models, ropes, config = hf_models(options, device)
+    context, rows = 16 if options.smoke else 512, []
+    workloads = [("prefill", 1, 16 if options.smoke else 2048), ("decode", 1, context), ("decode", 32, context)]
+    for phase, batch, tokens in workloads:
+        cases = [hf_case(name, models[name], ropes.get(name), phase, batch, tokens) for name in HF_PEERS]
+        reference: list[Any] = []
+
+        def check(
+            case: Any, got: Any, reference: list[Any] = reference
+        ) -> None:  # stock first: the others judged by it
+            if not reference:
+                reference.append(got)
+            else:
+                harness.judge([g.float() for g in got], [r.float() for r in reference[0]], 0.05)
+
+        mode = "stream" if phase == "prefill" else "host"
+        workload = f"{phase}-{tokens if phase == 'prefill' else batch}"
+        timed = harness.measure(cases, workload, mode, device, calls=50, check=check)
+        stock = timed.get("transformers", {}).get("us")
+        rows += [
+            {"workload": workload, "impl": impl, "vs_stock": stock / t["us"] if stock and t.get("us") else None} | t
+            for impl, t in timed.items()
+        ]
+    rows += hf_batch(models, ropes, options.smoke)
+    env = harness.environment(device) | {"model": config.to_diff_dict(), "dtype": str(torch.bfloat16)}
+    header = ["workload", "implementation", "µs (× stock)", "tokens/s [spread]"]
+    cells = [[row["workload"], row["impl"], _hf_time(row), _hf_rate(row)] for row in rows]
+    body = ["Prefill: stream time; decode: host time of back-to-back eager steps; generate_batch: 3 interleaved "
+            "rounds, median [lowest–highest].", "", *harness.table(header, cells)]  # fmt: skip
+    written = harness.write(
+        options.out, "hf", "A Hugging Face Llama on lazyops (lazyops.transformers.patch)", env, rows, body
+    )
+    print(f"wrote {written} and its .json")
+    return 0 if all("wrong result" not in str(row.get("error", "")) for row in rows) else 1
 
 
 if __name__ == "__main__":

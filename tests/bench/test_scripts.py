@@ -177,3 +177,16 @@ def test_results_are_one_row_a_line_and_name_their_command(tmp_path):
 def test_scripts_reach_lazyops_only_through_its_public_api_and_the_harness(script):
     text = (BENCHMARKS / script).read_text()
     assert "lazyops._" not in text and "from lazyops import _" not in text
+
+
+def test_layer_hugging_face(tmp_path):
+    """``bench_layer.py --hf``: the stock model, lazyops' patch (liger-kernel where installed), every workload timed
+    or its row saying why not, the patched model's logits judged against stock's first."""
+    pytest.importorskip("transformers")
+    rows = smoke("bench_layer.py", tmp_path, "--hf")["rows"]
+    timed = {(row["workload"], row["impl"]): row for row in rows}
+    for workload in ("prefill-16", "decode-1", "decode-32"):
+        for impl in ("transformers", "lazyops.transformers.patch"):
+            assert timed[workload, impl]["us"] > 0 and "error" not in timed[workload, impl], timed[workload, impl]
+    batch = [row for row in rows if row["workload"] == "generate_batch" and "liger" not in row["impl"]]
+    assert len(batch) == 3 and all(row["tokens_per_s"] > 0 for row in batch), batch

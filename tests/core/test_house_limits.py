@@ -1,5 +1,5 @@
 """The limits issue 28 set for the house, held: no import cycle in the package, the benchmarks a library of at most
-2,500 lines, results of at most 1 MiB with no rerun files, no notebook file over 250 lines.
+2,700 lines, results of at most 1 MiB with no rerun files, no notebook file over 250 lines.
 
 Each limit is a count over the checkout's files, not a timing. A change that crosses one fails here with what crossed
 it; to move a limit, change it here with the reason in the commit.
@@ -18,7 +18,9 @@ import lazyops
 PACKAGE = Path(lazyops.__file__).resolve().parent
 CHECKOUT = PACKAGE.parents[1]
 BENCHMARKS = CHECKOUT / "benchmarks"
-BENCHMARK_LINES = 2_500
+# 2,500 (issue 28), then 2,700 for issue 38's Hugging Face model (bench_layer.py --hf: stock, lazyops' patch and
+# liger-kernel's on one model, prefill, eager decode and generate_batch), which no existing case could time.
+BENCHMARK_LINES = 2_700
 RESULT_BYTES = 1 << 20
 NOTEBOOK_LINES = 250
 #: Names of a rerun kept beside the run it repeats; git history keeps earlier runs.
@@ -133,7 +135,7 @@ def tracked_lines(folder: Path, suffixes: tuple[str, ...]) -> dict[str, int]:
     return {str(path.relative_to(CHECKOUT)): len(path.read_text().splitlines()) for path in files}
 
 
-def test_the_benchmarks_are_a_library_of_at_most_2500_lines() -> None:
+def test_the_benchmarks_are_a_library_of_at_most_2700_lines() -> None:
     lines = {
         path: count
         for path, count in tracked_lines(BENCHMARKS, (".py", ".sh", ".md")).items()
