@@ -7,7 +7,7 @@ PYTHON ?= $(if $(wildcard .venv/bin/python),.venv/bin/python,python3)
 # the checkout's lazyops, after whatever PYTHONPATH already names (the H200's wheel folder first)
 export PYTHONPATH := $(if $(PYTHONPATH),$(PYTHONPATH):)$(CURDIR)/src
 
-.PHONY: help test lint gpu-results gpu-kernels gpu-gemm gpu-layer gpu-host gpu-tune gpu-check gpu-attention cpu-results
+.PHONY: help test lint gpu-results gpu-kernels gpu-gemm gpu-layer gpu-host gpu-hf gpu-tune gpu-check gpu-attention cpu-results
 
 help:
 	@echo "make test         the whole test suite (CI: bash scripts/test.sh installs, lints, then runs it)"
@@ -44,6 +44,11 @@ gpu-layer:
 
 gpu-host:
 	$(PYTHON) benchmarks/bench_host.py --parts calls
+
+# A Hugging Face Llama (4 layers, Llama-3-8B shapes): stock, lazyops.transformers.patch, liger-kernel's patch;
+# results/<gpu>/hf.{md,json}. One device call of a few minutes (liger-kernel's wheel installed first).
+gpu-hf:
+	$(PYTHON) benchmarks/bench_layer.py --hf
 
 # lazyops tune on the Llama decoder layer's trace (twice: the second run checks that the choices reproduce), then the
 # layer run by the plan beside each backend's: results/<gpu>/tune.{md,json}, tune_layer.*, the trace and both plans.
