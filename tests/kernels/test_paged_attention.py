@@ -408,16 +408,79 @@ def test_plans_depend_on_shapes_and_the_factory_only():
 def test_a_device_not_in_the_table_takes_the_default_fitted_to_its_shared_memory():
     """A GPU the table does not name plans with the default table's tiles, its split from its own SM count, and
     its stages cut to what its shared memory holds (99 KiB: an sm_89)."""
-    from lazyops._backends.triton.paged_attention import DEFAULT_TABLE, attention_table, fitted, plan
+    from lazyops._backends.triton.paged_attention import DEFAULT_TABLE, attention_table, fitted, plan, shared_bytes
 
     assert attention_table("NVIDIA GeForce RTX 4090") == DEFAULT_TABLE == attention_table(None)
     config = ATTENTION.bind(32, 8, 128, torch.bfloat16, block_size=16)
     assert plan(config, 1, 1, 2048, 16).segments < plan(config, 1, 1, 2048, 132).segments
-    decode = DEFAULT_TABLE.decode[128]
-    small = fitted(decode, 128, 2, 99 * 1024)
-    assert small.num_stages < decode.num_stages and small.num_stages >= 2
-    assert 2 * small.tile_n * 128 * 2 * small.num_stages + 16 * 128 * 2 <= 99 * 1024
-    assert fitted(decode, 128, 2, 227 * 1024) == decode
+    for tiles in (*DEFAULT_TABLE.prefill.values(), *DEFAULT_TABLE.decode.values()):
+        small = fitted(tiles, 128, 2, 99 * 1024)
+        assert shared_bytes(small, 128, 2) <= 99 * 1024 and small.block_m == tiles.block_m
+        assert small.num_stages >= 2 and small.tile_n >= 16
+        assert fitted(tiles, 128, 2, 227 * 1024) == tiles
+    prefill = DEFAULT_TABLE.prefill[128]
+    assert shared_bytes(prefill, 128, 2) > 99 * 1024 and fitted(prefill, 128, 2, 99 * 1024) != prefill
+
+
+#: Compiles the Triton attention kernel for sm_90a on the host (Triton's own compiler and ptxas, no GPU) and prints,
+#: for a tiling given as argv, its shared memory, registers, stack (spills) and whether its products are wgmma.
+SM90_COMPILE = r"""
+import json, os, subprocess, sys, tempfile
+import triton
+from triton.backends.compiler import GPUTarget
+from triton.backends.nvidia import compiler
+from triton.compiler import ASTSource
+from lazyops._backends.triton import paged_attention as attention
+block_m, tile_n, warps, stages = map(int, sys.argv[1:])
+kernel = attention._attention_kernel
+const = dict(HEADS=32, KV_HEADS=8, GROUP=4, HEAD_DIM=128, BLOCK_D=128, BLOCK_SIZE=16, BLOCK_M=block_m,
+             BLOCK_Q=block_m // 4, TILE_N=tile_n, WINDOW=0, SOFTCAP=False, FP8=False, SEGMENTS=1, UPCAST=False,
+             IEEE=False)
+pointers = {"block_table_ptr": "*i32", "seq_lens_ptr": "*i32", "cu_seqlens_ptr": "*i32"}
+sig = {}
+for name in kernel.arg_names:
+    if name in const:
+        sig[name] = "constexpr"
+    elif name.endswith("_ptr"):
+        sig[name] = pointers.get(name, "*fp32" if "partial" in name or "scale" in name else "*bf16")
+    else:
+        sig[name] = "fp32" if name in ("scale", "softcap") else "i32"
+aligned = {(i,): [["tt.divisibility", 16]] for i, n in enumerate(kernel.arg_names) if n.endswith(("_ptr", "stride"))}
+source = ASTSource(kernel, sig, const, aligned)
+built = triton.compile(source, target=GPUTarget("cuda", 90, 32), options={"num_warps": warps, "num_stages": stages})
+with tempfile.NamedTemporaryFile(suffix=".cubin", delete=False) as file:
+    file.write(built.asm["cubin"])
+tool = os.path.join(os.path.dirname(compiler.__file__), "bin", "cuobjdump")
+usage = subprocess.run([tool, "-res-usage", file.name], capture_output=True, text=True, check=True).stdout
+fields = dict(item.split(":", 1) for line in usage.splitlines() if "REG:" in line for item in line.split())
+print(json.dumps({"shared": built.metadata.shared, "registers": int(fields["REG"]), "stack": int(fields["STACK"]),
+                  "wgmma": "wgmma.mma_async" in built.asm["ptx"]}))
+"""
+
+
+@pytest.mark.parametrize("kind", ["decode", "prefill"])
+def test_the_tables_tiles_keep_the_next_keys_in_flight_on_sm90(kind):
+    """The table's tile for head dim 128, compiled for sm_90a on the host: no spill, the shared memory of two key
+    and value buffers (:func:`shared_bytes` at 3 stages: the block ids read a tile ahead let Triton's pipeliner
+    load the next tile while this one is computed; read in the same iteration, the kernel took one buffer), and
+    the prefill tile's products on wgmma."""
+    pytest.importorskip("triton.backends.nvidia")
+    from lazyops._backends.triton.paged_attention import DEFAULT_TABLE, shared_bytes
+
+    tiles = (DEFAULT_TABLE.decode if kind == "decode" else DEFAULT_TABLE.prefill)[128]
+    root = Path(__file__).resolve().parents[2]
+    env = {key: value for key, value in os.environ.items() if key != "TRITON_INTERPRET"}
+    env["PYTHONPATH"] = os.pathsep.join([str(root / "src"), os.environ.get("PYTHONPATH", "")])
+    env["TRITON_DEFAULT_FP_FUSION"] = "1"
+    tiling = [str(value) for value in (tiles.block_m, tiles.tile_n, tiles.num_warps, tiles.num_stages)]
+    result = subprocess.run(
+        [sys.executable, "-c", SM90_COMPILE, *tiling], capture_output=True, text=True, env=env, timeout=600
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    built = json.loads(result.stdout.splitlines()[-1])
+    assert tiles.num_stages >= 3 and built["stack"] == 0, built
+    assert abs(built["shared"] - shared_bytes(tiles, 128, 2)) <= 4096, built
+    assert built["wgmma"] == (kind == "prefill"), built
 
 
 def test_ids_outside_the_cache_are_absent_keys_not_reads(triton_kernels):

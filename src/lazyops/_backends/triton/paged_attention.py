@@ -69,9 +69,9 @@ class Tiles:
 #: the sweep that confirms them: docs/decisions/010-paged-attention-split-and-tiles.md.
 TABLES = Path(__file__).with_name("configs") / "paged_attention.json"
 #: Shared memory a Hopper block may use (227 KiB); a launch asks the device for its own figure, and fits its
-#: tiles' stages to it, less what the compiler keeps beside the pipeline (the layout conversions, barriers).
+#: tiles' stages to it (:func:`shared_bytes`), less a margin for what the compiler adds (barriers).
 HOPPER_SHARED_MEMORY = 227 * 1024
-SHARED_RESERVE = 8 * 1024
+SHARED_RESERVE = 4 * 1024
 #: What the interpreter pretends to run on (it has no SMs): small, so that the host tests stay quick.
 INTERPRETER_SMS = 4
 
@@ -124,14 +124,16 @@ DEFAULT_TABLE = attention_table()
 PREFILL_TILES, DECODE_TILES, FLOAT32_TILES = DEFAULT_TABLE.prefill, DEFAULT_TABLE.decode, DEFAULT_TABLE.float32
 #: Alternatives the GPU script sweeps (``benchmarks/bench_attention.py --sweep``), by kind of call: key tiles of
 #: 32 to 128, warps, and the stages that keep more or fewer loads in flight (more stages, fewer programs an SM).
+#: Each compiles for sm_90 without spilling (Triton 3.9, head dim 128, bf16): decision 010 gives their registers and
+#: shared memory.
 SWEEP = {
-    "prefill": (Tiles(128, 64, 8, 3), Tiles(128, 32, 4, 3), Tiles(64, 64, 4, 3), Tiles(128, 128, 8, 2)),
+    "prefill": (Tiles(128, 64, 8, 3), Tiles(128, 64, 8, 2), Tiles(128, 32, 8, 3), Tiles(64, 32, 4, 3)),
     "decode": (
         Tiles(16, 64, 4, 3),
         Tiles(16, 64, 4, 2),
         Tiles(16, 32, 4, 3),
         Tiles(16, 32, 4, 4),
-        Tiles(16, 128, 4, 2),
+        Tiles(16, 128, 4, 3),
         Tiles(16, 64, 8, 3),
     ),
 }
@@ -167,14 +169,25 @@ def split_segments(
     return 1 << (wanted.bit_length() - 1) if wanted > 1 else 1
 
 
+def shared_bytes(tiles: Tiles, head_dim: int, itemsize: int) -> int:
+    """The shared memory a program of ``tiles`` takes: the query tile, ``num_stages - 1`` buffers of a key and a
+    value tile, and the float32 scores' layout conversion (``block_m x tile_n``). Matches what Triton 3.9 allocates
+    for sm_90 within 4 KiB for every tile of the table and the sweep (its ``metadata.shared``)."""
+    buffers = max(1, tiles.num_stages - 1)
+    return (tiles.block_m + 2 * buffers * tiles.tile_n) * head_dim * itemsize + tiles.block_m * tiles.tile_n * 4
+
+
 def fitted(tiles: Tiles, head_dim: int, itemsize: int, shared_memory: int) -> Tiles:
-    """``tiles`` with its stages cut (two at least) until a program's key and value stages and its query tile fit
-    ``shared_memory`` less :data:`SHARED_RESERVE`: a device with less shared memory than the table's (a 99 KiB
-    sm_89) takes the same tiles, less deep."""
-    stage = 2 * tiles.tile_n * head_dim * itemsize
-    room = shared_memory - SHARED_RESERVE - tiles.block_m * head_dim * itemsize
-    stages = max(2, min(tiles.num_stages, room // stage))
-    return tiles if stages == tiles.num_stages else dataclasses.replace(tiles, num_stages=stages)
+    """``tiles`` cut until a program fits ``shared_memory`` less :data:`SHARED_RESERVE`: its stages first (two at
+    least), then its keys a step (16 at least). A device with less shared memory than the table's (a 99 KiB sm_89)
+    takes the same rows, less deep."""
+    room = shared_memory - SHARED_RESERVE
+    while shared_bytes(tiles, head_dim, itemsize) > room and (tiles.num_stages > 2 or tiles.tile_n > 16):
+        if tiles.num_stages > 2:
+            tiles = dataclasses.replace(tiles, num_stages=tiles.num_stages - 1)
+        else:
+            tiles = dataclasses.replace(tiles, tile_n=tiles.tile_n // 2)
+    return tiles
 
 
 #: Shapes whose plan a kernel keeps (an engine's decode and prefill shapes repeat step after step).
@@ -319,10 +332,17 @@ def _attention_kernel(
         acc = tl.zeros([BLOCK_M, BLOCK_D], dtype=tl.float32)
         table_row = block_table_ptr + sequence.to(tl.int64) * table_row_stride
         keys_in = tl.arange(0, TILE_N)
+        # The block ids a tile ahead: the keys' addresses then come from the loop's carried values, not from a load
+        # of the same iteration, so Triton's pipeliner keeps the next tile's keys and values in flight (num_stages
+        # 3: two buffers) while this one is computed; read in the same iteration they were single-buffered.
+        upcoming = tile_low * TILE_N + keys_in
+        next_block = tl.load(table_row + upcoming // BLOCK_SIZE, mask=upcoming < high, other=0)
         for tile in tl.range(tile_low, tile_high):
             key = tile * TILE_N + keys_in
             key_ok = key < high
-            block = tl.load(table_row + key // BLOCK_SIZE, mask=key_ok, other=0)
+            block = next_block
+            upcoming = key + TILE_N
+            next_block = tl.load(table_row + upcoming // BLOCK_SIZE, mask=upcoming < high, other=0)
             key_ok = key_ok & (block >= 0) & (block < num_blocks)
             slot = block.to(tl.int64) * BLOCK_SIZE + key % BLOCK_SIZE
             kv_offsets = (slot * KV_HEADS + kv_head)[:, None] * HEAD_DIM + dims[None, :]
