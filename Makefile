@@ -1,22 +1,25 @@
-# The repository's tasks. `make test` and `make lint` run anywhere; `make gpu-results` on the H200 (../shared/GPU.md:
-# TileLang's and liger-kernel's wheels installed first), `make cpu-results` on the 2-core CPU machine. Each result file
-# names the command that made it, so one file is remade by running that command alone.
+# The repository's tasks. `make test` and `make lint` run anywhere; the gpu-* targets on a lent H200 or H100
+# (../shared/GPU.md: TileLang's and liger-kernel's wheels unpacked first), `make cpu-results` on the 2-core CPU machine.
+# Each result file names the command that made it, so one file is remade by running that command alone.
 
 SHELL := /bin/bash
 PYTHON ?= $(if $(wildcard .venv/bin/python),.venv/bin/python,python3)
 # the checkout's lazyops, after whatever PYTHONPATH already names (the H200's wheel folder first)
 export PYTHONPATH := $(if $(PYTHONPATH),$(PYTHONPATH):)$(CURDIR)/src
 
-.PHONY: help test lint gpu-results gpu-kernels gpu-gemm gpu-layer gpu-host gpu-hf gpu-tune gpu-check gpu-attention cpu-results
+.PHONY: help test lint gpu-check gpu-results gpu-results-1 gpu-results-2 gpu-attention gpu-gemm gpu-host gpu-kernels \
+	gpu-layer gpu-engine gpu-hf gpu-tune gpu-prune cpu-results
 
 help:
-	@echo "make test         the whole test suite (CI: bash scripts/test.sh installs, lints, then runs it)"
-	@echo "make lint         ruff and ruff format on src/ tests/ benchmarks/ examples/, mypy on src/"
-	@echo "make gpu-results  every GPU result file into benchmarks/results/<gpu>/ (about 8 minutes on one H200)"
-	@echo "make gpu-tune     lazyops tune on the decoder layer's trace, twice, then the layer by its plan (GPU)"
-	@echo "make gpu-check    every GPU test, the example engine: results/<gpu>/gpu-check.md (GPU)"
-	@echo "make gpu-attention  paged attention checked and timed against SDPA (GPU)"
-	@echo "make cpu-results  the CPU result files into benchmarks/results/cpu/"
+	@echo "make test           the whole test suite (CI: bash scripts/test.sh installs, lints, then runs it)"
+	@echo "make lint           ruff and ruff format on src/ tests/ benchmarks/ examples/, mypy on src/"
+	@echo "make gpu-check      every GPU test, the example engine: GPU_OUT/gpu-check.md (one device call)"
+	@echo "make gpu-results-1  attention with its sweep, gemm, host (one device call; gpu-results: both calls' parts)"
+	@echo "make gpu-results-2  kernels, layer --ceiling, the example engine against Hugging Face (one device call)"
+	@echo "make gpu-prune      delete the old scripts' result files that today's have replaced"
+	@echo "make gpu-hf         a Hugging Face Llama: stock, lazyops.transformers.patch, liger-kernel (one device call)"
+	@echo "make gpu-tune       lazyops tune on the decoder layer's trace, twice, then the layer by its plan (GPU)"
+	@echo "make cpu-results    the CPU result files into benchmarks/results/cpu/"
 
 test:
 	$(PYTHON) -m pytest
@@ -26,29 +29,74 @@ lint:
 	$(PYTHON) -m ruff format --check src tests benchmarks examples
 	$(PYTHON) -m mypy src
 
-# In this order so that an interrupted run has the goals' figures first: the memory-bound kernels (stream 1024, 8192,
-# 32768; CUDA graphs 1, 1024; host at one token), the GEMM grid, the decoder layer and its bound, the host's per-call
-# costs. Each part also runs alone (`make gpu-kernels`, then `make gpu-gemm gpu-layer gpu-host`: two device calls of
-# under 10 minutes each), and each script rewrites its files as it goes, so a run cut short keeps what it measured.
-# Then the superseded files of the old scripts (named in each one's first line) can be deleted.
-gpu-results: gpu-kernels gpu-gemm gpu-layer gpu-host
+# --- the GPU part: three device calls of under 9 minutes each (a lent call is at most 10) ---------------------------
+#
+#   1. make gpu-check GPU_OUT=$OUT        the GPU tests and the example engine          1 file back
+#   2. make gpu-results-1 GPU_OUT=$OUT    attention (checks, decode, prefill, sweep), gemm, host     6 files back
+#   3. make gpu-results-2 GPU_OUT=$OUT    kernels, the layer and its bound, the engine against HF    6 files back
+#
+# GPU_OUT is where every part writes its result files, as it goes: on a lent machine $OUT, so that what a call wrote
+# comes back even when it is cut off (at most 8 files a call come back). Each part is stopped (SIGINT: a script keeps
+# the cells it finished, pytest prints its summary) after its own limit below, so a call ends within its 9 minutes
+# whatever one part costs; every part also runs alone (`make gpu-attention`, ...). TileLang's and Triton's compiled
+# programs are kept in GPU_CACHE for the call's duration, shared by its processes (a fresh machine starts empty).
+# Then, on this machine: copy the files into benchmarks/results/h200/, `make gpu-prune`, `python
+# scripts/performance_tables.py`, and commit.
+GPU_OUT ?= benchmarks/results/h200
+GPU_CACHE ?= /tmp/lazyops-gpu-cache
+gpu-%: export TILELANG_CACHE_DIR := $(GPU_CACHE)/tilelang
+gpu-%: export TRITON_CACHE_DIR := $(GPU_CACHE)/triton
+gpu-%: export PYTHONUNBUFFERED := 1
+# `$(call limit,SECONDS)`: the command after it is interrupted after SECONDS, and killed 10 s later
+limit = timeout -s INT -k 10 $(1)
 
-gpu-kernels:
-	$(PYTHON) benchmarks/bench_kernels.py
+gpu-results: gpu-results-1 gpu-results-2
 
+gpu-results-1:
+	-$(MAKE) gpu-attention ATTENTION=--sweep ATTENTION_S=290
+	-$(MAKE) gpu-gemm GEMM_S=130
+	-$(MAKE) gpu-host HOST_S=60
+
+gpu-results-2:
+	-$(MAKE) gpu-kernels KERNELS_S=270
+	-$(MAKE) gpu-layer LAYER_S=150
+	-$(MAKE) gpu-engine ENGINE_S=90
+
+# Attention over a paged KV cache (issues 29, 39): each backend's kernels checked, decode and prefill against SDPA's
+# flash and cuDNN backends; ATTENTION=--sweep adds each backend's split counts and Triton's tiles (docs/decisions/010).
+ATTENTION ?=
+ATTENTION_S ?= 540
+gpu-attention:
+	$(call limit,$(ATTENTION_S)) $(PYTHON) benchmarks/bench_attention.py --out $(GPU_OUT) $(ATTENTION)
+
+GEMM_S ?= 540
 gpu-gemm:
-	$(PYTHON) benchmarks/bench_gemm.py
+	$(call limit,$(GEMM_S)) $(PYTHON) benchmarks/bench_gemm.py --out $(GPU_OUT)
 
-gpu-layer:
-	$(PYTHON) benchmarks/bench_layer.py --ceiling
-
+HOST_S ?= 540
 gpu-host:
-	$(PYTHON) benchmarks/bench_host.py --parts calls
+	$(call limit,$(HOST_S)) $(PYTHON) benchmarks/bench_host.py --parts calls --out $(GPU_OUT)
+
+# The memory-bound kernels (stream 1024, 8192, 32768; CUDA graphs 1, 1024; host at one token) against their peers.
+KERNELS_S ?= 540
+gpu-kernels:
+	$(call limit,$(KERNELS_S)) $(PYTHON) benchmarks/bench_kernels.py --out $(GPU_OUT)
+
+LAYER_S ?= 540
+gpu-layer:
+	$(call limit,$(LAYER_S)) $(PYTHON) benchmarks/bench_layer.py --ceiling --out $(GPU_OUT)
+
+# The example engine's decode step (4 Llama-3-8B layers, random weights) in CUDA graphs against Hugging Face's
+# static cache under torch.compile, batch 1 and 32: GPU_OUT/engine.{md,json}.
+ENGINE_S ?= 540
+gpu-engine:
+	$(call limit,$(ENGINE_S)) $(PYTHON) examples/generate.py --bench --out $(GPU_OUT)
 
 # A Hugging Face Llama (4 layers, Llama-3-8B shapes): stock, lazyops.transformers.patch, liger-kernel's patch;
 # results/<gpu>/hf.{md,json}. One device call of a few minutes (liger-kernel's wheel installed first).
+HF_S ?= 540
 gpu-hf:
-	$(PYTHON) benchmarks/bench_layer.py --hf
+	$(call limit,$(HF_S)) $(PYTHON) benchmarks/bench_layer.py --hf --out $(GPU_OUT)
 
 # lazyops tune on the Llama decoder layer's trace (twice: the second run checks that the choices reproduce), then the
 # layer run by the plan beside each backend's: results/<gpu>/tune.{md,json}, tune_layer.*, the trace and both plans.
@@ -57,46 +105,57 @@ gpu-hf:
 gpu-tune:
 	$(PYTHON) benchmarks/bench_tune.py $(TUNE)
 
+# Correctness on the GPU, one device call: every GPU test (`-m gpu`: the conformance kit over each GPU backend, one
+# case per configuration class; the offsets past 2**31; TileLang's attention against torch), the attention kernels'
+# own tests, a decoder block compiled and exported, the example engine against Hugging Face and in a CUDA graph, the
+# CUDA-only tests of the kernel suite (TMA, launches, call depth), the plans. The log, headed by the command, the date
+# and the device, is GPU_OUT/GPU_CHECK_NAME.md, written as the steps run; each step stops after its limit (pytest
+# then prints its summary and slowest tests; the log says "exit status 124"). GPU_SELECT: pytest options for the
+# `-m gpu` step (`-k triton`); GPU_CONFORMANCE_EXAMPLES=N: N drawn cases a kernel instead of one per class.
+GPU_CHECK ?= tests/kernels/test_paged_attention.py tests/kernels/test_triton_matmul_tma.py \
+	tests/kernels/test_triton_launch.py tests/kernels/test_call_depth.py tests/examples tests/plan \
+	tests/kernels/test_compile.py::test_a_decoder_block_compiles_fullgraph_and_matches_eager \
+	tests/kernels/test_compile.py::test_a_decoder_block_exports
+GPU_TESTS_S ?= 300
+GPU_CHECK_S ?= 170
+GPU_EXAMPLE_S ?= 50
+GPU_CONFORMANCE_EXAMPLES ?=
+GPU_SELECT ?=
+GPU_CHECK_NAME ?= gpu-check
+PYTEST_GPU = $(PYTHON) -m pytest -q -rfEs --durations=25 -p no:cacheprovider
+gpu-check:
+	@mkdir -p $(GPU_OUT)
+	{ echo "# GPU checks"; echo; echo "Made by \`make gpu-check GPU_CONFORMANCE_EXAMPLES=$(GPU_CONFORMANCE_EXAMPLES)" \
+	  "GPU_SELECT='$(GPU_SELECT)' GPU_CHECK='$(GPU_CHECK)' GPU_CHECK_NAME=$(GPU_CHECK_NAME)\` on $$(date -u +%FT%TZ); do not edit, rerun the command."; \
+	  echo "Device: $$(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader); $$($(PYTHON) -c \
+	  'import torch, triton; print("torch", torch.__version__, "triton", triton.__version__)')."; echo; echo '```'; \
+	  echo "\$$ pytest -m gpu tests $(GPU_SELECT)   # limit $(GPU_TESTS_S) s"; SECONDS=0; \
+	  GPU_CONFORMANCE_EXAMPLES=$(GPU_CONFORMANCE_EXAMPLES) $(call limit,$(GPU_TESTS_S)) $(PYTEST_GPU) -m gpu tests $(GPU_SELECT) 2>&1; \
+	  echo "exit status $$? after $$SECONDS s"; \
+	  $(if $(strip $(GPU_CHECK)),echo '$$ pytest $$GPU_CHECK   # limit $(GPU_CHECK_S) s'; SECONDS=0; \
+	  $(call limit,$(GPU_CHECK_S)) $(PYTEST_GPU) $(GPU_CHECK) 2>&1; echo "exit status $$? after $$SECONDS s";) \
+	  echo '$$ python examples/generate.py --tokens 16   # limit $(GPU_EXAMPLE_S) s'; SECONDS=0; \
+	  $(call limit,$(GPU_EXAMPLE_S)) $(PYTHON) examples/generate.py --tokens 16 2>&1 | tail -n 8; \
+	  echo "exit status $${PIPESTATUS[0]} after $$SECONDS s"; echo '```'; \
+	} > $(GPU_OUT)/$(GPU_CHECK_NAME).md
+
+# The old scripts' result files (their first line names the deleted script) and what replaces each: deleted once the
+# replacement exists, made by today's script (its header names a bench_*.py or make gpu-check). gemm.md and layer.md
+# are rewritten in place; multi_gpu.md stays until a run on two GPUs; sweeps/ holds the GEMM sweeps that
+# tests/kernels/gemm_sweeps.py reads.
+SUPERSEDED = compile_block:gpu-check conformance:gpu-check kernels_host:kernels kernels_same_bytes:kernels \
+	kernels_stream:kernels kernels_stream_triton_rmsnorm_fp8:kernels layer_ceiling:layer torch_backend:kernels \
+	wrapper_cost:host
+RESULTS = benchmarks/results/h200
+gpu-prune:
+	@for pair in $(SUPERSEDED); do old=$(RESULTS)/$${pair%%:*}.md; new=$(RESULTS)/$${pair##*:}.md; \
+	  if [ -f "$$old" ] && [ -f "$$new" ] && head -n 4 "$$new" | grep -Eq 'benchmarks/bench_[a-z_]+\.py|make gpu-check'; \
+	  then git rm -q "$$old" && echo "deleted $$old ($$new replaces it)"; \
+	  elif [ -f "$$old" ]; then echo "kept $$old: $$new is not yet made by today's scripts"; fi; done
+
 cpu-results:
 	$(PYTHON) benchmarks/bench_host.py
 	$(PYTHON) benchmarks/bench_kernels.py --backend torch --dtypes float32,float16,bfloat16 --tokens 1,128,1024 \
 		--modes stream --name torch_backend
 	$(PYTHON) benchmarks/bench_gemm.py --backend torch --dtypes float32,float16,bfloat16 --shapes 1024x1024 --tokens 1,128,1024 \
 		--no-cube --name torch_backend_matmul
-
-# Correctness on the H200: every GPU test (`-m gpu`: the conformance kit over each GPU backend, the offsets past 2**31,
-# TileLang's attention against torch), the attention kernels' own tests, the example engine against Hugging Face and
-# in a CUDA graph, and the CUDA-only tests of the kernel suite (TMA, launches, call depth). The log, headed by the
-# command, the date and the device, is benchmarks/results/<gpu>/gpu-check.md.
-GPU_CHECK ?= tests/kernels/test_paged_attention.py tests/kernels/test_triton_matmul_tma.py \
-	tests/kernels/test_triton_launch.py tests/kernels/test_call_depth.py tests/examples tests/plan
-# Each of the three steps is interrupted after GPU_CHECK_TIMEOUT seconds (pytest then still prints its summary and
-# slowest tests; the log says "exit status 124"). A device call is at most 10 minutes, and on 2026-12-02 the GPU tests
-# alone did not finish in 170 s (TileLang compiles each drawn configuration): split the run with GPU_SELECT, pytest
-# options for the `-m gpu` step, e.g. `make gpu-check GPU_SELECT="-k triton" GPU_CHECK= GPU_CHECK_NAME=gpu-check-triton`
-# (GPU_CHECK_NAME: the result file's stem, so that the parts of a split run do not overwrite each other).
-GPU_CHECK_TIMEOUT ?= 540
-GPU_CONFORMANCE_EXAMPLES ?= 6
-GPU_SELECT ?=
-GPU_CHECK_NAME ?= gpu-check
-STOP_AFTER = timeout -s INT -k 30 $(GPU_CHECK_TIMEOUT)
-gpu-check:
-	@mkdir -p benchmarks/results/h200
-	{ echo "# GPU checks"; echo; echo "Made by \`make gpu-check GPU_CONFORMANCE_EXAMPLES=$(GPU_CONFORMANCE_EXAMPLES)" \
-	  "GPU_SELECT='$(GPU_SELECT)' GPU_CHECK='$(GPU_CHECK)' GPU_CHECK_NAME=$(GPU_CHECK_NAME)\` on $$(date -u +%FT%TZ); do not edit, rerun the command."; \
-	  echo "Device: $$(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader); $$($(PYTHON) -c \
-	  'import torch, triton; print("torch", torch.__version__, "triton", triton.__version__)')."; echo; echo '```'; \
-	  echo '$$ pytest -m gpu tests $$GPU_SELECT'; GPU_CONFORMANCE_EXAMPLES=$(GPU_CONFORMANCE_EXAMPLES) $(STOP_AFTER) \
-	  $(PYTHON) -m pytest -m gpu -q -rfEs --durations=15 -p no:cacheprovider tests $(GPU_SELECT) 2>&1 | tail -n 150; \
-	  echo "exit status $${PIPESTATUS[0]}"; \
-	  $(if $(strip $(GPU_CHECK)),echo '$$ pytest $$GPU_CHECK'; $(STOP_AFTER) $(PYTHON) -m pytest -q -rfEs --durations=15 \
-	  -p no:cacheprovider $(GPU_CHECK) 2>&1 | tail -n 80; echo "exit status $${PIPESTATUS[0]}";) \
-	  echo '$$ python examples/generate.py --tokens 16'; $(STOP_AFTER) \
-	  $(PYTHON) examples/generate.py --tokens 16 2>&1 | tail -n 8; echo "exit status $${PIPESTATUS[0]}"; echo '```'; \
-	} > benchmarks/results/h200/$(GPU_CHECK_NAME).md
-
-# Attention over a paged KV cache (issue 29's goals): each backend's kernels checked, then decode and prefill against
-# SDPA's flash and cuDNN backends, in one run of about 5 minutes: benchmarks/results/<gpu>/attention.{md,json}.
-# ATTENTION passes options: `make gpu-attention ATTENTION=--quick` (about 2 minutes), `ATTENTION=--sweep`.
-gpu-attention:
-	$(PYTHON) benchmarks/bench_attention.py $(ATTENTION)

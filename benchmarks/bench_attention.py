@@ -2,24 +2,22 @@
 reference, then timed against torch's SDPA (flash and cuDNN backends) on contiguous keys holding the same numbers.
 
     python benchmarks/bench_attention.py                   # on the H200: results/h200/attention.{md,json}
-    python benchmarks/bench_attention.py --quick           # fewer checks and decode cells, one round
-    python benchmarks/bench_attention.py --sweep           # also the Triton backend's tile table and split counts
+    python benchmarks/bench_attention.py --sweep           # also each backend's split counts, Triton's tiles
     python benchmarks/bench_attention.py --flex            # also FlexAttention (compiled per shape)
     python benchmarks/bench_attention.py --smoke --device cpu --out /tmp/a   # the script's logic: tiny shapes, the host
 
 Llama-3-8B's attention (32 query heads, 8 KV heads of 128, bf16, 16-token blocks scattered in the cache). Checks:
-``lazyops.testing.run_conformance`` (``--examples`` drawn cases), then each kernel on the timed shapes against
-float64; a failed check makes the exit status 1. Decode, batch 1 / 16 / 64 / 256 x context 1k / 8k / 32k: µs per
-call in a CUDA graph, GB/s over the KV bytes read, the share of 4.8 TB/s. Prefill, causal, 1 x 8192 and 16 x 512
-(stream time, TFLOP/s), and 512 new tokens over a 7680-token prefix, paged and over blocks in order (unpaged).
-Every cell's implementations interleaved; peers on ``[B, H, L, D]`` tensors with ``enable_gqa`` (where a backend
-refuses it, keys and values repeated to 32 heads: the row says so). Backends: ``--backend``'s, else each that runs
-here and exports the kernels (on a GPU but the torch backend's: it reads lengths on the host, no CUDA graph).
+``lazyops.testing.run_conformance`` (a case per configuration class, or ``--examples`` drawn ones), then each kernel on
+the timed shapes against float64; a failed check makes the exit status 1. Decode, batch 1 / 16 / 64 / 256 x context 1k /
+8k / 32k: µs per call in a CUDA graph, GB/s over the KV bytes read, the share of 4.8 TB/s. Prefill, causal, 1 x 8192 and
+16 x 512 (stream time, TFLOP/s), and 512 new tokens over a 7680-token prefix, paged and over blocks in order (unpaged).
+Every cell's implementations interleaved; peers on ``[B, H, L, D]`` tensors with ``enable_gqa`` (where a backend refuses
+it, keys and values repeated to 32 heads: the row says so). Backends: ``--backend``'s, else each that runs here and
+exports the kernels (on a GPU but the torch backend's: it reads lengths on the host, no CUDA graph).
 """
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import sys
 from collections.abc import Callable
@@ -32,6 +30,8 @@ TITLE = "paged_attention_tl and kv_cache_write_tl against SDPA"
 HBM_PEAK = 4.8e12  # the H200's HBM3e bandwidth, bytes/s
 KERNELS = ("paged_attention_tl", "kv_cache_write_tl")
 UNPAGED = " unpaged (blocks in order)"
+#: GPU time a CUDA-graph sample aims at: up to 1000 calls of a short decode step, a few of a 7 ms 256 x 32k one.
+GRAPH_S = 0.05
 
 
 @dataclass(frozen=True)
@@ -51,7 +51,6 @@ LLAMA = Shape(
     32, 8, 128, 16, ((1, 16, 64, 256), (1024, 8192, 32768)),
     (("1 x 8192", 1, 8192, 8192), ("16 x 512", 16, 512, 512), ("chunked 512 over 8192", 1, 8192, 512)),
 )  # fmt: skip
-QUICK = (1, 64), (8192, 32768)
 SMOKE = Shape(
     4, 2, 16, 4, ((1, 3), (16, 40)), (("1 x 64", 1, 64, 64), ("4 x 16", 4, 16, 16), ("chunked 8 over 64", 1, 64, 8))
 )
@@ -59,26 +58,22 @@ SMOKE = Shape(
 
 def main(argv: list[str] | None = None) -> int:
     parser = harness.parser(__doc__)
-    parser.add_argument("--quick", action="store_true", help="fewer checks and decode cells, one round")
-    parser.add_argument("--sweep", action="store_true", help="also the Triton tile table and split counts")
+    parser.add_argument("--sweep", action="store_true", help="also split counts and Triton's tiles")
     parser.add_argument("--flex", action="store_true", help="also FlexAttention (compiled per shape)")
-    parser.add_argument("--examples", type=int, help="drawn conformance cases per kernel and backend (default 8)")
+    parser.add_argument("--examples", type=int, help="drawn conformance cases a kernel (default: one per class)")
     options = parser.parse_args(argv)
     device = harness.start(options)
     import torch
 
     torch.manual_seed(0)
     shape, dtype = (SMOKE, torch.float32) if options.smoke else (LLAMA, torch.bfloat16)
-    if options.quick and not options.smoke:
-        shape = dataclasses.replace(LLAMA, decode=QUICK)
     status = harness.backends(options.backend)
     if not options.backend:
         status = {name: None for name, problem in status.items() if problem is None and exports(name)}
         if device.startswith("cuda"):
             status.pop("torch", None)
     env = harness.environment(device, status) | {"shape": shape.__dict__, "dtype": str(dtype)}
-    # two rounds: a 256 x 32k decode call reads 34 GB, and a graph sample is 1000 calls (--quick: one round)
-    timing = Timing(device, options.smoke, 1 if options.quick else 2, options.flex, shape, dtype)
+    timing = Timing(device, options.smoke, 2, options.flex, shape, dtype)  # two rounds: a graph sample is 50 ms
     print(f"backends: {', '.join(status)}; checks", flush=True)
     rows = checks(list(status), options, device, dtype, shape)
     parts = [timing.attention] + ([timing.sweep] if options.sweep and "triton" in status else [])
@@ -101,7 +96,7 @@ def checks(backends: list[str], options: Any, device: str, dtype: Any, shape: Sh
     """Both kernels of each backend: drawn conformance cases, then the timed shapes, against float64."""
     from lazyops import testing
 
-    examples = options.examples or (2 if options.smoke else 4 if options.quick else 8)
+    examples = options.examples or (2 if options.smoke else None)
     context, chunk, batch, written = (40, 8, 2, 5) if options.smoke else (8192, 512, 16, 256)
     attend, block = shape.geometry(dtype), {"block_size": shape.block}
     cases = {
@@ -122,7 +117,8 @@ def checks(backends: list[str], options: Any, device: str, dtype: Any, shape: Sh
     for backend in backends:
 
         def drawn(backend: str = backend) -> str:
-            return str(testing.run_conformance(backend, kernels=KERNELS, max_examples=examples, device=device))
+            drawn = {"max_examples": examples} if examples else {"per_class": True}
+            return str(testing.run_conformance(backend, kernels=KERNELS, device=device, **drawn))
 
         def timed_shape(case: Any, backend: str = backend) -> str:
             error = testing.check_case(harness.factory(backend, case.kernel), case, device=device, max_elements=2**62)
@@ -169,21 +165,28 @@ class Timing:
             del q, k, v, args, cases
 
     def sweep(self, backends: list[str]) -> Any:
-        """The Triton backend's alternatives (its ``SWEEP`` table, and split counts at decode), built unchecked,
-        beside its own rule's choice (checked above) at a few cells."""
+        """Each backend's split counts at decode (every power of two up to 64 that leaves a segment a 64-key tile),
+        Triton's tile alternatives (its ``SWEEP``) at three decode cells and at prefill, beside each backend's own
+        rule and SDPA: what docs/decisions/010 reads. Built unchecked; the rules' choices are checked above."""
         s = self.shape
-        decode = [(1, 40, 1), (3, 16, 1)] if self.smoke else [(batch, 8192, 1) for batch in (1, 16, 64, 256)]
-        for batch, length, new in [*decode, (1, 32, 32) if self.smoke else (1, 8192, 8192)]:
+        batches, contexts = ((1, 3), (16, 40)) if self.smoke else ((1, 4, 16, 64), (1024, 8192, 32768))
+        tiled = {(1, 40), (1, 8192), (16, 1024), (64, 8192)}
+        cells = [(batch, length, 1) for length in contexts for batch in batches]
+        for batch, length, new in cells + [(batch, length, new) for _, batch, length, new in s.prefill[:2]]:
             q, k, v = self.tensors(batch, length, new)
             args = self.paged(q, k, v, shuffle=True)
-            kind, splits = ("decode", (1, 4) if self.smoke else (1, 16, 32, 64)) if new == 1 else ("prefill", (1,))
-            config = (*s.geometry(self.dtype), s.block)
-            variants = harness.attention_variants(kind, config, self.device, splits, 1 if self.smoke else None)
-            timed = (*args, args[0].new_empty(args[0].shape))
-            cases = [lazyops_case("triton", " (its rule)", args, s, self.dtype)]
-            cases += [
-                harness.Case(label, "candidate", lambda _, c=c, t=timed: (c, [t])) for label, c in variants.items()
-            ]
+            timed, kind = (*args, args[0].new_empty(args[0].shape)), "decode" if new == 1 else "prefill"
+            cases = [lazyops_case(backend, " (its rule)", args, s, self.dtype) for backend in backends]
+            for backend in (b for b in backends if b in ("triton", "tilelang")):
+                splits = [1 << i for i in range(7) if length >> i >= 4 * s.block] if new == 1 else []
+                tiles = kind if new > 1 or (batch, length) in tiled else None
+                found = harness.attention_variants(
+                    backend, (*s.geometry(self.dtype), s.block), self.device, splits, tiles
+                )
+                cases += [
+                    harness.Case(name, "candidate", lambda _, c=c, t=timed: (c, [t])) for name, c in found.items()
+                ]
+            cases += sdpa_cases(q, k, v, self.device, causal=new > 1)
             yield self.measure("sweep", f"{kind} {batch} x {length}", cases, k, new)
             del q, k, v, args, cases, timed
 
@@ -210,7 +213,7 @@ class Timing:
         pairs = batch * (new * (length - new) + new * (new + 1) // 2)
         amount, unit = (2 * k.nbytes, "GB/s") if new == 1 else (4 * pairs * k.shape[3] * self.shape.heads, "TFLOP/s")
         mode = "graph" if new == 1 and self.device.startswith("cuda") else "stream"
-        timed = harness.measure(cases, cell, mode, self.device, rounds=self.rounds, round_s=0.1)
+        timed = harness.measure(cases, cell, mode, self.device, rounds=self.rounds, round_s=0.1, graph_s=GRAPH_S)
         rows = [{"part": part, "shape": cell, "impl": name, "mode": mode, **timing} for name, timing in timed.items()]
         for row in (row for row in rows if row.get("us")):
             row.update(rate=amount / (row["us"] * 1e-6) / (1e9 if new == 1 else 1e12), unit=unit)
@@ -282,7 +285,8 @@ def render(rows: list[dict[str, Any]], env: dict[str, Any]) -> list[str]:
     s = env["shape"]
     lines = [
         f"{s['heads']} query heads, {s['kv_heads']} KV heads of {s['head_dim']}, {env['dtype']}, {s['block']}-token "
-        "blocks scattered in the cache. Decode: µs per call inside a CUDA graph (50 calls captured, 20 replays), "
+        "blocks scattered in the cache. Decode: µs per call inside a CUDA graph (up to 50 calls captured, 20 replays: "
+        f"{GRAPH_S * 1e3:.0f} ms of GPU time a sample), "
         f"GB/s over the KV bytes read, % of {HBM_PEAK / 1e12} TB/s. Prefill and the prefill sweep: stream time "
         "(`do_bench`, the L2 flushed), TFLOP/s over 4 × pairs × D × Hq. Peers on contiguous keys of the same "
         "numbers; the implementations of a cell interleaved.",

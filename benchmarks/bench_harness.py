@@ -55,12 +55,15 @@ def measure(
     rounds: int = 3,
     calls: int = 3000,
     round_s: float = 0.04,
+    graph_s: float | None = None,
     check: Callable[[Case, Any], None] | None = None,
 ) -> dict[str, dict[str, Any]]:
     """Every case at ``config``, interleaved: ``{case name: {"kind", "us", "low_us", "high_us", "noisy", "samples"}
     or {"kind", "error"}}``. ``calls``: the host mode's calls a sample (fewer where they would take over
-    :data:`HOST_S`); ``round_s``: the stream mode's time a round; ``check(case, output)`` judges each first call
-    (correct before fast: where it raises, the row is its error). ``--smoke``: one round of few calls."""
+    :data:`HOST_S`); ``round_s``: the stream mode's time a round; ``graph_s``: the graph mode's GPU time a sample
+    (50 calls captured, 20 replays, fewer where one call is long: a 256 x 32k decode call takes 7 ms);
+    ``check(case, output)`` judges each first call (correct before fast: where it raises, the row is its error).
+    ``--smoke``: one round of few calls."""
     import torch
 
     from lazyops import _bench
@@ -87,7 +90,15 @@ def measure(
             elif mode == "graph":
                 if not device.startswith("cuda"):
                     raise RuntimeError(f"CUDA graphs need a CUDA device (this run: {device})")
-                samplers[case.name] = _bench.graph_sampler(fn, inputs, 50, 20)
+                captures, replays = 50, 20
+                if graph_s:
+                    started = time.perf_counter()
+                    fn(*inputs[0])
+                    _bench._synchronize(device)
+                    wanted = graph_s / max(time.perf_counter() - started, 1e-6)
+                    captures = max(2, min(captures, int(wanted / replays)))
+                    replays = max(3, min(replays, int(wanted / captures)))
+                samplers[case.name] = _bench.graph_sampler(fn, inputs, captures, replays)
             elif mode == "host":
                 warmup = max(3, calls // 30)
                 started = time.perf_counter()
@@ -532,23 +543,29 @@ def through_operator(kernel: Any) -> Callable[..., Any]:
 
 
 def attention_variants(
-    kind: str, config: tuple[Any, ...], device: str, splits: Sequence[int], tiles: int | None = None
+    backend: str, config: tuple[Any, ...], device: str, splits: Sequence[int], kind: str | None = None
 ) -> dict[str, Callable[..., Any]]:
-    """The Triton backend's paged attention built with each of the first ``tiles`` tilings of its sweep table for
-    ``kind`` (``"decode"`` or ``"prefill"``) and each split count of ``splits``, whatever its rule would pick:
-    ``{label: call(query, key_cache, value_cache, block_table, seq_lens, cu_seqlens_q, out)}`` (``bench_attention.py
-    --sweep``). ``config``: ``(heads, kv_heads, head_dim, dtype, block_size)``."""
+    """``backend``'s paged attention built with each split count of ``splits`` (its table's tiles), and for Triton
+    with each tiling of its ``SWEEP[kind]`` (its rule's split), whatever its rule would pick: ``{label: call(query,
+    key_cache, value_cache, block_table, seq_lens, cu_seqlens_q, out)}`` (``bench_attention.py --sweep``).
+    ``config``: ``(heads, kv_heads, head_dim, dtype, block_size)``."""
     import torch
 
-    from lazyops._backends.triton import paged_attention
     from lazyops.specs.paged_attention import spec
 
+    module = importlib.import_module(f"lazyops._backends.{backend}.paged_attention")
     *geometry, block = config
     bound, empty = spec.bind(*geometry, block_size=block), torch.empty(0, device=device)  # no fp8 scales
+    variants = [(None, split) for split in splits]
+    variants += [(tile, None) for tile in module.SWEEP[kind]] if kind and backend == "triton" else []
     calls = {}
-    for tile in paged_attention.SWEEP[kind][:tiles]:
-        for segments in splits:
-            launch = paged_attention.build_attention(bound, tiles=tile, segments=segments)
-            label = f"{tile}" + (f" segments {segments}" if len(splits) > 1 else "")
-            calls[label] = lambda *args, launch=launch: launch(*args[:-1], empty, empty, args[-1])
+    for tile, split in variants:
+        if backend == "triton":
+            launch = module.build_attention(bound, tiles=tile, segments=split)
+        else:
+            launch = module.build(bound, splits=split)
+        shape = f" {tile.block_m}x{tile.tile_n} w{tile.num_warps} s{tile.num_stages}" if tile else ""
+        calls[f"{backend}{shape}" + (f" split {split}" if split else "")] = lambda *args, launch=launch: launch(
+            *args[:-1], empty, empty, args[-1]
+        )
     return calls

@@ -3,6 +3,7 @@
     python examples/generate.py          # random weights; each decode step replayed from a CUDA graph on a GPU
     python examples/generate.py --hf     # a tiny random Hugging Face LlamaForCausalLM: its tokens and ours
     LAZYOPS_BACKEND=triton python examples/generate.py --hf --dtype float32    # on a GPU, in float32 as HF's
+    python examples/generate.py --bench  # on a GPU: a decode step of 4 Llama-3-8B layers against HF (make gpu-engine)
 
 Prefill packs every prompt into one call; a decode step is one token per sequence, replayed from a CUDA graph on a
 GPU (its index tensors are static buffers refilled before each replay: the kernels read them on the device). On a
@@ -14,7 +15,10 @@ from __future__ import annotations
 
 import argparse
 import itertools
+from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -123,6 +127,29 @@ class Engine:
 
     def generate(self, prompts: list[list[int]], new_tokens: int) -> list[list[int]]:
         """Greedy continuations: one packed prefill, then decode steps (each a CUDA graph's replay on a GPU)."""
+        logits, step, advance = self.prefill(prompts, new_tokens)
+        out = [[t] for t in logits.argmax(-1).tolist()]
+        graph = None
+        for _ in range(new_tokens - 1):
+            advance()
+            if not self.graphs:
+                chosen = self.forward(*step).argmax(-1)
+            else:
+                if graph is None:  # the first step compiles every kernel, then is captured
+                    self.forward(*step)
+                    graph = torch.cuda.CUDAGraph()
+                    with torch.cuda.graph(graph):
+                        chosen = self.forward(*step).argmax(-1)
+                graph.replay()
+            for o, t in zip(out, chosen.tolist(), strict=True):
+                o.append(t)
+            step[0].copy_(chosen)
+        return out
+
+    def prefill(self, prompts: list[list[int]], new_tokens: int) -> tuple[torch.Tensor, list, Callable[[], None]]:
+        """The prompts in one packed call, blocks reserved for ``new_tokens`` more each: the logits of each prompt's
+        last position, a decode step's inputs (static buffers; the first holds the prefill's greedy tokens) and
+        ``advance()``, which refills the others for the next token (its slot, position, table row and length)."""
         width = -(-(max(map(len, prompts)) + new_tokens) // self.block_size)
         blocks: list[list[int]] = [[] for _ in prompts]
         lengths = [len(p) for p in prompts]
@@ -142,32 +169,158 @@ class Engine:
 
         starts = [0, *itertools.accumulate(lengths)]
         written = [s for b, p in enumerate(prompts) for s in slots(b, 0, len(p))]
-        prefill = [tensor([t for p in prompts for t in p]), tensor([i for n in lengths for i in range(n)])]
-        prefill += [tensor(written), table(), tensor(lengths, i32), tensor(starts, i32), tensor(starts[1:]) - 1]
-        out = [[t] for t in self.forward(*prefill).argmax(-1).tolist()]
+        packed = [tensor([t for p in prompts for t in p]), tensor([i for n in lengths for i in range(n)])]
+        packed += [tensor(written), table(), tensor(lengths, i32), tensor(starts, i32), tensor(starts[1:]) - 1]
+        logits = self.forward(*packed)
         # a decode step's inputs: static buffers, refilled before each step (a CUDA graph replays with their values)
-        step = [tensor([o[0] for o in out]), tensor(lengths), tensor(lengths), table(), tensor(lengths, i32)]
+        step = [logits.argmax(-1), tensor(lengths), tensor(lengths), table(), tensor(lengths, i32)]
         step += [tensor(list(range(len(prompts) + 1)), i32), tensor(list(range(len(prompts))))]
-        graph = None
-        for _ in range(new_tokens - 1):
+
+        def advance() -> None:
+            nonlocal lengths
             step[2].copy_(tensor([slots(b, n, n + 1)[0] for b, n in enumerate(lengths)]))
             step[1].copy_(tensor(lengths))
             step[3].copy_(table())
             lengths = [n + 1 for n in lengths]
             step[4].copy_(tensor(lengths, i32))
-            if not self.graphs:
-                chosen = self.forward(*step).argmax(-1)
-            else:
-                if graph is None:  # the first step compiles every kernel, then is captured
-                    self.forward(*step)
-                    graph = torch.cuda.CUDAGraph()
-                    with torch.cuda.graph(graph):
-                        chosen = self.forward(*step).argmax(-1)
-                graph.replay()
-            for o, t in zip(out, chosen.tolist(), strict=True):
-                o.append(t)
-            step[0].copy_(chosen)
-        return out
+
+        return logits, step, advance
+
+
+#: --bench: Llama-3-8B's shapes, four layers (random weights); each sequence's prompt, and the batches timed.
+LLAMA_8B = Shape(vocab=128256, hidden=4096, intermediate=14336, layers=4, heads=32, kv_heads=8, eps=1e-5, theta=5e5)
+BENCH_CONTEXT, BENCH_BATCHES = 1024, (1, 32)
+#: --bench's check: the engine's decode logits against Hugging Face's for the same weights and token (bfloat16 both)
+LOGITS_TOLERANCE = 5e-2
+TITLE = "The example engine's decode step against Hugging Face's"
+
+
+def bench(out: Path | None, smoke: bool) -> int:
+    """--bench: one decode step after a prompt of :data:`BENCH_CONTEXT` tokens a sequence, at each batch of
+    :data:`BENCH_BATCHES`: this engine (with each GPU backend's kernels) against the same random
+    ``LlamaForCausalLM`` with Hugging Face's ``StaticCache`` under ``torch.compile(fullgraph=True)``, both captured in
+    CUDA graphs and replayed (``benchmarks/bench_harness.py``'s graph mode), µs a step; the engine's logits checked
+    against Hugging Face's first. ``--smoke``: tiny shapes on the CPU, stream time, the script's logic only.
+    Writes ``engine.{md,json}`` into ``out`` (default ``benchmarks/results/<device>/``) after each batch."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    harness = bench_harness()
+    device = harness.start(argparse.Namespace(device="cpu" if smoke else None, smoke=smoke, out=out))
+    shape, context, batches = (Shape(), 24, (2,)) if smoke else (LLAMA_8B, BENCH_CONTEXT, BENCH_BATCHES)
+    dtype = torch.bfloat16 if device == "cuda" else torch.float32
+    status = harness.backends("triton,tilelang" if device == "cuda" else "torch")
+    config = LlamaConfig(vocab_size=shape.vocab, hidden_size=shape.hidden, intermediate_size=shape.intermediate,
+                         num_hidden_layers=shape.layers, num_attention_heads=shape.heads,
+                         num_key_value_heads=shape.kv_heads, rms_norm_eps=shape.eps, rope_theta=shape.theta,
+                         max_position_embeddings=context + 16)  # fmt: skip
+    torch.manual_seed(0)
+    with torch.device(device):
+        model = LlamaForCausalLM(config).to(dtype).eval()
+    _, weights = from_hugging_face(model)
+    env = harness.environment(device, status) | {"model": shape.__dict__, "context": context}
+    backends = [name for name, problem in status.items() if problem is None]
+    rows: list[dict[str, Any]] = []
+    for batch in batches:
+        prompts = torch.randint(0, shape.vocab, (batch, context), generator=torch.Generator().manual_seed(batch))
+        timed = bench_batch(harness, model, Engines(shape, weights, dtype, device, backends), prompts)
+        peer = timed["Hugging Face StaticCache + torch.compile"].get("us")
+        for name, timing in timed.items():
+            ratio = peer / timing["us"] if peer and timing.get("us") else None
+            rows.append({"batch": batch, "context": context, "impl": name, **timing, "vs_hf": ratio})
+        written = harness.write(out or harness.folder(device), "engine", TITLE, env, rows, render(harness, rows, env))
+    print(f"wrote {written} and its .json")
+    return 0 if all(row.get("us") for row in rows) else 1
+
+
+def bench_harness() -> Any:
+    """``benchmarks/bench_harness.py`` as a module (its folder is not put on ``sys.path``)."""
+    import importlib.util
+    import sys
+
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / "bench_harness.py"
+    spec = importlib.util.spec_from_file_location("bench_harness", path)
+    if spec is None or spec.loader is None:
+        raise ImportError(f"--bench needs the checkout's {path}")
+    module = sys.modules["bench_harness"] = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@dataclass(frozen=True)
+class Engines:
+    """What builds an engine of each backend for one batch: the model's shape and weights, where it runs."""
+
+    shape: Shape
+    weights: dict[str, torch.Tensor]
+    dtype: torch.dtype
+    device: str
+    backends: list[str]
+
+    def build(self, backend: str, sequences: int, context: int) -> Engine:
+        lazyops.configure(backend=backend)
+        try:
+            blocks = sequences * -(-(context + 16) // 16)
+            return Engine(self.shape, self.weights, self.dtype, self.device, num_blocks=blocks, max_len=context + 16)
+        finally:
+            lazyops.configure(backend=None)
+
+
+def bench_batch(harness: Any, model: Any, engines: Engines, prompts: torch.Tensor) -> dict[str, dict[str, Any]]:
+    """One decode step of ``prompts`` (``[batch, context]``) timed: Hugging Face's, then each engine's, interleaved
+    (a CUDA graph on a GPU); each engine's logits judged against Hugging Face's for the same token first."""
+    from transformers import StaticCache
+
+    batch, context = prompts.shape
+    device = engines.device
+    cache = StaticCache(config=model.config, max_cache_len=context + 16)
+    ids, position = prompts.to(device), torch.tensor([context], device=device)
+    with torch.inference_mode():
+        first = model(ids, past_key_values=cache, cache_position=torch.arange(context, device=device))
+        token = first.logits[:, -1].argmax(-1, keepdim=True)
+        expected = model(token, past_key_values=cache, cache_position=position).logits[:, -1].float()
+    compiled = torch.compile(model, fullgraph=True, dynamic=False)
+
+    def hugging_face(_: str) -> tuple[Callable[[], torch.Tensor], list[tuple]]:
+        return (lambda: compiled(token, past_key_values=cache, cache_position=position).logits[:, -1]), [()]
+
+    def engine_step(backend: str) -> Callable[[str], tuple[Callable[[], torch.Tensor], list[tuple]]]:
+        def setup(_: str) -> tuple[Callable[[], torch.Tensor], list[tuple]]:
+            engine = engines.build(backend, batch, context)
+            _, step, advance = engine.prefill(prompts.tolist(), 1)
+            advance()
+            step[0].copy_(token[:, 0])  # the token Hugging Face's step reads
+            return (lambda: engine.forward(*step)), [()]
+
+        return setup
+
+    def check(case: Any, logits: torch.Tensor) -> None:
+        if case.kind == "lazyops":
+            harness.judge([logits.float()], [expected], LOGITS_TOLERANCE)
+
+    cases = [harness.Case("Hugging Face StaticCache + torch.compile", "peer", hugging_face)]
+    cases += [harness.Case(f"lazyops engine, {name}", "lazyops", engine_step(name)) for name in engines.backends]
+    mode = "graph" if device == "cuda" else "stream"
+    with torch.inference_mode():
+        return harness.measure(cases, f"decode {batch} x {context}", mode, device, graph_s=0.1, check=check)
+
+
+def render(harness: Any, rows: list[dict[str, Any]], env: dict[str, Any]) -> list[str]:
+    model = env["model"]
+    table = [
+        [row["batch"], row["impl"], harness.figure(row.get("us"), 1, row.get("noisy")),
+         f"{row['vs_hf']:.2f}×" if row.get("vs_hf") else "", row.get("error", "")[:160]]
+        for row in rows
+    ]  # fmt: skip
+    return [
+        f"One decode step of a {model['layers']}-layer model of Llama-3-8B's shapes (random weights), after a "
+        f"{env['context']}-token prompt a sequence: µs a step (in a CUDA graph on a GPU: up to 50 steps captured, "
+        "replayed), × Hugging Face's (> 1: the engine is faster). Each engine's logits are within "
+        f"{LOGITS_TOLERANCE} (relative) of Hugging Face's before it is timed.",
+        "",
+        *harness.table(["batch", "implementation", "µs a step", "× Hugging Face", "note"], table),
+        "Goal (issue 39): ≥ 1.0× Hugging Face at batch 1 and 32.",
+        "",
+    ]
 
 
 def main() -> int:
@@ -175,7 +328,12 @@ def main() -> int:
     parser.add_argument("--hf", action="store_true", help="a tiny random LlamaForCausalLM's weights; compare tokens")
     parser.add_argument("--tokens", type=int, default=12)
     parser.add_argument("--dtype", help="default: float32 on a CPU, bfloat16 on a GPU")
+    parser.add_argument("--bench", action="store_true", help="time a decode step against Hugging Face (bench())")
+    parser.add_argument("--out", type=Path, help="--bench: the result files' folder (default results/<device>/)")
+    parser.add_argument("--smoke", action="store_true", help="--bench on tiny shapes, on the CPU: the logic only")
     args = parser.parse_args()
+    if args.bench:
+        return bench(args.out, args.smoke)
     device = "cuda" if torch.cuda.is_available() else "cpu"
     dtype = getattr(torch, args.dtype or ("bfloat16" if device == "cuda" else "float32"))
     prompts = [[1, 7, 42, 9, 3], [5, 11], [2, 8, 64, 100, 17, 33, 90]]

@@ -64,3 +64,23 @@ def test_greedy_tokens_are_hugging_faces(lazyops_backend):
             model.generate(torch.tensor([p]), max_new_tokens=6, do_sample=False)[0, len(p) :].tolist() for p in prompts
         ]
     assert ours == theirs
+
+
+def test_the_engine_benchmark_runs_on_the_host(tmp_path):
+    """``examples/generate.py --bench --smoke``: Hugging Face's static cache under torch.compile and the engine on
+    the torch backend, the engine's logits judged against Hugging Face's, both result files written."""
+    import json
+    import os
+    import subprocess
+
+    root = Path(__file__).resolve().parents[2]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(root / "src"), os.environ.get("PYTHONPATH", "")])}
+    command = [sys.executable, str(root / "examples" / "generate.py"), "--bench", "--smoke", "--out", str(tmp_path)]
+    result = subprocess.run(command, capture_output=True, text=True, env=env, timeout=900)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    payload = json.loads((tmp_path / "engine.json").read_text())
+    assert payload["environment"]["command"].endswith(f"--out {tmp_path}")
+    timed = {row["impl"]: row for row in payload["rows"]}
+    assert set(timed) == {"Hugging Face StaticCache + torch.compile", "lazyops engine, torch"}
+    assert all(row["us"] > 0 and "error" not in row for row in timed.values())
+    assert "Goal (issue 39)" in (tmp_path / "engine.md").read_text()

@@ -119,3 +119,47 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
         from lazyops.specs import kernel_names
 
         metafunc.parametrize("kernel", kernel_names())
+
+
+#: Threads compiling TileLang programs at once ahead of the GPU tests: each compile is mostly nvcc, a subprocess.
+AHEAD_THREADS = 8
+
+
+@pytest.fixture(scope="session")
+def tilelang_compiled_ahead() -> None:
+    """On a GPU where TileLang runs: every configuration the GPU tests build most (each kernel's one case per
+    configuration class, ``lazyops.testing.class_cases``, and its bfloat16 benchmark configuration, which the
+    offset tests take) compiled at the session's start, :data:`AHEAD_THREADS` at a time, into lazyops' in-process
+    cache and TileLang's disk cache: a device call compiles them side by side instead of one after another as the
+    tests reach them. A configuration that fails to build here fails again, with its message, in its test."""
+    import torch
+
+    from lazyops import _api
+
+    if not torch.cuda.is_available() or _api.unavailable_reason("tilelang"):
+        return
+    import contextlib
+    from concurrent.futures import ThreadPoolExecutor
+
+    from lazyops.specs import kernel_names, spec
+
+    builds = []
+    for kernel in kernel_names():
+        factory = _api.kernel_factory("tilelang", kernel)
+        example = spec(kernel).benchmark(torch.bfloat16)
+        builds.append((factory, example.args, dict(example.kwargs)))
+        builds += [(factory, case.args, dict(case.kwargs)) for case in testing.class_cases(kernel, factory)]
+
+    def build(job: tuple[Any, tuple[Any, ...], dict[str, Any]]) -> None:
+        factory, args, kwargs = job
+        with contextlib.suppress(Exception):  # the test that builds it reports the failure
+            factory(*args, **kwargs)
+
+    with ThreadPoolExecutor(AHEAD_THREADS, thread_name_prefix="tilelang-ahead") as pool:
+        list(pool.map(build, builds))
+
+
+@pytest.fixture(autouse=True)
+def _gpu_tests_find_tilelang_compiled(request: pytest.FixtureRequest) -> None:
+    if request.node.get_closest_marker("gpu") is not None:
+        request.getfixturevalue("tilelang_compiled_ahead")

@@ -339,7 +339,7 @@ def test_the_launch_is_sized_from_shapes_only(triton_kernels, monkeypatch):
         (inputs[3].flip(0), torch.tensor([3, 40, 9], dtype=torch.int32), torch.tensor([0, 1, 2, 3], dtype=torch.int32)),
         (inputs[3], torch.tensor([12, 30, 1], dtype=torch.int32), torch.tensor([0, 0, 2, 3], dtype=torch.int32)),
     ]
-    launch = triton_attention.build_attention(config)
+    launch = triton_attention.build_attention(config, segments=4)  # the split kernel and its merge, as on a GPU
     out = torch.empty(3, 64, device=device)
     seen = []
     for table, lengths, starts in variants:
@@ -376,22 +376,111 @@ def test_the_launch_is_sized_from_shapes_only(triton_kernels, monkeypatch):
 
 
 def test_plans_depend_on_shapes_and_the_factory_only():
-    from lazyops._backends.triton.paged_attention import Tiles, plan, segments_for
+    """The tiles and the split from the call's shapes (tokens, batch, the block table's width), the factory's
+    arguments and the SM count: a decode step splits its keys until the busy programs reach the table's programs
+    an SM, never into segments shorter than its minimum at the longest sequence the call can hold."""
+    from lazyops._backends.triton.paged_attention import DEFAULT_TABLE, Tiles, plan
 
+    rule = DEFAULT_TABLE.split
     config = ATTENTION.bind(32, 8, 128, torch.bfloat16, block_size=16)
-    assert segments_for(config, 132) == 32
-    assert segments_for(dataclasses.replace(config, max_seq_len=1024), 132) == 4  # 256 keys a segment at least
-    decode = plan(config, 1, 1, 32, 132)
-    assert decode.segments == 32 and decode.tiles.block_m == 16 and decode.block_q == 4
-    assert decode.query_blocks == 1 // 4 + 1
-    assert plan(config, 256, 256, 32, 132).segments == 1  # a large batch fills the GPU without a split
-    prefill = plan(config, 8192, 1, 32, 132)
+    decode = plan(config, 1, 1, 2048, 132)
+    assert decode.tiles == DEFAULT_TABLE.decode[128] and decode.block_q == 4 and decode.query_blocks == 1 // 4 + 1
+    fill = rule.programs_per_sm * 132 // 8  # busy programs of one sequence: its 8 kv heads
+    assert decode.segments == min(1 << (fill.bit_length() - 1), rule.max_segments)
+    # the table's width bounds the keys as max_seq_len does: a 1024-key row splits no finer than the minimum allows
+    assert plan(config, 1, 1, 64, 132).segments == min(decode.segments, 1024 // rule.min_segment_keys)
+    short = dataclasses.replace(config, max_seq_len=1024)
+    assert plan(short, 1, 1, 2048, 132).segments == plan(config, 1, 1, 64, 132).segments
+    # more sequences, fewer segments each; a batch that fills the GPU, and a prefill, not split at all
+    assert plan(config, 16, 16, 2048, 132).segments < decode.segments
+    assert plan(config, 256, 256, 2048, 132).segments == 1
+    prefill = plan(config, 8192, 1, 512, 132)
     assert prefill.segments == 1 and prefill.tiles.block_m == 128 and prefill.block_q == 32
-    assert plan(config, 8192, 1, 32, 132, Tiles(64, 32, 4, 2)).block_q == 16
+    assert plan(config, 8192, 1, 512, 132, tiles=Tiles(64, 32, 4, 2)).block_q == 16
+    assert plan(config, 8192, 1, 512, 132, segments=8).segments == 1, "a forced split applies to decode-like calls"
+    assert plan(config, 16, 16, 2048, 132, segments=8).segments == 8
     wide = ATTENTION.bind(16, 1, 64, torch.bfloat16, block_size=16)  # a group wider than 16 rows
     assert plan(wide, 1, 1, 8, 132).tiles.block_m == 16
     wider = ATTENTION.bind(32, 1, 64, torch.bfloat16, block_size=16)
     assert plan(wider, 1, 1, 8, 132).tiles.block_m == 32 and plan(wider, 1, 1, 8, 132).block_q == 1
+
+
+def test_a_device_not_in_the_table_takes_the_default_fitted_to_its_shared_memory():
+    """A GPU the table does not name plans with the default table's tiles, its split from its own SM count, and
+    its stages cut to what its shared memory holds (99 KiB: an sm_89)."""
+    from lazyops._backends.triton.paged_attention import DEFAULT_TABLE, attention_table, fitted, plan, shared_bytes
+
+    assert attention_table("NVIDIA GeForce RTX 4090") == DEFAULT_TABLE == attention_table(None)
+    config = ATTENTION.bind(32, 8, 128, torch.bfloat16, block_size=16)
+    assert plan(config, 1, 1, 2048, 16).segments < plan(config, 1, 1, 2048, 132).segments
+    for tiles in (*DEFAULT_TABLE.prefill.values(), *DEFAULT_TABLE.decode.values()):
+        small = fitted(tiles, 128, 2, 99 * 1024)
+        assert shared_bytes(small, 128, 2) <= 99 * 1024 and small.block_m == tiles.block_m
+        assert small.num_stages >= 2 and small.tile_n >= 16
+        assert fitted(tiles, 128, 2, 227 * 1024) == tiles
+    prefill = DEFAULT_TABLE.prefill[128]
+    assert shared_bytes(prefill, 128, 2) > 99 * 1024 and fitted(prefill, 128, 2, 99 * 1024) != prefill
+
+
+#: Compiles the Triton attention kernel for sm_90a on the host (Triton's own compiler and ptxas, no GPU) and prints,
+#: for a tiling given as argv, its shared memory, registers, stack (spills) and whether its products are wgmma.
+SM90_COMPILE = r"""
+import json, os, subprocess, sys, tempfile
+import triton
+from triton.backends.compiler import GPUTarget
+from triton.backends.nvidia import compiler
+from triton.compiler import ASTSource
+from lazyops._backends.triton import paged_attention as attention
+block_m, tile_n, warps, stages = map(int, sys.argv[1:])
+kernel = attention._attention_kernel
+const = dict(HEADS=32, KV_HEADS=8, GROUP=4, HEAD_DIM=128, BLOCK_D=128, BLOCK_SIZE=16, BLOCK_M=block_m,
+             BLOCK_Q=block_m // 4, TILE_N=tile_n, WINDOW=0, SOFTCAP=False, FP8=False, SEGMENTS=1, UPCAST=False,
+             IEEE=False)
+pointers = {"block_table_ptr": "*i32", "seq_lens_ptr": "*i32", "cu_seqlens_ptr": "*i32"}
+sig = {}
+for name in kernel.arg_names:
+    if name in const:
+        sig[name] = "constexpr"
+    elif name.endswith("_ptr"):
+        sig[name] = pointers.get(name, "*fp32" if "partial" in name or "scale" in name else "*bf16")
+    else:
+        sig[name] = "fp32" if name in ("scale", "softcap") else "i32"
+aligned = {(i,): [["tt.divisibility", 16]] for i, n in enumerate(kernel.arg_names) if n.endswith(("_ptr", "stride"))}
+source = ASTSource(kernel, sig, const, aligned)
+built = triton.compile(source, target=GPUTarget("cuda", 90, 32), options={"num_warps": warps, "num_stages": stages})
+with tempfile.NamedTemporaryFile(suffix=".cubin", delete=False) as file:
+    file.write(built.asm["cubin"])
+tool = os.path.join(os.path.dirname(compiler.__file__), "bin", "cuobjdump")
+usage = subprocess.run([tool, "-res-usage", file.name], capture_output=True, text=True, check=True).stdout
+fields = dict(item.split(":", 1) for line in usage.splitlines() if "REG:" in line for item in line.split())
+print(json.dumps({"shared": built.metadata.shared, "registers": int(fields["REG"]), "stack": int(fields["STACK"]),
+                  "wgmma": "wgmma.mma_async" in built.asm["ptx"]}))
+"""
+
+
+@pytest.mark.parametrize("kind", ["decode", "prefill"])
+def test_the_tables_tiles_keep_the_next_keys_in_flight_on_sm90(kind):
+    """The table's tile for head dim 128, compiled for sm_90a on the host: no spill, the shared memory of two key
+    and value buffers (:func:`shared_bytes` at 3 stages: the block ids read a tile ahead let Triton's pipeliner
+    load the next tile while this one is computed; read in the same iteration, the kernel took one buffer), and
+    the prefill tile's products on wgmma."""
+    pytest.importorskip("triton.backends.nvidia")
+    from lazyops._backends.triton.paged_attention import DEFAULT_TABLE, shared_bytes
+
+    tiles = (DEFAULT_TABLE.decode if kind == "decode" else DEFAULT_TABLE.prefill)[128]
+    root = Path(__file__).resolve().parents[2]
+    env = {key: value for key, value in os.environ.items() if key != "TRITON_INTERPRET"}
+    env["PYTHONPATH"] = os.pathsep.join([str(root / "src"), os.environ.get("PYTHONPATH", "")])
+    env["TRITON_DEFAULT_FP_FUSION"] = "1"
+    tiling = [str(value) for value in (tiles.block_m, tiles.tile_n, tiles.num_warps, tiles.num_stages)]
+    result = subprocess.run(
+        [sys.executable, "-c", SM90_COMPILE, *tiling], capture_output=True, text=True, env=env, timeout=600
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    built = json.loads(result.stdout.splitlines()[-1])
+    assert tiles.num_stages >= 3 and built["stack"] == 0, built
+    assert abs(built["shared"] - shared_bytes(tiles, 128, 2)) <= 4096, built
+    assert built["wgmma"] == (kind == "prefill"), built
 
 
 def test_ids_outside_the_cache_are_absent_keys_not_reads(triton_kernels):
@@ -454,8 +543,8 @@ def test_any_split_of_the_keys_merges_exactly(triton_kernels):
 
 
 def test_the_gpu_script_runs_on_the_host(tmp_path):
-    """``benchmarks/bench_attention.py --smoke``: its checks, decode, prefill and sweep on tiny shapes, on the CPU (torch
-    and Triton's interpreter), writing both result files."""
+    """``benchmarks/bench_attention.py --smoke``: its checks, decode, prefill and sweep (split counts, the decode and
+    prefill tiles) on tiny shapes, on the CPU (torch and Triton's interpreter), writing both result files."""
     root = Path(__file__).resolve().parents[2]
     path = os.pathsep.join([str(root / "src"), *filter(None, [os.environ.get("PYTHONPATH")])])
     env = {**os.environ, "PYTHONPATH": path, "TRITON_INTERPRET": "1"}
@@ -468,6 +557,8 @@ def test_the_gpu_script_runs_on_the_host(tmp_path):
     checks = [row for row in payload["rows"] if row["part"] == "check"]
     assert {row["backend"] for row in checks} == {"torch", "triton"} and {row["status"] for row in checks} == {"pass"}
     timed = {(row["part"], row["impl"].split()[0]) for row in payload["rows"] if row.get("us")}
-    assert {("decode", "lazyops"), ("decode", "SDPA"), ("prefill", "lazyops"), ("sweep", "Tiles(block_m=16,")} <= timed
+    assert {("decode", "lazyops"), ("decode", "SDPA"), ("prefill", "lazyops"), ("sweep", "SDPA")} <= timed
+    swept = {row["impl"] for row in payload["rows"] if row["part"] == "sweep" and row.get("us")}
+    assert {"triton split 1", "triton split 2", "triton 16x64 w4 s3", "triton 128x64 w8 s3"} <= swept
     assert not [row for row in payload["rows"] if row.get("error")]
     assert "## The issue's goals" in (tmp_path / "attention.md").read_text()

@@ -297,26 +297,30 @@ H200_SMS = 132
 
 
 def test_decode_at_batch_one_splits_the_keys_over_the_gpu() -> None:
-    plan = plan_launch(AttentionConfig(), tokens=1, batch=1, sm_count=H200_SMS)
+    plan = plan_launch(AttentionConfig(), tokens=1, batch=1, width=2048, sm_count=H200_SMS)
     assert plan.variant == "decode" and plan.splits > 1
     programs = row_blocks(1, 1, Packing.of(4, DECODE_TILES[128].block_m).tokens) * 8
     assert programs * plan.splits >= PROGRAMS_PER_SM * H200_SMS
 
 
 def test_decode_at_a_large_batch_does_not_split() -> None:
-    assert plan_launch(AttentionConfig(), tokens=256, batch=256, sm_count=H200_SMS).splits == 1
+    assert plan_launch(AttentionConfig(), tokens=256, batch=256, width=2048, sm_count=H200_SMS).splits == 1
 
 
-def test_splits_are_bounded_by_the_longest_sequence_the_factory_allows() -> None:
-    short = AttentionConfig(max_seq_len=DECODE_TILES[128].block_n * MIN_TILES_PER_SPLIT * 3)
-    assert plan_launch(short, tokens=1, batch=1, sm_count=H200_SMS).splits == 3
+def test_splits_are_bounded_by_the_longest_sequence_the_call_can_hold() -> None:
+    """The factory's max_seq_len bounds a sequence, and so does its block table row (a shape, as graph-safe)."""
+    keys = DECODE_TILES[128].block_n * MIN_TILES_PER_SPLIT * 3
+    short = AttentionConfig(max_seq_len=keys)
+    assert plan_launch(short, tokens=1, batch=1, width=2048, sm_count=H200_SMS).splits == 3
+    assert plan_launch(AttentionConfig(), tokens=1, batch=1, width=keys // 16, sm_count=H200_SMS).splits == 3
+    assert plan_launch(AttentionConfig(), tokens=1, batch=1, width=2048, sm_count=H200_SMS, splits=5).splits == 5
 
 
 def test_prefill_and_chunked_prefill_take_the_prefill_tile() -> None:
-    assert plan_launch(AttentionConfig(), tokens=8192, batch=1, sm_count=H200_SMS).variant == "prefill"
-    assert plan_launch(AttentionConfig(), tokens=16 * 512, batch=16, sm_count=H200_SMS).variant == "prefill"
+    assert plan_launch(AttentionConfig(), tokens=8192, batch=1, width=512, sm_count=H200_SMS).variant == "prefill"
+    assert plan_launch(AttentionConfig(), tokens=16 * 512, batch=16, width=32, sm_count=H200_SMS).variant == "prefill"
     # A decode step with a few speculative tokens a sequence still fits a decode program's rows.
-    assert plan_launch(AttentionConfig(), tokens=4 * 64, batch=64, sm_count=H200_SMS).variant == "decode"
+    assert plan_launch(AttentionConfig(), tokens=4 * 64, batch=64, width=512, sm_count=H200_SMS).variant == "decode"
 
 
 # --- the factories' refusals -----------------------------------------------------------------------------------
@@ -485,7 +489,8 @@ def test_paged_attention_matches_float32_torch(case: str) -> None:
         config, inputs["query"].view(tokens, config.num_heads, -1), *list(inputs.values())[1:]
     )
     assert_attention_close(out.view_as(expected), expected)
-    plan = plan_launch(config, tokens, len(batch.seq_lens), torch.cuda.get_device_properties(0).multi_processor_count)
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    plan = plan_launch(config, tokens, *inputs["block_table"].shape, sms)
     if "split" in case:
         assert plan.splits > 1, "this case is there to run the split programs and the merge"
 

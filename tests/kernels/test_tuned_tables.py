@@ -33,6 +33,7 @@ def test_every_backends_gemm_has_its_table_file() -> None:
     assert [path.relative_to(PACKAGE).as_posix() for path in TABLE_FILES] == [
         "_backends/tilelang/configs/matmul.json",
         "_backends/triton/configs/matmul.json",
+        "_backends/triton/configs/paged_attention.json",
     ]
 
 
@@ -83,6 +84,26 @@ def test_every_triton_tile_compiles_as_the_kernels_take_it() -> None:
         assert (value.split, value.k_slice) == (1, 0), f"{where}: split-K is chosen by tiling(), not the table"
         assert value.tma or not (value.persistent or value.tma_in_graphs_only), where
         assert isinstance(value.persistent, int) and value.persistent >= 0, where
+
+
+def test_every_triton_attention_tile_compiles_as_the_kernel_takes_it() -> None:
+    """Every head dim the kernel serves (16 to 256, powers of two) has a prefill and a decode tile; rows and keys a
+    step are powers of two of at least 16 (``tl.dot``); warps a power of two; two stages or more; the split rule's
+    numbers positive, its segments a power of two (the merge reads them all at once)."""
+    pytest.importorskip("triton")
+    from lazyops._backends.triton import paged_attention
+
+    path = PACKAGE / "_backends/triton/configs/paged_attention.json"
+    for device in read(path)["tables"]:
+        table = paged_attention.attention_table(device)
+        assert set(table.prefill) == set(table.decode) == {16, 32, 64, 128, 256}, device
+        tiles = [*table.prefill.values(), *table.decode.values(), table.float32]
+        for value in tiles:
+            assert power_of_two(value.block_m) and power_of_two(value.tile_n) and value.tile_n >= 16, (device, value)
+            assert value.block_m >= 16 and power_of_two(value.num_warps) and value.num_stages >= 2, (device, value)
+        rule = table.split
+        assert min(rule.max_tokens, rule.programs_per_sm, rule.min_segment_keys, table.prefill_queries) >= 1, device
+        assert power_of_two(rule.max_segments), device
 
 
 def test_every_tilelang_tile_compiles_as_the_kernels_take_it() -> None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from typing import Any
 
 import pytest
 import torch
@@ -217,6 +218,32 @@ def test_a_conformance_run_draws_the_same_cases_every_time():
     runs = [str(testing.run_conformance("torch", kernels=["gelu_and_mul_tl"], max_examples=6)) for _ in range(2)]
     assert runs[0] == runs[1]
     assert runs[0] == str(testing.run_conformance("torch", kernels=["gelu_and_mul_tl"], max_examples=6, seed=0))
+
+
+def test_one_case_per_configuration_class_covers_every_dtype_and_option():
+    """What a GPU session checks (``per_class=True``): for each dtype, the plainest case drawn in it; then cases
+    setting every option drawn anywhere; the same cases on every run, and only configurations the backend serves."""
+    cases = testing.class_cases("paged_attention_tl")
+    classes = [testing.classes_of(case) for case in cases]
+    assert [sorted(found) for found in classes[:3]] == [["dtype=float32"], ["dtype=bfloat16"], ["dtype=float16"]]
+    options = {"max_seq_len", "scale", "sliding_window", "softcap", "cache_dtype"}
+    assert set().union(*classes) - {"dtype=float32", "dtype=bfloat16", "dtype=float16"} == options
+    assert len(cases) <= 3 + len(options)
+    assert testing.class_cases("paged_attention_tl") == cases
+
+    def declines_float32(*args: Any, **kwargs: Any) -> Any:
+        raise AssertionError("only drawn, never built")
+
+    declines_float32.lazyops_supports = lambda config: "no float32" if config.dtype is torch.float32 else None  # type: ignore[attr-defined]
+    served = testing.class_cases("paged_attention_tl", declines_float32)
+    assert all(case.dtype is not torch.float32 for case in served) and len(served) >= 3
+
+
+def test_a_per_class_run_checks_the_class_cases_and_says_so():
+    report = testing.run_conformance("torch", kernels=["rmsnorm_tl"], per_class=True, device="cpu")
+    (result,) = report.results
+    assert result.examples == len(testing.class_cases("rmsnorm_tl", _api.kernel_factory("torch", "rmsnorm_tl")))
+    assert "(one case per configuration class per kernel)" in str(report)
 
 
 def test_a_call_with_no_tokens_is_part_of_every_case_that_draws_one():

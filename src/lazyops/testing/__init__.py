@@ -8,6 +8,8 @@ the yardstick every backend is measured against. Nothing in this package re-impl
   with the ``lazyops_backend`` fixture of the pytest plugin, one test checks every backend that runs on the
   machine.
 - :func:`check_case` runs one example (a :class:`Case`) of one kernel against a factory.
+- :func:`class_cases` draws one case per configuration class (each dtype, each option set away from its default):
+  ``run_conformance(per_class=True)`` checks those, one compile each where a backend compiles per configuration.
 - :func:`check_large_offsets` runs one example with its rows, or its unused batch dimension, 2**31 elements or
   more apart: what a kernel computing offsets in 32 bits gets wrong (the kit runs it after each kernel's cases).
 - :data:`REFERENCES` maps each kernel to its float64 reference; :mod:`lazyops.testing.strategies` holds the
@@ -25,6 +27,7 @@ from typing import Any
 
 from lazyops.testing import strategies
 from lazyops.testing._case import Case, Layout
+from lazyops.testing._classes import class_cases, classes_of
 from lazyops.testing._compare import (
     DTYPES,
     TOLERANCE,
@@ -60,6 +63,8 @@ __all__ = [
     "check_close",
     "check_each",
     "check_large_offsets",
+    "class_cases",
+    "classes_of",
     "default_device",
     "poison",
     "reference",

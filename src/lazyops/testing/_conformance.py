@@ -19,6 +19,7 @@ from lazyops import _api
 from lazyops._errors import BackendError, ConfigError
 from lazyops.testing import strategies
 from lazyops.testing._case import Case
+from lazyops.testing._classes import class_cases
 from lazyops.testing._compare import (
     TOLERANCE,
     ConformanceError,
@@ -63,6 +64,8 @@ class ConformanceReport:
     device: str
     max_examples: int
     results: list[KernelResult]
+    #: one case per configuration class (``run_conformance(per_class=True)``) rather than ``max_examples`` drawn
+    per_class: bool = False
 
     def by_status(self, status: str) -> list[KernelResult]:
         return [result for result in self.results if result.status == status]
@@ -90,10 +93,8 @@ class ConformanceReport:
         return self.kernels(NO_SPEC)
 
     def __str__(self) -> str:
-        lines = [
-            f"lazyops conformance of backend {self.backend!r} on {self.device} "
-            f"(up to {self.max_examples} examples per kernel):"
-        ]
+        cases = "one case per configuration class" if self.per_class else f"up to {self.max_examples} examples"
+        lines = [f"lazyops conformance of backend {self.backend!r} on {self.device} ({cases} per kernel):"]
         for result in self.by_status(PASSED):
             worst = ""
             if result.worst_dtype is not None:
@@ -223,6 +224,7 @@ def run_conformance(
     device: str | None = None,
     max_elements: int | None = None,
     seed: int | None = 0,
+    per_class: bool = False,
 ) -> ConformanceReport:
     """Check every kernel ``backend`` exports against the float64 reference; raise ``ConformanceError`` (an
     ``AssertionError``) on a failure.
@@ -239,6 +241,11 @@ def run_conformance(
     ``seed`` picks the cases: a seed draws the same ones on every run and machine (with one hypothesis version), so
     a backend's CI passes or fails on its kernels, never on the draw, and a failure reproduces by running again.
     It is 0 unless given; pass other seeds to look further, or None for fresh cases on every run.
+
+    ``per_class=True`` checks one drawn case per configuration class instead of ``max_examples`` drawn ones: a case
+    for each dtype the backend serves and each option the spec draws (a window, an fp8 cache, a float32 weight),
+    two to four a kernel (:func:`class_cases`), unshrunk. For a backend that compiles each configuration
+    (TileLang on a GPU: seconds a program), it is one compile per class rather than one per example.
 
     Returns the :class:`ConformanceReport` (its ``str`` is a readable table) when nothing failed.
     """
@@ -270,18 +277,18 @@ def run_conformance(
         if kernel not in exported:
             results.append(KernelResult(kernel, NOT_EXPORTED))
             continue
-        results.append(_check_kernel(backend, kernel, device, max_elements, max_examples, seed))
+        results.append(_check_kernel(backend, kernel, device, max_elements, max_examples, seed, per_class))
     if kernels is None:
         results += [KernelResult(kernel, NO_SPEC) for kernel in sorted(exported - set(specified))]
 
-    report = ConformanceReport(backend, str(device), max_examples, results)
+    report = ConformanceReport(backend, str(device), max_examples, results, per_class)
     if report.failed:
         raise ConformanceError(str(report))
     return report
 
 
 def _check_kernel(
-    backend: str, kernel: str, device: str, max_elements: int, max_examples: int, seed: int | None
+    backend: str, kernel: str, device: str, max_elements: int, max_examples: int, seed: int | None, per_class: bool
 ) -> KernelResult:
     from lazyops.specs import spec
 
@@ -297,6 +304,15 @@ def _check_kernel(
     result = KernelResult(kernel, PASSED)
     current: list[Case] = []
 
+    def judge(case: Case) -> None:
+        current[:] = [case]
+        error, dtype = judge_case(factory, case, device=device, max_elements=max_elements)
+        result.examples += 1
+        # Compared as a share of each dtype's tolerance: a bfloat16 error of 1e-3 is closer to passing than a
+        # float32 one of 1e-5 is.
+        if result.worst_dtype is None or error / TOLERANCE[dtype] > result.worst_error / TOLERANCE[result.worst_dtype]:
+            result.worst_error, result.worst_dtype = error, dtype
+
     @hypothesis.settings(
         max_examples=max_examples,
         deadline=None,
@@ -310,18 +326,16 @@ def _check_kernel(
     )
     @given(case=strategies.cases(kernel, factory))
     def check(case: Case) -> None:
-        current[:] = [case]
-        error, dtype = judge_case(factory, case, device=device, max_elements=max_elements)
-        result.examples += 1
-        # Compared as a share of each dtype's tolerance: a bfloat16 error of 1e-3 is closer to passing than a
-        # float32 one of 1e-5 is.
-        if result.worst_dtype is None or error / TOLERANCE[dtype] > result.worst_error / TOLERANCE[result.worst_dtype]:
-            result.worst_error, result.worst_dtype = error, dtype
+        judge(case)
 
     if seed is not None:
         check = hypothesis.seed(seed)(check)
     try:
-        check()
+        if per_class:
+            for case in class_cases(kernel, factory, seed=seed or 0):
+                judge(case)
+        else:
+            check()
     except Exception as error:  # noqa: BLE001 - whatever the kernel raises is its failure, reported with the case
         result.status = FAILED
         result.message = _one_error(error)

@@ -600,24 +600,31 @@ class LaunchPlan:
     splits: int  #: 1: no split; else the "split" program with this many shares, then "merge"
 
 
-def plan_launch(config: Any, tokens: int, batch: int, sm_count: int) -> LaunchPlan:
-    """The programs a call of ``tokens`` query tokens over ``batch`` sequences runs: shapes and factory arguments
-    only, never index values (a CUDA graph replays the plan it captured with any values).
+def plan_launch(
+    config: Any, tokens: int, batch: int, width: int, sm_count: int, splits: int | None = None
+) -> LaunchPlan:
+    """The programs a call of ``tokens`` query tokens over ``batch`` sequences, its block table ``width`` entries
+    wide, runs: shapes and factory arguments only, never index values (a CUDA graph replays the plan it captured
+    with any values).
 
     A call whose sequences average no more query tokens than one decode program covers (a decode step, speculative
     decoding's few) takes the decode tile; others the prefill tile. The decode tile's keys are split when its
     programs number fewer than :data:`PROGRAMS_PER_SM` an SM: into as many shares as bring them there, at most one
-    share for every :data:`MIN_TILES_PER_SPLIT` key tiles of a ``max_seq_len`` sequence.
+    share for every :data:`MIN_TILES_PER_SPLIT` key tiles of the longest sequence the call can hold (``max_seq_len``,
+    and no more keys than a table row holds). ``splits`` fixes the decode tile's shares (the GPU script's sweep).
     """
     group = config.num_heads // config.num_kv_heads
     decode = DECODE_TILES[config.head_dim]
     pack = Packing.of(group, decode.block_m)
     if tokens > batch * pack.tokens:
         return LaunchPlan("prefill", 1)
+    if splits is not None:
+        return LaunchPlan("decode", max(splits, 1))
     programs = row_blocks(tokens, batch, pack.tokens) * config.num_kv_heads * pack.chunks
-    useful = -(-config.max_seq_len // (decode.block_n * MIN_TILES_PER_SPLIT))
-    splits = min(-(-PROGRAMS_PER_SM * sm_count // programs), useful, MAX_SPLITS)
-    return LaunchPlan("decode", max(splits, 1))
+    longest = min(config.max_seq_len, width * config.block_size)
+    useful = -(-longest // (decode.block_n * MIN_TILES_PER_SPLIT))
+    wanted = min(-(-PROGRAMS_PER_SM * sm_count // programs), useful, MAX_SPLITS)
+    return LaunchPlan("decode", max(wanted, 1))
 
 
 def with_values(kernel: Callable[..., None], values: tuple[float, float, int]) -> Callable[..., None]:
@@ -630,27 +637,27 @@ def with_values(kernel: Callable[..., None], values: tuple[float, float, int]) -
     return launch
 
 
-def launch(config: Any, kernels: dict[str, Any]) -> Callable[..., None]:
+def launch(config: Any, kernels: dict[str, Any], splits: int | None = None) -> Callable[..., None]:
     """The launch ``launch(query, key_cache, value_cache, block_table, seq_lens, cu_seqlens_q, k_scale, v_scale,
     out)`` of the compiled :func:`programs` (``kernels``, by variant): ``query`` and ``out`` as ``[T, Hq*D]`` rows or
     ``[T, Hq, D]``, row-strided by a multiple of :data:`ROW_MULTIPLE` elements (others, and misaligned views, go
     through contiguous copies); the scales are read only for an fp8 cache. Checked arguments only (the spec's
-    checks run first); ``T > 0``."""
+    checks run first); ``T > 0``. ``splits`` fixes the decode tile's split (:func:`plan_launch`)."""
     heads, head_dim = config.num_heads, config.head_dim
     fp8 = config.cache_dtype is torch.float8_e4m3fn
     values = (float(config.scale), float(config.softcap), int(config.sliding_window))
     attention = {variant: with_values(direct(kernels[variant]), values) for variant in ("prefill", "decode", "split")}
     merge = direct(kernels["merge"])
-    plans: dict[tuple[int, int, int], LaunchPlan] = {}
+    plans: dict[tuple[int, int, int, int], LaunchPlan] = {}
     multiples = (ROW_MULTIPLE, 1, 1, 1, 1, 1, *((1, 1) if fp8 else ()))
     split_multiples = (*multiples, 1, 1)
 
-    def plan_for(device: torch.device, tokens: int, batch: int) -> LaunchPlan:
-        key = (device.index or 0, tokens, batch)
+    def plan_for(device: torch.device, tokens: int, batch: int, width: int) -> LaunchPlan:
+        key = (device.index or 0, tokens, batch, width)
         plan = plans.get(key)
         if plan is None:
             sm_count = torch.cuda.get_device_properties(device).multi_processor_count
-            plan = plans[key] = plan_launch(config, tokens, batch, sm_count)
+            plan = plans[key] = plan_launch(config, tokens, batch, width, sm_count, splits)
         return plan
 
     def paged_attention(
@@ -670,7 +677,7 @@ def launch(config: Any, kernels: dict[str, Any]) -> Callable[..., None]:
         inputs = (rows, key_cache, value_cache, block_table, seq_lens, cu_seqlens_q)
         if fp8:
             inputs = (*inputs, k_scale, v_scale)  # type: ignore[assignment]
-        plan = plan_for(query.device, tokens, seq_lens.shape[0])
+        plan = plan_for(query.device, tokens, *block_table.shape)
         if plan.splits == 1:
             launch_with_copies(attention[plan.variant], (*inputs, written), (len(inputs),), (*multiples, ROW_MULTIPLE))
             return
@@ -682,10 +689,11 @@ def launch(config: Any, kernels: dict[str, Any]) -> Callable[..., None]:
     return paged_attention
 
 
-def build(config: Any) -> Callable[..., None]:
+def build(config: Any, splits: int | None = None) -> Callable[..., None]:
     """``paged_attention_tl``'s launch for ``config``: refused configurations first, then every program compiled
-    (in parallel) so that no call compiles, and no CUDA graph capture meets a compile."""
-    return launch(config, compiled(config.label, programs(config)))
+    (in parallel) so that no call compiles, and no CUDA graph capture meets a compile. ``splits`` fixes the decode
+    tile's split (the GPU script's sweep; the programs take it at run time, so it compiles nothing more)."""
+    return launch(config, compiled(config.label, programs(config)), splits)
 
 
 @spec.implementation(device_type="cuda", strided_rows=True, writes_out=True, supports=unsupported)

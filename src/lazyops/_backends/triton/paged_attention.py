@@ -13,9 +13,10 @@ not visited.
 **The 3D kernel** (flash-decoding) for a batch too small to fill the GPU: the same program, its key tiles split into
 ``SEGMENTS`` equal runs, one program each (a third grid dimension); each writes its partial maximum, sum and
 unnormalised output in float32 workspaces (``[T, Hq, SEGMENTS, D]``), and a reduce kernel merges them exactly
-(``out = sum(acc_s 2^(m_s - M)) / sum(l_s 2^(m_s - M))``). ``SEGMENTS`` comes from the GPU's size and the factory's
-``max_seq_len``; whether a call takes the 3D kernel from its shapes (:func:`plan`): nothing depends on index values,
-so a CUDA graph captured once replays with any lengths and tables.
+(``out = sum(acc_s 2^(m_s - M)) / sum(l_s 2^(m_s - M))``). ``SEGMENTS`` comes from the call's shapes (its tokens,
+its block table's width), the factory's ``max_seq_len`` and the GPU's SM count (:func:`split_segments`), the tiles
+from the GPU's table (``configs/paged_attention.json``): nothing depends on index values, so a CUDA graph captured
+once replays with any lengths and tables.
 
 Index values are never trusted: a block id outside the cache, an entry past the table's row, a query row outside
 ``[0, T)`` are masked (a missing key, an unwritten row), never read or written. The cache's unused slots may hold
@@ -29,14 +30,18 @@ converted to the query's dtype exactly and its scales applied to the logits and 
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 
 import torch
 import triton
 import triton.language as tl
 
-from lazyops._backends.triton._common import cdiv, interpreting, launch_device, next_power_of_2
+from lazyops._backends._tuned import device_table
+from lazyops._backends.triton._common import interpreting, launch_device, next_power_of_2
 from lazyops._backends.triton._launch import Launcher
 from lazyops._errors import KernelInputError
 from lazyops.specs._paged import FP8_DTYPE
@@ -56,45 +61,82 @@ class Tiles:
     num_stages: int
 
 
-#: The configurations by head dim (the next power of two): for prefill-like calls (many queries per sequence), big
-#: row tiles that reuse each key tile over many queries; for decode-like ones, 16 rows (a decode step's GROUP heads
-#: of one token, padded to what ``tl.dot`` takes) and long key tiles, to keep loads in flight. Chosen so that none
-#: spills registers when compiled for sm_90 (the compiled kernel's ``n_regs`` and ``n_spills``, on the host with Triton
-#: 3.9: 172 / 227 / 254 registers for prefill at head dims 64 / 128 / 256, 64 / 113 / 164 for decode); not timed on an
-#: H200 yet: ``benchmarks/bench_attention.py --sweep`` times the alternatives in ``SWEEP``.
-PREFILL_TILES = {
-    16: Tiles(128, 64, 8, 3),
-    32: Tiles(128, 64, 8, 3),
-    64: Tiles(128, 64, 8, 3),
-    128: Tiles(128, 64, 8, 3),
-    256: Tiles(64, 64, 8, 2),
-}
-DECODE_TILES = {
-    16: Tiles(16, 64, 4, 3),
-    32: Tiles(16, 64, 4, 3),
-    64: Tiles(16, 64, 4, 3),
-    128: Tiles(16, 64, 4, 3),
-    256: Tiles(16, 32, 4, 3),
-}
-#: float32 (the CPU engine's dtype, served on a GPU for its exactness, not its speed): full-precision products run
-#: on the FMA units, where bigger tiles spill (128 x 64 x 128 spills 1.4 KB a thread); this one does not, up to 256.
-FLOAT32_TILES = Tiles(16, 32, 8, 2)
-#: Alternatives the GPU script sweeps (``benchmarks/bench_attention.py --sweep``), by kind of call.
-SWEEP = {
-    "prefill": (Tiles(128, 64, 8, 3), Tiles(128, 32, 4, 3), Tiles(64, 64, 4, 3), Tiles(128, 128, 8, 2)),
-    "decode": (Tiles(16, 64, 4, 3), Tiles(16, 32, 4, 3), Tiles(16, 64, 8, 3), Tiles(16, 128, 8, 3)),
-}
-#: A call takes the prefill tiles when its sequences average at least this many queries.
-PREFILL_QUERIES = 16
-#: The 3D kernel serves calls of at most this many query tokens whose 2D grid has fewer programs than
-#: ``PROGRAMS_PER_SM`` per SM: its workspaces hold ``T * Hq * SEGMENTS * (D + 2)`` float32 values.
-SPLIT_TOKENS = 64
-PROGRAMS_PER_SM = 2
-#: The most segments a sequence's keys are split into, and the fewest keys a segment should have at ``max_seq_len``.
-MAX_SEGMENTS = 64
-MIN_SEGMENT_KEYS = 256
+#: The tiles and the split rule's numbers, one table per device (``configs/paged_attention.json``): for
+#: prefill-like calls (many queries per sequence) big row tiles that reuse each key tile over many queries; for
+#: decode-like ones 16 rows (a decode step's GROUP heads of one token, padded to what ``tl.dot`` takes) and long key
+#: tiles, to keep loads in flight; float32 (the CPU engine's dtype, served on a GPU for its exactness, not its speed)
+#: on the FMA units, where bigger tiles spill. None spills registers when compiled for sm_90. Why these values, and
+#: the sweep that confirms them: docs/decisions/010-paged-attention-split-and-tiles.md.
+TABLES = Path(__file__).with_name("configs") / "paged_attention.json"
+#: Shared memory a Hopper block may use (227 KiB); a launch asks the device for its own figure, and fits its
+#: tiles' stages to it (:func:`shared_bytes`), less a margin for what the compiler adds (barriers).
+HOPPER_SHARED_MEMORY = 227 * 1024
+SHARED_RESERVE = 4 * 1024
 #: What the interpreter pretends to run on (it has no SMs): small, so that the host tests stay quick.
 INTERPRETER_SMS = 4
+
+
+@dataclass(frozen=True)
+class SplitRule:
+    """The numbers of the split-KV rule (:func:`split_segments`): calls of at most ``max_tokens`` query tokens split
+    each sequence's keys into segments, as many as bring the busy programs to ``programs_per_sm`` an SM, at most
+    ``max_segments`` and no more than leave ``min_segment_keys`` keys a segment of the longest sequence the call can
+    hold."""
+
+    max_tokens: int
+    programs_per_sm: int
+    min_segment_keys: int
+    max_segments: int
+
+
+@dataclass(frozen=True)
+class AttentionTable:
+    """One device's table of ``configs/paged_attention.json``: the tiles by head dim (the next power of two, 16 at
+    least), the float32 tile, the average queries a sequence from which a call takes the prefill tiles, and the
+    split rule's numbers."""
+
+    prefill: dict[int, Tiles]
+    decode: dict[int, Tiles]
+    float32: Tiles
+    prefill_queries: int
+    split: SplitRule
+
+
+@functools.cache
+def attention_table(device: str | None = None) -> AttentionTable:
+    """The table for the GPU named ``device`` (``torch.cuda.get_device_name()``), or the default one."""
+    table = device_table(TABLES, device)
+
+    def by_head(tiles: dict[str, dict[str, int]]) -> dict[int, Tiles]:
+        return {int(head): Tiles(**fields) for head, fields in tiles.items()}
+
+    return AttentionTable(
+        prefill=by_head(table["prefill"]),
+        decode=by_head(table["decode"]),
+        float32=Tiles(**table["float32"]),
+        prefill_queries=table["prefill_queries"],
+        split=SplitRule(**table["split"]),
+    )
+
+
+#: The default table (the H200's) and its tiles, under the names the tests and the sweep use.
+DEFAULT_TABLE = attention_table()
+PREFILL_TILES, DECODE_TILES, FLOAT32_TILES = DEFAULT_TABLE.prefill, DEFAULT_TABLE.decode, DEFAULT_TABLE.float32
+#: Alternatives the GPU script sweeps (``benchmarks/bench_attention.py --sweep``), by kind of call: key tiles of
+#: 32 to 128, warps, and the stages that keep more or fewer loads in flight (more stages, fewer programs an SM).
+#: Each compiles for sm_90 without spilling (Triton 3.9, head dim 128, bf16): decision 010 gives their registers and
+#: shared memory.
+SWEEP = {
+    "prefill": (Tiles(128, 64, 8, 3), Tiles(128, 64, 8, 2), Tiles(128, 32, 8, 3), Tiles(64, 32, 4, 3)),
+    "decode": (
+        Tiles(16, 64, 4, 3),
+        Tiles(16, 64, 4, 2),
+        Tiles(16, 32, 4, 3),
+        Tiles(16, 32, 4, 4),
+        Tiles(16, 128, 4, 3),
+        Tiles(16, 64, 8, 3),
+    ),
+}
 
 
 @dataclass(frozen=True)
@@ -107,13 +149,45 @@ class Plan:
     segments: int
 
 
-def segments_for(config: PagedAttentionConfig, sms: int) -> int:
-    """The 3D kernel's split: about ``PROGRAMS_PER_SM`` programs per SM for one sequence (a power of two, at most
-    ``MAX_SEGMENTS``), and no more segments than ``max_seq_len`` holds ``MIN_SEGMENT_KEYS``-key runs. A factory
-    argument and the device, nothing of a call."""
-    wanted = max(1, PROGRAMS_PER_SM * sms // config.num_kv_heads)
-    wanted = 1 << (wanted.bit_length() - 1)  # a power of two, at most what was wanted
-    return max(1, min(wanted, MAX_SEGMENTS, cdiv(config.max_seq_len, MIN_SEGMENT_KEYS)))
+def split_segments(
+    config: PagedAttentionConfig, tokens: int, query_blocks: int, width: int, sms: int, rule: SplitRule
+) -> int:
+    """The 3D kernel's segments for a call of ``tokens`` query tokens, ``query_blocks`` row blocks and a block
+    table ``width`` entries wide, on ``sms`` SMs: shapes and factory arguments only.
+
+    A decode-like call (at most ``rule.max_tokens`` tokens) has at most ``min(tokens, query_blocks) * Hk`` programs
+    with work; each reads a whole sequence's keys of its kv head. Splitting the keys into ``S`` segments multiplies
+    them by ``S`` and adds a merge (its workspace ``T * Hq * S * (D + 2)`` float32 values written and read again):
+    ``S`` is the largest power of two that keeps the busy programs within ``rule.programs_per_sm`` an SM, and the
+    longest sequence the call can hold (``min(max_seq_len, width * block_size)``: no sequence has more keys than its
+    table row) at ``rule.min_segment_keys`` keys a segment or more."""
+    if tokens > rule.max_tokens:
+        return 1
+    busy = max(1, min(tokens, query_blocks) * config.num_kv_heads)
+    longest = min(config.max_seq_len, width * config.block_size)
+    wanted = min(rule.programs_per_sm * sms // busy, rule.max_segments, longest // rule.min_segment_keys)
+    return 1 << (wanted.bit_length() - 1) if wanted > 1 else 1
+
+
+def shared_bytes(tiles: Tiles, head_dim: int, itemsize: int) -> int:
+    """The shared memory a program of ``tiles`` takes: the query tile, ``num_stages - 1`` buffers of a key and a
+    value tile, and the float32 scores' layout conversion (``block_m x tile_n``). Matches what Triton 3.9 allocates
+    for sm_90 within 4 KiB for every tile of the table and the sweep (its ``metadata.shared``)."""
+    buffers = max(1, tiles.num_stages - 1)
+    return (tiles.block_m + 2 * buffers * tiles.tile_n) * head_dim * itemsize + tiles.block_m * tiles.tile_n * 4
+
+
+def fitted(tiles: Tiles, head_dim: int, itemsize: int, shared_memory: int) -> Tiles:
+    """``tiles`` cut until a program fits ``shared_memory`` less :data:`SHARED_RESERVE`: its stages first (two at
+    least), then its keys a step (16 at least). A device with less shared memory than the table's (a 99 KiB sm_89)
+    takes the same rows, less deep."""
+    room = shared_memory - SHARED_RESERVE
+    while shared_bytes(tiles, head_dim, itemsize) > room and (tiles.num_stages > 2 or tiles.tile_n > 16):
+        if tiles.num_stages > 2:
+            tiles = dataclasses.replace(tiles, num_stages=tiles.num_stages - 1)
+        else:
+            tiles = dataclasses.replace(tiles, tile_n=tiles.tile_n // 2)
+    return tiles
 
 
 #: Shapes whose plan a kernel keeps (an engine's decode and prefill shapes repeat step after step).
@@ -124,26 +198,33 @@ def plan(
     config: PagedAttentionConfig,
     tokens: int,
     batch: int,
-    segments: int,
+    width: int,
     sms: int,
+    table: AttentionTable = DEFAULT_TABLE,
     tiles: Tiles | None = None,
+    segments: int | None = None,
 ) -> Plan:
-    """The launch of a call of ``tokens`` query tokens over ``batch`` sequences (``block_table.shape[0]``): shapes
-    and factory arguments only, so a CUDA graph's replays launch exactly what its capture did."""
+    """The launch of a call of ``tokens`` query tokens over ``batch`` sequences (``block_table.shape``: ``[batch,
+    width]``): shapes and factory arguments only, so a CUDA graph's replays launch exactly what its capture did.
+    ``tiles`` and ``segments`` fix what the table and :func:`split_segments` would choose (a call of more than the
+    rule's ``max_tokens`` tokens still runs unsplit)."""
     head = max(16, next_power_of_2(config.head_dim))
     if tiles is None and config.dtype is torch.float32:
-        tiles = FLOAT32_TILES
+        tiles = table.float32
     elif tiles is None:
-        prefill = batch == 0 or tokens >= PREFILL_QUERIES * batch
-        tiles = (PREFILL_TILES if prefill else DECODE_TILES)[head]
+        prefill = batch == 0 or tokens >= table.prefill_queries * batch
+        tiles = (table.prefill if prefill else table.decode)[head]
     group = config.group
     block_m = max(tiles.block_m, next_power_of_2(group))
     if block_m != tiles.block_m:
         tiles = Tiles(block_m, tiles.tile_n, tiles.num_warps, tiles.num_stages)
     block_q = block_m // group
     query_blocks = tokens // block_q + batch
-    split = segments > 1 and tokens <= SPLIT_TOKENS and query_blocks * config.num_kv_heads < PROGRAMS_PER_SM * sms
-    return Plan(tiles, block_q, query_blocks, segments if split else 1)
+    if segments is None:
+        segments = split_segments(config, tokens, query_blocks, width, sms, table.split)
+    elif tokens > table.split.max_tokens:
+        segments = 1
+    return Plan(tiles, block_q, query_blocks, segments)
 
 
 @triton.jit
@@ -251,10 +332,17 @@ def _attention_kernel(
         acc = tl.zeros([BLOCK_M, BLOCK_D], dtype=tl.float32)
         table_row = block_table_ptr + sequence.to(tl.int64) * table_row_stride
         keys_in = tl.arange(0, TILE_N)
+        # The block ids a tile ahead: the keys' addresses then come from the loop's carried values, not from a load
+        # of the same iteration, so Triton's pipeliner keeps the next tile's keys and values in flight (num_stages
+        # 3: two buffers) while this one is computed; read in the same iteration they were single-buffered.
+        upcoming = tile_low * TILE_N + keys_in
+        next_block = tl.load(table_row + upcoming // BLOCK_SIZE, mask=upcoming < high, other=0)
         for tile in tl.range(tile_low, tile_high):
             key = tile * TILE_N + keys_in
             key_ok = key < high
-            block = tl.load(table_row + key // BLOCK_SIZE, mask=key_ok, other=0)
+            block = next_block
+            upcoming = key + TILE_N
+            next_block = tl.load(table_row + upcoming // BLOCK_SIZE, mask=upcoming < high, other=0)
             key_ok = key_ok & (block >= 0) & (block < num_blocks)
             slot = block.to(tl.int64) * BLOCK_SIZE + key % BLOCK_SIZE
             kv_offsets = (slot * KV_HEADS + kv_head)[:, None] * HEAD_DIM + dims[None, :]
@@ -346,28 +434,27 @@ def _merge_segments_kernel(
     )
 
 
-def device_sms(interpret: bool) -> int:
-    """The current GPU's SM count (the interpreter's stand-in on the host)."""
-    if interpret:
-        return INTERPRETER_SMS
-    return int(torch.cuda.get_device_properties().multi_processor_count)
-
-
 def build_attention(
     config: PagedAttentionConfig, tiles: Tiles | None = None, segments: int | None = None
 ) -> Callable[..., None]:
     """The launch ``attention(query, key_cache, value_cache, block_table, seq_lens, cu_seqlens_q, k_scale, v_scale,
-    out)``; ``tiles`` and ``segments`` fix what :func:`plan` and :func:`segments_for` would choose (the GPU script's
-    sweep)."""
+    out)``, planned by the current GPU's table (:func:`attention_table`, :func:`plan`); ``tiles`` and ``segments``
+    fix what the table and the split rule would choose (the GPU script's sweep)."""
     if config.head_dim > MAX_HEAD_DIM:
         raise KernelInputError(
             f"{config.label}: the Triton backend serves head dims up to {MAX_HEAD_DIM}; select the 'torch' backend "
             "for wider heads"
         )
     interpret = interpreting(_attention_kernel)
-    sms = device_sms(interpret)
+    if interpret:
+        sms, shared_memory, device = INTERPRETER_SMS, HOPPER_SHARED_MEMORY, None
+    else:
+        properties = torch.cuda.get_device_properties()
+        sms, device = properties.multi_processor_count, properties.name
+        shared_memory = getattr(properties, "shared_memory_per_block_optin", HOPPER_SHARED_MEMORY)
+    table = attention_table(device)
     # a power of two: the merge reads every segment of a row at once
-    split = segments_for(config, sms) if segments is None else next_power_of_2(max(1, segments))
+    forced = None if segments is None else next_power_of_2(max(1, segments))
     heads, kv_heads, head_dim = config.num_heads, config.num_kv_heads, config.head_dim
     block_d = max(16, next_power_of_2(head_dim))
     fp8 = config.cache_dtype is FP8_DTYPE
@@ -386,33 +473,35 @@ def build_attention(
         "IEEE": ieee,
     }
     launchers: dict[tuple[Tiles, int, int], Launcher] = {}
-    # the plan and launcher of each (tokens, batch) a call has had: one dict read a call, no planning frames
-    by_shape: dict[tuple[int, int], tuple[Plan, Launcher]] = {}
-    merge = Launcher(
-        _merge_segments_kernel,
-        {"HEADS": heads, "HEAD_DIM": head_dim, "BLOCK_D": block_d, "SEGMENTS": split},
-        num_warps=4,
-    )
+    merges: dict[int, Launcher] = {}
+    # the plan and launchers of each (tokens, batch, table width) a call has had: one dict read a call, no planning
+    by_shape: dict[tuple[int, int, int], tuple[Plan, Launcher, Launcher | None]] = {}
     scale, softcap = config.scale, config.softcap or 1.0
 
     def launcher(chosen: Plan) -> Launcher:
         key = (chosen.tiles, chosen.block_q, chosen.segments)
         launch = launchers.get(key)
         if launch is None:
+            tiles = fitted(chosen.tiles, block_d, config.dtype.itemsize, shared_memory)
             constexprs = {
                 **common,
-                "BLOCK_M": chosen.tiles.block_m,
+                "BLOCK_M": tiles.block_m,
                 "BLOCK_Q": chosen.block_q,
-                "TILE_N": chosen.tiles.tile_n,
+                "TILE_N": tiles.tile_n,
                 "SEGMENTS": chosen.segments,
             }
             launch = launchers[key] = Launcher(
-                _attention_kernel,
-                constexprs,
-                num_warps=chosen.tiles.num_warps,
-                num_stages=chosen.tiles.num_stages,
+                _attention_kernel, constexprs, num_warps=tiles.num_warps, num_stages=tiles.num_stages
             )
         return launch
+
+    def merger(segments: int) -> Launcher | None:
+        if segments == 1:
+            return None
+        if segments not in merges:
+            constexprs = {"HEADS": heads, "HEAD_DIM": head_dim, "BLOCK_D": block_d, "SEGMENTS": segments}
+            merges[segments] = Launcher(_merge_segments_kernel, constexprs, num_warps=4)
+        return merges[segments]
 
     def attention(
         query: torch.Tensor,
@@ -425,15 +514,15 @@ def build_attention(
         v_scale: torch.Tensor | None,
         out: torch.Tensor,
     ) -> None:
-        tokens, batch = query.shape[0], block_table.shape[0]
+        tokens, (batch, width) = query.shape[0], block_table.shape
         out = out.view(tokens, heads * head_dim)
-        planned = by_shape.get((tokens, batch))
+        planned = by_shape.get((tokens, batch, width))
         if planned is None:
-            chosen = plan(config, tokens, batch, split, sms, tiles)
+            chosen = plan(config, tokens, batch, width, sms, table, tiles, forced)
             if len(by_shape) >= MAX_PLANS_KEPT:  # an engine's shapes repeat; a stream of new ones must not grow it
                 by_shape.clear()
-            planned = by_shape[(tokens, batch)] = (chosen, launcher(chosen))
-        chosen, launch = planned
+            planned = by_shape[(tokens, batch, width)] = (chosen, launcher(chosen), merger(chosen.segments))
+        chosen, launch, merge = planned
         # without an fp8 cache the scale pointers are never read: the lengths stand in for them
         scales = (k_scale, v_scale) if fp8 else (seq_lens, seq_lens)
         if chosen.segments > 1:
@@ -462,14 +551,14 @@ def build_attention(
             tokens,
             batch,
             key_cache.shape[0],
-            block_table.shape[1],
+            width,
             query.stride(0),
             out.stride(0),
             block_table.stride(0),
             scale,
             softcap,
         )
-        if chosen.segments > 1:
+        if merge is not None:
             merge((tokens, heads), out, partial_out, partial_max, partial_sum, out.stride(0))
 
     return attention
