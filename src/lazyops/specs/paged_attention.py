@@ -480,7 +480,7 @@ def plain_attention(
             or (v_scale is not None and v_scale.requires_grad)
         ):
             return False
-        if validate or seq_lens.is_cpu:  # where the values are read (the plain call has no fake tensors)
+        if seq_lens.is_cpu or (validate and not seq_lens.is_meta):  # where the values are read (no fake tensors)
             try:
                 check_index_values(config, tokens, key_cache.shape[0], block_table, seq_lens, cu_seqlens_q)
             except KernelInputError:

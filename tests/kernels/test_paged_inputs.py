@@ -1,0 +1,58 @@
+"""The paged kernels' factories and calls as a new user meets them (issue 33): meta tensors, ``validate``, the
+index tensors' dtypes, a missing ``block_size``, duplicate slots. The torch backend's own factories, called
+directly: what is checked here is the spec's and the torch backend's, whatever backend a machine selects."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+import torch
+
+from lazyops._backends.torch import kv_cache_write_tl, paged_attention_tl
+from lazyops._errors import KernelInputError
+
+HEADS, KV_HEADS, HEAD_DIM, BLOCK = 4, 1, 8, 2
+
+
+def attention_inputs(device: str, **dtypes: torch.dtype) -> tuple[torch.Tensor, ...]:
+    """Two sequences (3 and 1 tokens, one query each... the first a whole prefill): ``query`` rows, caches of four
+    blocks, ``block_table``, ``seq_lens``, ``cu_seqlens_q``, the index tensors int32 unless ``dtypes`` says."""
+    query = torch.randn(4, HEADS * HEAD_DIM, device=device)
+    key_cache = torch.randn(4, BLOCK, KV_HEADS, HEAD_DIM, device=device)
+    value_cache = torch.randn(4, BLOCK, KV_HEADS, HEAD_DIM, device=device)
+
+    def index(name: str, values: list[int] | list[list[int]]) -> torch.Tensor:
+        return torch.tensor(values, dtype=dtypes.get(name, torch.int32)).to(device)
+
+    block_table = index("block_table", [[0, 1], [2, 3]])
+    seq_lens = index("seq_lens", [3, 1])
+    cu_seqlens_q = index("cu_seqlens_q", [0, 3, 4])
+    return query, key_cache, value_cache, block_table, seq_lens, cu_seqlens_q
+
+
+def write_inputs(device: str, slots: list[int], slot_dtype: torch.dtype = torch.int64) -> tuple[torch.Tensor, ...]:
+    key = torch.randn(len(slots), KV_HEADS * HEAD_DIM, device=device)
+    value = torch.randn(len(slots), KV_HEADS * HEAD_DIM, device=device)
+    key_cache = torch.zeros(4, BLOCK, KV_HEADS, HEAD_DIM, device=device)
+    value_cache = torch.zeros(4, BLOCK, KV_HEADS, HEAD_DIM, device=device)
+    return key, value, key_cache, value_cache, torch.tensor(slots, dtype=slot_dtype).to(device)
+
+
+# -- item 12: the meta device ---------------------------------------------------------------------------------------
+def test_attention_on_meta_tensors_returns_a_meta_output():
+    kernel = paged_attention_tl(HEADS, KV_HEADS, HEAD_DIM, torch.float32, block_size=BLOCK)
+    out = kernel(*attention_inputs("meta"))
+    assert out.device.type == "meta" and out.shape == (4, HEADS * HEAD_DIM) and out.dtype is torch.float32
+
+
+def test_attention_on_meta_tensors_with_validate_reads_no_value():
+    kernel = paged_attention_tl(HEADS, KV_HEADS, HEAD_DIM, torch.float32, block_size=BLOCK, validate=True)
+    assert kernel(*attention_inputs("meta")).device.type == "meta"
+
+
+def test_a_cache_write_on_meta_tensors_returns():
+    kernel = kv_cache_write_tl(KV_HEADS, HEAD_DIM, torch.float32, block_size=BLOCK)
+    kernel(*write_inputs("meta", [0, 3, 5]))
+
