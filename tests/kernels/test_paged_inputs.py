@@ -56,3 +56,19 @@ def test_a_cache_write_on_meta_tensors_returns():
     kernel = kv_cache_write_tl(KV_HEADS, HEAD_DIM, torch.float32, block_size=BLOCK)
     kernel(*write_inputs("meta", [0, 3, 5]))
 
+
+# -- item 13: validate is a bool ------------------------------------------------------------------------------------
+@pytest.mark.parametrize("value", ["false", "False", 0, 1, None, "yes"])
+def test_validate_takes_a_real_bool(value):
+    with pytest.raises(KernelInputError, match=r"validate must be True or False, got"):
+        paged_attention_tl(HEADS, KV_HEADS, HEAD_DIM, torch.float32, block_size=BLOCK, validate=value)
+
+
+@pytest.mark.parametrize("value", [True, False])
+def test_validate_as_a_bool_is_kept(value):
+    from lazyops.specs import spec
+
+    config = spec("paged_attention_tl").bind(HEADS, KV_HEADS, HEAD_DIM, torch.float32, block_size=BLOCK, validate=value)
+    assert config.validate is value
+
+

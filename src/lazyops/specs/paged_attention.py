@@ -281,6 +281,7 @@ class PagedAttentionSpec(paged.PagedSpec):
                         kv_last_page_len, Hq, Hk, D, 16, causal=True, window_left=W - 1, logits_soft_cap=c); .run(q,
                         (k_cache, v_cache)) (decode: BatchDecodeWithPagedKVCacheWrapper, the same plan and run)
 
+        ``block_size`` (the cache's) has no default; ``validate`` is ``True`` or ``False``, nothing else.
         ``max_seq_len`` bounds every sequence's length: the GPU backends size the split of long sequences over
         programs (and its float32 workspaces) from it and the call's shapes, never from index values, so a CUDA
         graph captured once replays with any ``seq_lens``, ``block_table`` and ``cu_seqlens_q``. Index values
@@ -295,6 +296,7 @@ class PagedAttentionSpec(paged.PagedSpec):
         dtype = arguments.canonical_dtype(name, dtype)
         block_size = arguments.positive_int(name, "block_size", block_size)
         max_seq_len = arguments.positive_int(name, "max_seq_len", max_seq_len)
+        validate = arguments.flag(name, "validate", validate)
         if num_heads % num_kv_heads:
             raise KernelInputError(
                 f"{name}: num_heads={num_heads} is not a multiple of num_kv_heads={num_kv_heads}; grouped-query "
@@ -339,7 +341,7 @@ class PagedAttentionSpec(paged.PagedSpec):
             window,
             cap,
             stored,
-            bool(validate),
+            validate,
             label,
         )
 
