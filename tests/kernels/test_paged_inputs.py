@@ -72,3 +72,37 @@ def test_validate_as_a_bool_is_kept(value):
     assert config.validate is value
 
 
+# -- a new user: index tensors of the wrong dtype --------------------------------------------------------------------
+@pytest.mark.parametrize("name", ["block_table", "seq_lens", "cu_seqlens_q"])
+def test_an_attention_index_of_the_wrong_dtype_names_the_conversion(name):
+    kernel = paged_attention_tl(HEADS, KV_HEADS, HEAD_DIM, torch.float32, block_size=BLOCK)
+    with pytest.raises(KernelInputError) as raised:
+        kernel(*attention_inputs("cpu", **{name: torch.int64}))
+    message = str(raised.value)
+    assert f"{name}.to(torch.int32)" in message and "another dtype" not in message
+
+
+def test_a_slot_mapping_of_the_wrong_dtype_names_the_conversion():
+    kernel = kv_cache_write_tl(KV_HEADS, HEAD_DIM, torch.float32, block_size=BLOCK)
+    with pytest.raises(KernelInputError) as raised:
+        kernel(*write_inputs("cpu", [0, 3], slot_dtype=torch.int32))
+    message = str(raised.value)
+    assert "slot_mapping.to(torch.int64)" in message and "another dtype" not in message
+
+
+def test_a_scale_of_the_wrong_dtype_names_the_conversion():
+    kernel = kv_cache_write_tl(KV_HEADS, HEAD_DIM, torch.float32, block_size=BLOCK, cache_dtype=torch.float8_e4m3fn)
+    key, value, _, _, slots = write_inputs("cpu", [0, 3])
+    caches = [torch.zeros(4, BLOCK, KV_HEADS, HEAD_DIM).to(torch.float8_e4m3fn) for _ in range(2)]
+    scale = torch.ones(1, dtype=torch.float16)
+    with pytest.raises(KernelInputError, match=re.escape("k_scale.to(torch.float32)")):
+        kernel(key, value, *caches, slots, k_scale=scale, v_scale=scale.float())
+
+
+def test_an_activation_of_the_wrong_dtype_still_names_another_kernel():
+    kernel = paged_attention_tl(HEADS, KV_HEADS, HEAD_DIM, torch.float32, block_size=BLOCK)
+    query, *rest = attention_inputs("cpu")
+    with pytest.raises(KernelInputError, match="another kernel"):
+        kernel(query.half(), *rest)
+
+
