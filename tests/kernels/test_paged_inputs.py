@@ -106,3 +106,31 @@ def test_an_activation_of_the_wrong_dtype_still_names_another_kernel():
         kernel(query.half(), *rest)
 
 
+# -- a new user: a missing block_size -------------------------------------------------------------------------------
+@pytest.mark.parametrize(
+    ("factory", "args"),
+    [
+        (paged_attention_tl, (HEADS, KV_HEADS, HEAD_DIM, torch.float32)),
+        (kv_cache_write_tl, (KV_HEADS, HEAD_DIM, "float32")),
+    ],
+    ids=["paged_attention_tl", "kv_cache_write_tl"],
+)
+def test_a_missing_block_size_names_the_factory(factory, args):
+    with pytest.raises(TypeError) as raised:
+        factory(*args)
+    message = str(raised.value)
+    assert message.startswith(f"{factory.__name__}(): ") and "block_size" in message and "required" in message
+    assert "bind" not in message and "Spec" not in message
+
+
+def test_a_missing_block_size_through_the_namespace_names_the_factory():
+    import lazyops
+
+    with pytest.raises(TypeError, match=r"^paged_attention_tl\(\): .*block_size= is a required keyword argument"):
+        lazyops.which("paged_attention_tl", HEADS, KV_HEADS, HEAD_DIM, "float32")
+
+
+def test_the_readme_tables_give_block_size_no_default():
+    readme = (Path(__file__).parents[2] / "README.md").read_text()
+    assert "block_size=16)(" not in readme
+    assert "`block_size` (`B` in the table above) has no default" in readme
