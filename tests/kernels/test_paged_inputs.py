@@ -72,6 +72,23 @@ def test_validate_as_a_bool_is_kept(value):
     assert config.validate is value
 
 
+# -- item 13: duplicate slots, documented ----------------------------------------------------------------------------
+def test_duplicate_slots_are_documented_in_the_readme_and_the_spec():
+    import lazyops.specs.kv_cache_write as module
+
+    readme = (Path(__file__).parents[2] / "README.md").read_text()
+    assert "**Duplicate slots**" in readme and "reshape_and_cache_flash" in readme
+    assert "mapped to one slot" in (module.__doc__ or "")
+    assert "mapped to one slot" in (module.spec.factory_doc or "")
+
+
+def test_duplicate_slots_on_the_cpu_keep_the_last_token():
+    key, value, key_cache, value_cache, slots = write_inputs("cpu", [5, 1, 5])
+    kv_cache_write_tl(KV_HEADS, HEAD_DIM, torch.float32, block_size=BLOCK)(key, value, key_cache, value_cache, slots)
+    assert torch.equal(key_cache.view(-1, KV_HEADS * HEAD_DIM)[5], key[2])
+    assert torch.equal(value_cache.view(-1, KV_HEADS * HEAD_DIM)[5], value[2])
+
+
 # -- a new user: index tensors of the wrong dtype --------------------------------------------------------------------
 @pytest.mark.parametrize("name", ["block_table", "seq_lens", "cu_seqlens_q"])
 def test_an_attention_index_of_the_wrong_dtype_names_the_conversion(name):
