@@ -9,8 +9,8 @@ launch) stops resolution there, and the user gets an error where the next backen
 For every kernel of every GPU backend, each of the spec's drawn configurations and its edges (each integer
 argument of the factory moved to 1, odd and power-of-two sizes past the tiles' limits) is given to the factory:
 one it builds, or cannot build here for want of a GPU (``BackendError``), passes; one it refuses with a
-``KernelInputError`` passes only where its ``supports`` declined it. Nothing is launched: on the CPU, Triton's
-factories only plan their launch, and TileLang's refuse before they compile.
+``KernelInputError`` passes only where its ``supports`` declined it; any other exception fails. Nothing is
+launched: Triton's factories only plan their launch, and TileLang's are made to stop where they would compile.
 """
 
 from __future__ import annotations
@@ -65,9 +65,14 @@ def configurations(kernel: str) -> list[tuple[tuple[Any, ...], dict[str, Any]]]:
 
 
 @pytest.mark.parametrize("backend", GPU_BACKENDS)
-def test_a_factory_refuses_only_what_its_backend_declines(backend, kernel):
-    """``kernel``: every specified kernel (the kernel tests' fixture)."""
+def test_a_factory_refuses_only_what_its_backend_declines(backend, kernel, monkeypatch):
+    """``kernel``: every specified kernel (the kernel tests' fixture). Any other exception at factory time fails
+    too: a configuration the spec accepts is built, declined, or refused for want of a device."""
     factory = factory_of(backend, kernel)
+    if backend == "tilelang":  # on a GPU too: what is refused is refused before compiling, so compile nothing
+        from lazyops._backends.tilelang import _runtime
+
+        monkeypatch.setattr(_runtime, "unavailable_reason", lambda: "this test compiles nothing")
     supports = getattr(factory, "lazyops_supports", None)
     refused = []
     for args, kwargs in configurations(kernel):
@@ -79,6 +84,8 @@ def test_a_factory_refuses_only_what_its_backend_declines(backend, kernel):
             config = spec(kernel).bind(*args, **kwargs)
             if supports is None or not supports(config):
                 refused.append(f"{config.label}: {error}")
+        except Exception as error:  # noqa: BLE001 (every other exception is reported, by configuration)
+            refused.append(f"{spec(kernel).bind(*args, **kwargs).label}: {type(error).__name__}: {error}")
     assert not refused, (
         f"{backend}'s {kernel} refuses at factory time configurations its supports= hook does not decline (so "
         "resolution never reaches the next backend):\n" + "\n".join(refused)
