@@ -464,6 +464,52 @@ def rope_tl(head_dim: int, dtype: torch.dtype | str, is_neox: bool = True) -> _R
 
 
 @type_check_only
+class _SampleKernel(Protocol):
+    """What ``sample_tl`` returns (in every backend): the kernel call."""
+
+    def __call__(
+        self,
+        logits: torch.Tensor,
+        temperature: torch.Tensor,
+        top_k: torch.Tensor,
+        top_p: torch.Tensor,
+        min_p: torch.Tensor,
+        seeds: torch.Tensor,
+        offsets: torch.Tensor,
+        /,
+        *,
+        out: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        """One token id (int64) per row of ``logits[..., V]``, drawn with that row's ``temperature`` (float32; 0:
+        greedy), ``top_k`` (int64; 0: off), ``top_p``, ``min_p`` (float32; 1.0 and 0.0: off), ``seeds`` and
+        ``offsets`` (int64: the request's seed and its step), each shaped like ``logits.shape[:-1]``.
+        """
+
+
+def sample_tl(vocab: int, dtype: torch.dtype | str) -> _SampleKernel:
+    """Samples one token id per request from ``logits[B, vocab]``: temperature, min-p, top-k, top-p, a seeded draw.
+
+    Returns ``kernel(logits, temperature, top_k, top_p, min_p, seeds, offsets, *, out=None) -> tokens[B]``
+    (int64). ``logits`` in ``dtype`` (float32, bfloat16, float16; rows may be strided); one value per request:
+    ``temperature`` float32 (0: greedy, the argmax, ties to the lowest id), ``top_k`` int64 (0 or ``>= vocab``:
+    off), ``top_p`` float32 (1.0: off), ``min_p`` float32 (0.0: off), ``seeds`` and ``offsets`` int64 (the
+    request's seed and its step: the same four values give the same token, whatever the batch around it).
+
+    The filters compose as vLLM's ``Sampler`` applies them: ``logits / temperature``, then min-p on its softmax,
+    then top-k, then top-p on what top-k kept, renormalised; ties at a top-k or top-p boundary are all kept.
+    The draw is the exponential race ``argmax(p / E)``, ``E ~ Exp(1)`` from a counter-based hash, so a CUDA
+    graph captured once serves any parameters and seeds. Nothing is read on the host.
+
+    The same call elsewhere::
+
+        lazyops:    sample_tl(V, dtype)(logits, temperature, top_k, top_p, min_p, seeds, offsets)
+        vLLM:       Sampler()(logits, sampling_metadata)  (TopKTopPSampler: sort, mask, probs.div_(q).argmax())
+        FlashInfer: top_k_top_p_sampling_from_logits(logits / t[:, None], top_k, top_p, generator=g);
+                    min_p_sampling_from_probs(softmax(logits / t[:, None]), min_p)
+    """
+
+
+@type_check_only
 class _SiluAndMulKernel(Protocol):
     """What ``silu_and_mul_tl`` returns (in every backend): the kernel call, positional arguments only."""
 

@@ -40,17 +40,17 @@ Z_ALPHA = 3.719
 TOP_P_MARGIN = 1e-4
 MIN_P_MARGIN = 1e-4
 #: How many rows of a case are judged by their distribution.
-DISTRIBUTION_ROWS = 2
+DISTRIBUTION_ROWS = 1
 
 LOGITS = ("normal", "flat", "peaked", "masked", "all-but-one", "ties")
 PARAMS = ("mixed", "greedy", "plain", "top-k-1", "top-p-boundary")
 
 
 def draw_count(vocab: int, device: str) -> int:
-    """Draws per judged row: 2,000 on the host (the Triton interpreter's budget), 20,000 on a GPU, fewer where a
+    """Draws per judged row: 500 on the host (the Triton interpreter's budget), 20,000 on a GPU, fewer where a
     row is wide (the repeated rows stay within a few times the kit's element cap)."""
     budget = 4 * default_max_elements(device)
-    return max(300, min(2_000 if str(device).startswith("cpu") else 20_000, budget // vocab))
+    return max(300, min(500 if str(device).startswith("cpu") else 20_000, budget // vocab))
 
 
 def chi_square_limit(dof: int, z: float = Z_ALPHA) -> float:

@@ -10,6 +10,7 @@ from .paged_attention import paged_attention_tl as paged_attention_tl
 from .rmsnorm import rmsnorm_tl as rmsnorm_tl
 from .rmsnorm_fp8 import rmsnorm_fp8_tl as rmsnorm_fp8_tl
 from .rope import rope_tl as rope_tl
+from .sample import sample_tl as sample_tl
 from .silu_and_mul import silu_and_mul_tl as silu_and_mul_tl
 from .softmax import softmax_tl as softmax_tl
 
