@@ -12,8 +12,9 @@ CUDA graph captured once serves any values; nothing is read on the host. The def
 4. top-p: renormalised over what is kept, keep the tokens whose *strictly larger* tokens' mass is below ``top_p``
    (ties at the boundary all kept; 1.0 is off);
 5. draw from the kept tokens, renormalised: the exponential race ``argmax(p_i / E_i)``, ``E_i = -log(u_i)`` (vLLM's
-   torch path), with ``u_i`` a hash of (seed, offset, token id) (:func:`uniforms`), so a request's token depends only
-   on its own logits, parameters, seed and offset, never on the batch around it.
+   torch path), with ``u_i`` a hash of (seed, offset, token id) (the torch backend's ``uniforms``, which the GPU
+   backends repeat bit for bit), so a request's token depends only on its own logits, parameters, seed and
+   offset, never on the batch around it.
 
 Every filter keeps a set of the form ``{i: z_i >= threshold}``, so each is a threshold, found without a sort by
 the GPU backends (a bisection over the float's bits: ``docs/decisions/012-sampling-thresholds.md``).
@@ -21,7 +22,7 @@ the GPU backends (a bisection over the float's bits: ``docs/decisions/012-sampli
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -42,8 +43,6 @@ REQUEST_PARAMS: tuple[tuple[str, torch.dtype], ...] = (
     ("seeds", torch.int64),
     ("offsets", torch.int64),
 )
-
-MASK32 = 0xFFFFFFFF
 
 
 class SampleKernel(Protocol):
@@ -76,34 +75,6 @@ class SampleConfig:
 
 
 # -- the definition ----------------------------------------------------------------------------------------------
-def _mix(x: torch.Tensor) -> torch.Tensor:
-    """A 32-bit integer finaliser (lowbias32), in int64 arithmetic masked to 32 bits: the same bits in torch and in
-    the GPU backends, which write it the same way."""
-    x = x ^ (x >> 16)
-    x = (x * 0x7FEB352D) & MASK32
-    x = x ^ (x >> 15)
-    x = (x * 0x846CA68B) & MASK32
-    return x ^ (x >> 16)
-
-
-def request_key(seeds: torch.Tensor, offsets: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Two 32-bit keys of each request's (seed, offset), as int64."""
-    first = _mix((offsets >> 32) & MASK32 ^ 0x2545F491)
-    first = _mix((offsets & MASK32) ^ first)
-    first = _mix(((seeds >> 32) & MASK32) ^ first)
-    first = _mix((seeds & MASK32) ^ first)
-    return first, _mix(first ^ 0x85EBCA6B)
-
-
-def uniforms(seeds: torch.Tensor, offsets: torch.Tensor, vocab: int) -> torch.Tensor:
-    """``u[B, V]`` in (0, 1), float32, exact multiples of 2**-24: a hash of each request's (seed, offset) and the
-    token id. Counter-based, so a row's numbers need nothing from any other row."""
-    first, second = request_key(seeds.reshape(-1, 1), offsets.reshape(-1, 1))
-    ids = torch.arange(vocab, dtype=torch.int64, device=seeds.device)
-    bits = _mix(_mix(ids ^ first) ^ second)
-    return ((bits >> 9) * 2 + 1).to(torch.float32) * 2.0**-24
-
-
 def kept_probabilities(
     logits: torch.Tensor,
     temperature: torch.Tensor,
@@ -193,8 +164,43 @@ class SampleSpec(KernelSpec):
         for (name, dtype), tensor in zip(REQUEST_PARAMS, args[1:], strict=True):
             checks.check_tensor(label, name, tensor, shape=leading, dtype=dtype, device=logits.device)
 
-    def plain_predicate(self, config: Any, *, strided_rows: bool, device_type: str | None) -> None:
-        return None  # seven tensors: the full checks are the path (a few µs beside a sampler's passes over V)
+    def plain_predicate(
+        self, config: Any, *, strided_rows: bool, device_type: str | None
+    ) -> Callable[[tuple[Any, ...]], bool]:
+        """The engine call: dense ``logits[B, V]`` with ``B > 0`` and each parameter a dense ``[B]`` tensor of its
+        dtype, on one device (the current one, for CUDA), nothing requiring grad in grad mode. Nothing is written
+        in place, so nothing can alias."""
+        import torch
+
+        vocab, dtype = config.vocab, config.dtype
+        wanted = tuple(dtype for _, dtype in REQUEST_PARAMS)
+        is_grad_enabled, current_device = torch.is_grad_enabled, torch.cuda.current_device
+        on_cuda = device_type == "cuda"
+
+        def accepts(args: tuple[Any, ...]) -> bool:
+            if len(args) != 7:
+                return False
+            logits = args[0]
+            grad = is_grad_enabled()
+            if logits.dtype is not dtype or not logits.is_contiguous() or (grad and logits.requires_grad):
+                return False
+            sizes = logits.shape
+            if len(sizes) != 2 or sizes[1] != vocab or sizes[0] <= 0:
+                return False
+            if on_cuda:
+                if not logits.is_cuda or logits.get_device() != current_device():
+                    return False
+            elif device_type is not None and logits.device.type != device_type:
+                return False
+            device, batch = logits.device, sizes[0]
+            for arg, want in zip(args[1:], wanted, strict=True):
+                if arg.dtype is not want or arg.shape != (batch,) or not arg.is_contiguous() or arg.device != device:
+                    return False
+                if grad and arg.requires_grad:
+                    return False
+            return True
+
+        return accepts
 
     def rows(self, config: Any, *args: Any) -> tuple[Any, ...]:
         return (checks.rows_of(args[0]), *(tensor.reshape(-1) for tensor in args[1:]))

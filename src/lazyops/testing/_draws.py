@@ -11,9 +11,10 @@ draws from (float64), and a kernel is judged on what it draws:
   rows (every other row of the batch, a strided view);
 - *distribution*: for a few rows, :func:`draw_count` draws (the row repeated, the offset counting up) against the
   reference's probabilities by a chi-square test at level :data:`ALPHA` (bins expecting fewer than 5 draws merged),
-  passed against the strict, the widened or the narrowed reference. Every draw comes from the case's seed, so a case passes or
-  fails on every run alike; the rate at which a correct sampler fails a drawn case (the false-failure rate) is
-  measured by ``tests/testing/sampling_sweep.py`` and stated in ``docs/decisions/012-sampling-thresholds.md``.
+  passed against the strict, the widened or the narrowed reference. Every draw comes from the case's seed, so a
+  case passes or fails on every run alike; the rate at which a correct sampler fails a drawn case (the
+  false-failure rate) is measured by ``tests/testing/sampling_sweep.py`` and stated in
+  ``docs/decisions/012-sampling-thresholds.md``.
 """
 
 from __future__ import annotations
@@ -50,11 +51,13 @@ def draw_count(vocab: int, device: str) -> int:
     """Draws per judged row: 500 on the host (the Triton interpreter's budget), 20,000 on a GPU, fewer where a
     row is wide (the repeated rows stay within a few times the kit's element cap)."""
     budget = 4 * default_max_elements(device)
-    return max(300, min(500 if str(device).startswith("cpu") else 20_000, budget // vocab))
+    return max(200, min(500 if str(device).startswith("cpu") else 20_000, budget // vocab))
 
 
-def chi_square_limit(dof: int, z: float = Z_ALPHA) -> float:
-    """The chi-square quantile of ``dof`` degrees of freedom at level ``ALPHA`` (Wilson-Hilferty)."""
+def chi_square_limit(dof: int, z: float | None = None) -> float:
+    """The chi-square quantile of ``dof`` degrees of freedom at the level whose normal quantile is ``z`` (default
+    :data:`Z_ALPHA`), by the Wilson-Hilferty approximation."""
+    z = Z_ALPHA if z is None else z
     c = 2.0 / (9.0 * dof)
     return dof * (1.0 - c + z * math.sqrt(c)) ** 3
 
@@ -139,7 +142,7 @@ def sampler_cases(kernel: str) -> Any:
 
     @st.composite
     def draw_case(draw: st.DrawFn) -> Case:
-        vocab = draw(st.sampled_from([2, 3, 100, 257, 300, 511, 1024, 1031]) | st.integers(2, 600))
+        vocab = draw(st.sampled_from([2, 3, 100, 129, 257, 300]) | st.integers(2, 300))
         dtype = draw(strategies.dtypes())
         tokens = draw(st.sampled_from([1, 2, 7, 256]) | st.integers(1, 64))
         geometry = {"logits": draw(st.sampled_from(LOGITS)), "params": draw(st.sampled_from(PARAMS))}

@@ -11,7 +11,37 @@ from collections.abc import Callable
 
 import torch
 
-from lazyops.specs.sample import SampleConfig, greedy, kept_probabilities, spec, uniforms
+from lazyops.specs.sample import SampleConfig, greedy, kept_probabilities, spec
+
+MASK32 = 0xFFFFFFFF
+
+
+def _mix(x: torch.Tensor) -> torch.Tensor:
+    """A 32-bit integer finaliser (lowbias32), in int64 arithmetic masked to 32 bits: the same bits in torch and in
+    the GPU backends, which write it the same way."""
+    x = x ^ (x >> 16)
+    x = (x * 0x7FEB352D) & MASK32
+    x = x ^ (x >> 15)
+    x = (x * 0x846CA68B) & MASK32
+    return x ^ (x >> 16)
+
+
+def request_key(seeds: torch.Tensor, offsets: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Two 32-bit keys of each request's (seed, offset), as int64."""
+    first = _mix((offsets >> 32) & MASK32 ^ 0x2545F491)
+    first = _mix((offsets & MASK32) ^ first)
+    first = _mix(((seeds >> 32) & MASK32) ^ first)
+    first = _mix((seeds & MASK32) ^ first)
+    return first, _mix(first ^ 0x85EBCA6B)
+
+
+def uniforms(seeds: torch.Tensor, offsets: torch.Tensor, vocab: int) -> torch.Tensor:
+    """``u[B, V]`` in (0, 1), float32, exact multiples of 2**-24: a hash of each request's (seed, offset) and the
+    token id. Counter-based, so a row's numbers need nothing from any other row."""
+    first, second = request_key(seeds.reshape(-1, 1), offsets.reshape(-1, 1))
+    ids = torch.arange(vocab, dtype=torch.int64, device=seeds.device)
+    bits = _mix(_mix(ids ^ first) ^ second)
+    return ((bits >> 9) * 2 + 1).to(torch.float32) * 2.0**-24
 
 
 @spec.implementation(strided_rows=True)

@@ -88,7 +88,8 @@ def _sample_kernel(
     # top-k: the smallest key t with fewer than k tokens above it
     lo = tl.full([ROWS, 1], -(2**31), tl.int64)
     hi = top
-    for _ in range(32):
+    searches = 32 if tl.min(k) <= V else 0  # no row of the program asks for top-k: its threshold stays the lowest
+    for _ in range(searches):
         mid = lo + (hi - lo) // 2
         above = tl.zeros([ROWS, 1], tl.int32)
         for start in range(0, V, BLOCK_V):
@@ -113,7 +114,8 @@ def _sample_kernel(
     # top-p: the smallest key t whose kept mass above it is below top_p of the kept mass
     lo = tl.full([ROWS, 1], -(2**31), tl.int64)
     hi = top
-    for _ in range(32):
+    searches = 32 if tl.min(p) < 1.0 else 0  # no row asks for top-p (1.0 keeps every token of positive mass)
+    for _ in range(searches):
         mid = lo + (hi - lo) // 2
         mass = tl.zeros([ROWS, 1], tl.float32)
         for start in range(0, V, BLOCK_V):
@@ -182,6 +184,8 @@ def sample_tl(config: SampleConfig) -> Callable[..., None]:
         out: torch.Tensor,
     ) -> None:
         m = logits.shape[0]
-        launch((triton.cdiv(m, rows),), logits, temperature, top_k, top_p, min_p, seeds, offsets, out, m, logits.stride(0))
+        launch(
+            (triton.cdiv(m, rows),), logits, temperature, top_k, top_p, min_p, seeds, offsets, out, m, logits.stride(0)
+        )
 
     return sample
