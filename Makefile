@@ -8,7 +8,7 @@ PYTHON ?= $(if $(wildcard .venv/bin/python),.venv/bin/python,python3)
 export PYTHONPATH := $(if $(PYTHONPATH),$(PYTHONPATH):)$(CURDIR)/src
 
 .PHONY: help test lint gpu-check gpu-results gpu-results-1 gpu-results-2 gpu-attention gpu-gemm gpu-host gpu-kernels \
-	gpu-layer gpu-engine gpu-hf gpu-tune gpu-prune cpu-results
+	gpu-layer gpu-engine gpu-hf gpu-tune gpu-prune cpu-results gpu-sampling
 
 help:
 	@echo "make test           the whole test suite (CI: bash scripts/test.sh installs, lints, then runs it)"
@@ -18,6 +18,7 @@ help:
 	@echo "make gpu-results-2  kernels, layer --ceiling, the example engine against Hugging Face (one device call)"
 	@echo "make gpu-prune      delete the old scripts' result files that today's have replaced"
 	@echo "make gpu-hf         a Hugging Face Llama: stock, lazyops.transformers.patch, liger-kernel (one device call)"
+	@echo "make gpu-sampling   sample_tl's GPU checks, then bench_kernels.py --sampling (one device call, ~3 min)"
 	@echo "make gpu-tune       lazyops tune on the decoder layer's trace, twice, then the layer by its plan (GPU)"
 	@echo "make cpu-results    the CPU result files into benchmarks/results/cpu/"
 
@@ -81,6 +82,19 @@ gpu-host:
 KERNELS_S ?= 540
 gpu-kernels:
 	$(call limit,$(KERNELS_S)) $(PYTHON) benchmarks/bench_kernels.py --out $(GPU_OUT)
+
+# Sampling (issue 37): sample_tl's conformance on the device (one case per configuration class), its kernel tests
+# in Triton, then bench_kernels.py --sampling (B = 1, 16, 64, 256 at V = 128256, float32 and bf16, against vLLM's
+# torch path, torch.compile of the spec's definition and torch.multinomial): GPU_OUT/sampling.{md,json} and
+# GPU_OUT/sampling-check.txt. About 3 minutes on an H100.
+SAMPLING_S ?= 150
+gpu-sampling:
+	@mkdir -p $(GPU_OUT)
+	@echo "== sample_tl: the kit on the device, then tests/kernels/test_sample.py in Triton"
+	-{ $(call limit,60) $(PYTEST_GPU) -m gpu tests/kernels/test_gpu_conformance.py -k sample 2>&1; \
+	  $(call limit,60) $(PYTEST_GPU) tests/kernels/test_sample.py -k triton 2>&1; } | tee $(GPU_OUT)/sampling-check.txt
+	@echo "== bench_kernels.py --sampling"
+	$(call limit,$(SAMPLING_S)) $(PYTHON) benchmarks/bench_kernels.py --sampling --backend torch,triton --out $(GPU_OUT)
 
 LAYER_S ?= 540
 gpu-layer:

@@ -4,6 +4,7 @@
     python benchmarks/bench_kernels.py --device cpu --backend torch --dtypes float32,float16,bfloat16 \\
         --tokens 1,128,1024 --name torch_backend     # the torch backend against torch's ops on this CPU
     python benchmarks/bench_kernels.py --smoke --device cpu --out /tmp/k   # the script's logic, tiny shapes
+    python benchmarks/bench_kernels.py --sampling          # sample_tl: results/h200/sampling.{md,json}
 
 Kernels: every kernel whose spec says it is memory-bound (``--kernels`` for others), each at its spec's engine-sized
 configuration, in each backend that runs here (or of ``--backend``). Peers: ``torch eager`` and ``torch.compile``
@@ -34,7 +35,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--dtypes", default="bfloat16", help="comma list (default bfloat16)")
     parser.add_argument("--compile", action=BooleanOptionalAction, help="the torch.compile peer (default: on CUDA)")
     parser.add_argument("--name", default="kernels", help="the result files' stem (default kernels)")
+    parser.add_argument("--sampling", action="store_true", help="sample_tl at batches 1-256, float32 and bf16")
     options = parser.parse_args(argv)
+    if options.sampling:  # batches of requests, V = 128256 (the spec's engine size), mixed per-request parameters
+        batches = "1,4" if options.smoke else "1,16,64,256"
+        options.kernels, options.name = (
+            options.kernels or "sample",
+            "sampling" if options.name == "kernels" else options.name,
+        )
+        options.tokens, options.graph_tokens = options.tokens or batches, batches
+        options.dtypes = "float32,bfloat16" if options.dtypes == "bfloat16" else options.dtypes
     device = harness.start(options)
     import torch
 

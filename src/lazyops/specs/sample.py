@@ -221,12 +221,22 @@ class SampleSpec(KernelSpec):
             if checks.overlap(out, arg):
                 raise KernelInputError(f"{label}: out overlaps {name} in memory; pass a separate buffer")
 
-    def reference(self, config: SampleConfig, logits: torch.Tensor, *params: torch.Tensor) -> tuple[torch.Tensor]:  # type: ignore[override]
+    def reference(  # type: ignore[override]
+        self,
+        config: SampleConfig,
+        logits: torch.Tensor,
+        *params: torch.Tensor,
+        top_p_margin: float = 0.0,
+        min_p_margin: float = 0.0,
+    ) -> tuple[torch.Tensor]:
         """The distribution each row draws from, ``[B, V]`` (one-hot on the argmax for a greedy row): what the
-        draws judge (``lazyops.testing._draws``) compares a kernel's tokens with."""
+        draws judge (``lazyops.testing._draws``) compares a kernel's tokens with; the margins widen (or, negative,
+        narrow) the top-p and min-p boundaries."""
         temperature, top_k, top_p, min_p = (tensor.reshape(-1) for tensor in params[:4])
         rows = logits.reshape(-1, logits.shape[-1])
-        probs = kept_probabilities(rows, temperature, top_k, top_p, min_p)
+        probs = kept_probabilities(
+            rows, temperature, top_k, top_p, min_p, top_p_margin=top_p_margin, min_p_margin=min_p_margin
+        )
         one_hot = torch.nn.functional.one_hot(greedy(rows), rows.shape[-1]).to(probs.dtype)
         return (torch.where((temperature == 0)[:, None], one_hot, probs),)
 

@@ -158,7 +158,6 @@ def judge_draws(
     """Judge ``case`` (see the module's docstring); raises ``ConformanceError`` on a failure. Returns ``(0.0,
     dtype)``: a sampler has no error to report, only a verdict."""
     from lazyops.specs import spec as spec_of_kernel
-    from lazyops.specs.sample import kept_probabilities
 
     spec = spec_of_kernel(case.kernel)
     device = device or ("cuda" if torch.cuda.is_available() else "cpu")
@@ -172,15 +171,14 @@ def judge_draws(
             continue
         drawn = spec.example_inputs(config, tokens, draw, case.geometry)
         logits64 = drawn[0].double().cpu()
-        temperature, top_k, top_p, min_p = (t.cpu() for t in drawn[1:5])
-        strict = spec.reference(config, logits64, *(t.cpu() for t in drawn[1:]))[0]
-        loose = kept_probabilities(
-            logits64, temperature, top_k, top_p, min_p, top_p_margin=TOP_P_MARGIN, min_p_margin=MIN_P_MARGIN
+        temperature = drawn[1].cpu()
+        params = tuple(t.cpu() for t in drawn[1:])
+        strict, loose, tight = (
+            spec.reference(
+                config, logits64, *params, top_p_margin=sign * TOP_P_MARGIN, min_p_margin=sign * MIN_P_MARGIN
+            )[0]  # type: ignore[call-arg]
+            for sign in (0, 1, -1)
         )
-        tight = kept_probabilities(
-            logits64, temperature, top_k, top_p, min_p, top_p_margin=-TOP_P_MARGIN, min_p_margin=-MIN_P_MARGIN
-        )
-        loose = torch.where((temperature == 0)[:, None], strict, loose)
         what = f"{case}: M={tokens}"
         got = _call(kernel, drawn, case, draw, what)
         _check_support(got, strict, loose, temperature, what)
