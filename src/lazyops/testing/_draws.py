@@ -255,6 +255,8 @@ def _check_distribution(
     params = [p[row : row + 1].expand(n).contiguous() for p in drawn[1:]]
     params[-1] = params[-1] + torch.arange(n, device=params[-1].device)
     tokens = kernel(logits, *params).cpu()
+    if tokens.numel() and not 0 <= int(tokens.min()) <= int(tokens.max()) < vocab:
+        raise ConformanceError(f"{what}: row {row} drew tokens outside [0, {vocab})")
     counts = torch.bincount(tokens, minlength=vocab)
     strict, loose, _ = references
     outside = (counts > 0) & (loose == 0)
