@@ -171,6 +171,43 @@ def add_rmsnorm_tl(
 
 
 @type_check_only
+class _ApplyPenaltiesKernel(Protocol):
+    """What ``apply_penalties_tl`` returns (in every backend): the kernel call."""
+
+    def __call__(
+        self,
+        logits: torch.Tensor,
+        output_counts: torch.Tensor,
+        prompt_mask: torch.Tensor,
+        repetition: torch.Tensor,
+        frequency: torch.Tensor,
+        presence: torch.Tensor,
+        /,
+    ) -> tuple[torch.Tensor]:
+        """Penalise ``logits[..., V]`` in place from ``output_counts`` (int32, each token's count among the
+        generated ones) and ``prompt_mask`` (bool, the prompt's tokens), with each request's ``repetition``,
+        ``frequency`` and ``presence`` (float32, ``[..., 1]``); returns ``(logits,)``.
+        """
+
+
+def apply_penalties_tl(n: int, dtype: torch.dtype | str) -> _ApplyPenaltiesKernel:
+    """Applies repetition, frequency and presence penalties to ``logits[B, n]`` in place (vLLM's definition).
+
+    Returns ``kernel(logits, output_counts, prompt_mask, repetition, frequency, presence) -> (logits,)``:
+    ``output_counts[B, n]`` int32 and ``prompt_mask[B, n]`` bool, the parameters ``[B, 1]`` float32 columns
+    (repetition 1.0, frequency and presence 0.0: off). A token the prompt or the output holds has a positive
+    logit divided by ``repetition``, a negative one multiplied by it; then ``frequency * count`` and ``presence``
+    (once a token was generated) are subtracted. Math in float32.
+
+    The same call elsewhere::
+
+        lazyops: apply_penalties_tl(V, dtype)(logits, counts, prompt_mask, rep[:, None], freq[:, None], pres[:, None])
+        vLLM:    apply_penalties(logits, prompt_mask, output_mask, output_bin_counts, presence, frequency, rep)
+                 (vllm.model_executor.layers.utils; output_mask = counts > 0)
+    """
+
+
+@type_check_only
 class _GeluAndMulKernel(Protocol):
     """What ``gelu_and_mul_tl`` returns (in every backend): the kernel call, positional arguments only."""
 
