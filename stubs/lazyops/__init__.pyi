@@ -201,7 +201,8 @@ def apply_penalties_tl(n: int, dtype: torch.dtype | str) -> _ApplyPenaltiesKerne
 
     The same call elsewhere::
 
-        lazyops: apply_penalties_tl(V, dtype)(logits, counts, prompt_mask, rep[:, None], freq[:, None], pres[:, None])
+        lazyops: apply_penalties_tl(V, dtype)(logits, counts, prompt_mask, rep[:, None], freq[:, None],
+                 pres[:, None])
         vLLM:    apply_penalties(logits, prompt_mask, output_mask, output_bin_counts, presence, frequency, rep)
                  (vllm.model_executor.layers.utils; output_mask = counts > 0)
     """
