@@ -9,11 +9,11 @@ reference, then timed against torch's SDPA (flash and cuDNN backends) on contigu
 Llama-3-8B's attention (32 query heads, 8 KV heads of 128, bf16, 16-token blocks scattered in the cache). Checks:
 ``lazyops.testing.run_conformance`` (a case per configuration class, or ``--examples`` drawn ones), then each kernel on
 the timed shapes against float64; a failed check makes the exit status 1. Decode, batch 1 / 16 / 64 / 256 x context 1k /
-8k / 32k: µs per call in a CUDA graph, GB/s over the KV bytes read, the share of 4.8 TB/s. Prefill, causal, 1 x 8192 and
-16 x 512 (stream time, TFLOP/s), and 512 new tokens over a 7680-token prefix, paged and over blocks in order (unpaged).
-Every cell's implementations interleaved; peers on ``[B, H, L, D]`` tensors with ``enable_gqa`` (where a backend refuses
-it, keys and values repeated to 32 heads: the row says so). Backends: ``--backend``'s, else each that runs here and
-exports the kernels (on a GPU but the torch backend's: it reads lengths on the host, no CUDA graph).
+8k / 32k: µs per call in a CUDA graph, GB/s over the KV bytes read, the share of the device's HBM peak. Prefill, causal,
+1 x 8192 and 16 x 512 (stream time, TFLOP/s), and 512 new tokens over a 7680-token prefix, paged and over blocks in
+order (unpaged). Every cell's implementations interleaved; peers on ``[B, H, L, D]`` tensors with ``enable_gqa`` (where
+a backend refuses it, keys and values repeated to 32 heads: the row says so). Backends: ``--backend``'s, else each that
+runs here and exports the kernels (on a GPU but the torch backend's: it reads lengths on the host, no CUDA graph).
 """
 
 from __future__ import annotations
@@ -27,7 +27,15 @@ from typing import Any
 import bench_harness as harness
 
 TITLE = "paged_attention_tl and kv_cache_write_tl against SDPA"
-HBM_PEAK = 4.8e12  # the H200's HBM3e bandwidth, bytes/s
+HBM_PEAKS = {"H200": 4.8e12, "H100": 3.35e12}  # HBM bandwidth (bytes/s) by the name a device reports
+HBM_PEAK = HBM_PEAKS["H200"]
+
+
+def hbm_peak(device: str) -> float:
+    """The HBM bandwidth of the device named ``device`` (the H200's where the name is not known)."""
+    return next((peak for name, peak in HBM_PEAKS.items() if name in device), HBM_PEAK)
+
+
 KERNELS = ("paged_attention_tl", "kv_cache_write_tl")
 UNPAGED = " unpaged (blocks in order)"
 #: GPU time a CUDA-graph sample aims at: up to 1000 calls of a short decode step, a few of a 7 ms 256 x 32k one.
@@ -153,16 +161,32 @@ class Timing:
         batches, contexts = self.shape.decode
         cells = [(f"{batch} x {context}", batch, context, 1) for context in contexts for batch in batches]
         for cell, batch, length, new in cells + list(self.shape.prefill):
-            q, k, v = self.tensors(batch, length, new)
-            layouts = [("", True)] + ([(UNPAGED, False)] if 1 < new < length else [])
-            cases = []
-            for suffix, shuffle in layouts:
-                args = self.paged(q, k, v, shuffle)
-                cases += [lazyops_case(backend, suffix, args, self.shape, self.dtype) for backend in backends]
+            part = "decode" if new == 1 else "prefill"
+            try:
+                q, k, v = self.tensors(batch, length, new)
+                layouts = [("", True)] + ([(UNPAGED, False)] if 1 < new < length else [])
+                cases = []
+                for suffix, shuffle in layouts:
+                    args = self.paged(q, k, v, shuffle)
+                    cases += [lazyops_case(backend, suffix, args, self.shape, self.dtype) for backend in backends]
+            except (RuntimeError, MemoryError) as error:  # the inputs do not fit this device: a row says so, on we go
+                q = k = v = args = cases = None
+                release_memory(self.device)
+                yield [
+                    {
+                        "part": part,
+                        "shape": cell,
+                        "impl": "inputs",
+                        "kind": "note",
+                        "error": f"{type(error).__name__}: {error}",
+                    }
+                ]
+                continue
             cases += sdpa_cases(q, k, v, self.device, causal=new > 1)
             cases += [flex_case(q, k, v, causal=new > 1)] if self.flex else []
-            yield self.measure("decode" if new == 1 else "prefill", cell, cases, k, new)
-            del q, k, v, args, cases
+            yield self.measure(part, cell, cases, k, new)
+            q = k = v = args = cases = None
+            release_memory(self.device)
 
     def sweep(self, backends: list[str]) -> Any:
         """Each backend's split counts at decode (every power of two up to 64 that leaves a segment a 64-key tile),
@@ -218,6 +242,14 @@ class Timing:
         for row in (row for row in rows if row.get("us")):
             row.update(rate=amount / (row["us"] * 1e-6) / (1e9 if new == 1 else 1e12), unit=unit)
         return rows
+
+
+def release_memory(device: str) -> None:
+    """Give a finished cell's tensors back to the device (the next cell's 34 GB of keys and values need them)."""
+    import torch
+
+    if device.startswith("cuda"):
+        torch.cuda.empty_cache()
 
 
 def lazyops_case(backend: str, suffix: str, args: tuple[Any, ...], shape: Shape, dtype: Any) -> Any:
@@ -282,12 +314,12 @@ def flex_case(q: Any, k: Any, v: Any, causal: bool) -> Any:
 
 
 def render(rows: list[dict[str, Any]], env: dict[str, Any]) -> list[str]:
-    s = env["shape"]
+    s, peak = env["shape"], hbm_peak(str(env.get("device", "")))
     lines = [
         f"{s['heads']} query heads, {s['kv_heads']} KV heads of {s['head_dim']}, {env['dtype']}, {s['block']}-token "
         "blocks scattered in the cache. Decode: µs per call inside a CUDA graph (up to 50 calls captured, 20 replays: "
         f"{GRAPH_S * 1e3:.0f} ms of GPU time a sample), "
-        f"GB/s over the KV bytes read, % of {HBM_PEAK / 1e12} TB/s. Prefill and the prefill sweep: stream time "
+        f"GB/s over the KV bytes read, % of {peak / 1e12} TB/s. Prefill and the prefill sweep: stream time "
         "(`do_bench`, the L2 flushed), TFLOP/s over 4 × pairs × D × Hq. Peers on contiguous keys of the same "
         "numbers; the implementations of a cell interleaved.",
         "",
@@ -300,7 +332,7 @@ def render(rows: list[dict[str, Any]], env: dict[str, Any]) -> list[str]:
         for row in (row for row in rows if row["part"] == part):
             best = _best_peer(rows, part, row["shape"])
             ratio = f"{best['us'] / row['us']:.2f}×" if best and row.get("us") and row["kind"] != "peer" else ""
-            hbm = f"{row['rate'] * 1e9 / HBM_PEAK * 100:.0f} %" if row.get("unit") == "GB/s" else ""
+            hbm = f"{row['rate'] * 1e9 / peak * 100:.0f} %" if row.get("unit") == "GB/s" else ""
             rate = f"{harness.figure(row.get('rate'), 1, row.get('noisy'))} {row.get('unit', '')}"
             note = (row.get("error") or row.get("note") or "")[:160]
             time = harness.figure(row.get("us"), 1, row.get("noisy"))
@@ -308,7 +340,7 @@ def render(rows: list[dict[str, Any]], env: dict[str, Any]) -> list[str]:
         if body:
             header = ["shape", "implementation", "µs", "rate", "% of HBM", "× best peer", "note"]
             lines += [f"## {part.capitalize()}", "", *harness.table(header, body)]
-    return [*lines, "## The issue's goals, from the rows above", "", *(f"- {goal}" for goal in goals(rows)), ""]
+    return [*lines, "## The issue's goals, from the rows above", "", *(f"- {goal}" for goal in goals(rows, peak)), ""]
 
 
 def _check_cells(row: dict[str, Any]) -> list[str]:
@@ -320,7 +352,7 @@ def _best_peer(rows: list[dict[str, Any]], part: str, shape: str, name: str = ""
     return min((r for r in found if name in r["impl"]), key=lambda r: r["us"], default=None)
 
 
-def goals(rows: list[dict[str, Any]]) -> list[str]:
+def goals(rows: list[dict[str, Any]], peak: float = HBM_PEAK) -> list[str]:
     """Each of issue 29's goals that these rows speak to, met or not, with the figure."""
     timed = {(r["part"], r["shape"], r["impl"]): r for r in rows if r.get("us")}
     said = []
@@ -337,7 +369,7 @@ def goals(rows: list[dict[str, Any]]) -> list[str]:
             verdicts.append(f"{peer['us'] / row['us']:.2f}× the best peer ({peer['impl']}) [goal ≥ 1.0×]")
         batch, _, context = shape.partition(" x ")
         if part == "decode" and int(batch) * int(context) >= 65536:
-            verdicts.append(f"{row['rate'] * 1e9 / HBM_PEAK * 100:.0f} % of HBM [goal ≥ 85 %]")
+            verdicts.append(f"{row['rate'] * 1e9 / peak * 100:.0f} % of HBM [goal ≥ 85 %]")
         cudnn = _best_peer(rows, part, shape, "cuDNN")
         if part == "decode" and shape == "1 x 8192" and cudnn:
             verdicts.append(f"{cudnn['us'] / row['us']:.2f}× cuDNN [goal ≥ 2×]")

@@ -498,11 +498,12 @@ def paged(key: Any, value: Any, block: int, new: int = 1, shuffle: bool = True) 
     order = (torch.arange(batch * count) if order is None else order).to(key.device)
 
     def scatter(cache: Any) -> Any:
-        # one expression: the padded copy is freed before the scattered one is made (a 256 x 32k cache is 17 GB)
-        blocks = functional.pad(cache, (0, 0, 0, count * block - length)).view(batch, heads, count, block, dim)
-        blocks = blocks.permute(0, 2, 3, 1, 4).reshape(batch * count, block, heads, dim)
-        scattered = blocks.new_empty(blocks.shape)  # contiguous, whatever view the reshape returned
-        scattered[order] = blocks
+        # A sequence at a time: a 256 x 32k cache is 17 GB, and whole-batch padded and permuted copies beside the
+        # contiguous keys and values ran an 80 GB H100 out of memory (2026-12-05); one sequence's copy is 67 MB.
+        scattered = cache.new_empty((batch * count, block, heads, dim))
+        for row in range(batch):
+            blocks = functional.pad(cache[row], (0, 0, 0, count * block - length)).view(heads, count, block, dim)
+            scattered[order[row * count : (row + 1) * count]] = blocks.permute(1, 2, 0, 3)
         return scattered
 
     lengths = torch.full((batch,), length, dtype=torch.int32, device=key.device)

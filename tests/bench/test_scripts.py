@@ -190,3 +190,31 @@ def test_layer_hugging_face(tmp_path):
             assert timed[workload, impl]["us"] > 0 and "error" not in timed[workload, impl], timed[workload, impl]
     batch = [row for row in rows if row["workload"] == "generate_batch" and "liger" not in row["impl"]]
     assert len(batch) == 3 and all(row["tokens_per_s"] > 0 for row in batch), batch
+
+
+def test_an_attention_cell_whose_inputs_do_not_fit_is_a_row_and_the_run_goes_on(monkeypatch):
+    """256 x 32k's keys and values (34 GB) ran an H100 out of memory on 2026-12-05 and ended the run before prefill:
+    such a cell is now a row naming the error, and the cells after it are timed."""
+    import torch
+
+    attention = load("bench_attention")
+
+    def tensors(self, batch, length, new):
+        if (batch, length) == (3, 40):
+            raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 17.00 GiB")
+        return torch.randn(batch, 4, new, 16), *(torch.randn(batch, 2, length, 16) for _ in range(2))
+
+    monkeypatch.setattr(attention.Timing, "tensors", tensors)
+    monkeypatch.setattr(
+        attention.Timing,
+        "measure",
+        lambda self, part, cell, *_: [{"part": part, "shape": cell, "impl": "lazyops torch", "kind": "lazyops"}],
+    )
+    timing = attention.Timing("cpu", True, 1, False, attention.SMOKE, torch.float32)
+    rows = [row for cell in timing.attention(["torch"]) for row in cell]
+    cells = ["1 x 16", "3 x 16", "1 x 40", "3 x 40", "1 x 64", "4 x 16", "chunked 8 over 64"]
+    assert [row["shape"] for row in rows] == cells
+    assert [row["impl"] for row in rows if "error" in row] == ["inputs"]
+    assert "OutOfMemoryError: CUDA out of memory" in rows[3]["error"]
+    env = {"shape": vars(attention.SMOKE), "dtype": "torch.float32", "device": "NVIDIA H100 80GB HBM3"}
+    assert "| 3 x 40 | inputs |" in "\n".join(attention.render(rows, env))
