@@ -83,7 +83,7 @@ KERNELS_S ?= 540
 gpu-kernels:
 	$(call limit,$(KERNELS_S)) $(PYTHON) benchmarks/bench_kernels.py --out $(GPU_OUT)
 
-# Sampling (issue 37): sample_tl's conformance on the device (one case per configuration class), its kernel tests
+# Sampling (issue 37): sample_tl and apply_penalties_tl: the conformance kit on the device (one case per configuration class), its kernel tests
 # in Triton, then bench_kernels.py --sampling (B = 1, 16, 64, 256 at V = 128256, float32 and bf16, against vLLM's
 # torch path, torch.compile of the spec's definition and torch.multinomial): GPU_OUT/sampling.{md,json} and
 # GPU_OUT/sampling-check.txt. About 3 minutes on an H100.
@@ -91,7 +91,7 @@ SAMPLING_S ?= 150
 gpu-sampling:
 	@mkdir -p $(GPU_OUT)
 	@echo "== sample_tl: the kit on the device, then tests/kernels/test_sample.py in Triton"
-	-{ $(call limit,60) $(PYTEST_GPU) -m gpu tests/kernels/test_gpu_conformance.py -k sample 2>&1; \
+	-{ $(call limit,60) $(PYTEST_GPU) -m gpu tests/kernels/test_gpu_conformance.py -k "sample or penalties" 2>&1; \
 	  $(call limit,60) $(PYTEST_GPU) tests/kernels/test_sample.py -k triton 2>&1; } | tee $(GPU_OUT)/sampling-check.txt
 	@echo "== bench_kernels.py --sampling"
 	$(call limit,$(SAMPLING_S)) $(PYTHON) benchmarks/bench_kernels.py --sampling --backend torch,triton --out $(GPU_OUT)
