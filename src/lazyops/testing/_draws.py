@@ -48,10 +48,10 @@ PARAMS = ("mixed", "greedy", "plain", "top-k-1", "top-p-boundary")
 
 
 def draw_count(vocab: int, device: str) -> int:
-    """Draws per judged row: 500 on the host (the Triton interpreter's budget), 20,000 on a GPU, fewer where a
+    """Draws per judged row: 300 on the host (the Triton interpreter's budget), 20,000 on a GPU, fewer where a
     row is wide (the repeated rows stay within a few times the kit's element cap)."""
     budget = 4 * default_max_elements(device)
-    return max(200, min(500 if str(device).startswith("cpu") else 20_000, budget // vocab))
+    return max(100, min(300 if str(device).startswith("cpu") else 20_000, budget // vocab))
 
 
 def chi_square_limit(dof: int, z: float | None = None) -> float:
