@@ -104,7 +104,7 @@ gpu-kernels:
 # in Triton, then bench_kernels.py --sampling (B = 1, 16, 64, 256 at V = 128256, float32 and bf16, against vLLM's
 # torch path, torch.compile of the spec's definition and torch.multinomial): GPU_OUT/sampling.{md,json} and
 # GPU_OUT/sampling-check.txt. About 3 minutes on an H100.
-SAMPLING_S ?= 150
+SAMPLING_S ?= 170
 gpu-sampling:
 	@mkdir -p $(GPU_OUT)
 	@echo "== sample_tl: the kit on the device, then tests/kernels/test_sample.py in Triton"
