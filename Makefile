@@ -9,7 +9,7 @@ export PYTHONPATH := $(if $(PYTHONPATH),$(PYTHONPATH):)$(CURDIR)/src
 
 .PHONY: help test lint gpu-check gpu-results gpu-results-1 gpu-results-2 gpu-attention gpu-gemm gpu-host gpu-kernels \
 	gpu-layer gpu-engine gpu-hf gpu-tune gpu-prune cpu-results gpu-attention-hf \
-	gpu-kernel-defects
+	gpu-kernel-defects gpu-sampling
 
 help:
 	@echo "make test           the whole test suite (CI: bash scripts/test.sh installs, lints, then runs it)"
@@ -21,6 +21,7 @@ help:
 	@echo "make gpu-prune      delete the old scripts' result files that today's have replaced"
 	@echo "make gpu-attention-hf  issue 39 in one device call of under 7 minutes: attention, then the Hugging Face Llama"
 	@echo "make gpu-hf         a Hugging Face Llama: stock, lazyops.transformers.patch, liger-kernel (one device call)"
+	@echo "make gpu-sampling   sample_tl's GPU checks, then bench_kernels.py --sampling (one device call, ~3 min)"
 	@echo "make gpu-tune       lazyops tune on the decoder layer's trace, twice, then the layer by its plan (GPU)"
 	@echo "make cpu-results    the CPU result files into benchmarks/results/cpu/"
 
@@ -100,6 +101,19 @@ gpu-host:
 KERNELS_S ?= 540
 gpu-kernels:
 	$(call limit,$(KERNELS_S)) $(PYTHON) benchmarks/bench_kernels.py --out $(GPU_OUT)
+
+# Sampling (issue 37): sample_tl and apply_penalties_tl: the conformance kit on the device (one case per configuration class), its kernel tests
+# in Triton, then bench_kernels.py --sampling (B = 1, 16, 64, 256 at V = 128256, float32 and bf16, against vLLM's
+# torch path, torch.compile of the spec's definition and torch.multinomial): GPU_OUT/sampling.{md,json} and
+# GPU_OUT/sampling-check.txt. About 3 minutes on an H100.
+SAMPLING_S ?= 170
+gpu-sampling:
+	@mkdir -p $(GPU_OUT)
+	@echo "== sample_tl: the kit on the device, then tests/kernels/test_sample.py in Triton"
+	-{ $(call limit,60) $(PYTEST_GPU) -m gpu tests/kernels/test_gpu_conformance.py -k "sample or penalties" 2>&1; \
+	  $(call limit,60) $(PYTEST_GPU) tests/kernels/test_sample.py -k triton 2>&1; } | tee $(GPU_OUT)/sampling-check.txt
+	@echo "== bench_kernels.py --sampling"
+	$(call limit,$(SAMPLING_S)) $(PYTHON) benchmarks/bench_kernels.py --sampling --backend torch,triton --out $(GPU_OUT)
 
 LAYER_S ?= 540
 gpu-layer:

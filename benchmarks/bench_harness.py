@@ -158,8 +158,11 @@ def backends(option: str | None) -> dict[str, str | None]:
 
 def peers(kernel: str) -> dict[str, Callable[[Any], Any]]:
     """``torch op`` (what a user writes in plain torch, in the input dtype) and ``liger-kernel``'s where it has
-    ``kernel``: the peers beyond the engine's ``torch eager`` and ``torch.compile``, each ``build(config) -> call``."""
+    ``kernel``: the peers beyond the engine's ``torch eager`` and ``torch.compile``, each ``build(config) -> call``.
+    The sampler's: vLLM's torch path and ``torch.multinomial``."""
     short = kernel.removesuffix("_tl")
+    if short == "sample":
+        return {"vLLM torch path": _vllm_sample, "torch.multinomial": _multinomial}
     found = {"torch op": TORCH_OPS[short]} if short in TORCH_OPS else {}
     if short in LIGER:
         found["liger-kernel"] = LIGER[short]
@@ -258,6 +261,42 @@ TORCH_OPS: dict[str, Callable[[Any], Any]] = {
     "rope": _rope,
     "matmul": lambda config: lambda a, b: a @ b,
 }
+
+
+def _vllm_sample(config: Any) -> Any:
+    """vLLM's ``Sampler`` on its torch path, written out: temperature, min-p, then ``apply_top_k_top_p`` (an
+    ascending sort, the k-th value's mask, a cumulative sum's mask) and the exponential race ``probs / q``."""
+    import torch
+
+    def sample(logits: Any, temperature: Any, top_k: Any, top_p: Any, min_p: Any, seeds: Any, offsets: Any) -> Any:
+        logits = logits.float()
+        greedy = logits.argmax(dim=-1)
+        logits = logits / torch.where(temperature > 0, temperature, 1.0)[:, None]
+        probs = logits.softmax(dim=-1)
+        logits = logits.masked_fill(probs < min_p[:, None] * probs.amax(dim=-1, keepdim=True), float("-inf"))
+        ordered, order = logits.sort(dim=-1, descending=False)
+        vocab = ordered.shape[-1]
+        k = torch.where((top_k > 0) & (top_k < vocab), top_k, vocab)
+        ordered.masked_fill_(ordered < ordered.gather(1, (vocab - k)[:, None]), float("-inf"))
+        top_p_mask = ordered.softmax(dim=-1).cumsum(dim=-1) <= 1 - top_p[:, None]
+        top_p_mask[:, -1] = False
+        logits = ordered.masked_fill_(top_p_mask, float("-inf")).scatter(-1, order, ordered)
+        probs = logits.softmax(dim=-1)
+        race = probs.div_(torch.empty_like(probs).exponential_()).argmax(dim=-1)
+        return torch.where(temperature == 0, greedy, race)
+
+    return sample
+
+
+def _multinomial(config: Any) -> Any:
+    """Plain temperature sampling: ``torch.multinomial`` over the softmax."""
+    import torch
+
+    def sample(logits: Any, temperature: Any, *rest: Any) -> Any:
+        probs = (logits.float() / torch.where(temperature > 0, temperature, 1.0)[:, None]).softmax(dim=-1)
+        return torch.multinomial(probs, 1).view(-1)
+
+    return sample
 
 
 def _liger(module: str, function: str, peer: Callable[[Any, Any], Any]) -> Callable[[Any], Any]:

@@ -4,6 +4,7 @@
     python benchmarks/bench_kernels.py --device cpu --backend torch --dtypes float32,float16,bfloat16 \\
         --tokens 1,128,1024 --name torch_backend     # the torch backend against torch's ops on this CPU
     python benchmarks/bench_kernels.py --smoke --device cpu --out /tmp/k   # the script's logic, tiny shapes
+    python benchmarks/bench_kernels.py --sampling          # sample_tl: results/h200/sampling.{md,json}
 
 Kernels: every kernel whose spec says it is memory-bound (``--kernels`` for others), each at its spec's engine-sized
 configuration, in each backend that runs here (or of ``--backend``). Peers: ``torch eager`` and ``torch.compile``
@@ -34,7 +35,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--dtypes", default="bfloat16", help="comma list (default bfloat16)")
     parser.add_argument("--compile", action=BooleanOptionalAction, help="the torch.compile peer (default: on CUDA)")
     parser.add_argument("--name", default="kernels", help="the result files' stem (default kernels)")
+    parser.add_argument("--sampling", action="store_true", help="sample_tl, apply_penalties_tl at B 1-256")
     options = parser.parse_args(argv)
+    if options.sampling:  # batches of requests, V = 128256 (the spec's engine size), mixed per-request parameters
+        batches = "1,4" if options.smoke else "1,16,64,256"
+        options.kernels, options.name = (
+            options.kernels or ",".join(SAMPLING),
+            "sampling" if options.name == "kernels" else options.name,
+        )
+        options.tokens, options.graph_tokens = options.tokens or batches, batches
+        options.dtypes = "float32,bfloat16" if options.dtypes == "bfloat16" else options.dtypes
     device = harness.start(options)
     import torch
 
@@ -76,15 +86,19 @@ def main(argv: list[str] | None = None) -> int:
 TITLE = "Memory-bound kernels against their peers and ceilings"
 
 
+#: Kernels of a batch of requests' vocabulary rows (B up to 256 at V = 128256, not 32768 tokens): ``--sampling``'s.
+SAMPLING = ("sample", "apply_penalties")
+
+
 def memory_bound() -> list[str]:
-    """Every kernel whose spec's traffic model says it is bound by memory, by short name."""
+    """Every kernel whose spec's traffic model says it is bound by memory, by short name (``--sampling``'s apart)."""
     from lazyops.specs import kernel_names, spec
 
     found = []
     for name in kernel_names():
         chosen, kernel_spec = harness.engine().example(name), spec(name)
         config = kernel_spec.bind(*chosen.args, **chosen.kwargs)
-        if kernel_spec.traffic(config, 1, chosen.geometry).bound != "compute":
+        if kernel_spec.traffic(config, 1, chosen.geometry).bound != "compute" and name[:-3] not in SAMPLING:
             found.append(name.removesuffix("_tl"))
     return found
 

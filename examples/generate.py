@@ -97,6 +97,7 @@ class Engine:
         self.rope, self.silu = lazyops.rope_tl(s.head_dim, dtype, is_neox=True), lazyops.silu_and_mul_tl(f, dtype)
         self.write = lazyops.kv_cache_write_tl(s.kv_heads, s.head_dim, dtype, block_size=block_size)
         self.attend = lazyops.paged_attention_tl(*(s.heads, s.kv_heads, s.head_dim, dtype), block_size=block_size)
+        self.sample = lazyops.sample_tl(s.vocab, dtype)  # reads no value on the host: fine inside a CUDA graph
         # Hugging Face's default rope: frequencies theta**(-2i/D), halves rotated (rotate_half: neox style)
         inverse = s.theta ** -(torch.arange(0, s.head_dim, 2, dtype=torch.float64) / s.head_dim)
         angles = torch.arange(max_len, dtype=torch.float64)[:, None] * inverse
@@ -125,21 +126,34 @@ class Engine:
             )
         return self.mm["lm_head"](h[last], self.lm_head)
 
-    def generate(self, prompts: list[list[int]], new_tokens: int) -> list[list[int]]:
-        """Greedy continuations: one packed prefill, then decode steps (each a CUDA graph's replay on a GPU)."""
+    def generate(self, prompts: list[list[int]], new_tokens: int, temperature: float = 0.0, top_k: int = 0,
+                 top_p: float = 1.0, seed: int = 0) -> list[list[int]]:  # fmt: skip
+        """Continuations (greedy at temperature 0) drawn by ``sample_tl``, request ``b`` seeded ``seed + b``: one
+        packed prefill, then decode steps (each a CUDA graph's replay on a GPU)."""
         logits, step, advance = self.prefill(prompts, new_tokens)
-        out = [[t] for t in logits.argmax(-1).tolist()]
+        b, f32 = len(prompts), torch.float32
+        params = [torch.full((b,), temperature, dtype=f32), torch.full((b,), top_k), torch.full((b,), top_p, dtype=f32)]
+        params += [torch.zeros(b, dtype=f32), torch.arange(b) + seed, torch.zeros(b, dtype=torch.int64)]
+        params = [p.to(self.device) for p in params]  # static buffers: the graph reads the step's offset from them
+
+        def choose(logits: torch.Tensor) -> torch.Tensor:
+            return self.sample(logits, *params)
+
+        first = choose(logits)
+        step[0].copy_(first)
+        out = [[t] for t in first.tolist()]
         graph = None
         for _ in range(new_tokens - 1):
             advance()
+            params[-1].add_(1)  # the next step's draw
             if not self.graphs:
-                chosen = self.forward(*step).argmax(-1)
+                chosen = choose(self.forward(*step))
             else:
                 if graph is None:  # the first step compiles every kernel, then is captured
                     self.forward(*step)
                     graph = torch.cuda.CUDAGraph()
                     with torch.cuda.graph(graph):
-                        chosen = self.forward(*step).argmax(-1)
+                        chosen = choose(self.forward(*step))
                 graph.replay()
             for o, t in zip(out, chosen.tolist(), strict=True):
                 o.append(t)
@@ -330,6 +344,10 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
     parser.add_argument("--hf", action="store_true", help="a tiny random LlamaForCausalLM's weights; compare tokens")
     parser.add_argument("--tokens", type=int, default=12)
+    parser.add_argument("--temperature", type=float, default=0.0, help="sample_tl's (default 0: greedy)")
+    parser.add_argument("--top-k", type=int, default=0)
+    parser.add_argument("--top-p", type=float, default=1.0)
+    parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--dtype", help="default: float32 on a CPU, bfloat16 on a GPU")
     parser.add_argument("--bench", action="store_true", help="time a decode step against Hugging Face (bench())")
     parser.add_argument("--out", type=Path, help="--bench: the result files' folder (default results/<device>/)")
@@ -351,7 +369,7 @@ def main() -> int:
         shape, weights = from_hugging_face(model)
     with torch.inference_mode():
         engine = Engine(shape, weights, dtype, device)
-        ours = engine.generate(prompts, args.tokens)
+        ours = engine.generate(prompts, args.tokens, args.temperature, args.top_k, args.top_p, args.seed)
         if device == "cuda":
             how = (
                 "replayed from a CUDA graph"

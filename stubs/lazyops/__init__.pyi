@@ -171,6 +171,44 @@ def add_rmsnorm_tl(
 
 
 @type_check_only
+class _ApplyPenaltiesKernel(Protocol):
+    """What ``apply_penalties_tl`` returns (in every backend): the kernel call."""
+
+    def __call__(
+        self,
+        logits: torch.Tensor,
+        output_counts: torch.Tensor,
+        prompt_mask: torch.Tensor,
+        repetition: torch.Tensor,
+        frequency: torch.Tensor,
+        presence: torch.Tensor,
+        /,
+    ) -> tuple[torch.Tensor]:
+        """Penalise ``logits[..., V]`` in place from ``output_counts`` (int32, each token's count among the
+        generated ones) and ``prompt_mask`` (bool, the prompt's tokens), with each request's ``repetition``,
+        ``frequency`` and ``presence`` (float32, ``[..., 1]``); returns ``(logits,)``.
+        """
+
+
+def apply_penalties_tl(n: int, dtype: torch.dtype | str) -> _ApplyPenaltiesKernel:
+    """Applies repetition, frequency and presence penalties to ``logits[B, n]`` in place (vLLM's definition).
+
+    Returns ``kernel(logits, output_counts, prompt_mask, repetition, frequency, presence) -> (logits,)``:
+    ``output_counts[B, n]`` int32 and ``prompt_mask[B, n]`` bool, the parameters ``[B, 1]`` float32 columns
+    (repetition 1.0, frequency and presence 0.0: off). A token the prompt or the output holds has a positive
+    logit divided by ``repetition``, a negative one multiplied by it; then ``frequency * count`` and ``presence``
+    (once a token was generated) are subtracted. Math in float32.
+
+    The same call elsewhere::
+
+        lazyops: apply_penalties_tl(V, dtype)(logits, counts, prompt_mask, rep[:, None], freq[:, None],
+                 pres[:, None])
+        vLLM:    apply_penalties(logits, prompt_mask, output_mask, output_bin_counts, presence, frequency, rep)
+                 (vllm.model_executor.layers.utils; output_mask = counts > 0)
+    """
+
+
+@type_check_only
 class _GeluAndMulKernel(Protocol):
     """What ``gelu_and_mul_tl`` returns (in every backend): the kernel call, positional arguments only."""
 
@@ -463,6 +501,52 @@ def rope_tl(head_dim: int, dtype: torch.dtype | str, is_neox: bool = True) -> _R
     The token dimensions may be any ``*T`` (``positions[batch, seq]``), the heads may be a dimension of their
     own (``query[*T, Hq, head_dim]``), and ``query`` and ``key`` may be row-strided views, as the slices of
     a packed ``qkv[M, (Hq + 2 Hk) * head_dim]`` are: they are rotated where they lie, nothing is copied.
+    """
+
+
+@type_check_only
+class _SampleKernel(Protocol):
+    """What ``sample_tl`` returns (in every backend): the kernel call."""
+
+    def __call__(
+        self,
+        logits: torch.Tensor,
+        temperature: torch.Tensor,
+        top_k: torch.Tensor,
+        top_p: torch.Tensor,
+        min_p: torch.Tensor,
+        seeds: torch.Tensor,
+        offsets: torch.Tensor,
+        /,
+        *,
+        out: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        """One token id (int64) per row of ``logits[..., V]``, drawn with that row's ``temperature`` (float32; 0:
+        greedy), ``top_k`` (int64; 0: off), ``top_p``, ``min_p`` (float32; 1.0 and 0.0: off), ``seeds`` and
+        ``offsets`` (int64: the request's seed and its step), each shaped like ``logits.shape[:-1]``.
+        """
+
+
+def sample_tl(vocab: int, dtype: torch.dtype | str) -> _SampleKernel:
+    """Samples one token id per request from ``logits[B, vocab]``: temperature, min-p, top-k, top-p, a seeded draw.
+
+    Returns ``kernel(logits, temperature, top_k, top_p, min_p, seeds, offsets, *, out=None) -> tokens[B]``
+    (int64). ``logits`` in ``dtype`` (float32, bfloat16, float16; rows may be strided); one value per request:
+    ``temperature`` float32 (0: greedy, the argmax, ties to the lowest id), ``top_k`` int64 (0 or ``>= vocab``:
+    off), ``top_p`` float32 (1.0: off), ``min_p`` float32 (0.0: off), ``seeds`` and ``offsets`` int64 (the
+    request's seed and its step: the same four values give the same token, whatever the batch around it).
+
+    The filters compose as vLLM's ``Sampler`` applies them: ``logits / temperature``, then min-p on its softmax,
+    then top-k, then top-p on what top-k kept, renormalised; ties at a top-k or top-p boundary are all kept.
+    The draw is the exponential race ``argmax(p / E)``, ``E ~ Exp(1)`` from a counter-based hash, so a CUDA
+    graph captured once serves any parameters and seeds. Nothing is read on the host.
+
+    The same call elsewhere::
+
+        lazyops:    sample_tl(V, dtype)(logits, temperature, top_k, top_p, min_p, seeds, offsets)
+        vLLM:       Sampler()(logits, sampling_metadata)  (TopKTopPSampler: sort, mask, probs.div_(q).argmax())
+        FlashInfer: top_k_top_p_sampling_from_logits(logits / t[:, None], top_k, top_p, generator=g);
+                    min_p_sampling_from_probs(softmax(logits / t[:, None]), min_p)
     """
 
 

@@ -40,6 +40,18 @@ def smoke(script: str, out: Path, *args: str) -> dict:
     return payload
 
 
+def test_kernels_sampling(tmp_path):
+    """--sampling: the sampling family at batches of requests, beside vLLM's torch path and torch.multinomial."""
+    rows = smoke("bench_kernels.py", tmp_path, "--sampling", "--backend", "torch", "--modes", "stream")["rows"]
+    impls = {(row["kernel"], row["impl"]) for row in rows}
+    assert {
+        ("sample", "vLLM torch path"),
+        ("sample", "torch.multinomial"),
+        ("apply_penalties", "lazyops torch"),
+    } <= impls
+    assert not [row.get("error") for row in rows if row.get("error")]
+
+
 def test_kernels(tmp_path):
     rows = smoke("bench_kernels.py", tmp_path, "--backend", "torch,triton", "--kernels", "rmsnorm,rope")["rows"]
     ours = [row for row in rows if row["impl"] in ("lazyops torch", "lazyops triton", "torch op", "torch eager")]

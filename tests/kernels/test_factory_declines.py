@@ -36,7 +36,10 @@ def factory_of(backend: str, kernel: str) -> Any:
         pytest.importorskip("tilelang")
     else:
         pytest.importorskip(backend)
-    return getattr(importlib.import_module(f"lazyops._backends.{backend}"), kernel)
+    module = importlib.import_module(f"lazyops._backends.{backend}")
+    if kernel not in module.__all__:  # a kernel this backend has not ported yet: resolution inherits it
+        pytest.skip(f"backend {backend!r} does not implement {kernel}")
+    return getattr(module, kernel)
 
 
 def configurations(kernel: str) -> list[tuple[tuple[Any, ...], dict[str, Any]]]:

@@ -75,6 +75,8 @@ def test_views_whose_unused_strides_pass_2_31_give_the_reference(kernels, kernel
     """``lazyops.testing.check_large_offsets`` without its 4 GiB layout: a single token whose row stride is 2**31 +
     256 elements, and ``[1, M, ...]`` views whose batch stride is, in every backend that runs here (the rows far
     apart are the ``-m gpu`` tests' below)."""
+    if spec(kernel).judgement == "draws":
+        pytest.skip("a sampler's judge takes its strided rows itself (lazyops.testing._draws)")
     factory = kernels.factory(kernel)
 
     @kernels.settings(host_examples=2, examples=4)

@@ -23,6 +23,7 @@ from tvm.target import Target  # noqa: E402
 from lazyops._backends.tilelang import (  # noqa: E402
     add_rmsnorm,
     add_rmsnorm_fp8,
+    apply_penalties,
     gelu_and_mul,
     layernorm,
     matmul,
@@ -203,6 +204,14 @@ def test_silu_and_mul_lowers(n: int, dtype: str) -> None:
     source = lower(silu_and_mul.silu_and_mul_program(n, dtype))
     assert_dynamic_tokens(source)
     assert "expf" in source
+
+
+@pytest.mark.parametrize(("n", "dtype"), [(5, "bfloat16"), (1000, "float16"), (128256, "float32")])
+def test_apply_penalties_lowers(n: int, dtype: str) -> None:
+    """One program for every request count, the logits updated in place (no output argument)."""
+    source = lower(apply_penalties.penalties_program(n, dtype))
+    assert_dynamic_tokens(source)
+    assert "repetition" in kernel_signature(source)
 
 
 @pytest.mark.parametrize("tanh", (False, True))

@@ -118,6 +118,8 @@ def kernel_of(
                 return launch(*args)
             if like is not None:
                 result = empty_like(args[like]) if same_dtype else empty_like(args[like], dtype=out_dtype)
+            elif width is None:  # one value a row (a sampler's tokens)
+                result = args[first_row].new_empty(args[first_row].shape[:-1], dtype=out_dtype)
             else:
                 first = args[first_row]
                 shape = (first.shape[0], width)

@@ -91,6 +91,9 @@ class KernelSpec:
     out_aliases: ClassVar[tuple[str, ...]] = ()
     returns: ClassVar[str | tuple[str, ...]] = "out"
     results: ClassVar[tuple[str, ...]] = ("out",)
+    #: how the conformance kit judges the kernel: ``"close"`` to the float64 reference, or ``"draws"`` (a sampler,
+    #: whose reference is the distribution it draws from: ``lazyops.testing._draws``)
+    judgement: ClassVar[str] = "close"
     #: keyword-only parameters the call may leave out (``Other(..., keyword=True)``), the last of :attr:`inputs`
     keywords: ClassVar[tuple[str, ...]] = ()
 

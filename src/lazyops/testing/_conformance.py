@@ -153,6 +153,10 @@ def judge_case(
     from lazyops.specs import spec as spec_of_kernel
 
     spec = spec_of_kernel(case.kernel)
+    if spec.judgement == "draws":  # a sampler: judged by what it draws (``_draws``)
+        from lazyops.testing._draws import judge_draws
+
+        return judge_draws(factory, case, device=device, max_elements=max_elements)
     device = device or ("cuda" if torch.cuda.is_available() else "cpu")
     max_elements = max_elements or default_max_elements(device)
     config = spec.bind(*case.args, **case.kwargs)

@@ -58,6 +58,8 @@ def check_large_offsets(
     from lazyops.specs import spec as spec_of_kernel
 
     spec = spec_of_kernel(case.kernel)
+    if spec.judgement == "draws":  # a sampler: its judge (``_draws``) takes strided rows; 2**31 apart is not done
+        return {}
     device = device or ("cuda" if torch.cuda.is_available() else "cpu")
     config = spec.bind(*case.args, **case.kwargs)
     kernel = case.build(factory)

@@ -2,6 +2,7 @@
 # importing anything) to know the kernels this backend exports.
 from .add_rmsnorm import add_rmsnorm_tl as add_rmsnorm_tl
 from .add_rmsnorm_fp8 import add_rmsnorm_fp8_tl as add_rmsnorm_fp8_tl
+from .apply_penalties import apply_penalties_tl as apply_penalties_tl
 from .gelu_and_mul import gelu_and_mul_tl as gelu_and_mul_tl
 from .kv_cache_write import kv_cache_write_tl as kv_cache_write_tl
 from .layernorm import layernorm_tl as layernorm_tl
@@ -10,6 +11,7 @@ from .paged_attention import paged_attention_tl as paged_attention_tl
 from .rmsnorm import rmsnorm_tl as rmsnorm_tl
 from .rmsnorm_fp8 import rmsnorm_fp8_tl as rmsnorm_fp8_tl
 from .rope import rope_tl as rope_tl
+from .sample import sample_tl as sample_tl
 from .silu_and_mul import silu_and_mul_tl as silu_and_mul_tl
 from .softmax import softmax_tl as softmax_tl
 

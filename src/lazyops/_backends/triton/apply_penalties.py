@@ -1,0 +1,82 @@
+"""Penalties (the spec: ``lazyops.specs.apply_penalties``): one pass over the logits, in place, a block of a row per
+program; each input's rows at their own stride (views of packed buffers)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+import triton
+import triton.language as tl
+
+from lazyops._backends.triton._common import launch_device, next_power_of_2
+from lazyops._backends.triton._launch import Launcher
+from lazyops.specs.apply_penalties import ApplyPenaltiesConfig, spec
+
+
+@triton.jit
+def _penalties_kernel(
+    logits_ptr,
+    counts_ptr,
+    mask_ptr,
+    repetition_ptr,
+    frequency_ptr,
+    presence_ptr,
+    logits_stride,
+    counts_stride,
+    mask_stride,
+    repetition_stride,
+    frequency_stride,
+    presence_stride,
+    N: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+):
+    row = tl.program_id(0).to(tl.int64)
+    cols = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
+    inside = cols < N
+    x = tl.load(logits_ptr + row * logits_stride + cols, mask=inside, other=0.0).to(tl.float32)
+    counts = tl.load(counts_ptr + row * counts_stride + cols, mask=inside, other=0)
+    prompt = tl.load(mask_ptr + row * mask_stride + cols, mask=inside, other=0).to(tl.int1)
+    repetition = tl.load(repetition_ptr + row * repetition_stride)
+    frequency = tl.load(frequency_ptr + row * frequency_stride)
+    presence = tl.load(presence_ptr + row * presence_stride)
+    generated = counts > 0
+    x = tl.where(prompt | generated, tl.where(x > 0, x / repetition, x * repetition), x)
+    x = x - frequency * counts.to(tl.float32) - presence * generated.to(tl.float32)
+    tl.store(logits_ptr + row * logits_stride + cols, x.to(logits_ptr.dtype.element_ty), mask=inside)
+
+
+BLOCK = 4096
+
+
+@spec.implementation(device_type=launch_device(_penalties_kernel), strided_rows=True)
+def apply_penalties_tl(config: ApplyPenaltiesConfig) -> Callable[..., None]:
+    block = min(next_power_of_2(config.n), BLOCK)
+    blocks = triton.cdiv(config.n, block)
+    launch = Launcher(_penalties_kernel, {"N": config.n, "BLOCK_N": block}, num_warps=8 if block >= 2048 else 4)
+
+    def apply_penalties(
+        logits: torch.Tensor,
+        output_counts: torch.Tensor,
+        prompt_mask: torch.Tensor,
+        repetition: torch.Tensor,
+        frequency: torch.Tensor,
+        presence: torch.Tensor,
+    ) -> None:
+        launch(
+            (logits.shape[0], blocks),
+            logits,
+            output_counts,
+            prompt_mask.view(torch.uint8),
+            repetition,
+            frequency,
+            presence,
+            logits.stride(0),
+            output_counts.stride(0),
+            prompt_mask.stride(0),
+            repetition.stride(0),
+            frequency.stride(0),
+            presence.stride(0),
+        )
+
+    return apply_penalties

@@ -1,0 +1,264 @@
+"""Sampling one token per request from its logits: temperature, min-p, top-k, top-p, then a seeded draw.
+
+Each request (a row of ``logits``) carries its own parameters as tensors, so that one batch mixes requests and a
+CUDA graph captured once serves any values; nothing is read on the host. The definition, in the order vLLM's
+``Sampler`` and FlashInfer apply the filters:
+
+1. ``z = logits / temperature`` in float32 (``temperature == 0``: greedy, the argmax of ``logits``, ties to the
+   lowest id; the filters and the draw do not apply);
+2. min-p: keep the tokens whose probability ``softmax(z)`` is at least ``min_p`` times the largest one;
+3. top-k: of those, keep the tokens of which fewer than ``top_k`` others have a larger ``z`` (ties at the k-th
+   value are all kept; 0, or ``top_k >= V``, is off);
+4. top-p: renormalised over what is kept, keep the tokens whose *strictly larger* tokens' mass is below ``top_p``
+   (ties at the boundary all kept; 1.0 is off);
+5. draw from the kept tokens, renormalised: the exponential race ``argmax(p_i / E_i)``, ``E_i = -log(u_i)`` (vLLM's
+   torch path), with ``u_i`` a hash of (seed, offset, token id) (the torch backend's ``uniforms``, which the GPU
+   backends repeat bit for bit), so a request's token depends only on its own logits, parameters, seed and
+   offset, never on the batch around it.
+
+Every filter keeps a set of the form ``{i: z_i >= threshold}``, so each is a threshold, found without a sort by
+the GPU backends (a bisection over the float's bits: ``docs/decisions/012-sampling-thresholds.md``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import torch
+
+from lazyops._errors import KernelInputError
+from lazyops.specs import _arguments as arguments
+from lazyops.specs import _checks as checks
+from lazyops.specs._params import Other, Out, Rows
+from lazyops.specs._spec import Example, KernelSpec, Traffic
+
+#: The per-request parameters, after the logits, in call order, with their dtypes.
+REQUEST_PARAMS: tuple[tuple[str, torch.dtype], ...] = (
+    ("temperature", torch.float32),
+    ("top_k", torch.int64),
+    ("top_p", torch.float32),
+    ("min_p", torch.float32),
+    ("seeds", torch.int64),
+    ("offsets", torch.int64),
+)
+
+
+class SampleKernel(Protocol):
+    """What ``sample_tl`` returns (in every backend): the kernel call."""
+
+    def __call__(
+        self,
+        logits: torch.Tensor,
+        temperature: torch.Tensor,
+        top_k: torch.Tensor,
+        top_p: torch.Tensor,
+        min_p: torch.Tensor,
+        seeds: torch.Tensor,
+        offsets: torch.Tensor,
+        /,
+        *,
+        out: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        """One token id (int64) per row of ``logits[..., V]``, drawn with that row's ``temperature`` (float32; 0:
+        greedy), ``top_k`` (int64; 0: off), ``top_p``, ``min_p`` (float32; 1.0 and 0.0: off), ``seeds`` and
+        ``offsets`` (int64: the request's seed and its step), each shaped like ``logits.shape[:-1]``."""
+        ...
+
+
+@dataclass(frozen=True)
+class SampleConfig:
+    vocab: int
+    dtype: torch.dtype
+    label: str
+
+
+# -- the definition ----------------------------------------------------------------------------------------------
+def kept_probabilities(
+    logits: torch.Tensor,
+    temperature: torch.Tensor,
+    top_k: torch.Tensor,
+    top_p: torch.Tensor,
+    min_p: torch.Tensor,
+    *,
+    top_p_margin: float = 0.0,
+    min_p_margin: float = 0.0,
+) -> torch.Tensor:
+    """The distribution a non-greedy row draws from, ``[B, V]`` in the logits' dtype (float64 for the judge): the
+    module docstring's steps 1 to 4, with a sort. The margins widen top-p and min-p (the judge's allowance for a
+    float32 kernel's sums at a boundary)."""
+    dtype = logits.dtype
+    vocab = logits.shape[-1]
+    scale = torch.where(temperature > 0, temperature, torch.ones_like(temperature)).to(dtype)
+    z = logits / scale[:, None]
+    probs = torch.softmax(z, dim=-1)
+    kept = probs >= (min_p.to(dtype)[:, None] * (1 - min_p_margin)) * probs.amax(dim=-1, keepdim=True)
+    k = torch.where((top_k <= 0) | (top_k > vocab), vocab, top_k)
+    ordered = z.sort(dim=-1, descending=True).values
+    kth = ordered.gather(1, (k - 1).clamp(0, vocab - 1)[:, None])
+    kept &= z >= kth
+    mass = torch.where(kept, probs, torch.zeros_like(probs))
+    mass = mass / mass.sum(dim=-1, keepdim=True)
+    # the mass of the strictly larger tokens: the exclusive running sum in descending order, taken at the first
+    # of each run of ties
+    order = z.argsort(dim=-1, descending=True, stable=True)
+    sorted_mass = mass.gather(1, order)
+    above = sorted_mass.cumsum(dim=-1) - sorted_mass
+    sorted_z = z.gather(1, order)
+    first_tie = torch.searchsorted((-sorted_z).contiguous(), (-sorted_z).contiguous(), side="left")
+    above = above.gather(1, first_tie)
+    limit = (top_p.to(dtype) + top_p_margin)[:, None]
+    keep_sorted = above < limit
+    kept &= torch.zeros_like(kept).scatter(1, order, keep_sorted)
+    chosen = torch.where(kept, probs, torch.zeros_like(probs))
+    return chosen / chosen.sum(dim=-1, keepdim=True)
+
+
+def greedy(logits: torch.Tensor) -> torch.Tensor:
+    """The argmax of each row, ties to the lowest id (``torch.argmax`` takes the first)."""
+    return logits.argmax(dim=-1)
+
+
+# -- the spec ------------------------------------------------------------------------------------------------------
+class SampleSpec(KernelSpec):
+    name = "sample_tl"
+    kernel_type = SampleKernel
+    params = (Rows("logits", width="vocab"), *(Other(name) for name, _ in REQUEST_PARAMS))
+    out = Out(dtype=torch.int64)
+    #: judged by the distribution of many draws (``lazyops.testing._draws``), not against a float64 output
+    judgement = "draws"
+
+    def bind(self, vocab: int, dtype: torch.dtype | str) -> SampleConfig:
+        """Samples one token id per request from ``logits[B, vocab]``: temperature, min-p, top-k, top-p, a seeded draw.
+
+        Returns ``kernel(logits, temperature, top_k, top_p, min_p, seeds, offsets, *, out=None) -> tokens[B]``
+        (int64). ``logits`` in ``dtype`` (float32, bfloat16, float16; rows may be strided); one value per request:
+        ``temperature`` float32 (0: greedy, the argmax, ties to the lowest id), ``top_k`` int64 (0 or ``>= vocab``:
+        off), ``top_p`` float32 (1.0: off), ``min_p`` float32 (0.0: off), ``seeds`` and ``offsets`` int64 (the
+        request's seed and its step: the same four values give the same token, whatever the batch around it).
+
+        The filters compose as vLLM's ``Sampler`` applies them: ``logits / temperature``, then min-p on its softmax,
+        then top-k, then top-p on what top-k kept, renormalised; ties at a top-k or top-p boundary are all kept.
+        The draw is the exponential race ``argmax(p / E)``, ``E ~ Exp(1)`` from a counter-based hash, so a CUDA
+        graph captured once serves any parameters and seeds. Nothing is read on the host.
+
+        The same call elsewhere::
+
+            lazyops:    sample_tl(V, dtype)(logits, temperature, top_k, top_p, min_p, seeds, offsets)
+            vLLM:       Sampler()(logits, sampling_metadata)  (TopKTopPSampler: sort, mask, probs.div_(q).argmax())
+            FlashInfer: top_k_top_p_sampling_from_logits(logits / t[:, None], top_k, top_p, generator=g);
+                        min_p_sampling_from_probs(softmax(logits / t[:, None]), min_p)
+        """
+        vocab = arguments.positive_int(self.name, "vocab", vocab)
+        dtype = arguments.canonical_dtype(self.name, dtype)
+        return SampleConfig(vocab, dtype, arguments.describe(self.name, vocab=vocab, dtype=dtype))
+
+    def check(self, config: SampleConfig, *args: Any) -> None:
+        label = config.label
+        if len(args) != len(self.params):
+            raise KernelInputError(f"{label}: takes {len(self.params)} tensors ({', '.join(self.inputs)})")
+        logits = args[0]
+        checks.check_rows(label, "logits", logits, width=config.vocab, dtype=config.dtype)
+        leading = tuple(logits.shape[:-1])
+        for (name, dtype), tensor in zip(REQUEST_PARAMS, args[1:], strict=True):
+            checks.check_tensor(label, name, tensor, shape=leading, dtype=dtype, device=logits.device)
+
+    def plain_predicate(
+        self, config: Any, *, strided_rows: bool, device_type: str | None
+    ) -> Callable[[tuple[Any, ...]], bool]:
+        """The engine call: dense ``logits[B, V]`` with ``B > 0`` and each parameter a dense ``[B]`` tensor of its
+        dtype, on one device (the current one, for CUDA), nothing requiring grad in grad mode. Nothing is written
+        in place, so nothing can alias."""
+        import torch
+
+        vocab, dtype = config.vocab, config.dtype
+        wanted = tuple(dtype for _, dtype in REQUEST_PARAMS)
+        is_grad_enabled, current_device = torch.is_grad_enabled, torch.cuda.current_device
+        on_cuda = device_type == "cuda"
+
+        def accepts(args: tuple[Any, ...]) -> bool:
+            if len(args) != 7:
+                return False
+            logits = args[0]
+            grad = is_grad_enabled()
+            if logits.dtype is not dtype or not logits.is_contiguous() or (grad and logits.requires_grad):
+                return False
+            sizes = logits.shape
+            if len(sizes) != 2 or sizes[1] != vocab or sizes[0] <= 0:
+                return False
+            if on_cuda:
+                if not logits.is_cuda or logits.get_device() != current_device():
+                    return False
+            elif device_type is not None and logits.device.type != device_type:
+                return False
+            device, batch = logits.device, sizes[0]
+            for arg, want in zip(args[1:], wanted, strict=True):
+                if arg.dtype is not want or arg.shape != (batch,) or not arg.is_contiguous() or arg.device != device:
+                    return False
+                if grad and arg.requires_grad:
+                    return False
+            return True
+
+        return accepts
+
+    def rows(self, config: Any, *args: Any) -> tuple[Any, ...]:
+        return (checks.rows_of(args[0]), *(tensor.reshape(-1) for tensor in args[1:]))
+
+    def flat_ranks(self) -> tuple[tuple[int, int], ...]:
+        return ((0, 2), *((index, 1) for index in range(1, len(self.params))))
+
+    def out_shape(self, config: Any, *args: Any) -> tuple[int, ...]:
+        return tuple(args[0].shape[:-1])
+
+    def out_rows(self, config: Any, out: torch.Tensor) -> torch.Tensor:
+        return out.reshape(-1)
+
+    def check_out(self, config: Any, out: Any, *args: Any) -> None:
+        label = config.label
+        checks.check_tensor(label, "out", out, shape=self.out_shape(config, *args), dtype=torch.int64)
+        for name, arg in zip(self.inputs, args, strict=True):
+            if checks.overlap(out, arg):
+                raise KernelInputError(f"{label}: out overlaps {name} in memory; pass a separate buffer")
+
+    def reference(  # type: ignore[override]
+        self,
+        config: SampleConfig,
+        logits: torch.Tensor,
+        *params: torch.Tensor,
+        top_p_margin: float = 0.0,
+        min_p_margin: float = 0.0,
+    ) -> tuple[torch.Tensor]:
+        """The distribution each row draws from, ``[B, V]`` (one-hot on the argmax for a greedy row): what the
+        draws judge (``lazyops.testing._draws``) compares a kernel's tokens with; the margins widen (or, negative,
+        narrow) the top-p and min-p boundaries."""
+        temperature, top_k, top_p, min_p = (tensor.reshape(-1) for tensor in params[:4])
+        rows = logits.reshape(-1, logits.shape[-1])
+        probs = kept_probabilities(
+            rows, temperature, top_k, top_p, min_p, top_p_margin=top_p_margin, min_p_margin=min_p_margin
+        )
+        one_hot = torch.nn.functional.one_hot(greedy(rows), rows.shape[-1]).to(probs.dtype)
+        return (torch.where((temperature == 0)[:, None], one_hot, probs),)
+
+    def example_inputs(self, config: Any, tokens: int, draw: Any, geometry: Mapping[str, Any]) -> tuple[Any, ...]:
+        from lazyops.testing._draws import sampler_inputs
+
+        return sampler_inputs(config, tokens, draw, geometry)
+
+    def token_elements(self, config: Any, geometry: Mapping[str, Any]) -> int:
+        return int(config.vocab)
+
+    def traffic(self, config: Any, tokens: int, geometry: Mapping[str, Any]) -> Traffic:
+        """One read of the logits (the goal's yardstick), the parameters, the tokens written."""
+        return Traffic(bytes=tokens * (config.vocab * config.dtype.itemsize + 6 * 8 + 8))
+
+    def cases(self) -> Any:
+        from lazyops.testing._draws import sampler_cases
+
+        return sampler_cases(self.name)
+
+    def benchmark(self, dtype: torch.dtype) -> Example:
+        return Example((128256, dtype), geometry={"params": "mixed"})
+
+
+spec = SampleSpec()

@@ -1,0 +1,114 @@
+"""sample_tl beyond the drawn conformance cases: each logits kind with each parameter mix in every backend, rows
+walked in several blocks, the backends' draws agreeing, and the draws judge refusing samplers that are wrong.
+
+Every case is fixed (its seed too), so each test passes or fails on every run alike.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import torch
+
+from lazyops._backends.torch.sample import sample_tl as torch_sample
+from lazyops.testing import Case, ConformanceError, check_case
+from lazyops.testing._draws import LOGITS, PARAMS
+
+#: Small vocabularies (the Triton interpreter runs each in a second or two): one block, and one past a power of 2.
+VOCABS = (100, 257)
+
+
+@pytest.mark.parametrize("logits", LOGITS)
+def test_each_kind_of_logits_with_each_parameter_mix(kernels, logits):
+    factory = kernels.factory("sample_tl")
+    for index, params in enumerate(PARAMS):
+        if kernels.backend != "torch" and kernels.on_host and (index + LOGITS.index(logits)) % 2:
+            continue  # the Triton interpreter takes half the pairs, alternating (seconds a case)
+        vocab = VOCABS[index % 2]
+        dtype = (torch.float32, torch.bfloat16, torch.float16)[index % 3]
+        case = Case("sample_tl", (vocab, dtype), {}, (9, 1), seed=index, geometry={"logits": logits, "params": params})
+        check_case(factory, case, device=kernels.device)
+
+
+def test_rows_wider_than_a_block(kernels):
+    """Triton walks a row past 4096 entries in blocks (the greedy argmax and the race carried across them)."""
+    factory = kernels.factory("sample_tl")
+    case = Case("sample_tl", (4500, torch.float32), {}, (3,), seed=7, geometry={"logits": "peaked", "params": "mixed"})
+    check_case(factory, case, device=kernels.device, max_elements=20_000)
+
+
+def test_greedy_ties_go_to_the_lowest_id(kernels):
+    kernel = kernels.factory("sample_tl")(8, torch.float32)
+    logits = torch.tensor([[0.0, 2.0, 1.0, 2.0, 2.0, -1.0, 0.0, 2.0]] * 2, device=kernels.device)
+    zeros, ones = torch.zeros(2, device=kernels.device), torch.ones(2, device=kernels.device)
+    ints = torch.tensor([0, 5], dtype=torch.int64, device=kernels.device)
+    # row 0 greedy; row 1 top-k of 1 at temperature 1: the four tied maxima are all kept (ties at the k-th value)
+    temperature = torch.tensor([0.0, 1.0], device=kernels.device)
+    top_k = torch.tensor([0, 1], dtype=torch.int64, device=kernels.device)
+    tokens = kernel(logits, temperature, top_k, ones, zeros, ints, ints).cpu().tolist()
+    assert tokens[0] == 1
+    assert tokens[1] in (1, 3, 4, 7)
+
+
+def test_the_backends_draw_the_same_tokens(kernels):
+    """The hash is the same in every backend, so for the same float32 inputs the tokens agree (on this fixed draw;
+    a near tie between two tokens' races could part them by a rounding)."""
+    if kernels.backend == "torch":
+        pytest.skip("the torch backend is the one compared with")
+    generator = torch.Generator().manual_seed(3)
+    logits = torch.randn(64, 300, generator=generator) * 2
+    temperature = torch.full((64,), 0.8)
+    top_k = torch.randint(0, 50, (64,), generator=generator)
+    top_p = torch.full((64,), 0.9)
+    min_p = torch.full((64,), 0.02)
+    seeds = torch.randint(0, 2**62, (64,), generator=generator)
+    offsets = torch.arange(64)
+    args = (logits, temperature, top_k, top_p, min_p, seeds, offsets)
+    want = torch_sample(300, torch.float32)(*args)
+    got = kernels.factory("sample_tl")(300, torch.float32)(*(arg.to(kernels.device) for arg in args)).cpu()
+    assert torch.equal(got, want)
+
+
+def _wrong(change: str) -> Any:
+    def factory(vocab: int, dtype: torch.dtype) -> Any:
+        kernel = torch_sample(vocab, dtype)
+
+        def call(logits, temperature, top_k, top_p, min_p, seeds, offsets, out=None):
+            if change == "no top-p":
+                top_p = torch.ones_like(top_p)
+            elif change == "no min-p":
+                min_p = torch.zeros_like(min_p)
+            elif change == "temperature squared":
+                temperature = temperature * temperature
+            elif change == "one seed for the batch":
+                offsets = torch.zeros_like(offsets)
+                seeds = torch.zeros_like(seeds)
+            return kernel(logits, temperature, top_k, top_p, min_p, seeds, offsets, out=out)
+
+        return call
+
+    return factory
+
+
+@pytest.mark.parametrize(
+    ("change", "params"),
+    [
+        ("no top-p", "mixed"),
+        ("no min-p", "mixed"),
+        ("temperature squared", "plain"),
+        ("one seed for the batch", "plain"),
+    ],
+)
+def test_the_judge_refuses_a_wrong_sampler(change, params):
+    """Each defect is caught by one of the judgements (support, distribution), on fixed cases."""
+    refused = 0
+    for seed in range(6):
+        case = Case(
+            "sample_tl", (60, torch.float32), {}, (40,), seed=seed, geometry={"logits": "normal", "params": params}
+        )
+        try:
+            check_case(_wrong(change), case, device="cpu")
+        except ConformanceError:
+            refused += 1
+    assert refused >= 3, f"{change}: refused {refused} of 6"
