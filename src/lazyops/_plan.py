@@ -524,13 +524,19 @@ def save(plan: Plan, path: str | os.PathLike[str]) -> None:
     """
     import tempfile
 
-    target = os.fspath(path)
-    folder = os.path.dirname(os.path.abspath(target))
+    target = os.path.realpath(os.fspath(path))  # a symlink is written through, not replaced (issue 33.5)
+    folder = os.path.dirname(target)
     text = pretty(as_json(plan)) + "\n"
     try:
-        mode = stat.S_IMODE(os.stat(target).st_mode)
+        kind = os.stat(target).st_mode
     except OSError:
         mode = 0o644
+    else:
+        if not stat.S_ISREG(kind):  # never replace a device, a FIFO or a socket (as root: /dev/null)
+            raise ConfigError(
+                f"plan {os.fspath(path)!r}: not a regular file; a plan is saved only to a file or a new path"
+            )
+        mode = stat.S_IMODE(kind)
     handle, temporary = tempfile.mkstemp(dir=folder, prefix=f".{os.path.basename(target)}.", suffix=".tmp")
     try:
         with os.fdopen(handle, "w", encoding="utf-8") as written:

@@ -222,3 +222,21 @@ def test_on_a_gpu_every_way_of_timing_times_every_backend_that_runs(env, tmp_pat
     for entry in plan.entries:
         assert set(entry.candidates) == set(plan.environment["backends"]), entry.rejected
         assert all(set(figures.us) == {1, 64} for figures in entry.candidates.values())
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="no FIFOs here")
+def test_tune_output_refuses_special_files_and_writes_through_a_symlink(tmp_path, capsys, monkeypatch):
+    """Issue 33.5: --output naming a FIFO (or a device) is refused, not replaced; a symlink is written through."""
+    monkeypatch.chdir(tmp_path)
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    assert main(["tune", "rmsnorm", "--backends", "torch", "--tokens", "1", "--output", str(fifo)]) == 2
+    assert "is not a regular file" in capsys.readouterr().err
+    assert fifo.is_fifo()
+    with pytest.raises(_plan.ConfigError, match="not a regular file"):
+        _plan.save(a_plan(), "/dev/null")
+    target, link = tmp_path / "target.json", tmp_path / "link.json"
+    target.write_text("{}")
+    link.symlink_to(target)
+    _plan.save(a_plan(), link)
+    assert link.is_symlink() and len(_plan.load(target).entries) == 2
