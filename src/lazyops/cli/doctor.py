@@ -543,7 +543,10 @@ def _small(value: Any) -> Any:
 def drawn_cases(kernel: str, count: int) -> list[Any]:
     """``count`` cases from the spec's hypothesis strategy, derandomised: the same cases on every run and machine,
     so that doctor's verdict never changes from one run to the next."""
+    import tempfile
+
     import hypothesis
+    from hypothesis.configuration import set_hypothesis_home_dir
 
     from lazyops.specs import spec
 
@@ -561,7 +564,13 @@ def drawn_cases(kernel: str, count: int) -> list[Any]:
     def collect(case: Any) -> None:
         found.append(case)
 
-    collect()
+    # hypothesis keeps its caches in ./.hypothesis: doctor runs anywhere, so they go to a folder it removes (33)
+    with tempfile.TemporaryDirectory(prefix="lazyops-doctor-") as home:
+        set_hypothesis_home_dir(home)
+        try:
+            collect()
+        finally:
+            set_hypothesis_home_dir(None)  # back to HYPOTHESIS_STORAGE_DIRECTORY or ./.hypothesis
     return found[:count]
 
 
