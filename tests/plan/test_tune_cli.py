@@ -240,3 +240,22 @@ def test_tune_output_refuses_special_files_and_writes_through_a_symlink(tmp_path
     link.symlink_to(target)
     _plan.save(a_plan(), link)
     assert link.is_symlink() and len(_plan.load(target).entries) == 2
+
+
+def test_tune_table_in_an_80_column_pipe_wraps_labels_and_cuts_none(env, tmp_path):
+    """Issue 33: in a pipe the labels were cut to ``block_s...`` and ``dtype=torch.flo...``."""
+    trace = tmp_path / "trace.jsonl"
+    lines = [
+        {"kernel": "kv_cache_write_tl", "backend": "torch", "args": "2, 64, torch.float32, block_size=16"},
+        {"kernel": "paged_attention_tl", "backend": "torch", "args": "4, 2, 64, torch.float32, block_size=16"},
+    ]
+    trace.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    out = tmp_path / "plan.json"
+    arguments = ["--from-trace", str(trace), "--backends", "torch", "--tokens", "1", "--rounds", "1"]
+    result = lazyops_cli("tune", *arguments, "--output", str(out), env=dict(env, COLUMNS="80"))
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert_plain(result.stdout)
+    table = result.stdout.split("x M=T:", 1)[0]
+    assert "..." not in table, table
+    assert table.count("block_size=16") == 2 and table.count("dtype=torch.float32") == 2, table
+    assert len(table.splitlines()) <= 12, table

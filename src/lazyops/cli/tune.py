@@ -664,7 +664,7 @@ def render(
     )
     rows = []
     for c in configurations:
-        configuration = shortened(_arguments_of(c.label), 60)
+        configuration = shortened(_arguments_of(c.label), 240)  # wrapped in its column, not cut (issue 33)
         if c.entry is None:
             rows.append([c.kernel, configuration, c.default or "-", ("not tuned", "fail"), *([""] * len(tokens))])
             continue
