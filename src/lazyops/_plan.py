@@ -260,7 +260,29 @@ def load(path: str | os.PathLike[str]) -> Plan:
         raise _error(path, None, f"not JSON (line {error.lineno}, column {error.colno}: {error.msg})") from None
     except (RecursionError, ValueError) as error:
         raise _error(path, None, f"not JSON ({type(error).__name__}: nested or sized beyond reading)") from None
+    deep = _too_deep(data)
+    if deep is not None:
+        raise _error(path, deep, f"nested more than {MAX_DEPTH} deep; no plan field is")
     return _plan(data, os.fspath(path))
+
+
+#: How deep a plan's JSON may nest: a configuration's fields are a level or two; 500 levels reached a
+#: ``RecursionError`` in whatever walked them next (issue 33.2).
+MAX_DEPTH = 32
+
+
+def _too_deep(data: Any) -> str | None:
+    """The path of the first value nested more than :data:`MAX_DEPTH` deep, without recursion; None if none is."""
+    pending: list[tuple[Any, str, int]] = [(data, "", 0)]
+    while pending:
+        value, where, depth = pending.pop()
+        if depth > MAX_DEPTH:
+            return where
+        children = value.items() if isinstance(value, dict) else enumerate(value) if isinstance(value, list) else ()
+        for key, child in children:
+            inner = f"{where}[{key}]" if isinstance(key, int) else f"{where}.{key}" if where else str(key)
+            pending.append((child, inner, depth + 1))
+    return None
 
 
 def _read(path: str) -> str:
@@ -280,6 +302,8 @@ def _read(path: str) -> str:
             raise _error(path, None, f"{status.st_size:,} bytes, more than a plan's limit of {MAX_BYTES:,}")
         with os.fdopen(descriptor, "rb", closefd=False) as opened:
             raw = opened.read(MAX_BYTES + 1)
+    except OSError as error:  # e.g. a link to /proc/self/mem: EIO (issue 33.2)
+        raise _error(path, None, f"cannot be read ({error.strerror or error})") from None
     finally:
         os.close(descriptor)
     if len(raw) > MAX_BYTES:  # it grew while being read
@@ -319,7 +343,7 @@ def _plan(data: Any, path: str) -> Plan:
     if data.get("schema") != SCHEMA:
         raise fail("schema", f"{data.get('schema')!r}, not {SCHEMA!r}: not a lazyops plan")
     version = data.get("version")
-    if version != VERSION or isinstance(version, bool):
+    if type(version) is not int or version != VERSION:  # 1.0 and true are not 1
         raise fail(
             "version",
             f"schema version {version!r}, and this lazyops (version {_version('lazyops')}) reads version {VERSION} "
@@ -439,7 +463,7 @@ def _per_token(data: Any, where: str, fail: Any) -> dict[int, float]:
         raise fail(where, f"a JSON {_json_kind(data)}, expected an object of token counts and numbers")
     found = {}
     for tokens, value in data.items():
-        if not (tokens.isdigit() and int(tokens) > 0):
+        if not (tokens.isascii() and tokens.isdigit() and int(tokens) > 0):  # not "²", "١٢" or "１"
             raise fail(f"{where}.{tokens}", "keys are token counts (positive whole numbers)")
         if not _is_number(value) or value < 0:
             raise fail(f"{where}.{tokens}", f"{value!r}, expected a number of at least 0")
