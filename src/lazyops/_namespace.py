@@ -291,7 +291,7 @@ class Namespace:
             differences = _plan.applies_here(plan, self.universe().registry.origins())
             if differences:
                 line = (
-                    f"the plan {settings.plan} was made elsewhere or is stale ({'; '.join(differences)}); kernels "
+                    f"the plan {_plan.printable(settings.plan)} was made elsewhere or is stale ({'; '.join(differences)}); kernels "
                     "resolve as without a plan. Make it again here with `lazyops tune`"
                 )
                 if settings.plan_strict:

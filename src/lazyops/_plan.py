@@ -232,12 +232,20 @@ def differences(plan: Plan, here: Mapping[str, Any]) -> list[str]:
     theirs, ours = recorded.get("backends", {}), here.get("backends", {})
     for name in theirs:
         if theirs[name] != ours.get(name):
-            found.append(f"backend {name}: plan {_shown(theirs[name])}, here {_shown(ours.get(name))}")
+            found.append(f"backend {printable(name)}: plan {_shown(theirs[name])}, here {_shown(ours.get(name))}")
     return found
 
 
 def _shown(value: Any, missing: str = "not installed") -> str:
-    return missing if value is None else str(value)
+    return missing if value is None else printable(str(value))
+
+
+def printable(text: str) -> str:
+    """``text`` with each unprintable character as its escape (``\\x1b``): what a plan file says reaches a terminal
+    only as text (issue 33.11), as ``lazyops.cli._output.printable`` writes it."""
+    if text.isprintable():
+        return text
+    return "".join(character if character.isprintable() else repr(character)[1:-1] for character in text)
 
 
 def applies_here(plan: Plan, origins: Mapping[str, str]) -> list[str]:
@@ -327,7 +335,7 @@ def _file_kind(mode: int) -> str:
 
 def _error(path: str | os.PathLike[str], where: str | None, problem: str) -> ConfigError:
     field_part = f"{where}: " if where else ""
-    return ConfigError(f"plan {os.fspath(path)!r}: {field_part}{problem}; {WAY_OUT}")
+    return ConfigError(printable(f"plan {os.fspath(path)!r}: {field_part}{problem}; {WAY_OUT}"))
 
 
 _TOP = ("schema", "version", "generated_by", "created", "command", "environment", "timing", "entries")
