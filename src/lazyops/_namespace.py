@@ -291,8 +291,9 @@ class Namespace:
             differences = _plan.applies_here(plan, self.universe().registry.origins())
             if differences:
                 line = (
-                    f"the plan {_plan.printable(settings.plan)} was made elsewhere or is stale ({'; '.join(differences)}); kernels "
-                    "resolve as without a plan. Make it again here with `lazyops tune`"
+                    f"the plan {_plan.printable(settings.plan)} was made elsewhere or is stale "
+                    f"({'; '.join(differences)}); kernels resolve as without a plan. Make it again here with "
+                    "`lazyops tune`"
                 )
                 if settings.plan_strict:
                     raise ConfigError(f"{line} (LAZYOPS_PLAN_STRICT=1 makes this an error)")
