@@ -237,7 +237,17 @@ def differences(plan: Plan, here: Mapping[str, Any]) -> list[str]:
 
 
 def _shown(value: Any, missing: str = "not installed") -> str:
-    return missing if value is None else printable(str(value))
+    return missing if value is None else brief(str(value))
+
+
+#: The most characters of one plan string a line shows: a 5 MB field cost rich 26 s to wrap (issue 33.6).
+SHOWN = 120
+
+
+def brief(text: str, limit: int = SHOWN) -> str:
+    """A string from a plan as a line shows it: escaped (:func:`printable`) and cut to ``limit`` with ``...``."""
+    cut = text if len(text) <= limit else text[: limit - 3] + "..."
+    return printable(cut)
 
 
 def printable(text: str) -> str:
@@ -599,5 +609,5 @@ def plan_status(origins: Mapping[str, str], environ: Mapping[str, str] | None = 
     entries = f"{len(plan.entries)} {'entry' if len(plan.entries) == 1 else 'entries'}"
     found = applies_here(plan, origins)
     if not found:
-        return f"{path}: {entries}, measured here ({plan.environment['device']}): applies"
+        return f"{path}: {entries}, measured here ({brief(plan.environment['device'])}): applies"
     return f"{path}: {entries}, not applied here: {'; '.join(found)}"

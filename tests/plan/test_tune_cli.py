@@ -259,3 +259,22 @@ def test_tune_table_in_an_80_column_pipe_wraps_labels_and_cuts_none(env, tmp_pat
     assert "..." not in table, table
     assert table.count("block_size=16") == 2 and table.count("dtype=torch.float32") == 2, table
     assert len(table.splitlines()) <= 12, table
+
+
+def test_plain_output_shows_a_huge_plan_string_cut_short(tmp_path, capsys, monkeypatch):
+    """Issue 33.6: a 5 MB `command` took `plan check` 26 s (rich wrapping it), a 5 MB device `list` 14 s."""
+    path = tmp_path / "huge.json"
+    data = _plan.as_json(a_plan())
+    data["command"] = "x" * 2_000_000
+    path.write_text(json.dumps(data))
+    assert main(["plan", "check", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert "lazyops plan check" in out and "xxx..." in out and len(out) < 2_000, len(out)
+    data["environment"]["device"] = "y" * 2_000_000
+    path.write_text(json.dumps(data))
+    monkeypatch.setenv("LAZYOPS_PLAN", str(path))
+    line = _plan.plan_status(origins("torch"))
+    assert line is not None and "yyy..." in line and len(line) < 2_000, len(line or "")
+    assert main(["plan", "check", str(path)]) == 1
+    out = capsys.readouterr().out
+    assert "yyy..." in out and len(out) < 2_000, len(out)
