@@ -233,6 +233,10 @@ class Namespace:
             with self._lock:
                 generation, merged = self._generation, {**self._overrides, **overrides}
             settings = self._read(merged)  # raises before anything changes
+            if overrides.get("plan") is not None and settings.plan is not None:
+                from lazyops import _plan
+
+                _plan.load(settings.plan)  # configure validates at once: a missing plan is refused here (33.9)
             with self._lock:
                 if self._generation == generation:
                     self._overrides = merged

@@ -596,6 +596,14 @@ def save(plan: Plan, path: str | os.PathLike[str]) -> None:
 # -- the plan in force -------------------------------------------------------------------------------------------
 
 
+def check_in_force(environ: Mapping[str, str] | None = None) -> None:
+    """Raise the ``ConfigError`` every kernel access would raise if ``LAZYOPS_PLAN`` names a plan that cannot be
+    used (missing, a FIFO, malformed): ``lazyops list`` and ``which`` must not answer as if all were well (33.9)."""
+    path = (os.environ if environ is None else environ).get("LAZYOPS_PLAN", "").strip()
+    if path:
+        load(os.path.expanduser(path))
+
+
 def plan_status(origins: Mapping[str, str], environ: Mapping[str, str] | None = None) -> str | None:
     """One line on the plan ``LAZYOPS_PLAN`` names, for ``lazyops doctor`` and ``lazyops list``: its path, its entry
     count and whether it applies here with these backends' ``origins`` (or why not); None when no plan is set."""

@@ -278,3 +278,22 @@ def test_plain_output_shows_a_huge_plan_string_cut_short(tmp_path, capsys, monke
     assert main(["plan", "check", str(path)]) == 1
     out = capsys.readouterr().out
     assert "yyy..." in out and len(out) < 2_000, len(out)
+
+
+def test_a_plan_that_cannot_be_used_fails_doctor_list_which_and_configure(env, tmp_path):
+    """Issue 33.9: with LAZYOPS_PLAN naming a missing file doctor said "no problems" and exited 0, list and which
+    exited 0, while every kernel access raised ConfigError; configure(plan="missing.json") was accepted."""
+    missing = str(tmp_path / "missing.json")
+    env["LAZYOPS_PLAN"] = missing
+    doctor = lazyops_cli("doctor", "--backend", "torch", "--dtype", "float32", env=env)
+    assert doctor.returncode == 2 and "no problems" not in doctor.stdout, doctor.stdout + doctor.stderr
+    assert "problem: LAZYOPS_PLAN: cannot be used" in " ".join((doctor.stdout + doctor.stderr).split())
+    for command in (["list"], ["which", "rmsnorm_tl"]):
+        result = lazyops_cli(*command, env=env)
+        assert result.returncode == 2 and "no such file" in result.stderr, (command, result.stdout, result.stderr)
+        assert "Traceback" not in result.stderr
+    import lazyops
+
+    with pytest.raises(lazyops.ConfigError, match="no such file"):
+        lazyops.configure(plan=missing)
+    assert lazyops.configure().plan is None  # the refused plan changed nothing

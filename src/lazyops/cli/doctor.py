@@ -328,6 +328,8 @@ def diagnose(args: argparse.Namespace, out: Any) -> Diagnosis:
     from lazyops._plan import plan_status
 
     report.plan = plan_status(_api.backend_origins())
+    if report.plan is not None and report.plan.startswith("cannot be used: "):
+        report.config_problems.append(f"LAZYOPS_PLAN: {report.plan}")  # every kernel access raises it (33.9)
     report.device = device()
     if not report.chain and not report.config_problems:
         report.chain = (report.default,)
