@@ -325,3 +325,21 @@ def test_lazyops_trace_naming_a_fifo_does_not_block_the_factory(tmp_path):
     result = subprocess.run([sys.executable, "-c", code], env=environment, capture_output=True, text=True, timeout=60)
     assert result.returncode == 0 and "built" in result.stdout, result.stderr
     assert "cannot be written" in result.stderr
+
+
+@pytest.mark.parametrize("command", [["warmup"], ["tune", "--backends", "torch", "--output", "plan.json"]])
+def test_a_kv_cache_too_big_is_refused_before_it_is_allocated(env, tmp_path, command):
+    """Issue 33.7: block_size=1048576 made warmup allocate 4 GiB a cache and tune 192 GiB: the guard counted what a
+    call moves, not what its inputs hold."""
+    path = tmp_path / "cache.jsonl"
+    path.write_text(
+        record("paged_attention_tl", "8, 8, 256, torch.bfloat16, block_size=1048576")
+        + "\n"
+        + record("kv_cache_write_tl", "8, 256, torch.bfloat16, block_size=1048576")
+        + "\n"
+    )
+    result = lazyops_cli(*command, "--from-trace", str(path), "--tokens", "1", env=env, cwd=tmp_path)
+    text = " ".join(result.stdout.split())
+    assert result.returncode in (1, 2) and text.count("its inputs at M = 1 hold about") == 2, (
+        result.stdout + result.stderr
+    )
