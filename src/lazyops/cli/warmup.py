@@ -224,9 +224,8 @@ def _one_block(config: Any) -> int:
     """The elements of one block of a paged KV cache (keys and values), 0 for a kernel without one: every sequence
     takes a block at least, whatever its length."""
     sizes = [getattr(config, name, None) for name in ("block_size", "num_kv_heads", "head_dim")]
-    if not all(isinstance(size, int) and not isinstance(size, bool) for size in sizes):
-        return 0
-    return 2 * math.prod(sizes)
+    counts = [size for size in sizes if isinstance(size, int) and not isinstance(size, bool)]
+    return 2 * math.prod(counts) if len(counts) == len(sizes) else 0
 
 
 def _input_elements(kernel_spec: Any, config: Any, tokens: int, shape: dict[str, Any]) -> int:
