@@ -297,3 +297,25 @@ def test_a_plan_that_cannot_be_used_fails_doctor_list_which_and_configure(env, t
     with pytest.raises(lazyops.ConfigError, match="no such file"):
         lazyops.configure(plan=missing)
     assert lazyops.configure().plan is None  # the refused plan changed nothing
+
+
+NEVER = """
+from lazyops.specs import rmsnorm
+
+@rmsnorm.spec.implementation
+def rmsnorm_tl(config):
+    raise RuntimeError("a declined configuration must not be built")
+
+rmsnorm_tl.lazyops_supports = lambda config: "never serves any configuration"
+"""
+
+
+def test_doctor_reports_a_decline_as_a_resolution_not_a_failure(ports, env):
+    """Issue 33.10: a backend that declines every configuration showed FAIL and made doctor exit 1, though the
+    library serves those configurations from torch."""
+    from plan_support import write_port
+
+    write_port(ports, "never", NEVER, ["rmsnorm_tl"])
+    result = lazyops_cli("doctor", "--backend", "never,torch", "--dtype", "float32", env=ports.env())
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "declines" in result.stdout and "FAIL" not in result.stdout, result.stdout

@@ -49,6 +49,8 @@ DRAWN = 3
 MAX_ELEMENTS = 32768
 
 PASS, FAIL, ERROR, NO_SPEC = "pass", "FAIL", "error", "no spec"
+#: every case checked was declined by the backend's ``supports`` hook: a resolution, not a failure (issue 33.10)
+DECLINES = "declines"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -281,7 +283,7 @@ class Diagnosis:
             out.line(("  FAIL ", "fail"), line)
         out.console.print()
         passed = sum(c.status == PASS for k in self.kernels for c in k.checks.values())
-        total = sum(c.status != NO_SPEC for k in self.kernels for c in k.checks.values())
+        total = sum(c.status not in (NO_SPEC, DECLINES) for k in self.kernels for c in k.checks.values())
         if self.exit_status == USAGE:
             out.line(("configuration error: ", "fail"), "fix the problems above (exit status 2)")
         elif failures:
@@ -302,8 +304,8 @@ def _check_cell(check: Check | None) -> Any:
         return ("-", "dim")
     if check.status == PASS:
         return (f"pass {check.error:.1e}" if check.error else "pass 0", "ok")
-    if check.status == NO_SPEC:
-        return ("no spec", "dim")
+    if check.status in (NO_SPEC, DECLINES):
+        return (check.status, "dim")
     return (check.status, "fail")
 
 
@@ -578,7 +580,7 @@ def drawn_cases(kernel: str, count: int) -> list[Any]:
 
 def check_kernel(kernel: str, backend: BackendFinding, dtype: str) -> Check:
     """Every case of :func:`cases` through ``lazyops.testing.check_case``; the first that fails is the verdict."""
-    from lazyops.specs import has_spec
+    from lazyops.specs import has_spec, spec
     from lazyops.testing import check_case, default_device
 
     if not has_spec(kernel):
@@ -587,7 +589,16 @@ def check_kernel(kernel: str, backend: BackendFinding, dtype: str) -> Check:
     device = default_device(backend.name)
     shown: float | None = None
     checked = cases(kernel, dtype, factory)
+    supports = getattr(factory, "lazyops_supports", None)
+    declined = ""
     for what, case in checked:
+        if supports is not None:  # a case the backend declines comes from the next backend: not this check's
+            try:
+                declined = supports(spec(kernel).bind(*case.args, **case.kwargs)) or ""
+            except Exception:  # noqa: BLE001 - a configuration its spec refuses: check_case says so below
+                declined = ""
+            if declined:
+                continue
         try:
             import torch
 
@@ -599,4 +610,6 @@ def check_kernel(kernel: str, backend: BackendFinding, dtype: str) -> Check:
         except Exception as failure:  # noqa: BLE001 - a kernel that raises is a failed check, not a crashed doctor
             return Check(ERROR, message=f"{what}: {type(failure).__name__}: {one_line(failure)}", cases=len(checked))
         shown = error if shown is None else shown
+    if shown is None and declined:
+        return Check(DECLINES, message=f"declines every case checked: {declined}", cases=len(checked))
     return Check(PASS, error=shown, cases=len(checked))
