@@ -8,12 +8,14 @@ PYTHON ?= $(if $(wildcard .venv/bin/python),.venv/bin/python,python3)
 export PYTHONPATH := $(if $(PYTHONPATH),$(PYTHONPATH):)$(CURDIR)/src
 
 .PHONY: help test lint gpu-check gpu-results gpu-results-1 gpu-results-2 gpu-attention gpu-gemm gpu-host gpu-kernels \
-	gpu-layer gpu-engine gpu-hf gpu-tune gpu-prune cpu-results gpu-attention-hf
+	gpu-layer gpu-engine gpu-hf gpu-tune gpu-prune cpu-results gpu-attention-hf \
+	gpu-kernel-defects
 
 help:
 	@echo "make test           the whole test suite (CI: bash scripts/test.sh installs, lints, then runs it)"
 	@echo "make lint           ruff and ruff format on src/ tests/ benchmarks/ examples/, mypy on src/"
 	@echo "make gpu-check      every GPU test, the example engine: GPU_OUT/gpu-check.md (one device call)"
+	@echo "make gpu-kernel-defects  issue 33's kernel items on the device: GPU_OUT/gpu-kernel-defects.md (3 min)"
 	@echo "make gpu-results-1  attention with its sweep, gemm, host (one device call; gpu-results: both calls' parts)"
 	@echo "make gpu-results-2  kernels, layer --ceiling, the example engine against Hugging Face (one device call)"
 	@echo "make gpu-prune      delete the old scripts' result files that today's have replaced"
@@ -140,6 +142,17 @@ GPU_CONFORMANCE_EXAMPLES ?=
 GPU_SELECT ?=
 GPU_CHECK_NAME ?= gpu-check
 PYTEST_GPU = $(PYTHON) -m pytest -q -rfEs --durations=25 -p no:cacheprovider
+# Issue 33's kernel items on the device, one call of about 3 minutes: the paged kernels' conformance over each GPU
+# backend (one case per configuration class), their own GPU tests (a declined head dim runs from torch, index
+# dtypes, meta), the factory-time declines of every kernel and the paged kernels' input tests; the log is
+# GPU_OUT/gpu-kernel-defects.md (each step stopped at its limit: 120 + 45 + 30 s). Nothing is timed: the fixes touch
+# refusals and factories, not launches.
+gpu-kernel-defects:
+	$(MAKE) gpu-check GPU_SELECT="-k 'paged_attention or kv_cache_write or paged_inputs'" \
+	  GPU_TESTS_S=120 GPU_CHECK_S=45 GPU_EXAMPLE_S=30 \
+	  GPU_CHECK="tests/kernels/test_factory_declines.py tests/kernels/test_paged_inputs.py" \
+	  GPU_CHECK_NAME=gpu-kernel-defects
+
 gpu-check:
 	@mkdir -p $(GPU_OUT)
 	{ echo "# GPU checks"; echo; echo "Made by \`make gpu-check GPU_CONFORMANCE_EXAMPLES=$(GPU_CONFORMANCE_EXAMPLES)" \

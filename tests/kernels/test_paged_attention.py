@@ -562,3 +562,15 @@ def test_the_gpu_script_runs_on_the_host(tmp_path):
     assert {"triton split 1", "triton split 2", "triton 16x64 w4 s3", "triton 128x64 w8 s3"} <= swept
     assert not [row for row in payload["rows"] if row.get("error")]
     assert "## The issue's goals" in (tmp_path / "attention.md").read_text()
+
+
+def test_the_h100s_split_rule_takes_what_its_sweep_measured_fastest():
+    """benchmarks/results/h100/attention.md (2026-12-06), decode over 1024 keys: split 16 at batch 1 (6.3 µs, against
+    8.6 at the H200 rule's 4) and 8 at batch 4 (10.0 µs against 10.9); 16 x 1024 and 8192 keys unchanged."""
+    from lazyops._backends.triton.paged_attention import attention_table, plan
+
+    table = attention_table("NVIDIA H100 80GB HBM3")
+    config = ATTENTION.bind(32, 8, 128, torch.bfloat16, block_size=16, max_seq_len=1024)
+    assert [plan(config, b, b, 64, 132, table).segments for b in (1, 4, 16, 64)] == [16, 8, 2, 1]
+    longer = ATTENTION.bind(32, 8, 128, torch.bfloat16, block_size=16, max_seq_len=8192)
+    assert [plan(longer, b, b, 512, 132, table).segments for b in (1, 4, 16)] == [32, 8, 2]
