@@ -360,7 +360,10 @@ def main() -> int:
     prompts = [[1, 7, 42, 9, 3], [5, 11], [2, 8, 64, 100, 17, 33, 90]]
     shape, weights = Shape(), random_weights(Shape())
     if args.hf:
-        from transformers import LlamaConfig, LlamaForCausalLM
+        try:
+            from transformers import LlamaConfig, LlamaForCausalLM
+        except ImportError:
+            raise SystemExit("--hf needs transformers: pip install 'lazyops[transformers]'") from None
 
         torch.manual_seed(0)
         config = LlamaConfig(vocab_size=128, hidden_size=64, intermediate_size=128, num_hidden_layers=2,

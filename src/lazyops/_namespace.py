@@ -233,6 +233,10 @@ class Namespace:
             with self._lock:
                 generation, merged = self._generation, {**self._overrides, **overrides}
             settings = self._read(merged)  # raises before anything changes
+            if overrides.get("plan") is not None and settings.plan is not None:
+                from lazyops import _plan
+
+                _plan.load(settings.plan)  # configure validates at once: a missing plan is refused here (33.9)
             with self._lock:
                 if self._generation == generation:
                     self._overrides = merged
@@ -291,8 +295,9 @@ class Namespace:
             differences = _plan.applies_here(plan, self.universe().registry.origins())
             if differences:
                 line = (
-                    f"the plan {settings.plan} was made elsewhere or is stale ({'; '.join(differences)}); kernels "
-                    "resolve as without a plan. Make it again here with `lazyops tune`"
+                    f"the plan {_plan.printable(settings.plan)} was made elsewhere or is stale "
+                    f"({'; '.join(differences)}); kernels resolve as without a plan. Make it again here with "
+                    "`lazyops tune`"
                 )
                 if settings.plan_strict:
                     raise ConfigError(f"{line} (LAZYOPS_PLAN_STRICT=1 makes this an error)")

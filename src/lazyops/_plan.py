@@ -232,12 +232,30 @@ def differences(plan: Plan, here: Mapping[str, Any]) -> list[str]:
     theirs, ours = recorded.get("backends", {}), here.get("backends", {})
     for name in theirs:
         if theirs[name] != ours.get(name):
-            found.append(f"backend {name}: plan {_shown(theirs[name])}, here {_shown(ours.get(name))}")
+            found.append(f"backend {printable(name)}: plan {_shown(theirs[name])}, here {_shown(ours.get(name))}")
     return found
 
 
 def _shown(value: Any, missing: str = "not installed") -> str:
-    return missing if value is None else str(value)
+    return missing if value is None else brief(str(value))
+
+
+#: The most characters of one plan string a line shows: a 5 MB field cost rich 26 s to wrap (issue 33.6).
+SHOWN = 120
+
+
+def brief(text: str, limit: int = SHOWN) -> str:
+    """A string from a plan as a line shows it: escaped (:func:`printable`) and cut to ``limit`` with ``...``."""
+    cut = text if len(text) <= limit else text[: limit - 3] + "..."
+    return printable(cut)
+
+
+def printable(text: str) -> str:
+    """``text`` with each unprintable character as its escape (``\\x1b``): what a plan file says reaches a terminal
+    only as text (issue 33.11), as ``lazyops.cli._output.printable`` writes it."""
+    if text.isprintable():
+        return text
+    return "".join(character if character.isprintable() else repr(character)[1:-1] for character in text)
 
 
 def applies_here(plan: Plan, origins: Mapping[str, str]) -> list[str]:
@@ -260,7 +278,29 @@ def load(path: str | os.PathLike[str]) -> Plan:
         raise _error(path, None, f"not JSON (line {error.lineno}, column {error.colno}: {error.msg})") from None
     except (RecursionError, ValueError) as error:
         raise _error(path, None, f"not JSON ({type(error).__name__}: nested or sized beyond reading)") from None
+    deep = _too_deep(data)
+    if deep is not None:
+        raise _error(path, deep, f"nested more than {MAX_DEPTH} deep; no plan field is")
     return _plan(data, os.fspath(path))
+
+
+#: How deep a plan's JSON may nest: a configuration's fields are a level or two; 500 levels reached a
+#: ``RecursionError`` in whatever walked them next (issue 33.2).
+MAX_DEPTH = 32
+
+
+def _too_deep(data: Any) -> str | None:
+    """The path of the first value nested more than :data:`MAX_DEPTH` deep, without recursion; None if none is."""
+    pending: list[tuple[Any, str, int]] = [(data, "", 0)]
+    while pending:
+        value, where, depth = pending.pop()
+        if depth > MAX_DEPTH:
+            return where
+        children = value.items() if isinstance(value, dict) else enumerate(value) if isinstance(value, list) else ()
+        for key, child in children:
+            inner = f"{where}[{key}]" if isinstance(key, int) else f"{where}.{key}" if where else str(key)
+            pending.append((child, inner, depth + 1))
+    return None
 
 
 def _read(path: str) -> str:
@@ -280,6 +320,8 @@ def _read(path: str) -> str:
             raise _error(path, None, f"{status.st_size:,} bytes, more than a plan's limit of {MAX_BYTES:,}")
         with os.fdopen(descriptor, "rb", closefd=False) as opened:
             raw = opened.read(MAX_BYTES + 1)
+    except OSError as error:  # e.g. a link to /proc/self/mem: EIO (issue 33.2)
+        raise _error(path, None, f"cannot be read ({error.strerror or error})") from None
     finally:
         os.close(descriptor)
     if len(raw) > MAX_BYTES:  # it grew while being read
@@ -303,7 +345,7 @@ def _file_kind(mode: int) -> str:
 
 def _error(path: str | os.PathLike[str], where: str | None, problem: str) -> ConfigError:
     field_part = f"{where}: " if where else ""
-    return ConfigError(f"plan {os.fspath(path)!r}: {field_part}{problem}; {WAY_OUT}")
+    return ConfigError(printable(f"plan {os.fspath(path)!r}: {field_part}{problem}; {WAY_OUT}"))
 
 
 _TOP = ("schema", "version", "generated_by", "created", "command", "environment", "timing", "entries")
@@ -319,7 +361,7 @@ def _plan(data: Any, path: str) -> Plan:
     if data.get("schema") != SCHEMA:
         raise fail("schema", f"{data.get('schema')!r}, not {SCHEMA!r}: not a lazyops plan")
     version = data.get("version")
-    if version != VERSION or isinstance(version, bool):
+    if type(version) is not int or version != VERSION:  # 1.0 and true are not 1
         raise fail(
             "version",
             f"schema version {version!r}, and this lazyops (version {_version('lazyops')}) reads version {VERSION} "
@@ -439,7 +481,7 @@ def _per_token(data: Any, where: str, fail: Any) -> dict[int, float]:
         raise fail(where, f"a JSON {_json_kind(data)}, expected an object of token counts and numbers")
     found = {}
     for tokens, value in data.items():
-        if not (tokens.isdigit() and int(tokens) > 0):
+        if not (tokens.isascii() and tokens.isdigit() and int(tokens) > 0):  # not "²", "١٢" or "１"
             raise fail(f"{where}.{tokens}", "keys are token counts (positive whole numbers)")
         if not _is_number(value) or value < 0:
             raise fail(f"{where}.{tokens}", f"{value!r}, expected a number of at least 0")
@@ -524,13 +566,19 @@ def save(plan: Plan, path: str | os.PathLike[str]) -> None:
     """
     import tempfile
 
-    target = os.fspath(path)
-    folder = os.path.dirname(os.path.abspath(target))
+    target = os.path.realpath(os.fspath(path))  # a symlink is written through, not replaced (issue 33.5)
+    folder = os.path.dirname(target)
     text = pretty(as_json(plan)) + "\n"
     try:
-        mode = stat.S_IMODE(os.stat(target).st_mode)
+        kind = os.stat(target).st_mode
     except OSError:
         mode = 0o644
+    else:
+        if not stat.S_ISREG(kind):  # never replace a device, a FIFO or a socket (as root: /dev/null)
+            raise ConfigError(
+                f"plan {os.fspath(path)!r}: not a regular file; a plan is saved only to a file or a new path"
+            )
+        mode = stat.S_IMODE(kind)
     handle, temporary = tempfile.mkstemp(dir=folder, prefix=f".{os.path.basename(target)}.", suffix=".tmp")
     try:
         with os.fdopen(handle, "w", encoding="utf-8") as written:
@@ -548,6 +596,14 @@ def save(plan: Plan, path: str | os.PathLike[str]) -> None:
 # -- the plan in force -------------------------------------------------------------------------------------------
 
 
+def check_in_force(environ: Mapping[str, str] | None = None) -> None:
+    """Raise the ``ConfigError`` every kernel access would raise if ``LAZYOPS_PLAN`` names a plan that cannot be
+    used (missing, a FIFO, malformed): ``lazyops list`` and ``which`` must not answer as if all were well (33.9)."""
+    path = (os.environ if environ is None else environ).get("LAZYOPS_PLAN", "").strip()
+    if path:
+        load(os.path.expanduser(path))
+
+
 def plan_status(origins: Mapping[str, str], environ: Mapping[str, str] | None = None) -> str | None:
     """One line on the plan ``LAZYOPS_PLAN`` names, for ``lazyops doctor`` and ``lazyops list``: its path, its entry
     count and whether it applies here with these backends' ``origins`` (or why not); None when no plan is set."""
@@ -561,5 +617,5 @@ def plan_status(origins: Mapping[str, str], environ: Mapping[str, str] | None = 
     entries = f"{len(plan.entries)} {'entry' if len(plan.entries) == 1 else 'entries'}"
     found = applies_here(plan, origins)
     if not found:
-        return f"{path}: {entries}, measured here ({plan.environment['device']}): applies"
+        return f"{path}: {entries}, measured here ({brief(plan.environment['device'])}): applies"
     return f"{path}: {entries}, not applied here: {'; '.join(found)}"

@@ -242,6 +242,9 @@ def unavailable_error(
         return KernelUnavailableError(
             kernel, ",".join(chain), available_in, f"{what} is not served here: {reasons}. {way_out}"
         )
+    runnable = tuple(backend for backend in available_in if _runs_here(backend))
+    idle = [backend for backend in available_in if backend not in runnable]
+    cannot = f" ({', '.join(idle)}: cannot run here)" if idle else ""
     mode = (
         "strict mode allows no fallback"
         if settings.strict
@@ -252,13 +255,23 @@ def unavailable_error(
         ",".join(chain),
         available_in,
         f"{what} is not available from backend {','.join(chain)!r} and {mode}; "
-        f"it is available in: {', '.join(available_in) or 'no loadable backend'}. "
+        f"it is available in: {', '.join(runnable) or 'no backend that runs here'}{cannot}. "
         + (
-            "Add one of those to LAZYOPS_BACKEND, or unset LAZYOPS_STRICT to inherit it."
+            ("Add one of those to LAZYOPS_BACKEND, or unset" if runnable else "Unset")
+            + " LAZYOPS_STRICT to inherit it."
             if settings.strict
             else "Add one of those to LAZYOPS_BACKEND."
         ),
     )
+
+
+def _runs_here(backend: str) -> bool:
+    """For error messages only: whether a suggested backend can run on this machine (issue 33.13: strict mode
+    suggested triton and tilelang on a CPU). A third-party backend is taken to run: its own errors say otherwise."""
+    from lazyops._backends import _ways_out
+
+    checks = {"triton": _ways_out.triton_runs, "tilelang": _ways_out.tilelang_runs}
+    return checks[backend]() if backend in checks else True
 
 
 def _exports_safely(universe: Universe, backend: str, kernel: str) -> bool:

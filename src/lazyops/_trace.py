@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import os
+import stat
 import threading
 import time
 from collections.abc import Callable
@@ -57,8 +58,7 @@ class Tracer:
             if arguments is not None:
                 record["args"] = arguments
             try:
-                with open(self.path, "a", encoding="utf-8") as trace:
-                    trace.write(json.dumps(record) + "\n")
+                _append(self.path, json.dumps(record) + "\n")
             except (OSError, ValueError) as error:
                 self._failed = True
                 failure = f"{type(error).__name__}: {error}"
@@ -72,6 +72,19 @@ class Tracer:
 
     def _after_fork_in_child(self) -> None:
         self._lock = threading.Lock()
+
+
+def _append(path: str, line: str) -> None:
+    """Append ``line`` to the regular file ``path`` in one write; a FIFO or a device is an ``OSError``: opening a
+    FIFO without O_NONBLOCK blocked the first factory call forever (issue 33.4)."""
+    flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | getattr(os, "O_NONBLOCK", 0)
+    descriptor = os.open(path, flags, 0o644)
+    try:
+        if not stat.S_ISREG(os.fstat(descriptor).st_mode):
+            raise OSError(f"not a regular file: {path!r}")
+        os.write(descriptor, line.encode("utf-8"))
+    finally:
+        os.close(descriptor)
 
 
 def _describe_arguments(args: tuple[Any, ...], kwargs: dict[str, Any]) -> str:

@@ -151,3 +151,12 @@ def test_the_plot_keeps_one_colour_per_implementation_on_log_axes_with_the_sprea
         assert [text.get_text() for text in drawn.legends[0].get_texts()] == ["lazyops torch", "torch eager"]
     finally:
         pyplot.close(drawn)
+
+
+@pytest.mark.parametrize("command", ["bench", "tune"])
+@pytest.mark.parametrize("tokens", ["99999999999999999999999", "2147483648", "1,1048577"])
+def test_an_out_of_range_token_count_is_refused_up_front(env, tmp_path, command, tokens):
+    """Issue 33.8: a count no allocation could hold exits 2 before anything is built, not 3 (or 1) after."""
+    result = lazyops_cli(command, "rmsnorm", "--tokens", tokens, env=env, cwd=tmp_path)
+    assert_one_line_error(result, 2, "token counts go up to 1,048,576")
+    assert not (tmp_path / "lazyops-plan.json").exists()

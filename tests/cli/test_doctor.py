@@ -137,3 +137,13 @@ def test_unknown_variables_are_the_lazyops_ones_it_does_not_read_with_the_neares
     assert unknown_variables({"LAZYOPS_TRACE_ARGS": "1"}) == []
     # gone with the disk cache: named, with no near known variable to suggest
     assert unknown_variables({"LAZYOPS_CACHE_DIR": "/tmp"}) == [("LAZYOPS_CACHE_DIR", None)]
+
+
+def test_doctor_leaves_nothing_in_the_folder_it_runs_in(env, tmp_path):
+    """Issue 33: hypothesis's caches went to ./.hypothesis (79 entries) wherever doctor ran."""
+    variables = {key: value for key, value in env.items() if key != "HYPOTHESIS_STORAGE_DIRECTORY"}
+    here = tmp_path / "here"
+    here.mkdir()
+    result = lazyops_cli("doctor", "--dtype", "float32", env=variables, cwd=here)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert list(here.iterdir()) == []

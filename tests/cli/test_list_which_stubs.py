@@ -9,6 +9,7 @@ import sys
 from importlib.metadata import entry_points
 from pathlib import Path
 
+import pytest
 from cli_support import assert_plain, lazyops_cli
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -137,4 +138,20 @@ def test_which_and_list_say_when_the_backend_a_kernel_resolves_to_cannot_load(fa
     assert "backend 'offline' cannot run here: no device; select torch (1 kernel resolve" in listing.stderr
     assert json.loads(lazyops_cli("list", "--json", env=env).stdout)["backends"]["offline"] == (
         "backend 'offline' cannot run here: no device; select torch"
+    )
+
+
+def test_strict_mode_suggests_only_backends_that_run_here(fake_backends):
+    """Issue 33.13: on a CPU, KernelUnavailableError suggested triton and tilelang, neither of which can run."""
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("triton and tilelang can run on this machine")
+    fake_backends.make("ext", ["rmsnorm_tl"])
+    env = fake_backends.env(LAZYOPS_BACKEND="ext", LAZYOPS_STRICT="1")
+    env.pop("TRITON_INTERPRET", None)
+    missing = lazyops_cli("which", "rope_tl", env=env)
+    message = " ".join(missing.stderr.split())
+    assert missing.returncode == 1 and "it is available in: torch (triton, tilelang: cannot run here)" in message, (
+        message
     )

@@ -281,3 +281,65 @@ def test_warmup_refuses_sizes_beyond_max_elements_before_allocating(env, tmp_pat
 
     lowered = lazyops_cli("warmup", "--from-trace", str(path), "--max-elements", "10", "--tokens", "0", env=env)
     assert lowered.returncode == 1 and "3 failed" in lowered.stdout
+
+
+@pytest.mark.skipif(not hasattr(__import__("os"), "mkfifo"), reason="no FIFOs here")
+@pytest.mark.parametrize(
+    "command", [["trace"], ["warmup", "--from-trace"], ["tune", "--backends", "torch", "--from-trace"]]
+)
+@pytest.mark.parametrize("special", ["fifo", "/dev/zero"])
+def test_a_trace_that_is_not_a_regular_file_is_refused_without_blocking(env, tmp_path, command, special):
+    """Issue 33.4: a FIFO blocked trace, warmup and tune forever; a link to /dev/zero ended in MemoryError."""
+    import os
+
+    path = tmp_path / "t"
+    if special == "fifo":
+        os.mkfifo(path)
+    else:
+        path.symlink_to(special)
+    result = lazyops_cli(*command, str(path), env=env, cwd=tmp_path)
+    assert_one_line_error(result, 2, "not a regular file")
+
+
+def test_a_trace_line_too_long_is_skipped_not_held(tmp_path):
+    from lazyops.cli import _traces
+
+    path = tmp_path / "trace.jsonl"
+    path.write_text("x" * (_traces.MAX_LINE_BYTES * 3) + "\n" + record("rmsnorm_tl", "64, torch.float32"))
+    log = _traces.read_traces([str(path)])
+    assert [r.kernel for r in log.records] == ["rmsnorm_tl"]
+    assert log.skipped == [f"{path}:1: not a trace record: longer than 1,048,576 bytes"]
+
+
+@pytest.mark.skipif(not hasattr(__import__("os"), "mkfifo"), reason="no FIFOs here")
+def test_lazyops_trace_naming_a_fifo_does_not_block_the_factory(tmp_path):
+    """Issue 33.4: LAZYOPS_TRACE=<a FIFO> blocked the first factory call forever; now it is said once, traced off."""
+    import os
+    import subprocess
+    import sys
+
+    fifo = tmp_path / "trace"
+    os.mkfifo(fifo)
+    code = "import lazyops, torch; k = lazyops.rmsnorm_tl(64, torch.float32); print('built')"
+    environment = dict(os.environ, LAZYOPS_TRACE=str(fifo), LAZYOPS_BACKEND="torch")
+    result = subprocess.run([sys.executable, "-c", code], env=environment, capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0 and "built" in result.stdout, result.stderr
+    assert "cannot be written" in result.stderr
+
+
+@pytest.mark.parametrize("command", [["warmup"], ["tune", "--backends", "torch", "--output", "plan.json"]])
+def test_a_kv_cache_too_big_is_refused_before_it_is_allocated(env, tmp_path, command):
+    """Issue 33.7: block_size=1048576 made warmup allocate 4 GiB a cache and tune 192 GiB: the guard counted what a
+    call moves, not what its inputs hold."""
+    path = tmp_path / "cache.jsonl"
+    path.write_text(
+        record("paged_attention_tl", "8, 8, 256, torch.bfloat16, block_size=1048576")
+        + "\n"
+        + record("kv_cache_write_tl", "8, 256, torch.bfloat16, block_size=1048576")
+        + "\n"
+    )
+    result = lazyops_cli(*command, "--from-trace", str(path), "--tokens", "1", env=env, cwd=tmp_path)
+    text = " ".join(result.stdout.split())
+    assert result.returncode in (1, 2) and text.count("its inputs at M = 1 hold about") == 2, (
+        result.stdout + result.stderr
+    )

@@ -183,3 +183,12 @@ for n in (64, 96):
     assert planned == ["64", "triton", "plan", "torch", "triton"], result.stdout  # 7 tokens: torch; 8: Triton
     assert unplanned[:2] == ["96", "torch"] and unplanned[3:] == ["torch", "torch"], result.stdout
     assert "made elsewhere or is stale" not in result.stderr, result.stderr
+
+
+def test_a_plan_string_reaches_stderr_escaped(fake_backends, tmp_path):
+    """Issue 33.11: environment.device = "\\u001b[31mcpu" wrote the escape byte itself into the stale-plan warning."""
+    ports(fake_backends)
+    plan = write_plan(fake_backends, tmp_path, [(64, "right", None)], {"device": "\u001b[31mcpu", "capability": "9.0"})
+    result = run_python(RUN + "print(mark(64))", fake_backends.env(LAZYOPS_BACKEND="left", LAZYOPS_PLAN=plan))
+    assert result.returncode == 0, result.stderr
+    assert "\x1b" not in result.stderr and "device: plan \\x1b[31mcpu, here" in result.stderr, result.stderr

@@ -323,3 +323,32 @@ def test_every_field_a_plan_writes_is_documented():
     }
     fields = set(data) | set(data["environment"]) | set(data["timing"]) | set(data["entries"][0])
     assert fields <= documented, fields - documented
+
+
+@pytest.mark.parametrize(
+    ("change", "where", "problem"),
+    [
+        (lambda d: d.update(version=1.0), "version", "schema version 1.0"),
+        (lambda d: d["entries"][0]["candidates"]["torch"]["us"].update({"²": 1.0}), ".us.²", "token counts"),
+        (lambda d: d["entries"][0]["candidates"]["torch"]["us"].update({"١٢": 1.0}), ".us.١٢", "token counts"),
+        (lambda d: d["entries"][0]["candidates"]["torch"]["us"].update({"１": 1.0}), ".us.１", "token counts"),
+        (lambda d: d["entries"][0]["config"].update(n="NESTED"), "entries[0].config.n[0]", "nested more than"),
+    ],
+)
+def test_a_hostile_plan_is_one_config_error_naming_the_field(tmp_path, change, where, problem):
+    """Issue 33.2: 1.0 for 1 and timing keys in non-ASCII digits were accepted; "²" and 980 levels of nesting let
+    ValueError and RecursionError out (500 deep: json.loads reads it; what walked it next did not)."""
+    path = write(tmp_path, json.dumps(broken(change)).replace('"NESTED"', "[" * 500 + "1" + "]" * 500))
+    with pytest.raises(ConfigError) as refused:
+        _plan.load(path)
+    message = str(refused.value)
+    assert message.startswith(f"plan {path!r}: ") and where in message and problem in message, message
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/mem"), reason="no /proc/self/mem here")
+def test_a_plan_that_cannot_be_read_is_a_config_error_naming_it(tmp_path):
+    """Issue 33.2: a link to /proc/self/mem let OSError [Errno 5] out, naming no file."""
+    link = tmp_path / "plan.json"
+    link.symlink_to("/proc/self/mem")
+    with pytest.raises(ConfigError, match=rf"plan {str(link)!r}: cannot be read"):
+        _plan.load(link)

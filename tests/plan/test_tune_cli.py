@@ -222,3 +222,100 @@ def test_on_a_gpu_every_way_of_timing_times_every_backend_that_runs(env, tmp_pat
     for entry in plan.entries:
         assert set(entry.candidates) == set(plan.environment["backends"]), entry.rejected
         assert all(set(figures.us) == {1, 64} for figures in entry.candidates.values())
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="no FIFOs here")
+def test_tune_output_refuses_special_files_and_writes_through_a_symlink(tmp_path, capsys, monkeypatch):
+    """Issue 33.5: --output naming a FIFO (or a device) is refused, not replaced; a symlink is written through."""
+    monkeypatch.chdir(tmp_path)
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    assert main(["tune", "rmsnorm", "--backends", "torch", "--tokens", "1", "--output", str(fifo)]) == 2
+    assert "is not a regular file" in capsys.readouterr().err
+    assert fifo.is_fifo()
+    with pytest.raises(_plan.ConfigError, match="not a regular file"):
+        _plan.save(a_plan(), "/dev/null")
+    target, link = tmp_path / "target.json", tmp_path / "link.json"
+    target.write_text("{}")
+    link.symlink_to(target)
+    _plan.save(a_plan(), link)
+    assert link.is_symlink() and len(_plan.load(target).entries) == 2
+
+
+def test_tune_table_in_an_80_column_pipe_wraps_labels_and_cuts_none(env, tmp_path):
+    """Issue 33: in a pipe the labels were cut to ``block_s...`` and ``dtype=torch.flo...``."""
+    trace = tmp_path / "trace.jsonl"
+    lines = [
+        {"kernel": "kv_cache_write_tl", "backend": "torch", "args": "2, 64, torch.float32, block_size=16"},
+        {"kernel": "paged_attention_tl", "backend": "torch", "args": "4, 2, 64, torch.float32, block_size=16"},
+    ]
+    trace.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    out = tmp_path / "plan.json"
+    arguments = ["--from-trace", str(trace), "--backends", "torch", "--tokens", "1", "--rounds", "1"]
+    result = lazyops_cli("tune", *arguments, "--output", str(out), env=dict(env, COLUMNS="80"))
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert_plain(result.stdout)
+    table = result.stdout.split("x M=T:", 1)[0]
+    assert "..." not in table, table
+    assert table.count("block_size=16") == 2 and table.count("dtype=torch.float32") == 2, table
+    assert len(table.splitlines()) <= 12, table
+
+
+def test_plain_output_shows_a_huge_plan_string_cut_short(tmp_path, capsys, monkeypatch):
+    """Issue 33.6: a 5 MB `command` took `plan check` 26 s (rich wrapping it), a 5 MB device `list` 14 s."""
+    path = tmp_path / "huge.json"
+    data = _plan.as_json(a_plan())
+    data["command"] = "x" * 2_000_000
+    path.write_text(json.dumps(data))
+    assert main(["plan", "check", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert "lazyops plan check" in out and "xxx..." in out and len(out) < 2_000, len(out)
+    data["environment"]["device"] = "y" * 2_000_000
+    path.write_text(json.dumps(data))
+    monkeypatch.setenv("LAZYOPS_PLAN", str(path))
+    line = _plan.plan_status(origins("torch"))
+    assert line is not None and "yyy..." in line and len(line) < 2_000, len(line or "")
+    assert main(["plan", "check", str(path)]) == 1
+    out = capsys.readouterr().out
+    assert "yyy..." in out and len(out) < 2_000, len(out)
+
+
+def test_a_plan_that_cannot_be_used_fails_doctor_list_which_and_configure(env, tmp_path):
+    """Issue 33.9: with LAZYOPS_PLAN naming a missing file doctor said "no problems" and exited 0, list and which
+    exited 0, while every kernel access raised ConfigError; configure(plan="missing.json") was accepted."""
+    missing = str(tmp_path / "missing.json")
+    env["LAZYOPS_PLAN"] = missing
+    doctor = lazyops_cli("doctor", "--backend", "torch", "--dtype", "float32", env=env)
+    assert doctor.returncode == 2 and "no problems" not in doctor.stdout, doctor.stdout + doctor.stderr
+    assert "problem: LAZYOPS_PLAN: cannot be used" in " ".join((doctor.stdout + doctor.stderr).split())
+    for command in (["list"], ["which", "rmsnorm_tl"]):
+        result = lazyops_cli(*command, env=env)
+        assert result.returncode == 2 and "no such file" in result.stderr, (command, result.stdout, result.stderr)
+        assert "Traceback" not in result.stderr
+    import lazyops
+
+    with pytest.raises(lazyops.ConfigError, match="no such file"):
+        lazyops.configure(plan=missing)
+    assert lazyops.configure().plan is None  # the refused plan changed nothing
+
+
+NEVER = """
+from lazyops.specs import rmsnorm
+
+@rmsnorm.spec.implementation
+def rmsnorm_tl(config):
+    raise RuntimeError("a declined configuration must not be built")
+
+rmsnorm_tl.lazyops_supports = lambda config: "never serves any configuration"
+"""
+
+
+def test_doctor_reports_a_decline_as_a_resolution_not_a_failure(ports, env):
+    """Issue 33.10: a backend that declines every configuration showed FAIL and made doctor exit 1, though the
+    library serves those configurations from torch."""
+    from plan_support import write_port
+
+    write_port(ports, "never", NEVER, ["rmsnorm_tl"])
+    result = lazyops_cli("doctor", "--backend", "never,torch", "--dtype", "float32", env=ports.env())
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "declines" in result.stdout and "FAIL" not in result.stdout, result.stdout

@@ -12,7 +12,9 @@ from __future__ import annotations
 
 import ast
 import json
-from collections.abc import Iterable
+import os
+import stat
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -41,22 +43,63 @@ class TraceLog:
     files: list[str] = field(default_factory=list)
 
 
+#: The largest trace read (a plan's limit too): a long serving run's trace is a few thousand lines of ~200 bytes.
+MAX_TRACE_BYTES = 64 * 1024 * 1024
+#: The longest line read; a longer one is skipped, never held whole (issue 33.4: a link to /dev/zero).
+MAX_LINE_BYTES = 1024 * 1024
+
+
+def _lines(path: str) -> Iterator[str | None]:
+    """The file's lines, read a bounded line at a time (None for a line over :data:`MAX_LINE_BYTES`); a regular
+    file only, of at most :data:`MAX_TRACE_BYTES`: a FIFO must not block, nor /dev/zero exhaust memory (33.4)."""
+    try:
+        # O_NONBLOCK: opening a FIFO would wait for a writer; the kind is checked on the descriptor opened
+        descriptor = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+    except OSError as error:
+        raise CommandError(f"cannot read the trace {path!r}: {error.strerror or error}") from None
+    with os.fdopen(descriptor, "rb") as trace:
+        status = os.fstat(descriptor)
+        if not stat.S_ISREG(status.st_mode):
+            raise CommandError(f"cannot read the trace {path!r}: not a regular file")
+        if status.st_size > MAX_TRACE_BYTES:
+            raise CommandError(
+                f"cannot read the trace {path!r}: {status.st_size:,} bytes, over a trace's limit of {MAX_TRACE_BYTES:,}"
+            )
+        total = 0
+        while True:
+            try:
+                raw = trace.readline(MAX_LINE_BYTES + 1)
+            except OSError as error:
+                raise CommandError(f"cannot read the trace {path!r}: {error.strerror or error}") from None
+            if not raw:
+                return
+            total += len(raw)
+            if total > MAX_TRACE_BYTES:  # it grew while being read
+                raise CommandError(f"cannot read the trace {path!r}: over a trace's limit of {MAX_TRACE_BYTES:,} bytes")
+            if len(raw) > MAX_LINE_BYTES:
+                while raw and not raw.endswith(b"\n"):  # the rest of the long line, a bounded piece at a time
+                    raw = trace.readline(MAX_LINE_BYTES)
+                    total += len(raw)
+                yield None
+                continue
+            try:
+                yield raw.decode("utf-8")
+            except UnicodeDecodeError:
+                raise CommandError(f"{path!r} is not a lazyops trace (not UTF-8 text)") from None
+
+
 def read_traces(paths: Iterable[str]) -> TraceLog:
     """Every record of every file; an unreadable file is a :class:`CommandError`, a malformed line is skipped."""
     log = TraceLog()
     for path in paths:
         log.files.append(path)
-        try:
-            with open(path, encoding="utf-8") as trace:
-                lines = trace.readlines()
-        except OSError as error:
-            raise CommandError(f"cannot read the trace {path!r}: {error.strerror or error}") from None
-        except UnicodeDecodeError:
-            raise CommandError(f"{path!r} is not a lazyops trace (not UTF-8 text)") from None
-        for number, line in enumerate(lines, 1):
+        for number, line in enumerate(_lines(path), 1):
+            where = f"{path}:{number}"
+            if line is None:
+                log.skipped.append(f"{where}: not a trace record: longer than {MAX_LINE_BYTES:,} bytes")
+                continue
             if not line.strip():
                 continue
-            where = f"{path}:{number}"
             try:
                 data = json.loads(line.rstrip("\r\n"))
             except json.JSONDecodeError as error:

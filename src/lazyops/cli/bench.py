@@ -65,6 +65,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
+#: the largest token count ``--tokens`` takes (bench and tune): 2**20, far past any engine's batch, far short of an
+#: allocation that could not be made (issue 33.8: 2**31 asked for 2 TB, 10**23 overflowed torch).
+MAX_TOKENS = 1 << 20
+
+
 def token_counts(text: str) -> tuple[int, ...]:
     """``1,128,8192`` -> (1, 128, 8192); an argparse type, so a bad list is a usage error (exit 2)."""
     try:
@@ -73,6 +78,8 @@ def token_counts(text: str) -> tuple[int, ...]:
         raise argparse.ArgumentTypeError(f"{text!r} is not a comma list of token counts, e.g. 1,128,8192") from None
     if not counts or any(count < 1 for count in counts):
         raise argparse.ArgumentTypeError(f"{text!r}: token counts are positive integers, e.g. 1,128,8192")
+    if any(count > MAX_TOKENS for count in counts):
+        raise argparse.ArgumentTypeError(f"{text!r}: token counts go up to {MAX_TOKENS:,} (2**20)")
     return counts
 
 

@@ -49,6 +49,8 @@ DRAWN = 3
 MAX_ELEMENTS = 32768
 
 PASS, FAIL, ERROR, NO_SPEC = "pass", "FAIL", "error", "no spec"
+#: every case checked was declined by the backend's ``supports`` hook: a resolution, not a failure (issue 33.10)
+DECLINES = "declines"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -281,7 +283,7 @@ class Diagnosis:
             out.line(("  FAIL ", "fail"), line)
         out.console.print()
         passed = sum(c.status == PASS for k in self.kernels for c in k.checks.values())
-        total = sum(c.status != NO_SPEC for k in self.kernels for c in k.checks.values())
+        total = sum(c.status not in (NO_SPEC, DECLINES) for k in self.kernels for c in k.checks.values())
         if self.exit_status == USAGE:
             out.line(("configuration error: ", "fail"), "fix the problems above (exit status 2)")
         elif failures:
@@ -302,8 +304,8 @@ def _check_cell(check: Check | None) -> Any:
         return ("-", "dim")
     if check.status == PASS:
         return (f"pass {check.error:.1e}" if check.error else "pass 0", "ok")
-    if check.status == NO_SPEC:
-        return ("no spec", "dim")
+    if check.status in (NO_SPEC, DECLINES):
+        return (check.status, "dim")
     return (check.status, "fail")
 
 
@@ -328,6 +330,8 @@ def diagnose(args: argparse.Namespace, out: Any) -> Diagnosis:
     from lazyops._plan import plan_status
 
     report.plan = plan_status(_api.backend_origins())
+    if report.plan is not None and report.plan.startswith("cannot be used: "):
+        report.config_problems.append(f"LAZYOPS_PLAN: {report.plan}")  # every kernel access raises it (33.9)
     report.device = device()
     if not report.chain and not report.config_problems:
         report.chain = (report.default,)
@@ -543,7 +547,10 @@ def _small(value: Any) -> Any:
 def drawn_cases(kernel: str, count: int) -> list[Any]:
     """``count`` cases from the spec's hypothesis strategy, derandomised: the same cases on every run and machine,
     so that doctor's verdict never changes from one run to the next."""
+    import tempfile
+
     import hypothesis
+    from hypothesis.configuration import set_hypothesis_home_dir
 
     from lazyops.specs import spec
 
@@ -561,13 +568,19 @@ def drawn_cases(kernel: str, count: int) -> list[Any]:
     def collect(case: Any) -> None:
         found.append(case)
 
-    collect()
+    # hypothesis keeps its caches in ./.hypothesis: doctor runs anywhere, so they go to a folder it removes (33)
+    with tempfile.TemporaryDirectory(prefix="lazyops-doctor-") as home:
+        set_hypothesis_home_dir(home)
+        try:
+            collect()
+        finally:
+            set_hypothesis_home_dir(None)  # back to HYPOTHESIS_STORAGE_DIRECTORY or ./.hypothesis
     return found[:count]
 
 
 def check_kernel(kernel: str, backend: BackendFinding, dtype: str) -> Check:
     """Every case of :func:`cases` through ``lazyops.testing.check_case``; the first that fails is the verdict."""
-    from lazyops.specs import has_spec
+    from lazyops.specs import has_spec, spec
     from lazyops.testing import check_case, default_device
 
     if not has_spec(kernel):
@@ -576,7 +589,16 @@ def check_kernel(kernel: str, backend: BackendFinding, dtype: str) -> Check:
     device = default_device(backend.name)
     shown: float | None = None
     checked = cases(kernel, dtype, factory)
+    supports = getattr(factory, "lazyops_supports", None)
+    declined = ""
     for what, case in checked:
+        if supports is not None:  # a case the backend declines comes from the next backend: not this check's
+            try:
+                declined = supports(spec(kernel).bind(*case.args, **case.kwargs)) or ""
+            except Exception:  # noqa: BLE001 - a configuration its spec refuses: check_case says so below
+                declined = ""
+            if declined:
+                continue
         try:
             import torch
 
@@ -588,4 +610,6 @@ def check_kernel(kernel: str, backend: BackendFinding, dtype: str) -> Check:
         except Exception as failure:  # noqa: BLE001 - a kernel that raises is a failed check, not a crashed doctor
             return Check(ERROR, message=f"{what}: {type(failure).__name__}: {one_line(failure)}", cases=len(checked))
         shown = error if shown is None else shown
+    if shown is None and declined:
+        return Check(DECLINES, message=f"declines every case checked: {declined}", cases=len(checked))
     return Check(PASS, error=shown, cases=len(checked))

@@ -30,9 +30,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def main(args: argparse.Namespace) -> int:
     from lazyops import _api
-    from lazyops._plan import plan_status
+    from lazyops._plan import check_in_force, plan_status
     from lazyops.cli._status import backend_status
 
+    check_in_force()  # a plan that cannot be used fails every kernel access: exit 2, not a listing
     sources = _api.sources()
     plan = plan_status(_api.backend_origins())
     statuses = {name: backend_status(name) for name in sources.backends}

@@ -54,13 +54,15 @@ def main(args: argparse.Namespace) -> int:
 
 
 def render(out: Any, plan: Any, path: str, found: list[str]) -> None:
+    from lazyops._plan import brief
     from lazyops.cli._output import count
 
     timing = plan.timing
-    out.line(
+    tokens = brief(", ".join(map(str, timing["tokens"])))
+    out.line(  # each string from the file cut short: plain output costs what --json does (issue 33.6)
         ("lazyops plan check", "head"),
-        f" {path}: {count(len(plan.entries), 'entry', 'entries')}, measured on {plan.environment['device']} "
-        f"({timing['method']}, M = {', '.join(map(str, timing['tokens']))}) on {plan.created} by {plan.command}",
+        f" {path}: {count(len(plan.entries), 'entry', 'entries')}, measured on {brief(plan.environment['device'])} "
+        f"({timing['method']}, M = {tokens}) on {brief(plan.created)} by {brief(plan.command)}",
     )
     if not found:
         out.line(("applies here", "ok"), ": the same device and versions")

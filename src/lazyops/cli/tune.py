@@ -35,6 +35,7 @@ why); 2 for bad arguments, an unreadable trace, or an --output that cannot be wr
 from __future__ import annotations
 
 import argparse
+import contextlib
 import math
 import os
 import shlex
@@ -275,8 +276,9 @@ def main(args: argparse.Namespace) -> int:
     )
     try:
         _plan.save(plan, args.output)
-    except OSError as error:
-        raise CommandError(f"--output {args.output!r} could not be written: {error.strerror or error}") from None
+    except (OSError, _plan.ConfigError) as error:
+        why = getattr(error, "strerror", None) or error
+        raise CommandError(f"--output {args.output!r} could not be written: {why}") from None
     if args.json:
         output.json(as_json(configurations, skipped, plan, args.output, elapsed))
     else:
@@ -287,7 +289,13 @@ def main(args: argparse.Namespace) -> int:
 
 def check_output_path(path: str) -> None:
     """Refuse an ``--output`` that cannot be written, before anything is timed."""
-    folder = os.path.dirname(os.path.abspath(path))
+    import stat
+
+    folder = os.path.dirname(os.path.abspath(os.path.realpath(path)))
+    with contextlib.suppress(OSError):  # a new path is fine; a symlink is written through, to its target
+        kind = os.stat(path).st_mode
+        if not stat.S_ISREG(kind) and not stat.S_ISDIR(kind):
+            raise CommandError(f"--output {path!r} is not a regular file (a device, FIFO or socket); name a plan file")
     if os.path.isdir(path):
         raise CommandError(f"--output {path!r} is a folder; name a file in it, e.g. {os.path.join(path, OUTPUT)}")
     if not os.path.isdir(folder):
@@ -656,7 +664,7 @@ def render(
     )
     rows = []
     for c in configurations:
-        configuration = shortened(_arguments_of(c.label), 60)
+        configuration = shortened(_arguments_of(c.label), 240)  # wrapped in its column, not cut (issue 33)
         if c.entry is None:
             rows.append([c.kernel, configuration, c.default or "-", ("not tuned", "fail"), *([""] * len(tokens))])
             continue

@@ -21,6 +21,7 @@ trace cannot be read or holds no arguments.
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import time
 from dataclasses import dataclass
@@ -206,11 +207,41 @@ def oversized(job: Job, tokens: tuple[int, ...], limit: int) -> str | None:
         config = kernel_spec.bind(*job.args, **job.kwargs)
     except Exception:  # noqa: BLE001 - arguments the factory refuses: building it says why, in the job's row
         return None
-    moved = kernel_spec.traffic(config, max(tokens), geometry(job, kernel_spec, config)).bytes
+    shape = geometry(job, kernel_spec, config)
+    moved = kernel_spec.traffic(config, max(tokens), shape).bytes
     elements = moved // config.dtype.itemsize
     if elements > limit:
         return f"one call at M = {max(tokens)} moves about {elements:,} elements, over the limit of {limit:,}"
+    # What is allocated counts too, not only what one call moves: a KV cache of 2**20-token blocks is mostly
+    # untouched, and was 4 GiB in warmup, 192 GiB in tune (issue 33.7).
+    allocated = max(_one_block(config), _input_elements(kernel_spec, config, max(tokens), shape))
+    if allocated > limit:
+        return f"its inputs at M = {max(tokens)} hold about {allocated:,} elements, over the limit of {limit:,}"
     return None
+
+
+def _one_block(config: Any) -> int:
+    """The elements of one block of a paged KV cache (keys and values), 0 for a kernel without one: every sequence
+    takes a block at least, whatever its length."""
+    sizes = [getattr(config, name, None) for name in ("block_size", "num_kv_heads", "head_dim")]
+    counts = [size for size in sizes if isinstance(size, int) and not isinstance(size, bool)]
+    return 2 * math.prod(counts) if len(counts) == len(sizes) else 0
+
+
+def _input_elements(kernel_spec: Any, config: Any, tokens: int, shape: dict[str, Any]) -> int:
+    """The elements of the inputs the spec draws for one call, counted on fake tensors (nothing is allocated); 0
+    where they cannot be counted so (a value read back while drawing): :func:`_one_block` bounds those."""
+    import torch
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    from lazyops.testing import Inputs
+
+    try:
+        with FakeTensorMode(allow_non_fake_inputs=True):
+            drawn = kernel_spec.example_inputs(config, tokens, Inputs(0, "cpu"), shape)
+    except Exception:  # noqa: BLE001 - a spec whose drawing reads values back: not countable this way
+        return 0
+    return sum(value.numel() for value in drawn if isinstance(value, torch.Tensor))
 
 
 def _integers(values: Any) -> list[int]:

@@ -38,6 +38,9 @@ def main(args: argparse.Namespace) -> int:
             "the kernels",
             exit_status=FOUND_PROBLEMS,
         )
+    from lazyops._plan import check_in_force
+
+    check_in_force()  # a plan that cannot be used fails every kernel access: exit 2, not an answer
     try:
         resolution = lazyops.which(name)
     except AttributeError as error:  # KernelUnavailableError included
