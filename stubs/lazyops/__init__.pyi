@@ -504,6 +504,44 @@ def rope_tl(head_dim: int, dtype: torch.dtype | str, is_neox: bool = True) -> _R
 
 
 @type_check_only
+class _SiluAndMulFP8Kernel(Protocol):
+    """What ``silu_and_mul_fp8_tl`` returns (in every backend): the kernel call."""
+
+    def __call__(
+        self,
+        x: torch.Tensor,
+        scale: torch.Tensor,
+        /,
+        *,
+        scale_ub: torch.Tensor | None = None,
+        out: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        """``y[..., n] = saturate(silu(x[..., :n]) * x[..., n:] / scale)`` in ``torch.float8_e4m3fn``; ``scale``
+        read (static) or written (dynamic), as ``quant_fp8_tl``'s; written into ``out`` when given.
+        """
+
+
+def silu_and_mul_fp8_tl(
+    n: int,
+    dtype: torch.dtype | str,
+    scales: str = 'token',
+    *,
+    group_size: int = 128,
+    column_major: bool = False,
+    ue8m0: bool = False,
+) -> _SiluAndMulFP8Kernel:
+    """The gate of a SwiGLU MLP quantized to float8 e4m3 for the down projection: ``x[..., 2n]`` holds the gate
+    then the up projection.
+
+    Returns ``kernel(x[..., 2n], scale, *, scale_ub=None, out=None) -> y[..., n]`` in ``torch.float8_e4m3fn``,
+    ``y = saturate(silu(x[..., :n]) * x[..., n:] / scale)``, the product in float32, converted once. ``scales``
+    and its options are ``quant_fp8_tl``'s (``"static"``, ``"tensor"``, ``"token"`` with ``scale_ub``,
+    ``"group"`` with ``group_size``, ``column_major``, ``ue8m0``). Replaces vLLM's ``silu_and_mul_quant`` and
+    ``silu_and_mul_per_token_group_quant_fp8``.
+    """
+
+
+@type_check_only
 class _SiluAndMulKernel(Protocol):
     """What ``silu_and_mul_tl`` returns (in every backend): the kernel call, positional arguments only."""
 

@@ -80,3 +80,19 @@ def test_the_float8_judge_wants_round_to_nearest_off_ties():
     check_fp8_rounding(torch.tensor([1.0, 1.0, 1.125, 1.125, 288.0, -0.00390625]).to(F8), ref, "tie either way")
     with pytest.raises(ConformanceError, match="rounded to nearest"):
         check_fp8_rounding(torch.tensor([1.0, 1.0, 1.0, 1.0, 288.0, -0.00390625]).to(F8), ref, "truncated")
+
+
+@pytest.mark.parametrize("scales", ["static", "tensor", "token", "group"])
+def test_silu_and_mul_fp8_is_the_unfused_pair_in_float32_bit_for_bit(kernels, scales):
+    """``silu_and_mul_fp8_tl`` against ``silu_and_mul_tl`` in float32 then ``quant_fp8_tl``: the same float32 product,
+    the same scale, the same conversion (16-bit inputs upcast first: the unfused pair in float32)."""
+    n, device = 64, kernels.device
+    x = (torch.randn(7, 2 * n) * 4).to(device, torch.bfloat16)
+    kwargs = {"group_size": 16} if scales == "group" else {}
+    shape = (1,) if scales in ("static", "tensor") else (7, 4 if scales == "group" else 1)
+    fused_scale, unfused_scale = torch.full(shape, 0.05, device=device), torch.full(shape, 0.05, device=device)
+    fused = kernels.factory("silu_and_mul_fp8_tl")(n, torch.bfloat16, scales, **kwargs)(x, fused_scale)
+    product = kernels.factory("silu_and_mul_tl")(n, torch.float32)(x.float())
+    unfused = kernels.factory("quant_fp8_tl")(n, torch.float32, scales, **kwargs)(product, unfused_scale)
+    assert torch.equal(fused.view(torch.uint8), unfused.view(torch.uint8))
+    assert torch.equal(fused_scale, unfused_scale)

@@ -24,7 +24,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, ClassVar, Protocol
 
 import torch
 
@@ -50,6 +50,13 @@ class QuantFP8Config:
     column_major: bool
     ue8m0: bool
     label: str
+    #: ``silu_and_mul_fp8_tl``'s: ``x[..., 2n]`` holds the gate then the up projection, quantized is their product
+    gated: ClassVar[bool] = False
+
+    @property
+    def x_width(self) -> int:
+        """The width of ``x``'s rows: ``2n`` for a gated input, else ``n``."""
+        return 2 * self.n if self.gated else self.n
 
     @property
     def groups(self) -> int:
@@ -96,6 +103,8 @@ def quant_reference(
     config: QuantFP8Config, x: torch.Tensor, scale: torch.Tensor, scale_ub: torch.Tensor | None = None
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """``(what the float8 conversion receives, the scale)`` for ``x[M, n]``, in ``x``'s dtype (float64 testing)."""
+    if config.gated:
+        x = silu_and_mul_reference(x, config.n)
     rows = x.reshape(-1, config.n)
     if not rows.shape[0]:  # a call without tokens writes nothing
         return x.clone(), scale
@@ -115,18 +124,26 @@ def quant_reference(
     return y.reshape(x.shape), computed.to(scale.dtype).to(x.dtype)
 
 
+def silu_and_mul_reference(x: torch.Tensor, n: int) -> torch.Tensor:
+    """``silu(x[..., :n]) * x[..., n:]`` in ``x``'s dtype."""
+    return torch.nn.functional.silu(x[..., :n]) * x[..., n:]
+
+
 def draw_x(draw: Any, config: QuantFP8Config, tokens: int, geometry: Mapping[str, Any]) -> torch.Tensor:
     """Rows that break quantizers: normal values with (by the example's geometry) a zero row, a single huge outlier,
     values at ±448 and beyond (a static scale of 1 and wide rows), float8's subnormals beside the outlier, NaN."""
-    x = draw.randn(tokens, config.n, dtype=torch.float32, scale=float(geometry.get("spread", 1.0)), device="cpu")
+    width = config.x_width
+    x = draw.randn(tokens, width, dtype=torch.float32, scale=float(geometry.get("spread", 1.0)), device="cpu")
     cpu = draw.generator
     if tokens and geometry.get("zero_row"):
         x[int(torch.randint(tokens, (1,), generator=cpu))] = 0.0
     if tokens and geometry.get("outlier"):
-        row, col = int(torch.randint(tokens, (1,), generator=cpu)), int(torch.randint(config.n, (1,), generator=cpu))
+        row, col = int(torch.randint(tokens, (1,), generator=cpu)), int(torch.randint(width, (1,), generator=cpu))
         x[row, col] = 3e4 if config.dtype is not torch.float16 else 6e4
     if tokens and geometry.get("nan"):
-        x[int(torch.randint(tokens, (1,), generator=cpu)), int(torch.randint(config.n, (1,), generator=cpu))] = math.nan
+        x[int(torch.randint(tokens, (1,), generator=cpu)), int(torch.randint(width, (1,), generator=cpu))] = math.nan
+    if config.gated:  # exp(-g) overflows below -88: a GPU gives silu = -0 there, Triton's interpreter warns (numpy)
+        x[:, : config.n].clamp_(min=-80.0)
     drawn: torch.Tensor = x.to(draw.device, config.dtype)
     return drawn
 
@@ -134,8 +151,10 @@ def draw_x(draw: Any, config: QuantFP8Config, tokens: int, geometry: Mapping[str
 class QuantFP8Spec(KernelSpec):
     name = "quant_fp8_tl"
     kernel_type = QuantFP8Kernel
-    params = (Rows("x", draw=draw_x), Other("scale", mutated=True), Other("scale_ub", keyword=True))
-    out = Out(like="x", dtype=FP8_DTYPE)
+    #: the configuration's class (``silu_and_mul_fp8_tl``'s says its ``x`` is a gated activation's input)
+    config_type: ClassVar[type[QuantFP8Config]] = QuantFP8Config
+    params = (Rows("x", width="x_width", draw=draw_x), Other("scale", mutated=True), Other("scale_ub", keyword=True))
+    out = Out(width="n", dtype=FP8_DTYPE)
 
     def bind(
         self,
@@ -175,14 +194,20 @@ class QuantFP8Spec(KernelSpec):
                 options["ue8m0"] = True
         elif column_major or ue8m0:
             raise KernelInputError(f"{name}: column_major and ue8m0 are options of scales='group'")
-        return QuantFP8Config(
-            n, dtype, scales, group_size, bool(column_major), bool(ue8m0), arguments.describe(name, **options)
+        return self.config_type(
+            n,
+            dtype,
+            scales,
+            group_size,
+            bool(column_major),
+            bool(ue8m0),
+            arguments.describe(name, **options),
         )
 
     def check(self, config: QuantFP8Config, x: Any, scale: Any, scale_ub: Any = None) -> None:
         label = config.label
-        checks.check_rows(label, "x", x, width=config.n, dtype=config.dtype, device=None)
-        rows = x.numel() // config.n if config.n else 0
+        checks.check_rows(label, "x", x, width=config.x_width, dtype=config.dtype, device=None)
+        rows = x.numel() // config.x_width
         shape = scale_shape(config, rows)
         if not isinstance(scale, torch.Tensor) or tuple(scale.shape) != shape or scale.dtype != torch.float32:
             got = f"{tuple(scale.shape)} {scale.dtype}" if isinstance(scale, torch.Tensor) else type(scale).__name__
@@ -270,7 +295,7 @@ class QuantFP8Spec(KernelSpec):
 
     def traffic(self, config: QuantFP8Config, tokens: int, geometry: Mapping[str, Any]) -> Traffic:
         scales = math.prod(scale_shape(config, tokens)) * 4
-        return Traffic(bytes=tokens * config.n * (config.dtype.itemsize + 1) + scales)
+        return Traffic(bytes=tokens * (config.x_width * config.dtype.itemsize + config.n) + scales)
 
     def benchmark(self, dtype: torch.dtype) -> Example:
         return Example((4096, dtype, "token"))
@@ -278,7 +303,7 @@ class QuantFP8Spec(KernelSpec):
 
 def plain_quant(config: QuantFP8Config, device_type: str | None) -> Callable[[tuple[Any, ...]], bool]:
     """:meth:`QuantFP8Spec.plain_predicate`'s predicate."""
-    tensor, float32, dtype, n, groups = torch.Tensor, torch.float32, config.dtype, config.n, config.groups
+    tensor, float32, dtype, n, groups = torch.Tensor, torch.float32, config.dtype, config.x_width, config.groups
     inference_mode, is_grad_enabled, current_device = (
         torch.is_inference_mode_enabled,
         torch.is_grad_enabled,

@@ -19,7 +19,7 @@ def quantize_rows(
     config: QuantFP8Config, x: torch.Tensor, scale: torch.Tensor, scale_ub: torch.Tensor | None
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """``x[M, n]`` (rows may be strided) in float32 over its scale's blocks: ``(saturated x / scale, scale)``."""
-    rows = x.float()
+    rows = silu_and_mul_float32(x, config.n) if config.gated else x.float()
     if config.scales == "static":
         return rows / scale, scale
     if config.scales == "tensor":
@@ -29,6 +29,12 @@ def quantize_rows(
     bound = scale_ub if config.scales == "token" and scale_ub is not None and scale_ub.numel() else None
     computed = dynamic_scale(absolute_max(grouped), config.ue8m0, bound)
     return (grouped / computed).reshape(rows.shape), computed.reshape(rows.shape[0], config.groups)
+
+
+def silu_and_mul_float32(x: torch.Tensor, n: int) -> torch.Tensor:
+    """``silu(g) * u`` in float32 for ``x[M, 2n] = [g, u]`` (rows may be strided)."""
+    gate, up = x.float().chunk(2, -1)
+    return torch.nn.functional.silu(gate).mul_(up)
 
 
 @spec.implementation(strided_rows=True)

@@ -26,12 +26,23 @@ MAX_BLOCK = 4096
 
 
 @triton.jit
-def _segment_amax(x_ptr, W: tl.constexpr, BLOCK: tl.constexpr):
+def _value(x_ptr, cols, W: tl.constexpr, UP: tl.constexpr):
+    """The float32 value quantized at ``cols`` of a segment: ``x``, or with ``UP`` (the gate's width, a gated input)
+    ``silu(g) * u`` computed as ``silu_and_mul_tl`` does, so that fused and unfused agree bit for bit."""
+    x = tl.load(x_ptr + cols, mask=cols < W, other=0.0).to(tl.float32)
+    if UP:
+        up = tl.load(x_ptr + UP + cols, mask=cols < W, other=0.0).to(tl.float32)
+        x = x / (1.0 + tl.exp(-x)) * up
+    return x
+
+
+@triton.jit
+def _segment_amax(x_ptr, W: tl.constexpr, BLOCK: tl.constexpr, UP: tl.constexpr):
     """``|x|``'s maximum over ``W`` elements from ``x_ptr``, NaN skipped (as CUDA's ``fmaxf``)."""
     amax = tl.zeros([BLOCK], tl.float32)
     for start in range(0, W, BLOCK):
         cols = start + tl.arange(0, BLOCK)
-        x = tl.load(x_ptr + cols, mask=cols < W, other=0.0).to(tl.float32)
+        x = _value(x_ptr, cols, W, UP)
         amax = tl.maximum(amax, tl.where(x == x, tl.abs(x), 0.0))  # noqa: PLR0124 - x == x: not NaN
     return tl.max(amax, axis=0)
 
@@ -52,13 +63,14 @@ def _quant_fp8_kernel(
     MODE: tl.constexpr,
     HAS_UB: tl.constexpr,
     UE8M0: tl.constexpr,
+    UP: tl.constexpr,
     EXACT_ROUNDING: tl.constexpr,
 ):
     row = tl.program_id(0).to(tl.int64)
     group = tl.program_id(1)
     x_ptr += row * x_row_stride + group * W
     if MODE == 3:
-        tl.atomic_max(amax_ptr, _segment_amax(x_ptr, W, BLOCK))
+        tl.atomic_max(amax_ptr, _segment_amax(x_ptr, W, BLOCK, UP))
         return
     if MODE == 0:
         scale = tl.load(scale_ptr)
@@ -66,7 +78,7 @@ def _quant_fp8_kernel(
         if MODE == 1:  # noqa: SIM108 - a compile-time branch: only one side is compiled
             amax = tl.load(amax_ptr)
         else:
-            amax = _segment_amax(x_ptr, W, BLOCK)
+            amax = _segment_amax(x_ptr, W, BLOCK, UP)
         if HAS_UB:
             amax = tl.minimum(amax, tl.load(ub_ptr))
         scale = tl.maximum(amax, MIN_AMAX) / FP8_MAX
@@ -80,18 +92,29 @@ def _quant_fp8_kernel(
     y_ptr += row * y_row_stride + group * W
     for start in range(0, W, BLOCK):
         cols = start + tl.arange(0, BLOCK)
-        x = tl.load(x_ptr + cols, mask=cols < W, other=0.0).to(tl.float32)
+        x = _value(x_ptr, cols, W, UP)
         # divided, as the torch backend and the peers do: x * (1 / scale) rounds twice
         tl.store(y_ptr + cols, to_fp8(x / scale, 1.0, EXACT_ROUNDING), mask=cols < W)
 
 
 @spec.implementation(device_type=launch_device(_quant_fp8_kernel), strided_rows=True, writes_out=True)
 def quant_fp8_tl(config: QuantFP8Config) -> Callable[..., None]:
+    return quant_launch(config)
+
+
+def quant_launch(config: QuantFP8Config) -> Callable[..., None]:
+    """The launch of ``quant_fp8_tl``, and of ``silu_and_mul_fp8_tl`` (``config.gated``)."""
     groups = config.groups
     width = config.n // groups
     block = min(next_power_of_2(width), MAX_BLOCK)
     mode = {"static": STATIC, "tensor": TENSOR}.get(config.scales, SEGMENT)
-    constexprs = {"W": width, "BLOCK": block, "UE8M0": config.ue8m0, "EXACT_ROUNDING": interpreting(_quant_fp8_kernel)}
+    constexprs = {
+        "W": width,
+        "BLOCK": block,
+        "UE8M0": config.ue8m0,
+        "UP": config.n if config.gated else 0,
+        "EXACT_ROUNDING": interpreting(_quant_fp8_kernel),
+    }
     warps = warps_for(block)
     launch = Launcher(_quant_fp8_kernel, {**constexprs, "MODE": mode, "HAS_UB": False}, num_warps=warps)
     bounded = Launcher(_quant_fp8_kernel, {**constexprs, "MODE": mode, "HAS_UB": True}, num_warps=warps)
