@@ -97,7 +97,7 @@ gpu-engine:
 # configuration class, each GPU backend that serves them) and their own tests on the device, logged with the
 # command, the date and the device in GPU_OUT/fp8-check.md; then their bandwidth against a copy of the same bytes and
 # torch eager / torch.compile (stream at 8192 and 32768 tokens, CUDA graphs at 1024): GPU_OUT/fp8_kernels.{md,json}.
-FP8_KERNELS ?= quant_fp8_tl,rmsnorm_fp8_tl,add_rmsnorm_fp8_tl
+FP8_KERNELS ?= quant_fp8_tl,silu_and_mul_fp8_tl,rmsnorm_fp8_tl,add_rmsnorm_fp8_tl
 FP8_CHECK_S ?= 90
 FP8_BENCH_S ?= 90
 gpu-fp8:
@@ -106,8 +106,8 @@ gpu-fp8:
 	{ echo "# fp8 kernels on the GPU"; echo; echo "Made by \`make gpu-fp8\` on $$(date -u +%FT%TZ); do not edit, rerun it."; \
 	  echo "Device: $$(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader); $$($(PYTHON) -c \
 	  'import torch, triton; print("torch", torch.__version__, "triton", triton.__version__)')."; echo; echo '```'; \
-	  echo '$$ pytest -m gpu tests/kernels/test_gpu_conformance.py -k "quant_fp8 or rmsnorm_fp8" tests/kernels/test_quant_fp8.py'; \
-	  SECONDS=0; $(call limit,$(FP8_CHECK_S)) $(PYTEST_GPU) tests/kernels/test_gpu_conformance.py -k "quant_fp8 or rmsnorm_fp8" \
+	  echo '$$ pytest -m gpu tests/kernels/test_gpu_conformance.py -k "quant_fp8 or silu_and_mul_fp8 or rmsnorm_fp8" tests/kernels/test_quant_fp8.py'; \
+	  SECONDS=0; $(call limit,$(FP8_CHECK_S)) $(PYTEST_GPU) tests/kernels/test_gpu_conformance.py -k "quant_fp8 or silu_and_mul_fp8 or rmsnorm_fp8" \
 	  tests/kernels/test_quant_fp8.py 2>&1; echo "exit status $$? after $$SECONDS s"; echo '```'; \
 	} | tee $(GPU_OUT)/fp8-check.md
 	@echo "gpu-fp8: bandwidth (limit $(FP8_BENCH_S) s) -> $(GPU_OUT)/fp8_kernels.md"
