@@ -36,7 +36,10 @@ def factory_of(backend: str, kernel: str) -> Any:
         pytest.importorskip("tilelang")
     else:
         pytest.importorskip(backend)
-    return getattr(importlib.import_module(f"lazyops._backends.{backend}"), kernel)
+    module = importlib.import_module(f"lazyops._backends.{backend}")
+    if not hasattr(module, kernel):  # a partial port is a state (issue 35's fp8 kernels have no TileLang yet)
+        pytest.skip(f"backend {backend!r} does not port {kernel}")
+    return getattr(module, kernel)
 
 
 def configurations(kernel: str) -> list[tuple[tuple[Any, ...], dict[str, Any]]]:
