@@ -9,7 +9,7 @@ export PYTHONPATH := $(if $(PYTHONPATH),$(PYTHONPATH):)$(CURDIR)/src
 
 .PHONY: help test lint gpu-check gpu-results gpu-results-1 gpu-results-2 gpu-attention gpu-gemm gpu-host gpu-kernels \
 	gpu-layer gpu-engine gpu-hf gpu-tune gpu-prune cpu-results gpu-attention-hf \
-	gpu-kernel-defects gpu-sampling
+	gpu-kernel-defects gpu-sampling gpu-fp8
 
 help:
 	@echo "make test           the whole test suite (CI: bash scripts/test.sh installs, lints, then runs it)"
@@ -20,6 +20,7 @@ help:
 	@echo "make gpu-results-2  kernels, layer --ceiling, the example engine against Hugging Face (one device call)"
 	@echo "make gpu-prune      delete the old scripts' result files that today's have replaced"
 	@echo "make gpu-attention-hf  issue 39 in one device call of under 7 minutes: attention, then the Hugging Face Llama"
+	@echo "make gpu-fp8        issue 35's fp8 kernels: checks on the GPU, then their bandwidth (one call, ~3 min)"
 	@echo "make gpu-hf         a Hugging Face Llama: stock, lazyops.transformers.patch, liger-kernel (one device call)"
 	@echo "make gpu-sampling   sample_tl's GPU checks, then bench_kernels.py --sampling (one device call, ~3 min)"
 	@echo "make gpu-tune       lazyops tune on the decoder layer's trace, twice, then the layer by its plan (GPU)"
@@ -124,6 +125,27 @@ gpu-layer:
 ENGINE_S ?= 540
 gpu-engine:
 	$(call limit,$(ENGINE_S)) $(PYTHON) examples/generate.py --bench --out $(GPU_OUT)
+
+# Issue 35's fp8 kernels on the GPU, one device call of about 3 minutes: their conformance (one case per
+# configuration class, each GPU backend that serves them) and their own tests on the device, logged with the
+# command, the date and the device in GPU_OUT/fp8-check.md; then their bandwidth against a copy of the same bytes and
+# torch eager / torch.compile (stream at 8192 and 32768 tokens, CUDA graphs at 1024): GPU_OUT/fp8_kernels.{md,json}.
+FP8_KERNELS ?= quant_fp8_tl,silu_and_mul_fp8_tl,rmsnorm_fp8_tl,add_rmsnorm_fp8_tl
+FP8_CHECK_S ?= 90
+FP8_BENCH_S ?= 90
+gpu-fp8:
+	@mkdir -p $(GPU_OUT)
+	@echo "gpu-fp8: checks (limit $(FP8_CHECK_S) s) -> $(GPU_OUT)/fp8-check.md"
+	{ echo "# fp8 kernels on the GPU"; echo; echo "Made by \`make gpu-fp8\` on $$(date -u +%FT%TZ); do not edit, rerun it."; \
+	  echo "Device: $$(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader); $$($(PYTHON) -c \
+	  'import torch, triton; print("torch", torch.__version__, "triton", triton.__version__)')."; echo; echo '```'; \
+	  echo '$$ pytest -m gpu tests/kernels/test_gpu_conformance.py -k "quant_fp8 or silu_and_mul_fp8 or rmsnorm_fp8" tests/kernels/test_quant_fp8.py'; \
+	  SECONDS=0; $(call limit,$(FP8_CHECK_S)) $(PYTEST_GPU) tests/kernels/test_gpu_conformance.py -k "quant_fp8 or silu_and_mul_fp8 or rmsnorm_fp8" \
+	  tests/kernels/test_quant_fp8.py 2>&1; echo "exit status $$? after $$SECONDS s"; echo '```'; \
+	} | tee $(GPU_OUT)/fp8-check.md
+	@echo "gpu-fp8: bandwidth (limit $(FP8_BENCH_S) s) -> $(GPU_OUT)/fp8_kernels.md"
+	-$(call limit,$(FP8_BENCH_S)) $(PYTHON) benchmarks/bench_kernels.py --kernels $(FP8_KERNELS) --tokens 8192,32768 \
+	  --graph-tokens 1024 --modes stream,graph --name fp8_kernels --out $(GPU_OUT)
 
 # A Hugging Face Llama (4 layers, Llama-3-8B shapes): stock, lazyops.transformers.patch, liger-kernel's patch;
 # results/<gpu>/hf.{md,json}. One device call of a few minutes (liger-kernel's wheel installed first).

@@ -409,6 +409,46 @@ def paged_attention_tl(
 
 
 @type_check_only
+class _QuantFP8Kernel(Protocol):
+    """What ``quant_fp8_tl`` returns (in every backend): the kernel call."""
+
+    def __call__(
+        self,
+        x: torch.Tensor,
+        scale: torch.Tensor,
+        /,
+        *,
+        scale_ub: torch.Tensor | None = None,
+        out: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        """``y[..., n] = saturate(x / scale)`` in ``torch.float8_e4m3fn``; ``scale`` is read (static) or written
+        (dynamic: ``[1]``, ``[M, 1]`` or ``[M, n // group_size]``); written into ``out`` when given.
+        """
+
+
+def quant_fp8_tl(
+    n: int,
+    dtype: torch.dtype | str,
+    scales: str = 'token',
+    *,
+    group_size: int = 128,
+    column_major: bool = False,
+    ue8m0: bool = False,
+) -> _QuantFP8Kernel:
+    """Activations ``x[..., n]`` in ``dtype`` quantized to float8 e4m3 for an fp8 GEMM.
+
+    Returns ``kernel(x[..., n], scale, *, scale_ub=None, out=None) -> y[..., n]`` in ``torch.float8_e4m3fn``,
+    ``y = saturate(x / scale)`` (±448; NaN stays NaN). ``scales``: ``"static"`` (``scale[1]`` given, read),
+    ``"tensor"`` (``scale[1]`` written: ``amax(|x|) / 448``), ``"token"`` (``scale[M, 1]`` written, one a row;
+    ``scale_ub[1]`` bounds the row's absolute maximum) or ``"group"`` (``scale[M, n // group_size]`` written,
+    row-major, or the transpose of a ``[n // group_size, M]`` buffer with ``column_major=True``; ``ue8m0``
+    rounds the scales up to powers of two). ``M`` counts the rows of ``x`` (its leading dimensions' product).
+    A zero row's scale is ``1e-10 / 448``. Replaces vLLM's ``scaled_fp8_quant`` and
+    ``per_token_group_quant_fp8``, sgl-kernel's ``sgl_per_token_group_quant_fp8``.
+    """
+
+
+@type_check_only
 class _RMSNormFP8Kernel(Protocol):
     """What ``rmsnorm_fp8_tl`` returns (in every backend): the kernel call, positional arguments only."""
 
@@ -547,6 +587,44 @@ def sample_tl(vocab: int, dtype: torch.dtype | str) -> _SampleKernel:
         vLLM:       Sampler()(logits, sampling_metadata)  (TopKTopPSampler: sort, mask, probs.div_(q).argmax())
         FlashInfer: top_k_top_p_sampling_from_logits(logits / t[:, None], top_k, top_p, generator=g);
                     min_p_sampling_from_probs(softmax(logits / t[:, None]), min_p)
+    """
+
+
+@type_check_only
+class _SiluAndMulFP8Kernel(Protocol):
+    """What ``silu_and_mul_fp8_tl`` returns (in every backend): the kernel call."""
+
+    def __call__(
+        self,
+        x: torch.Tensor,
+        scale: torch.Tensor,
+        /,
+        *,
+        scale_ub: torch.Tensor | None = None,
+        out: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        """``y[..., n] = saturate(silu(x[..., :n]) * x[..., n:] / scale)`` in ``torch.float8_e4m3fn``; ``scale``
+        read (static) or written (dynamic), as ``quant_fp8_tl``'s; written into ``out`` when given.
+        """
+
+
+def silu_and_mul_fp8_tl(
+    n: int,
+    dtype: torch.dtype | str,
+    scales: str = 'token',
+    *,
+    group_size: int = 128,
+    column_major: bool = False,
+    ue8m0: bool = False,
+) -> _SiluAndMulFP8Kernel:
+    """The gate of a SwiGLU MLP quantized to float8 e4m3 for the down projection: ``x[..., 2n]`` holds the gate
+    then the up projection.
+
+    Returns ``kernel(x[..., 2n], scale, *, scale_ub=None, out=None) -> y[..., n]`` in ``torch.float8_e4m3fn``,
+    ``y = saturate(silu(x[..., :n]) * x[..., n:] / scale)``, the product in float32, converted once. ``scales``
+    and its options are ``quant_fp8_tl``'s (``"static"``, ``"tensor"``, ``"token"`` with ``scale_ub``,
+    ``"group"`` with ``group_size``, ``column_major``, ``ue8m0``). Replaces vLLM's ``silu_and_mul_quant`` and
+    ``silu_and_mul_per_token_group_quant_fp8``.
     """
 
 

@@ -184,6 +184,41 @@ def check_each(
         )
 
 
+#: How near a rounding tie (relative to the value) a float8 element may round either way: the float32 arithmetic of
+#: a correct kernel (its scale rounded to float32, a norm's sum of squares) moves the value it converts by a few
+#: units of float32 roundoff times the terms, far under this 2**-10 (1/128 of float8's unit at 1.0).
+FP8_TIE_MARGIN = 2.0**-10
+
+
+def check_fp8_rounding(out: torch.Tensor, ref: torch.Tensor, what: str) -> None:
+    """Each finite element of a float8 e4m3 ``out`` is ``ref`` (what the conversion receives, in float64, already
+    clamped to ±448) rounded to nearest on e4m3's grid, or, only where ``ref`` lies within :data:`FP8_TIE_MARGIN`
+    of a tie, the other neighbour: within one float8 unit everywhere, exact off ties. The normwise tolerance of
+    :func:`check_close` (1/17) would let a kernel that rounds every element the wrong way pass."""
+    ref = ref.to(torch.float64).cpu().reshape(-1)
+    got = out.cpu().reshape(-1).to(torch.float64)
+    finite = torch.isfinite(ref)
+    ref, got = ref[finite], got[finite]
+    if not ref.numel():
+        return
+    nearest = ref.to(torch.float8_e4m3fn)
+    magnitude = nearest.view(torch.uint8).to(torch.int16) & 0x7F
+    away = ref.abs() > nearest.to(torch.float64).abs()
+    other_magnitude = (magnitude + torch.where(away, 1, -1)).clamp(0, 0x7E)
+    sign = torch.where(ref < 0, -1.0, 1.0).to(torch.float64)
+    other = other_magnitude.to(torch.uint8).view(torch.float8_e4m3fn).to(torch.float64) * sign
+    near = nearest.to(torch.float64)
+    tie = ((ref - (near + other) / 2).abs() <= FP8_TIE_MARGIN * ref.abs()) & (other != near)
+    bad = (got != near) & ~(tie & (got == other))
+    if bad.any():
+        first = int(bad.nonzero()[0])
+        raise ConformanceError(
+            f"{what}: {int(bad.sum())} of {bad.numel()} float8 elements are not the reference rounded to nearest "
+            f"(nor, at a tie, its other neighbour); first: {got[first].item()!r} for {ref[first].item()!r} "
+            f"(nearest {near[first].item()!r})"
+        )
+
+
 def check_shape(out: torch.Tensor, ref: torch.Tensor, what: str) -> None:
     if tuple(out.shape) != tuple(ref.shape):
         raise ConformanceError(f"{what}: shape {tuple(out.shape)}, expected {tuple(ref.shape)}")

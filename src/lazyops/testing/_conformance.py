@@ -27,6 +27,7 @@ from lazyops.testing._compare import (
     __tracebackhide__,  # noqa: F401 - the kit's verdicts end at the test
     check_close,
     check_each,
+    check_fp8_rounding,
     default_max_elements,
     float64,
     output_scales,
@@ -197,6 +198,8 @@ def judge_case(
             flat = returned.reshape(expected["out"].shape)
             out_dtype = spec.out_dtype(config)
             judged(check_close(flat, expected["out"], out_dtype, what=what, scale=scales["out"]), out_dtype)
+            if out_dtype == torch.float8_e4m3fn:
+                check_fp8_rounding(flat, expected["out"], what)
         else:
             want = tuple(args[spec.inputs.index(name)] for name in spec.returns)
             if not (
