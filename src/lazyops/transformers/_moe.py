@@ -1,9 +1,10 @@
 """A sparse MoE block (Mixtral's, Qwen3-MoE's) on ``moe_route_tl`` and ``fused_moe_tl``, where lazyops has them.
 
 The glue is this module alone: the router's logits (its linear layer, cuBLAS), the top-k (``moe_route_tl``: softmax,
-renormalised as the model does, into float32 weights and int32 ids allocated here for each call) and the experts (``fused_moe_tl`` on the block's own ``gate_up_proj[E, 2I, H]`` and
-``down_proj[E, H, I]``, which are already the layout it takes). Until both kernels exist, :func:`missing` names them
-and the block stays as it is, said so in the report.
+renormalised as the model does, into float32 weights and int32 ids allocated here for each call) and the experts
+(``fused_moe_tl`` on the block's own ``gate_up_proj[E, 2I, H]`` and ``down_proj[E, H, I]``, which are already the
+layout it takes). Until both kernels exist, :func:`missing` names them and the block stays as it is, said so in the
+report.
 """
 
 from __future__ import annotations
