@@ -6,6 +6,7 @@ from .gelu_and_mul import gelu_and_mul_tl as gelu_and_mul_tl
 from .kv_cache_write import kv_cache_write_tl as kv_cache_write_tl
 from .layernorm import layernorm_tl as layernorm_tl
 from .matmul import matmul_tl as matmul_tl
+from .moe_route import moe_route_tl as moe_route_tl
 from .paged_attention import paged_attention_tl as paged_attention_tl
 from .rmsnorm import rmsnorm_tl as rmsnorm_tl
 from .rmsnorm_fp8 import rmsnorm_fp8_tl as rmsnorm_fp8_tl
