@@ -24,8 +24,8 @@ SIZES = (1, 8, 15, 16, 17, 32, 64, 100, 128)
 #: Expert counts from one (a dense MLP) to DeepSeek-V3's 256.
 EXPERTS = (1, 2, 3, 8, 16, 60, 128, 256)
 ACTIVATIONS = ("silu", "gelu")
-#: A GEMM's cost follows its products, not its inputs' size: a token is charged this many products per element.
-PRODUCTS_PER_ELEMENT = 30
+#: A token is charged its products / this many elements of the budget: 3k GEMMs a token, fewer tokens than matmul (30).
+PRODUCTS_PER_ELEMENT = 6
 
 
 class FusedMoeKernel(Protocol):
