@@ -8,15 +8,18 @@ PYTHON ?= $(if $(wildcard .venv/bin/python),.venv/bin/python,python3)
 export PYTHONPATH := $(if $(PYTHONPATH),$(PYTHONPATH):)$(CURDIR)/src
 
 .PHONY: help test lint gpu-check gpu-results gpu-results-1 gpu-results-2 gpu-attention gpu-gemm gpu-host gpu-kernels \
-	gpu-layer gpu-engine gpu-hf gpu-tune gpu-prune cpu-results
+	gpu-layer gpu-engine gpu-hf gpu-tune gpu-prune cpu-results gpu-attention-hf \
+	gpu-kernel-defects
 
 help:
 	@echo "make test           the whole test suite (CI: bash scripts/test.sh installs, lints, then runs it)"
 	@echo "make lint           ruff and ruff format on src/ tests/ benchmarks/ examples/, mypy on src/"
 	@echo "make gpu-check      every GPU test, the example engine: GPU_OUT/gpu-check.md (one device call)"
+	@echo "make gpu-kernel-defects  issue 33's kernel items on the device: GPU_OUT/gpu-kernel-defects.md (3 min)"
 	@echo "make gpu-results-1  attention with its sweep, gemm, host (one device call; gpu-results: both calls' parts)"
 	@echo "make gpu-results-2  kernels, layer --ceiling, the example engine against Hugging Face (one device call)"
 	@echo "make gpu-prune      delete the old scripts' result files that today's have replaced"
+	@echo "make gpu-attention-hf  issue 39 in one device call of under 7 minutes: attention, then the Hugging Face Llama"
 	@echo "make gpu-hf         a Hugging Face Llama: stock, lazyops.transformers.patch, liger-kernel (one device call)"
 	@echo "make gpu-tune       lazyops tune on the decoder layer's trace, twice, then the layer by its plan (GPU)"
 	@echo "make cpu-results    the CPU result files into benchmarks/results/cpu/"
@@ -68,6 +71,22 @@ ATTENTION ?=
 ATTENTION_S ?= 540
 gpu-attention:
 	$(call limit,$(ATTENTION_S)) $(PYTHON) benchmarks/bench_attention.py --out $(GPU_OUT) $(ATTENTION)
+
+# Issue 39 in ONE device call of under 7 minutes on an H100 (a fresh machine: TileLang compiles each configuration in
+# 10-20 s): attention (two drawn checks a kernel and the timed shapes' checks; decode, batch 1/16/64/256 x 1k/8k/32k in
+# CUDA graphs, Triton and TileLang against SDPA cuDNN and flash; prefill 1 x 8192, 16 x 512, chunked 512 over 8192,
+# paged and in order; then the split sweep for whatever time is left), then the Hugging Face Llama (prefill, eager
+# decode, generate_batch). Each part stops after its limit, keeping the rows it finished (the scripts write as rows
+# complete); at most 255 + 125 s, with the wheels' unpacking about 6.6 minutes. Logs: GPU_OUT/attention.log, hf.log;
+# results: GPU_OUT/attention.{md,json}, hf.{md,json}.
+GPU_ATTENTION_S ?= 245
+GPU_HF_S ?= 115
+gpu-attention-hf:
+	@mkdir -p $(GPU_OUT)
+	-$(MAKE) --no-print-directory gpu-attention ATTENTION="--examples 2 --sweep" ATTENTION_S=$(GPU_ATTENTION_S) 2>&1 \
+		| tee $(GPU_OUT)/attention.log
+	-$(MAKE) --no-print-directory gpu-hf HF_S=$(GPU_HF_S) 2>&1 | tee $(GPU_OUT)/hf.log
+	@ls -l $(GPU_OUT)
 
 GEMM_S ?= 540
 gpu-gemm:
@@ -132,6 +151,17 @@ GPU_CONFORMANCE_EXAMPLES ?=
 GPU_SELECT ?=
 GPU_CHECK_NAME ?= gpu-check
 PYTEST_GPU = $(PYTHON) -m pytest -q -rfEs --durations=25 -p no:cacheprovider
+# Issue 33's kernel items on the device, one call of about 3 minutes: the paged kernels' conformance over each GPU
+# backend (one case per configuration class), their own GPU tests (a declined head dim runs from torch, index
+# dtypes, meta), the factory-time declines of every kernel and the paged kernels' input tests; the log is
+# GPU_OUT/gpu-kernel-defects.md (each step stopped at its limit: 120 + 45 + 30 s). Nothing is timed: the fixes touch
+# refusals and factories, not launches.
+gpu-kernel-defects:
+	$(MAKE) gpu-check GPU_SELECT="-k 'paged_attention or kv_cache_write or paged_inputs'" \
+	  GPU_TESTS_S=120 GPU_CHECK_S=45 GPU_EXAMPLE_S=30 \
+	  GPU_CHECK="tests/kernels/test_factory_declines.py tests/kernels/test_paged_inputs.py" \
+	  GPU_CHECK_NAME=gpu-kernel-defects
+
 gpu-check:
 	@mkdir -p $(GPU_OUT)
 	{ echo "# GPU checks"; echo; echo "Made by \`make gpu-check GPU_CONFORMANCE_EXAMPLES=$(GPU_CONFORMANCE_EXAMPLES)" \

@@ -18,6 +18,7 @@ import shlex
 import subprocess
 import sys
 import time
+import traceback
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -116,6 +117,9 @@ def measure(
             results[case.name]["error"] = f"not installed here: {_bench._one_line(error)}"
         except Exception as error:  # noqa: BLE001 - one case failing is its row, not the end of the run
             results[case.name]["error"] = _bench._one_line(error)
+            # the whole traceback on stderr (the log): a device-side assert's row says little of where it came from
+            print(f"{config} | {case.name} failed:", file=sys.stderr, flush=True)
+            traceback.print_exc(file=sys.stderr)
     for name, timing in _bench.interleave(samplers, rounds).items():
         if isinstance(timing, str):
             results[name]["error"] = timing
@@ -361,15 +365,39 @@ def _cpu_model() -> str:
 
 
 def _commit() -> str:
-    """The checkout's commit (``+dirty`` when tracked files differ), or ``?`` outside a git checkout."""
+    """The code that ran, read from git when the run starts: ``HEAD``'s commit, its date, and ``+dirty`` naming the
+    files that differ from it, untracked ones included (``-uno`` once hid a run's new modules: the commit printed was
+    older than the code), then a digest of the source as it is on disk (:func:`source_digest`: compare it with the
+    checkout's, ``python benchmarks/bench_harness.py``). ``LAZYOPS_COMMIT`` overrides the git part."""
 
     def git(*args: str) -> str:
         return subprocess.run(["git", "-C", str(ROOT), *args], capture_output=True, text=True, check=True).stdout
 
+    digest = f"source {source_digest()}"
+    if os.environ.get("LAZYOPS_COMMIT"):
+        return f"{os.environ['LAZYOPS_COMMIT']} (LAZYOPS_COMMIT), {digest}"
     try:
-        return git("rev-parse", "--short", "HEAD").strip() + ("+dirty" if git("status", "--porcelain", "-uno") else "")
+        head = git("log", "-1", "--format=%h %cI").strip()
+        changed = [line[3:] for line in git("status", "--porcelain", "--untracked-files=all").splitlines()]
     except (OSError, subprocess.CalledProcessError):
-        return "?"
+        return f"? (no git here), {digest}"
+    dirty = f"+dirty ({', '.join(changed[:6])}{', …' if len(changed) > 6 else ''})" if changed else ""
+    return f"{head}{dirty}, {digest}"
+
+
+#: What :func:`source_digest` reads: the code a result depends on.
+SOURCES = ("src/lazyops/**/*.py", "benchmarks/*.py", "examples/*.py", "Makefile")
+
+
+def source_digest() -> str:
+    """SHA-256 (12 hex digits) over :data:`SOURCES` as they are on disk, path and bytes: the same code gives the
+    same digest on any machine, with or without git."""
+    import hashlib
+
+    sha = hashlib.sha256()
+    for path in sorted({p for pattern in SOURCES for p in ROOT.glob(pattern) if "__pycache__" not in p.parts}):
+        sha.update(path.relative_to(ROOT).as_posix().encode() + b"\0" + path.read_bytes())
+    return sha.hexdigest()[:12]
 
 
 # --- result files -----------------------------------------------------------------------------------------------
@@ -570,3 +598,7 @@ def attention_variants(
             *args[:-1], empty, empty, args[-1]
         )
     return calls
+
+
+if __name__ == "__main__":  # the digest a result file's header names, of this checkout
+    print(source_digest())

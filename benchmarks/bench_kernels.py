@@ -142,7 +142,7 @@ def _stream_cell(row: Any, copy_rate: float | None) -> str:
 
 def _time_cell(row: Any, copy_rate: float | None) -> str:
     if row.error:
-        return "error"
+        return "skipped" if row.error.startswith("skipped") else "error"
     ratio = f" ({row.vs_best_peer:.2f}×)" if row.kind != "peer" and row.vs_best_peer else ""
     return harness.figure(row.us, 2, row.noisy) + ratio
 

@@ -558,7 +558,17 @@ def _bound_cells(b: dict[str, Any]) -> list[Any]:
     return [b["workload"], *(b[key] if key == "fastest" else harness.figure(b[key], digits) for key, digits in keys)]
 
 
-HF_PEERS = {"transformers": None, "lazyops.transformers.patch": "lazyops", "liger-kernel": "liger"}
+#: The models, named for what runs (a patched model's attention modules keep the patch's implementation whatever
+#: the model's config is set to).
+HF_PEERS = {"stock (SDPA)": None, "lazyops patch (lazyops attention)": "lazyops", "liger-kernel patch (SDPA)": "liger"}
+STOCK = next(iter(HF_PEERS))
+#: ``generate_batch``'s runs: ``{row: (model, attention implementation set first, None: the model's own)}``.
+HF_BATCH = {
+    "stock, attention sdpa": (STOCK, "sdpa"),
+    "stock, attention paged|eager": (STOCK, "paged|eager"),
+    "lazyops patch, its attention (lazyops)": ("lazyops patch (lazyops attention)", None),
+    "liger-kernel patch, attention sdpa": ("liger-kernel patch (SDPA)", "sdpa"),
+}
 
 
 def hf_models(options: Any, device: str) -> tuple[dict[str, Any], dict[str, Any], Any]:
@@ -631,11 +641,18 @@ def hf_case(name: str, model: Any, rope: Any, phase: str, batch: int, context: i
 
         return decode, [(step_ids,)]
 
-    return harness.Case(name, "peer" if name == "transformers" else "lazyops", setup)
+    return harness.Case(name, "peer" if name == STOCK else "lazyops", setup)
 
 
-def hf_batch(models: dict[str, Any], ropes: dict[str, Any], smoke: bool) -> list[dict[str, Any]]:
-    """``generate_batch`` throughput, interleaved rounds: each model's, and stock's with each paged attention."""
+def attention_used(model: Any) -> str:
+    """The attention implementations ``model``'s attention modules are configured with: what a run really used."""
+    found = {m.config._attn_implementation for m in model.modules() if type(m).__name__.endswith("Attention")}
+    return ", ".join(sorted(str(name) for name in found))
+
+
+def hf_batch(models: dict[str, Any], ropes: dict[str, Any], smoke: bool, write: Any) -> list[dict[str, Any]]:
+    """``generate_batch`` throughput, interleaved rounds (``write(rows)`` after each): :data:`HF_BATCH`'s runs, each
+    row with the attention its model's modules used."""
     import time
 
     import torch
@@ -648,10 +665,10 @@ def hf_batch(models: dict[str, Any], ropes: dict[str, Any], smoke: bool) -> list
     draw = [torch.randint(0, vocab, (prompt,), generator=torch.Generator().manual_seed(i)) for i in range(count)]
     prompts = [ids.tolist() for ids in draw]
     generation = GenerationConfig(max_new_tokens=new, do_sample=False, eos_token_id=-1, pad_token_id=0)
-    runs = {f"{name} ({attention})": (name, attention) for name in models for attention in ("sdpa", "paged|eager")}
-    runs = {label: run for label, run in runs.items() if run[0] == "transformers" or run[1] == "sdpa"}
+    runs = dict(HF_BATCH)
     samples: dict[str, list[float]] = {label: [] for label in runs}
     errors: dict[str, str] = {}
+    used: dict[str, str] = {}
     for round_ in range(1 if smoke else 3):
         for label in list(runs)[round_ % len(runs) :] + list(runs)[: round_ % len(runs)]:
             name, attention = runs[label]
@@ -660,7 +677,9 @@ def hf_batch(models: dict[str, Any], ropes: dict[str, Any], smoke: bool) -> list
                 errors.setdefault(label, f"not installed here: {model}")
                 continue
             try:
-                model.set_attn_implementation(attention)
+                if attention is not None:
+                    model.set_attn_implementation(attention)
+                used[label] = attention_used(model)
                 modeling_llama.apply_rotary_pos_emb = ropes[name]
                 started = time.perf_counter()
                 with torch.no_grad():
@@ -675,16 +694,18 @@ def hf_batch(models: dict[str, Any], ropes: dict[str, Any], smoke: bool) -> list
             except Exception as error:  # noqa: BLE001 - one failing configuration is its row
                 errors[label] = f"{type(error).__name__}: {str(error).strip().splitlines()[0][:200]}"
             finally:
-                model.set_attn_implementation("sdpa")
-    rows = []
-    for label, values in samples.items():
-        values.sort()
-        figures = {"tokens_per_s": values[len(values) // 2], "low": values[0], "high": values[-1]} if values else {}
-        rows.append(
-            {"workload": "generate_batch", "impl": label}
-            | figures
-            | ({"error": errors[label]} if label in errors else {})
-        )
+                if attention is not None:
+                    model.set_attn_implementation("sdpa")
+        rows = []
+        for label, sample in samples.items():
+            values = sorted(sample)
+            figures = {"tokens_per_s": values[len(values) // 2], "low": values[0], "high": values[-1]} if values else {}
+            rows.append(
+                {"workload": "generate_batch", "impl": label, "attention": used.get(label, "")}
+                | figures
+                | ({"error": errors[label]} if label in errors else {})
+            )
+        write(rows)
     return rows
 
 
@@ -704,6 +725,16 @@ def hugging_face(options: Any, device: str) -> int:
 
     models, ropes, config = hf_models(options, device)
     context, rows = 16 if options.smoke else 512, []
+    env = harness.environment(device) | {"model": config.to_diff_dict(), "dtype": str(torch.bfloat16)}
+
+    def write(more: list[dict[str, Any]]) -> Any:  # as rows complete: a run cut at its time limit keeps them
+        header = ["workload", "implementation", "µs (× stock)", "tokens/s [spread]", "attention used"]
+        cells = [[r["workload"], r["impl"], _hf_time(r), _hf_rate(r), r.get("attention", "")] for r in rows + more]
+        body = ["Prefill: stream time; decode: host time of back-to-back eager steps; generate_batch: 3 interleaved "
+                "rounds, median [lowest–highest].", "", *harness.table(header, cells)]  # fmt: skip
+        title = "A Hugging Face Llama on lazyops (lazyops.transformers.patch)"
+        return harness.write(options.out, "hf", title, env, rows + more, body)
+
     workloads = [("prefill", 1, 16 if options.smoke else 2048), ("decode", 1, context), ("decode", 32, context)]
     for phase, batch, tokens in workloads:
         cases = [hf_case(name, models[name], ropes.get(name), phase, batch, tokens) for name in HF_PEERS]
@@ -720,21 +751,16 @@ def hugging_face(options: Any, device: str) -> int:
         mode = "stream" if phase == "prefill" else "host"
         workload = f"{phase}-{tokens if phase == 'prefill' else batch}"
         timed = harness.measure(cases, workload, mode, device, calls=50, check=check)
-        stock = timed.get("transformers", {}).get("us")
+        stock = timed.get(STOCK, {}).get("us")
         rows += [
-            {"workload": workload, "impl": impl, "vs_stock": stock / t["us"] if stock and t.get("us") else None} | t
+            {"workload": workload, "impl": impl, "vs_stock": stock / t["us"] if stock and t.get("us") else None}
+            | t
+            | ({"attention": attention_used(models[impl])} if not isinstance(models[impl], Exception) else {})
             for impl, t in timed.items()
         ]
-    rows += hf_batch(models, ropes, options.smoke)
-    env = harness.environment(device) | {"model": config.to_diff_dict(), "dtype": str(torch.bfloat16)}
-    header = ["workload", "implementation", "µs (× stock)", "tokens/s [spread]"]
-    cells = [[row["workload"], row["impl"], _hf_time(row), _hf_rate(row)] for row in rows]
-    body = ["Prefill: stream time; decode: host time of back-to-back eager steps; generate_batch: 3 interleaved "
-            "rounds, median [lowest–highest].", "", *harness.table(header, cells)]  # fmt: skip
-    written = harness.write(
-        options.out, "hf", "A Hugging Face Llama on lazyops (lazyops.transformers.patch)", env, rows, body
-    )
-    print(f"wrote {written} and its .json")
+        write([])
+    rows += hf_batch(models, ropes, options.smoke, write)
+    print(f"wrote {write([])} and its .json")
     return 0 if all("wrong result" not in str(row.get("error", "")) for row in rows) else 1
 
 

@@ -220,14 +220,17 @@ def bench(out: Path | None, smoke: bool) -> int:
     env = harness.environment(device, status) | {"model": shape.__dict__, "context": context}
     backends = [name for name, problem in status.items() if problem is None]
     rows: list[dict[str, Any]] = []
-    for batch in batches:
+    folder = out or harness.folder(device)
+    for batch in batches:  # the files first say what runs, so a run cut at its time limit still leaves them
+        running = {"batch": batch, "context": context, "impl": "(all)", "error": "running: the run stopped here"}
+        harness.write(folder, "engine", TITLE, env, [*rows, running], render(harness, [*rows, running], env))
         prompts = torch.randint(0, shape.vocab, (batch, context), generator=torch.Generator().manual_seed(batch))
         timed = bench_batch(harness, model, Engines(shape, weights, dtype, device, backends), prompts)
         peer = timed["Hugging Face StaticCache + torch.compile"].get("us")
         for name, timing in timed.items():
             ratio = peer / timing["us"] if peer and timing.get("us") else None
             rows.append({"batch": batch, "context": context, "impl": name, **timing, "vs_hf": ratio})
-        written = harness.write(out or harness.folder(device), "engine", TITLE, env, rows, render(harness, rows, env))
+        written = harness.write(folder, "engine", TITLE, env, rows, render(harness, rows, env))
     print(f"wrote {written} and its .json")
     return 0 if all(row.get("us") for row in rows) else 1
 

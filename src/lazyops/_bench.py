@@ -639,6 +639,8 @@ def graph_time(
                 row.error = f"CUDA graphs need a CUDA device (this run: {device})"
             elif isinstance(call, str):
                 row.error = call
+            elif reads_host(_callable(call), _prepare(call, [args])[0]):
+                row.error = HOST_READ
             else:
                 try:
                     samplers[impl.name] = graph_sampler(_callable(call), _prepare(call, [args]), captures, replays)
@@ -647,6 +649,34 @@ def graph_time(
         rows += _finish(current, interleave(samplers, rounds), progress)
         _release(device)
     return rows
+
+
+#: A graph row's error where the implementation reads tensor values on the host (the torch backend's and the specs'
+#: paged attention and cache write read lengths and slots with ``tolist``): skipped, not failed.
+HOST_READ = "skipped: it reads tensor values on the host (a synchronising call), which a CUDA graph cannot capture"
+
+
+def reads_host(fn: Callable[..., Any], args: tuple[Any, ...]) -> bool:
+    """Whether a call of ``fn(*args)`` synchronises with the host (``tensor.tolist()``, ``.item()``): a first call (it
+    may compile, build tables), then a second on a CUDA device under ``torch.cuda.set_sync_debug_mode("error")``, as a
+    replay would run. False off CUDA (nothing to capture there) and where a call fails for another reason (the
+    capture then says why)."""
+    if not any(isinstance(a, torch.Tensor) and a.is_cuda for a in args):
+        return False
+    previous = torch.cuda.get_sync_debug_mode()
+    try:
+        with torch.no_grad():
+            fn(*args)
+            torch.cuda.synchronize()
+            torch.cuda.set_sync_debug_mode("error")
+            fn(*args)
+    except RuntimeError as error:
+        return "synchroniz" in str(error)
+    except Exception:  # noqa: BLE001 - another failure: the graph's row says it
+        return False
+    finally:
+        torch.cuda.set_sync_debug_mode(previous)
+    return False
 
 
 def _finish(current: dict[str, Row], timings: dict[str, Timing | str], progress: Progress | None) -> list[Row]:

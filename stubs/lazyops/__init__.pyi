@@ -276,8 +276,10 @@ def kv_cache_write_tl(
         FlashInfer: append_paged_kv_cache(key, value, batch_indices, positions, (k_cache, v_cache), kv_indices,
                     kv_indptr, kv_last_page_len, kv_layout="NHD")   (slots from pages and positions)
 
-    Slots are range-checked where they are read on the host (CPU tensors); a GPU kernel skips a slot past the
-    cache rather than write out of bounds, without a host read (which would synchronise every call).
+    ``block_size`` has no default. Two tokens mapped to one slot: one of them lands, unspecified which on a GPU
+    (the last on the CPU), as in vLLM. Slots are range-checked where they are read on the host (CPU tensors); a
+    GPU kernel skips a slot past the cache rather than write out of bounds, without a host read (which would
+    synchronise every call).
     """
 
 
@@ -430,6 +432,7 @@ def paged_attention_tl(
                     kv_last_page_len, Hq, Hk, D, 16, causal=True, window_left=W - 1, logits_soft_cap=c); .run(q,
                     (k_cache, v_cache)) (decode: BatchDecodeWithPagedKVCacheWrapper, the same plan and run)
 
+    ``block_size`` (the cache's) has no default; ``validate`` is ``True`` or ``False``, nothing else.
     ``max_seq_len`` bounds every sequence's length: the GPU backends size the split of long sequences over
     programs (and its float32 workspaces) from it and the call's shapes, never from index values, so a CUDA
     graph captured once replays with any ``seq_lens``, ``block_table`` and ``cu_seqlens_q``. Index values

@@ -186,10 +186,13 @@ def test_layer_hugging_face(tmp_path):
     rows = smoke("bench_layer.py", tmp_path, "--hf")["rows"]
     timed = {(row["workload"], row["impl"]): row for row in rows}
     for workload in ("prefill-16", "decode-1", "decode-32"):
-        for impl in ("transformers", "lazyops.transformers.patch"):
+        for impl in ("stock (SDPA)", "lazyops patch (lazyops attention)"):
             assert timed[workload, impl]["us"] > 0 and "error" not in timed[workload, impl], timed[workload, impl]
-    batch = [row for row in rows if row["workload"] == "generate_batch" and "liger" not in row["impl"]]
-    assert len(batch) == 3 and all(row["tokens_per_s"] > 0 for row in batch), batch
+    batch = {row["impl"]: row for row in rows if row["workload"] == "generate_batch" and "liger" not in row["impl"]}
+    assert len(batch) == 3 and all(row["tokens_per_s"] > 0 for row in batch.values()), batch
+    # rows named for what runs: the patched model's modules keep lazyops' attention, stock's run what was set
+    assert "lazyops" in batch["lazyops patch, its attention (lazyops)"]["attention"], batch
+    assert "lazyops" not in batch["stock, attention paged|eager"]["attention"], batch
 
 
 def test_an_attention_cell_whose_inputs_do_not_fit_is_a_row_and_the_run_goes_on(monkeypatch):

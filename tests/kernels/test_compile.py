@@ -4,7 +4,7 @@ calls never pay for the dispatcher.
 
 On this CPU machine: the torch backend, and Triton in its interpreter (dynamo only sees the operator; its real
 implementation runs the interpreted kernel), are compiled with inductor. TileLang needs a GPU: this file under
-``pytest -m gpu``, and the H200's last result (``benchmarks/results/h200/compile_block.md``), cover it.
+``pytest -m gpu``, and its record (``make gpu-check``'s ``gpu-check.md``), cover it.
 """
 
 from __future__ import annotations

@@ -58,6 +58,15 @@ def positive_int(factory: str, param: str, value: Any) -> int:
     return int(value)
 
 
+def flag(factory: str, param: str, value: Any) -> bool:
+    """``value`` as a ``bool``: ``True`` or ``False`` only, since ``validate="false"`` would read as true and
+    ``validate=0`` or ``None`` is a guess at a spelling."""
+    if not isinstance(value, bool):
+        kind = type(value).__name__
+        raise KernelInputError(f"{factory}: {param} must be True or False, got {value!r} of type {kind}")
+    return value
+
+
 def finite_float(factory: str, param: str, value: Any, *, positive: bool = False, hint: str = "") -> float:
     """``value`` as a finite ``float`` (``> 0`` with ``positive``): ``eps=inf`` makes every output zero and
     ``weight_offset=nan`` every output NaN, silently, so neither is a configuration."""

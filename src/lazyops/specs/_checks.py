@@ -126,17 +126,27 @@ def rows_of(tensor: torch.Tensor) -> torch.Tensor:
 
 
 def check_kind(
-    kernel: str, arg: str, tensor: Any, dtype: torch.dtype | tuple[torch.dtype, ...], device: torch.device | None
+    kernel: str,
+    arg: str,
+    tensor: Any,
+    dtype: torch.dtype | tuple[torch.dtype, ...],
+    device: torch.device | None,
+    *,
+    fixed: bool = False,
 ) -> None:
+    """A tensor of ``dtype`` on ``device``. ``fixed``: a dtype no factory argument changes (a scale's float32); an
+    integer dtype (index tensors: block tables, lengths, slots) is always one. The way out named for a wrong dtype is
+    then ``arg.to(dtype)``, else another kernel built for it."""
     if not isinstance(tensor, _TENSOR or tensor_type()):
         raise KernelInputError(f"{kernel}: {arg} must be a torch.Tensor, got {type(tensor).__name__}")
     found = tensor.dtype
     if found is not dtype and (type(dtype) is not tuple or found not in dtype):
         allowed = dtype if isinstance(dtype, tuple) else (dtype,)
-        raise KernelInputError(
-            f"{kernel}: {arg} has dtype {found}; expected {' or '.join(map(str, allowed))} "
-            f"(build another kernel with the factory for another dtype)"
-        )
+        if fixed or not any(each.is_floating_point for each in allowed):
+            hint = f"whatever the factory's arguments: pass {arg}.to({allowed[0]})"
+        else:
+            hint = "build another kernel with the factory for another dtype"
+        raise KernelInputError(f"{kernel}: {arg} has dtype {found}; expected {' or '.join(map(str, allowed))} ({hint})")
     if device is not None and tensor.device != device:
         raise KernelInputError(
             f"{kernel}: {arg} is on {tensor.device}; expected {device}, where the other arguments are"

@@ -74,7 +74,7 @@ def check_scales(label: str, fp8: bool, k_scale: Any, v_scale: Any, device: torc
                 f"{label}: {name} is {found}; an fp8 cache needs {name} as a one-element float32 tensor (its "
                 f"dequantisation scale: cache = fp8(x / {name}))"
             )
-        checks.check_kind(label, name, scale, torch.float32, device)
+        checks.check_kind(label, name, scale, torch.float32, device, fixed=True)
 
 
 def check_cache(

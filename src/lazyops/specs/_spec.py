@@ -25,6 +25,7 @@ backend implements is checked exactly as the built-ins are.
 
 from __future__ import annotations
 
+import functools
 import inspect
 import math
 from collections.abc import Callable, Mapping
@@ -96,6 +97,8 @@ class KernelSpec:
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
         _refuse_the_old_form(cls)
+        if "bind" in cls.__dict__:
+            cls.bind = _factory_named(cls.__dict__["bind"])  # type: ignore[method-assign]
         params, out = cls.params, cls.out
         mutates = tuple(param.name for param in params if getattr(param, "mutated", False))
         derived = {
@@ -386,6 +389,34 @@ class KernelSpec:
             for other, name in enumerate(inputs)
             if name != written and name not in self.mutates[:position]
         )
+
+
+def _factory_named(bind: Callable[..., Any]) -> Callable[..., Any]:
+    """``bind``, whose ``TypeError`` for arguments its signature does not take names the public factory (``bind``
+    is its signature, but users call ``paged_attention_tl(...)``, not ``PagedAttentionSpec.bind()``) and says which
+    keyword arguments have no default."""
+
+    @functools.wraps(bind)
+    def factory(self: KernelSpec, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return bind(self, *args, **kwargs)
+        except TypeError:
+            signature = inspect.signature(bind)
+            try:
+                signature.bind(self, *args, **kwargs)
+            except TypeError as wrong:
+                missing = [
+                    name
+                    for name, parameter in signature.parameters.items()
+                    if parameter.kind is inspect.Parameter.KEYWORD_ONLY
+                    and parameter.default is inspect.Parameter.empty
+                    and name not in kwargs
+                ]
+                hint = "".join(f" ({name}= is a required keyword argument: it has no default)" for name in missing)
+                raise TypeError(f"{self.name}(): {wrong}{hint}") from None
+            raise  # raised inside bind: not the call's arguments
+
+    return factory
 
 
 def _refuse_the_old_form(cls: type) -> None:

@@ -4,6 +4,10 @@
 is not negative: a negative slot is a padding token (a CUDA graph's batch padded to its captured size), skipped.
 With an fp8 cache, what is stored is ``fp8(clamp(x / k_scale, -448, 448))``: divided in float32, saturated at the
 format's largest value, converted once (round to nearest even).
+
+Two tokens of one call mapped to one slot are accepted, as vLLM accepts them: which token's row the slot keeps is
+unspecified on a GPU (programs run unordered); on the CPU (the torch backend, Triton's interpreter) the last token's.
+Refusing them would take a host read of the slots (a synchronisation a GPU call never makes) or a device sort.
 """
 
 from __future__ import annotations
@@ -145,8 +149,10 @@ class KVCacheWriteSpec(paged.PagedSpec):
             FlashInfer: append_paged_kv_cache(key, value, batch_indices, positions, (k_cache, v_cache), kv_indices,
                         kv_indptr, kv_last_page_len, kv_layout="NHD")   (slots from pages and positions)
 
-        Slots are range-checked where they are read on the host (CPU tensors); a GPU kernel skips a slot past the
-        cache rather than write out of bounds, without a host read (which would synchronise every call).
+        ``block_size`` has no default. Two tokens mapped to one slot: one of them lands, unspecified which on a GPU
+        (the last on the CPU), as in vLLM. Slots are range-checked where they are read on the host (CPU tensors); a
+        GPU kernel skips a slot past the cache rather than write out of bounds, without a host read (which would
+        synchronise every call).
         """
         name = self.name
         num_kv_heads = arguments.positive_int(name, "num_kv_heads", num_kv_heads)

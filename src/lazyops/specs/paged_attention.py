@@ -281,6 +281,7 @@ class PagedAttentionSpec(paged.PagedSpec):
                         kv_last_page_len, Hq, Hk, D, 16, causal=True, window_left=W - 1, logits_soft_cap=c); .run(q,
                         (k_cache, v_cache)) (decode: BatchDecodeWithPagedKVCacheWrapper, the same plan and run)
 
+        ``block_size`` (the cache's) has no default; ``validate`` is ``True`` or ``False``, nothing else.
         ``max_seq_len`` bounds every sequence's length: the GPU backends size the split of long sequences over
         programs (and its float32 workspaces) from it and the call's shapes, never from index values, so a CUDA
         graph captured once replays with any ``seq_lens``, ``block_table`` and ``cu_seqlens_q``. Index values
@@ -295,6 +296,7 @@ class PagedAttentionSpec(paged.PagedSpec):
         dtype = arguments.canonical_dtype(name, dtype)
         block_size = arguments.positive_int(name, "block_size", block_size)
         max_seq_len = arguments.positive_int(name, "max_seq_len", max_seq_len)
+        validate = arguments.flag(name, "validate", validate)
         if num_heads % num_kv_heads:
             raise KernelInputError(
                 f"{name}: num_heads={num_heads} is not a multiple of num_kv_heads={num_kv_heads}; grouped-query "
@@ -339,7 +341,7 @@ class PagedAttentionSpec(paged.PagedSpec):
             window,
             cap,
             stored,
-            bool(validate),
+            validate,
             label,
         )
 
@@ -480,7 +482,7 @@ def plain_attention(
             or (v_scale is not None and v_scale.requires_grad)
         ):
             return False
-        if validate or seq_lens.is_cpu:  # where the values are read (the plain call has no fake tensors)
+        if seq_lens.is_cpu or (validate and not seq_lens.is_meta):  # where the values are read (no fake tensors)
             try:
                 check_index_values(config, tokens, key_cache.shape[0], block_table, seq_lens, cu_seqlens_q)
             except KernelInputError:

@@ -5,7 +5,7 @@ slices of a packed ``qkv`` need no copy). Padding tokens (negative slots) are dr
 the slots on the host, which on a GPU synchronises (this backend is the GPU's last fallback; the GPU backends skip
 padding without a host read, and are what a CUDA graph captures). Having read them, it checks them on every device.
 An fp8 cache stores ``fp8(clamp(x / scale, ±448))``, divided in float32, converted once; its rows are copied as
-bytes (``index_copy_`` has no float8 kernel).
+bytes (``index_copy_`` has no float8 kernel). On the meta device (an engine tracing shapes) it writes nothing.
 """
 
 from __future__ import annotations
@@ -33,6 +33,8 @@ def kv_cache_write_tl(config: KVCacheWriteConfig) -> Callable[..., None]:
         k_scale: torch.Tensor | None,
         v_scale: torch.Tensor | None,
     ) -> None:
+        if slot_mapping.is_meta:  # shapes only (an engine tracing on the meta device): nothing to write
+            return
         check_slot_values(label, slot_mapping, key_cache.shape[0] * block_size)
         keep = slot_mapping >= 0
         slots = slot_mapping

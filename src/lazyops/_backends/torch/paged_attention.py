@@ -19,6 +19,7 @@ of 0 times NaN is NaN).
 Lengths and offsets are read on the host to slice per sequence, which on a GPU synchronises (this backend is the
 GPU's last fallback; the GPU backends read them in their kernels, and are what a CUDA graph captures). Having read
 them, it checks them on every device (on the host the spec's checks have). The output is rounded once, from float32.
+On the meta device (an engine tracing shapes) there are no values to read: the call returns its meta output.
 """
 
 from __future__ import annotations
@@ -122,6 +123,8 @@ def paged_attention_tl(config: PagedAttentionConfig) -> Callable[..., None]:
         v_scale: torch.Tensor | None,
         out: torch.Tensor,
     ) -> None:
+        if seq_lens.is_meta:  # shapes only (an engine tracing on the meta device): out is already the output
+            return
         tokens = query.shape[0]
         # the spec's checks read them already on the host or with validate (a kernel never sees fake tensors); this
         # route reads them anyway, to loop over the sequences, so it checks them first

@@ -440,10 +440,10 @@ def build_attention(
     """The launch ``attention(query, key_cache, value_cache, block_table, seq_lens, cu_seqlens_q, k_scale, v_scale,
     out)``, planned by the current GPU's table (:func:`attention_table`, :func:`plan`); ``tiles`` and ``segments``
     fix what the table and the split rule would choose (the GPU script's sweep)."""
-    if config.head_dim > MAX_HEAD_DIM:
+    reason = unsupported(config)
+    if reason:  # a direct call; through lazyops' namespace the factory's ``supports`` declined it first
         raise KernelInputError(
-            f"{config.label}: the Triton backend serves head dims up to {MAX_HEAD_DIM}; select the 'torch' backend "
-            "for wider heads"
+            f"{config.label}: backend 'triton' does not serve it: {reason}; select the 'torch' backend for it"
         )
     interpret = interpreting(_attention_kernel)
     if interpret:
@@ -564,6 +564,16 @@ def build_attention(
     return attention
 
 
-@spec.implementation(device_type=launch_device(_attention_kernel), strided_rows=True, writes_out=True)
+def unsupported(config: PagedAttentionConfig) -> str | None:
+    """Why this launch does not serve ``config`` (``None``: it does): the backend declines it, and the configuration
+    comes from the next backend that serves it (``spec.implementation(supports=...)``)."""
+    if config.head_dim > MAX_HEAD_DIM:
+        return f"its attention serves head dims up to {MAX_HEAD_DIM}, not {config.head_dim}"
+    return None
+
+
+@spec.implementation(
+    device_type=launch_device(_attention_kernel), strided_rows=True, writes_out=True, supports=unsupported
+)
 def paged_attention_tl(config: PagedAttentionConfig) -> Callable[..., None]:
     return build_attention(config)
