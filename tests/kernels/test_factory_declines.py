@@ -36,7 +36,10 @@ def factory_of(backend: str, kernel: str) -> Any:
         pytest.importorskip("tilelang")
     else:
         pytest.importorskip(backend)
-    return getattr(importlib.import_module(f"lazyops._backends.{backend}"), kernel)
+    try:
+        return getattr(importlib.import_module(f"lazyops._backends.{backend}"), kernel)
+    except AttributeError:  # a kernel a backend lacks yet (TileLang's MoE kernels): nothing to decline
+        pytest.skip(f"backend {backend!r} lacks {kernel}")
 
 
 def configurations(kernel: str) -> list[tuple[tuple[Any, ...], dict[str, Any]]]:
