@@ -120,6 +120,15 @@ LAYER_S ?= 540
 gpu-layer:
 	$(call limit,$(LAYER_S)) $(PYTHON) benchmarks/bench_layer.py --ceiling --out $(GPU_OUT)
 
+# Issue 36's MoE kernels (moe_route_tl, fused_moe_tl): their GPU conformance (Triton, TileLang where it has them),
+# then each backend against torch's loop in bench_kernels (Qwen3-30B-A3B's experts: decode 1, 8, 64 tokens in CUDA
+# graphs, prefill 4096): GPU_OUT/moe.{md,json}. About 3 minutes on an H100.
+MOE_S ?= 180
+gpu-moe:
+	-$(call limit,80) $(PYTHON) -m pytest -q -m gpu -p no:cacheprovider tests/kernels/test_gpu_conformance.py -k moe
+	$(call limit,$(MOE_S)) $(PYTHON) benchmarks/bench_kernels.py --kernels moe_route_tl,fused_moe_tl --name moe \
+		--tokens 64,4096 --graph-tokens 1,8,64 --no-compile --out $(GPU_OUT)
+
 # The example engine's decode step (4 Llama-3-8B layers, random weights) in CUDA graphs against Hugging Face's
 # static cache under torch.compile, batch 1 and 32: GPU_OUT/engine.{md,json}.
 ENGINE_S ?= 540

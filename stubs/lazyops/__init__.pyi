@@ -209,6 +209,45 @@ def apply_penalties_tl(n: int, dtype: torch.dtype | str) -> _ApplyPenaltiesKerne
 
 
 @type_check_only
+class _FusedMoeKernel(Protocol):
+    """What ``fused_moe_tl`` returns (in every backend): the kernel call, positional arguments only."""
+
+    def __call__(
+        self,
+        x: torch.Tensor,
+        w13: torch.Tensor,
+        w2: torch.Tensor,
+        topk_weights: torch.Tensor,
+        topk_ids: torch.Tensor,
+        /,
+        *,
+        out: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        """``out[..., H]``: each token of ``x[..., H]`` through the experts ``topk_ids[..., k]`` (int32) names,
+        weighted by ``topk_weights[..., k]`` (float32) and summed; written into ``out`` when given.
+        """
+
+
+def fused_moe_tl(
+    hidden: int,
+    intermediate: int,
+    num_experts: int,
+    top_k: int,
+    dtype: torch.dtype | str,
+    *,
+    activation: str = 'silu',
+) -> _FusedMoeKernel:
+    """The experts of a sparse MoE layer (Mixtral, Qwen3-MoE): ``num_experts`` gated MLPs of ``hidden`` to
+    ``intermediate`` and back, ``top_k`` of them a token.
+
+    Returns ``kernel(x[..., H], w13[E, 2I, H], w2[E, H, I], topk_weights[..., k], topk_ids[..., k], *,
+    out=None) -> out[..., H]`` in ``dtype``: ``w13`` holds each expert's gate then up projection, ``topk_ids``
+    (int32) and ``topk_weights`` (float32) are ``moe_route_tl``'s. ``activation``: ``"silu"`` (SwiGLU) or
+    ``"gelu"`` (tanh GeGLU). Products accumulate in float32.
+    """
+
+
+@type_check_only
 class _GeluAndMulKernel(Protocol):
     """What ``gelu_and_mul_tl`` returns (in every backend): the kernel call, positional arguments only."""
 
@@ -332,6 +371,39 @@ def matmul_tl(n: int, k: int, dtype: torch.dtype | str) -> _MatmulKernel:
 
     Returns ``kernel(a[..., k], b[k, n], *, out=None) -> c[..., n]`` in ``dtype``; products accumulate in
     float32. ``a`` may have any leading dimensions and strided rows.
+    """
+
+
+@type_check_only
+class _MoeRouteKernel(Protocol):
+    """What ``moe_route_tl`` returns (in every backend): the kernel call, positional arguments only."""
+
+    def __call__(
+        self,
+        logits: torch.Tensor,
+        topk_weights: torch.Tensor,
+        topk_ids: torch.Tensor,
+        /,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Writes each token's ``k`` experts of ``logits[..., E]`` into ``topk_ids[..., k]`` (int32, highest score
+        first, ties to the lower id) and their weights into ``topk_weights[..., k]`` (float32); returns both.
+        """
+
+
+def moe_route_tl(
+    num_experts: int,
+    top_k: int,
+    dtype: torch.dtype | str = 'float32',
+    *,
+    scoring: str = 'softmax',
+    renormalize: bool = True,
+) -> _MoeRouteKernel:
+    """The router of a sparse MoE layer: ``top_k`` of ``num_experts`` experts a token, from logits in ``dtype``.
+
+    Returns ``kernel(logits[..., E], topk_weights[..., k], topk_ids[..., k]) -> (topk_weights, topk_ids)``,
+    written in place: the ``k`` highest logits' experts (int32, ties to the lower id) and their softmax
+    probabilities (float32), renormalised to sum to one when ``renormalize`` (Mixtral; Qwen3-MoE's
+    ``norm_topk_prob``). A row holding NaN gets undefined experts.
     """
 
 

@@ -21,7 +21,13 @@ from lazyops.specs._engine import kernel_of  # noqa: E402
 from lazyops.testing._compare import Inputs  # noqa: E402
 
 #: the factory arguments of a small configuration, where the first positional one is not the width
-SMALL = {"matmul_tl": (8, 16), "kv_cache_write_tl": (2, 8), "paged_attention_tl": (4, 2, 8)}
+SMALL = {
+    "matmul_tl": (8, 16),
+    "kv_cache_write_tl": (2, 8),
+    "paged_attention_tl": (4, 2, 8),
+    "fused_moe_tl": (16, 8, 4, 2),
+    "moe_route_tl": (8, 2),
+}
 #: the keyword arguments a small configuration needs (the paged cache's block size)
 SMALL_OPTIONS = {"kv_cache_write_tl": {"block_size": 4}, "paged_attention_tl": {"block_size": 4}}
 
@@ -79,13 +85,17 @@ def engine_call(spec: Any, config: Any, tokens: int, seed: int) -> list[Any]:
     return list(spec.example_inputs(config, tokens, Inputs(seed, "cpu"), GEOMETRY.get(spec.name, {})))
 
 
-def partner(spec: Any, args: list[Any]) -> int:
-    """The token-indexed input, other than the first written one, that has its dtype (add_rmsnorm's x, rope's key)."""
+def partner(spec: Any, args: list[Any]) -> int | None:
+    """The token-indexed input, other than the first written one, that has its dtype (add_rmsnorm's x, rope's key);
+    None where there is none (a float16 router writes float32 weights and int32 ids)."""
     written = spec.inputs.index(spec.mutates[0])
     return next(
-        spec.inputs.index(name)
-        for name in spec.row_inputs
-        if spec.inputs.index(name) != written and args[spec.inputs.index(name)].dtype is args[written].dtype
+        (
+            spec.inputs.index(name)
+            for name in spec.row_inputs
+            if spec.inputs.index(name) != written and args[spec.inputs.index(name)].dtype is args[written].dtype
+        ),
+        None,
     )
 
 
@@ -119,10 +129,9 @@ def with_defect(spec: Any, config: Any, args: list[Any], defect: str | None, ind
         args = [*args, args[-1]]
     elif defect == "requires grad" and arg.is_floating_point():
         args[index] = arg.detach().clone().requires_grad_(True)
-    elif defect == "written shares another input" and written:
-        args[written[0]] = args[partner(spec, args)]
-    elif defect == "written overlaps another input" and written:
-        other = partner(spec, args)
+    elif defect == "written shares another input" and written and (other := partner(spec, args)) is not None:
+        args[written[0]] = args[other]
+    elif defect == "written overlaps another input" and written and (other := partner(spec, args)) is not None:
         buffer = torch.zeros(args[other].shape[0] + 1, args[other].shape[1], dtype=args[other].dtype)
         args[other], args[written[0]] = buffer[:-1], buffer[1:]
     return args

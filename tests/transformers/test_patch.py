@@ -138,14 +138,17 @@ def test_an_unknown_block_and_an_unknown_family_are_named_not_skipped():
     assert not other.patched and "'gpt2' is not one lazyops.transformers knows" in other.stock[0].detail
 
 
-def test_the_moe_block_is_named_stock_until_lazyops_has_its_kernels():
+@pytest.mark.parametrize(
+    ("family", "block"), [("mixtral", "MixtralSparseMoeBlock"), ("qwen3_moe", "Qwen3MoeSparseMoeBlock")]
+)
+def test_the_moe_block_runs_on_the_moe_kernels_and_the_report_names_it(family, block):
     import lazyops
 
-    report = patching.patch(tiny("mixtral"))
-    moe = [row for row in report.rows if row.module == "MixtralSparseMoeBlock"]
-    assert len(moe) == 2
-    if "fused_moe_tl" not in lazyops.kernels():
-        assert all(not row.patched and "fused_moe_tl" in row.detail for row in moe)
+    report = patching.patch(tiny(family))
+    moe = [row for row in report.rows if row.module == block]
+    assert len(moe) == 4  # 2 layers, each the router and the experts
+    assert {row.kernel for row in moe} == {"moe_route_tl", "fused_moe_tl"} <= set(lazyops.kernels())
+    assert all(row.patched for row in moe)
 
 
 def test_kernels_limits_what_is_patched_and_a_misspelt_one_is_refused():

@@ -125,6 +125,8 @@ def check_close(
     The finiteness check is what catches an element the kernel never wrote, when the allocator handed its output
     a block that :func:`poison` filled with NaN.
     """
+    if not dtype.is_floating_point:  # indices (a router's experts) are right or wrong
+        return check_exact(out, ref, dtype, what)
     tolerance = TOLERANCE[dtype] if tolerance is None else tolerance
     if not isinstance(out, torch.Tensor):
         raise ConformanceError(f"{what}: a {type(out).__name__}, expected a tensor")
@@ -158,6 +160,21 @@ def check_close(
     raise ConformanceError(f"{what}: relative error {error:.3g} > {tolerance:.0e} ({dtype}){granted}")
 
 
+def check_exact(out: torch.Tensor, ref: torch.Tensor, dtype: torch.dtype, what: str = "output") -> float:
+    """``out`` equals ``ref`` element for element, in ``dtype`` (an integer result: no tolerance makes sense)."""
+    if not isinstance(out, torch.Tensor) or out.dtype != dtype:
+        raise ConformanceError(f"{what}: {getattr(out, 'dtype', type(out).__name__)}, expected a {dtype} tensor")
+    check_shape(out, ref, what)
+    wrong = out.cpu() != ref.cpu().to(dtype)
+    if wrong.any():
+        first = tuple(wrong.nonzero()[0].tolist())
+        raise ConformanceError(
+            f"{what}: {int(wrong.sum())} of {wrong.numel()} elements differ, first at {first}: "
+            f"{out.cpu()[first].item()} where the reference has {ref.cpu()[first].item()}"
+        )
+    return 0.0
+
+
 def check_each(
     out: torch.Tensor, ref: torch.Tensor, dtype: torch.dtype, what: str, *, scale: float | None = None
 ) -> None:
@@ -168,6 +185,9 @@ def check_each(
     For tensors the caller owns (``add_rmsnorm``'s residual, ``rope``'s query and key), a norm over the whole
     tensor would let a few wrong elements hide among many right ones; element by element they cannot.
     """
+    if not dtype.is_floating_point:
+        check_exact(out, ref, dtype, what)
+        return
     check_shape(out, ref, what)
     if out.numel() == 0:
         return

@@ -169,6 +169,8 @@ def judge_case(
 
     def judged(error: float, dtype: Any) -> None:
         nonlocal worst, worst_dtype
+        if not dtype.is_floating_point:  # integers are judged exactly: nothing to rank
+            return
         if error / TOLERANCE[dtype] > worst / TOLERANCE[worst_dtype]:
             worst, worst_dtype = error, dtype
 
