@@ -98,19 +98,19 @@ def scale_options(
     that takes ``scales=`` (the fp8 norms too)."""
     if scales not in SCALES:
         raise KernelInputError(f"{name}: scales must be one of {', '.join(SCALES)}, got {scales!r}")
-    group_size = arguments.positive_int(name, "group_size", group_size)
+    checked: int = arguments.positive_int(name, "group_size", group_size)
     options["scales"] = scales
     if scales == "group":
-        if n % group_size:
-            raise KernelInputError(f"{name}: n={n} is not a multiple of group_size={group_size}")
-        options["group_size"] = group_size
+        if n % checked:
+            raise KernelInputError(f"{name}: n={n} is not a multiple of group_size={checked}")
+        options["group_size"] = checked
         if column_major:
             options["column_major"] = True
         if ue8m0:
             options["ue8m0"] = True
     elif column_major or ue8m0:
         raise KernelInputError(f"{name}: column_major and ue8m0 are options of scales='group'")
-    return group_size
+    return checked
 
 
 def check_scale(config: QuantFP8Config, label: str, rows: int, device: torch.device, scale: Any) -> None:

@@ -1,5 +1,5 @@
 """RMSNorm quantized to float8 for the next GEMM, as vLLM's ``rms_norm_static_fp8_quant`` and, with dynamic scales,
-``rms_norm_dynamic_per_token_quant`` and ``rms_norm_per_block_quant``.
+its ``rms_norm_dynamic_per_token_quant`` (per token) and ``rms_norm`` then ``per_token_group_quant_fp8`` (per group).
 
 ``y = saturate(rmsnorm(x) * (weight_offset + weight) / scale)`` in float32, converted once to
 ``torch.float8_e4m3fn``: the norm is never rounded to the activations' dtype on the way, and values beyond the
@@ -100,7 +100,7 @@ class NormFP8Spec(NormSpec):
     """A float8 member of the RMSNorm family: its factory takes the scales' options too (``quant_fp8_tl``'s, less the
     per-tensor dynamic scale), and ``scale``, the last parameter, is checked, drawn and counted by them."""
 
-    def bind(  # type: ignore[override]
+    def bind(
         self,
         n: int,
         dtype: torch.dtype | str,
@@ -225,8 +225,8 @@ class RMSNormFP8Spec(NormFP8Spec):
     - ``"token"``: ``scale[M, 1]`` written, one scale a row, ``amax(|y|) / 448`` (vLLM's
       ``rms_norm_dynamic_per_token_quant``);
     - ``"group"``: ``scale[M, n // group_size]`` written, row-major, or the transpose of a ``[n // group_size, M]``
-      buffer with ``column_major=True``; ``ue8m0=True`` rounds them up to powers of two (vLLM's
-      ``rms_norm_per_block_quant``).
+      buffer with ``column_major=True``; ``ue8m0=True`` rounds them up to powers of two (in vLLM, ``rms_norm``
+      then ``per_token_group_quant_fp8``).
 
     Dynamic scales are ``quant_fp8_tl``'s: the result is, bit for bit, the float32 norm handed to
     ``quant_fp8_tl(n, torch.float32, scales, ...)`` (a zero row's scale is ``1e-10 / 448``, NaN is skipped).
