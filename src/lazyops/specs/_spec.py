@@ -94,6 +94,10 @@ class KernelSpec:
     #: how the conformance kit judges the kernel: ``"close"`` to the float64 reference, or ``"draws"`` (a sampler,
     #: whose reference is the distribution it draws from: ``lazyops.testing._draws``)
     judgement: ClassVar[str] = "close"
+    #: written inputs computed from a float32 computation's result rather than rounded once from the definition (the
+    #: fp8 norms' dynamic scales, from the float32 norm's maximum): the kit judges each element of them to its
+    #: dtype's relative tolerance, not to one unit in the last place
+    derived_results: ClassVar[tuple[str, ...]] = ()
     #: keyword-only parameters the call may leave out (``Other(..., keyword=True)``), the last of :attr:`inputs`
     keywords: ClassVar[tuple[str, ...]] = ()
 
