@@ -34,9 +34,7 @@ def test_block_scales_apply_to_their_own_blocks(kernels):
     a, b = torch.ones(m, k, device=device).to(F8), torch.ones(n, k, device=device).to(F8)
     scale_a = torch.tensor([[1.0, 2.0], [0.5, 0.25], [4.0, 0.0]], device=device)
     scale_b = torch.tensor([[1.0, 8.0], [2.0, 0.5]], device=device)
-    c = kernels.factory("matmul_fp8_tl")(n, k, torch.bfloat16, "block")(
-        a, b, scale_a, scale_b
-    )
+    c = kernels.factory("matmul_fp8_tl")(n, k, torch.bfloat16, "block")(a, b, scale_a, scale_b)
     widths = torch.tensor([128.0, 16.0])
     for j, row in ((0, 0), (127, 0), (128, 1), (129, 1)):
         want = (scale_a.cpu() * scale_b.cpu()[row] * widths).sum(-1)
@@ -54,7 +52,9 @@ def test_leading_dimensions_strided_rows_and_out(kernels):
     out = torch.empty(2, 3, n, dtype=torch.bfloat16, device=device)
     kernel = kernels.factory("matmul_fp8_tl")(n, k, torch.bfloat16, "rowwise")
     assert kernel(a, b, scale_a, scale_b, bias=bias, out=out) is out
-    (want,) = spec.reference(spec.bind(n, k, torch.bfloat16, "rowwise"), *(t.double() for t in (a, b, scale_a, scale_b, bias)))
+    (want,) = spec.reference(
+        spec.bind(n, k, torch.bfloat16, "rowwise"), *(t.double() for t in (a, b, scale_a, scale_b, bias))
+    )
     check_close(out, want, torch.bfloat16)
 
 
@@ -74,7 +74,7 @@ def test_wrong_scale_shapes_and_dtypes_are_refused(kernels):
     with pytest.raises(KernelInputError, match="bias"):
         kernel(a, b, good_a, good_b, bias=torch.zeros(17, dtype=torch.bfloat16, device=device))
     with pytest.raises(KernelInputError, match="dtype"):
-        kernels.factory("matmul_fp8_tl")(16, 256, torch.float32)
+        kernels.factory("matmul_fp8_tl")(16, 256, torch.int8)
 
 
 def test_the_gemm_judge_grows_with_k_and_refuses_imprecise_accumulation():

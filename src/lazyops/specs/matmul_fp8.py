@@ -10,21 +10,23 @@ scales are float32 and say how to dequantise each operand:
 - ``scales="block"``: ``scale_a[M, ceil(k / 128)]`` (1x128 groups, ``quant_fp8_tl(..., "group")``'s, row- or
   column-major) and ``scale_b[ceil(n / 128), ceil(k / 128)]`` (128x128 blocks: DeepSeek-V3's).
 
-The result is in the factory's dtype (bfloat16 or float16), ``bias[n]`` in that dtype added in the epilogue.
+The result is in the factory's dtype (bfloat16 or float16; float32 too), ``bias[n]`` in that dtype added in the
+epilogue.
 
 How it is judged: against float64 products of the dequantised operands, within the output dtype's tolerance plus
 :data:`ACCUMULATION` times ``sqrt(k)`` (:meth:`MatmulFP8Spec.tolerance`). Two float8 values multiply exactly in
 float32 (4 x 4 significant bits), so what a correct kernel adds to the output's rounding is float32 accumulation:
 a random walk of ``k`` roundings, ``sqrt(k)`` units of float32 roundoff normwise; with a margin of 16 that is
-``2.4e-4`` of the result at k = 16384, beside bfloat16's ``8e-3`` and float16's ``1e-3``. A kernel that lets Hopper's fp8 tensor
-cores accumulate the whole of ``k`` in their ~14-bit accumulator (no promotion to float32 every block: the
-imprecision DeepSeek-V3's report names) errs by ``~2**-14 * sqrt(k)``, 4e-3 at k = 4096, and fails in float16.
+``2.4e-4`` of the result at k = 16384, beside bfloat16's ``8e-3`` and float16's ``1e-3``. A kernel that lets
+Hopper's fp8 tensor cores accumulate the whole of ``k`` in their ~14-bit accumulator (no promotion to float32
+every block: the imprecision DeepSeek-V3's report names) errs by ``~2**-14 * sqrt(k)``, 4e-3 at k = 4096, and
+fails in float16.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -41,8 +43,8 @@ from lazyops.specs.rmsnorm_fp8 import FP8_DTYPE, FP8_MAX
 SCALES = ("tensor", "rowwise", "block")
 #: the block side of ``scales="block"``: 1x128 activation groups, 128x128 weight blocks
 BLOCK = 128
-#: the output dtypes (what torch._scaled_mm and the peers write)
-DTYPES = (torch.bfloat16, torch.float16)
+#: the output dtypes: bfloat16 and float16 (what the peers write), float32 (torch._scaled_mm's too)
+DTYPES = (torch.bfloat16, torch.float16, torch.float32)
 #: float32 accumulation's share of the tolerance, per ``sqrt(k)``: 16 units of float32 roundoff (see the docstring)
 ACCUMULATION = 16 * torch.finfo(torch.float32).eps
 #: A GEMM's cost follows m*n*k: a token is charged n*k / this many elements of the kit's budget (matmul_tl's 30).
@@ -153,11 +155,13 @@ class MatmulFP8Spec(KernelSpec):
     #: (tests/kernels/test_matmul_fp8.py refuses a wrong width)
     free_widths = ("bias",)
 
-    def bind(self, n: int, k: int, dtype: torch.dtype | str = torch.bfloat16, scales: str = "tensor") -> MatmulFP8Config:
+    def bind(
+        self, n: int, k: int, dtype: torch.dtype | str = torch.bfloat16, scales: str = "tensor"
+    ) -> MatmulFP8Config:
         """A float8 e4m3 GEMM with the weight's shape fixed: ``(a[M, k] * scale_a) @ (b[n, k] * scale_b).T``.
 
         Returns ``kernel(a[..., k], b[n, k], scale_a, scale_b, *, bias=None, out=None) -> c[..., n]`` in ``dtype``
-        (bfloat16 or float16); ``a`` and ``b`` in ``torch.float8_e4m3fn``, ``b`` as engines store it (K
+        (bfloat16, float16 or float32); ``a`` and ``b`` in ``torch.float8_e4m3fn``, ``b`` as engines store it (K
         contiguous), the scales float32: ``scales="tensor"`` (``scale_a[1]``, ``scale_b[1]``), ``"rowwise"``
         (``scale_a[M, 1]`` per token, ``scale_b[n, 1]`` per channel) or ``"block"`` (``scale_a[M, ceil(k/128)]``
         1x128 groups, row- or column-major; ``scale_b[ceil(n/128), ceil(k/128)]`` 128x128 blocks). ``bias[n]``
@@ -169,7 +173,7 @@ class MatmulFP8Spec(KernelSpec):
         k = arguments.positive_int(name, "k", k)
         dtype = arguments.canonical_dtype(name, dtype)
         if dtype not in DTYPES:
-            raise KernelInputError(f"{name}: dtype (the output's) must be bfloat16 or float16, got {dtype}")
+            raise KernelInputError(f"{name}: dtype (the output's) must be bfloat16, float16 or float32, got {dtype}")
         if scales not in SCALES:
             raise KernelInputError(f"{name}: scales must be one of {', '.join(SCALES)}, got {scales!r}")
         return MatmulFP8Config(n, k, dtype, scales, arguments.describe(name, n=n, k=k, dtype=dtype, scales=scales))
@@ -188,7 +192,9 @@ class MatmulFP8Spec(KernelSpec):
         checks.check_rows(label, "a", a, width=config.k, dtype=FP8_DTYPE, device=None)
         checks.check_tensor(label, "b", b, shape=(config.n, config.k), dtype=FP8_DTYPE, device=a.device)
         rows = a.numel() // config.k
-        for name, scale, shape in zip(("scale_a", "scale_b"), (scale_a, scale_b), scale_shapes(config, rows)):
+        for name, scale, shape in zip(
+            ("scale_a", "scale_b"), (scale_a, scale_b), scale_shapes(config, rows), strict=True
+        ):
             if not isinstance(scale, torch.Tensor) or tuple(scale.shape) != shape or scale.dtype != torch.float32:
                 got = f"{tuple(scale.shape)} {scale.dtype}" if isinstance(scale, torch.Tensor) else type(scale).__name__
                 raise KernelInputError(
@@ -207,6 +213,14 @@ class MatmulFP8Spec(KernelSpec):
     def check_out(self, config: MatmulFP8Config, out: Any, *args: Any) -> None:
         """The declared checks, a left-out ``bias`` (None) taken as the empty tensor it stands for."""
         super().check_out(config, out, *(arg if arg is not None else args[0].new_empty(0) for arg in args))
+
+    def plain_predicate(
+        self, config: MatmulFP8Config, *, strided_rows: bool, device_type: str | None
+    ) -> Callable[[tuple[Any, ...]], bool]:
+        """The engine call, recognised in one frame: dense ``a[M, k]`` with tokens, ``b[n, k]`` dense, the scales of
+        their exact shapes (dense; ``scale_a`` row- or column-major for block scales), ``bias`` absent, empty or
+        ``[n]`` dense, one device (the current one for CUDA), nothing requiring grad in grad mode."""
+        return plain_matmul_fp8(config, device_type)
 
     def reference(  # type: ignore[override]
         self,
@@ -236,7 +250,7 @@ class MatmulFP8Spec(KernelSpec):
         @st.composite
         def draw_case(draw: st.DrawFn) -> Case:
             scales = draw(st.sampled_from(SCALES))
-            args = (draw(sizes), draw(sizes), draw(st.sampled_from(DTYPES)))
+            args = (draw(sizes), draw(sizes), draw(strategies.dtypes()))
             geometry = {
                 "spread": draw(st.sampled_from([64.0, 64.0, 448.0, 1e-2])),
                 "zero_row": draw(st.booleans()),
@@ -274,6 +288,63 @@ class MatmulFP8Spec(KernelSpec):
 
     def benchmark(self, dtype: torch.dtype) -> Example:
         return Example((4096, 4096, dtype if dtype in DTYPES else torch.bfloat16), {"scales": "rowwise"})
+
+
+def plain_matmul_fp8(config: MatmulFP8Config, device_type: str | None) -> Callable[[tuple[Any, ...]], bool]:
+    """:meth:`MatmulFP8Spec.plain_predicate`'s predicate."""
+    tensor, float32, fp8, dtype = torch.Tensor, torch.float32, FP8_DTYPE, config.dtype
+    is_grad_enabled, current_device = torch.is_grad_enabled, torch.cuda.current_device
+    n, k, per_tensor, block = config.n, config.k, config.scales == "tensor", config.scales == "block"
+    b_shape, scale_b_shape = (n, k), scale_shapes(config, 1)[1]
+    a_scales = 1 if config.scales == "rowwise" else config.k_blocks
+    on_cuda = device_type == "cuda"
+    other_kind = device_type if device_type not in (None, "cuda") else None
+
+    def accepts(args: tuple[Any, ...]) -> bool:
+        if len(args) != 5:
+            return False
+        a, b, scale_a, scale_b, bias = args
+        if type(a) is not tensor or a.dtype is not fp8 or type(b) is not tensor or b.dtype is not fp8:
+            return False
+        if type(scale_a) is not tensor or scale_a.dtype is not float32:
+            return False
+        if type(scale_b) is not tensor or scale_b.dtype is not float32:
+            return False
+        sizes = a.shape
+        if len(sizes) != 2 or sizes[1] != k or not sizes[0] or not a.is_contiguous():
+            return False
+        if b.shape != b_shape or not b.is_contiguous() or scale_b.shape != scale_b_shape:
+            return False
+        if not scale_b.is_contiguous():
+            return False
+        if per_tensor:
+            if scale_a.shape != (1,):
+                return False
+        elif scale_a.shape != (sizes[0], a_scales) or not (
+            scale_a.is_contiguous() or (block and scale_a.t().is_contiguous())
+        ):
+            return False
+        device = a.device
+        if on_cuda:
+            if not a.is_cuda or a.get_device() != current_device():
+                return False
+        elif other_kind is not None and device.type != other_kind:
+            return False
+        if b.device != device or scale_a.device != device or scale_b.device != device:
+            return False
+        grad = is_grad_enabled()
+        if bias is not None:
+            if type(bias) is not tensor or bias.dtype is not dtype or bias.device != device:
+                return False
+            if bias.numel() and (bias.shape != (n,) or not bias.is_contiguous()):
+                return False
+            if bias.shape not in ((n,), (0,)):
+                return False
+            if grad and bias.requires_grad:
+                return False
+        return not (grad and (a.requires_grad or b.requires_grad or scale_a.requires_grad or scale_b.requires_grad))
+
+    return accepts
 
 
 spec = MatmulFP8Spec()

@@ -4,7 +4,7 @@ On the CPU (and any device without a scaled GEMM): both operands dequantised in 
 its block's scale), one float32 ``mm``, the bias added, rounded once to the output dtype. On CUDA, per-tensor and
 rowwise scales go to ``torch._scaled_mm`` (cuBLASLt's fp8 GEMM, accumulation promoted to float32: the judge
 refuses fast accumulation) where it serves the call: compute capability 8.9 or later, ``k`` and ``n`` multiples of
-16, and for rowwise scales a bfloat16 output (the only one torch's rowwise kernel writes), the bias then added
+16, a 16-bit output, for rowwise scales bfloat16 (the only one torch's rowwise kernel writes), the bias then added
 after (its rowwise kernel takes none in some releases). Block scales, and what ``_scaled_mm`` does not serve, are
 dequantised as on the CPU.
 """
@@ -22,7 +22,7 @@ def scaled_mm_serves(config: MatmulFP8Config) -> bool:
     """Whether ``torch._scaled_mm`` takes this configuration's calls (on a device of compute capability 8.9+)."""
     if config.scales == "block" or config.k % 16 or config.n % 16 or not hasattr(torch, "_scaled_mm"):
         return False
-    return config.scales == "tensor" or config.dtype == torch.bfloat16
+    return config.dtype == torch.bfloat16 or (config.scales == "tensor" and config.dtype == torch.float16)
 
 
 @spec.implementation(strided_rows=True)
