@@ -87,3 +87,18 @@ def test_the_gemm_judge_grows_with_k_and_refuses_imprecise_accumulation():
     imprecise = ref * (1 + 2.0**-14 * math.sqrt(4096) * torch.randn(ref.shape, dtype=torch.float64))
     with pytest.raises(ConformanceError):
         check_close(imprecise.half(), ref, torch.float16, tolerance=spec.tolerance(spec.bind(256, 4096, "float16")))
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="the torch backend's torch._scaled_mm route runs on CUDA")
+@pytest.mark.parametrize("scales", ["tensor", "rowwise", "block"])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=["bf16", "fp16"])
+@pytest.mark.parametrize("shape", [(4096, 4096), (272, 144)], ids=["Llama", "not a multiple of 16"])
+def test_the_torch_backends_cuda_routes_conform(scales, dtype, shape):
+    """On CUDA the torch backend takes ``torch._scaled_mm`` for per-tensor and rowwise scales (16-multiple shapes),
+    the dequantising route otherwise: each judged by the kit, M from 1 to past a tile, with a bias."""
+    from lazyops import _api
+
+    geometry = {"bias": True, "zero_row": True, "saturated": True, "column_major": scales == "block"}
+    case = Case("matmul_fp8_tl", (*shape, dtype), {"scales": scales}, (1, 129, 1000), seed=5, geometry=geometry)
+    check_case(_api.kernel_factory("torch", "matmul_fp8_tl"), case, device="cuda", max_elements=10**9)
