@@ -162,7 +162,7 @@ gpu-fp8:
 # serve it), logged with the command, the date and the device in GPU_OUT/fp8gemm-check.md; then bench_gemm.py --fp8
 # at the issue's grid (Llama-3-8B shapes, bf16 out) against torch._scaled_mm and the bf16 GEMM:
 # GPU_OUT/fp8_gemm.{md,json} (written after every cell: a cut-off run keeps what it measured).
-FP8GEMM_BACKENDS ?= torch
+FP8GEMM_BACKENDS ?= torch,triton
 FP8GEMM_CHECK_S ?= 60
 FP8GEMM_BENCH_S ?= 120
 gpu-fp8gemm:

@@ -380,7 +380,7 @@ def matmul_fp8_tl(n: int, k: int, dtype: torch.dtype | str = ..., scales: str = 
     """A float8 e4m3 GEMM with the weight's shape fixed: ``(a[M, k] * scale_a) @ (b[n, k] * scale_b).T``.
 
     Returns ``kernel(a[..., k], b[n, k], scale_a, scale_b, *, bias=None, out=None) -> c[..., n]`` in ``dtype``
-    (bfloat16 or float16); ``a`` and ``b`` in ``torch.float8_e4m3fn``, ``b`` as engines store it (K
+    (bfloat16, float16 or float32); ``a`` and ``b`` in ``torch.float8_e4m3fn``, ``b`` as engines store it (K
     contiguous), the scales float32: ``scales="tensor"`` (``scale_a[1]``, ``scale_b[1]``), ``"rowwise"``
     (``scale_a[M, 1]`` per token, ``scale_b[n, 1]`` per channel) or ``"block"`` (``scale_a[M, ceil(k/128)]``
     1x128 groups, row- or column-major; ``scale_b[ceil(n/128), ceil(k/128)]`` 128x128 blocks). ``bias[n]``
