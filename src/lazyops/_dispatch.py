@@ -63,7 +63,7 @@ class ConfiguredFactory:
         if resolution.reason == PLAN and entry is not None and entry.switch is not None:
             # the plan's switch: its backend below ``below`` tokens, the entry's choice from there up
             under = namespace.factory(entry.switch.backend, self._kernel)
-            return token_switch(under, factory, entry.switch.below, self._spec)
+            return token_switch(under, factory, entry.switch.below, self._spec, config)
         traced: Callable[..., Any] = namespace.traced(factory, resolution)
         return traced
 
@@ -101,19 +101,20 @@ def configuration_line(resolution: Resolution, label: str) -> str:
 
 
 def token_switch(
-    small: Callable[..., Any], large: Callable[..., Any], below: int, spec: Any
+    small: Callable[..., Any], large: Callable[..., Any], below: int, spec: Any, config: Any
 ) -> Callable[..., Callable[..., Any]]:
     """A factory whose kernel runs ``large``'s kernel from ``below`` tokens up and ``small``'s under it: where a plan
     measured one backend faster for short calls and another for long ones. One integer comparison a call, on the
-    first token-indexed input's leading size; a CUDA graph fixes that size at capture, so a replay runs one side."""
-    position = spec.inputs.index(spec.row_inputs[0]) if spec.row_inputs else 0
+    call's token count (``spec.tokens``: the product of the leading dimensions, as the plan counted them); every
+    keyword (``out=``, ``k_scale=``) passes through. A CUDA graph fixes the count at capture, so a replay runs one
+    side. Both backends were checked at resolution (``resolve_configuration``): each serves ``config`` here."""
+    tokens = spec.tokens
 
     def build(*args: Any, **kwargs: Any) -> Callable[..., Any]:
         under, over = small(*args, **kwargs), large(*args, **kwargs)
 
-        def kernel(*tensors: Any, out: Any = None) -> Any:
-            chosen = under if tensors[position].shape[0] < below else over
-            return chosen(*tensors) if out is None else chosen(*tensors, out=out)
+        def kernel(*tensors: Any, **keywords: Any) -> Any:
+            return (under if tokens(config, *tensors) < below else over)(*tensors, **keywords)
 
         kernel.__name__ = kernel.__qualname__ = getattr(over, "__name__", "kernel")
         kernel.__doc__ = getattr(over, "__doc__", None)
