@@ -123,17 +123,32 @@ def token_switch(
     return build
 
 
-def stale_plan_entry(kernel: str, label: str, planned: str, resolution: Resolution, strict: bool) -> str:
-    """The line (or, with ``LAZYOPS_PLAN_STRICT=1``, the ``ConfigError``) for a plan entry that cannot be applied."""
+def stale_plan_entry(
+    kernel: str,
+    label: str,
+    planned: str,
+    resolution: Resolution,
+    strict: bool,
+    cannot: str | None = None,
+    switch: tuple[int, str] | None = None,
+) -> str:
+    """The line (or, with ``LAZYOPS_PLAN_STRICT=1``, the ``ConfigError``) for a plan entry that cannot be applied:
+    its choice, or (``switch``: its ``below`` and the entry's choice) its token switch's backend, whose calls then
+    run from the choice. ``cannot`` is the ``BackendError`` of a planned backend that cannot run here."""
     declined = dict(resolution.declined)
     why = (
-        f"{planned!r} declines it ({declined[planned]})"
+        cannot
+        if cannot is not None
+        else f"{planned!r} declines it ({declined[planned]})"
         if planned in declined
         else f"{planned!r} is not installed, does not export {kernel}, or is outside the strict chain"
     )
     line = (
         f"lazyops: the plan in force names {planned!r} for {label}, but {why}; it runs from {resolution.backend!r} "
         "as without a plan. Make the plan again here (`lazyops tune`)"
+        if switch is None
+        else f"lazyops: the plan in force switches {label} to {planned!r} below {switch[0]} tokens, but {why}; "
+        f"every call runs from the plan's choice {switch[1]!r}. Make the plan again here (`lazyops tune`)"
     )
     if strict:
         raise ConfigError(line.removeprefix("lazyops: ") + " (LAZYOPS_PLAN_STRICT=1 makes this an error)")
