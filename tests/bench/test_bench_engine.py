@@ -64,6 +64,11 @@ def test_the_eager_peer_is_the_spec(kernel):
     """``torch eager`` computes what the spec defines, in-place results and return value included: the kit's
     judge says so, as for any backend's kernel."""
     kernel_spec = spec(kernel)
+    if getattr(kernel_spec, "judgement", None) == "draws":
+        pytest.skip(
+            f"{kernel}'s definition is a distribution, not a draw: its eager peer times what a sampler computes before "
+            "it draws (bench_kernels.py --sampling times vLLM's torch sampler and torch.multinomial beside it)"
+        )
 
     def factory(*args, **kwargs):
         return _bench.eager_call(kernel_spec, kernel_spec.bind(*args, **kwargs))

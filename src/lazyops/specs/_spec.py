@@ -338,6 +338,13 @@ class KernelSpec:
         empty: torch.Tensor = args[0].new_empty(self.out_shape(config, *args), dtype=self.out_dtype(config))
         return empty
 
+    def tokens(self, config: Any, *args: Any) -> int:
+        """The call's token count: the product of the first token-indexed input's leading dimensions (an input
+        ``[1, 64, 256]`` is 64 tokens); a spec whose token-indexed inputs end in more than one feature dimension
+        (attention's ``[T, H, D]``) or in none (rope's positions ``[*T]``) overrides it."""
+        first = args[self.inputs.index(self.row_inputs[0])] if self.row_inputs else args[0]
+        return math.prod(first.shape[:-1])
+
     def rows(self, config: Any, *args: Any) -> tuple[Any, ...]:
         """The call's arguments as a launch receives them: each token-indexed input as a ``[rows, width]`` view."""
         return tuple(
