@@ -376,7 +376,7 @@ class _MatmulFP8Kernel(Protocol):
         """
 
 
-def matmul_fp8_tl(n: int, k: int, dtype: torch.dtype | str = ..., scales: str = 'tensor') -> _MatmulFP8Kernel:
+def matmul_fp8_tl(n: int, k: int, dtype: torch.dtype | str, scales: str = 'tensor') -> _MatmulFP8Kernel:
     """A float8 e4m3 GEMM with the weight's shape fixed: ``(a[M, k] * scale_a) @ (b[n, k] * scale_b).T``.
 
     Returns ``kernel(a[..., k], b[n, k], scale_a, scale_b, *, bias=None, out=None) -> c[..., n]`` in ``dtype``

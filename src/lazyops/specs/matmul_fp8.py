@@ -155,9 +155,7 @@ class MatmulFP8Spec(KernelSpec):
     #: (tests/kernels/test_matmul_fp8.py refuses a wrong width)
     free_widths = ("bias",)
 
-    def bind(
-        self, n: int, k: int, dtype: torch.dtype | str = torch.bfloat16, scales: str = "tensor"
-    ) -> MatmulFP8Config:
+    def bind(self, n: int, k: int, dtype: torch.dtype | str, scales: str = "tensor") -> MatmulFP8Config:
         """A float8 e4m3 GEMM with the weight's shape fixed: ``(a[M, k] * scale_a) @ (b[n, k] * scale_b).T``.
 
         Returns ``kernel(a[..., k], b[n, k], scale_a, scale_b, *, bias=None, out=None) -> c[..., n]`` in ``dtype``
