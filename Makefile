@@ -163,7 +163,7 @@ gpu-fp8:
 # at the issue's grid (Llama-3-8B shapes, bf16 out) against torch._scaled_mm and the bf16 GEMM:
 # GPU_OUT/fp8_gemm.{md,json} (written after every cell: a cut-off run keeps what it measured).
 FP8GEMM_BACKENDS ?= torch,triton
-FP8GEMM_CHECK_S ?= 60
+FP8GEMM_CHECK_S ?= 90
 FP8GEMM_BENCH_S ?= 120
 gpu-fp8gemm:
 	@mkdir -p $(GPU_OUT)
