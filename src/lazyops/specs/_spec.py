@@ -137,6 +137,11 @@ class KernelSpec:
         """Hypothesis strategy of whole conformance examples."""
         raise NotImplementedError
 
+    def tolerance(self, config: Any) -> float | None:
+        """The relative tolerance the returned tensor is judged by, where its dtype's (``testing._compare.TOLERANCE``)
+        is not what a correct kernel reaches (a GEMM's grows with ``k``); None: the dtype's."""
+        return None
+
     def benchmark(self, dtype: torch.dtype) -> Example:
         """The engine-sized configuration benchmarks time (hidden 4096, Llama-shaped heads)."""
         raise NotImplementedError
