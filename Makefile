@@ -9,7 +9,7 @@ export PYTHONPATH := $(if $(PYTHONPATH),$(PYTHONPATH):)$(CURDIR)/src
 
 .PHONY: help test lint gpu-check gpu-results gpu-results-1 gpu-results-2 gpu-attention gpu-gemm gpu-host gpu-kernels \
 	gpu-layer gpu-engine gpu-hf gpu-tune gpu-prune cpu-results gpu-attention-hf \
-	gpu-kernel-defects gpu-sampling gpu-fp8 \
+	gpu-kernel-defects gpu-sampling gpu-fp8 gpu-fp8gemm \
 	gpu-fp8norms
 
 help:
@@ -22,6 +22,7 @@ help:
 	@echo "make gpu-prune      delete the old scripts' result files that today's have replaced"
 	@echo "make gpu-attention-hf  issue 39 in one device call of under 7 minutes: attention, then the Hugging Face Llama"
 	@echo "make gpu-fp8        issue 35's fp8 kernels: checks on the GPU, then their bandwidth (one call, ~3 min)"
+	@echo "make gpu-fp8gemm    issue 35's matmul_fp8_tl: checks on the GPU, then bench_gemm.py --fp8 (one call, ~3 min)"
 	@echo "make gpu-fp8norms   the fp8 norms' dynamic scales checked on the GPU, then the norms' bandwidth (~2 min)"
 	@echo "make gpu-hf         a Hugging Face Llama: stock, lazyops.transformers.patch, liger-kernel (one device call)"
 	@echo "make gpu-sampling   sample_tl's GPU checks, then bench_kernels.py --sampling (one device call, ~3 min)"
@@ -157,6 +158,29 @@ gpu-fp8:
 	@echo "gpu-fp8: bandwidth (limit $(FP8_BENCH_S) s) -> $(GPU_OUT)/fp8_kernels.md"
 	-$(call limit,$(FP8_BENCH_S)) $(PYTHON) benchmarks/bench_kernels.py --kernels $(FP8_KERNELS) --tokens 8192,32768 \
 	  --graph-tokens 1024 --modes stream,graph --name fp8_kernels --out $(GPU_OUT)
+
+# Issue 35's fp8 GEMM, one device call of about 3 minutes: matmul_fp8_tl's GPU checks (the torch backend's
+# torch._scaled_mm and dequantising routes, each scale kind and output dtype; the GPU backends' conformance where they
+# serve it), logged with the command, the date and the device in GPU_OUT/fp8gemm-check.md; then bench_gemm.py --fp8
+# at the issue's grid (Llama-3-8B shapes, bf16 out) against torch._scaled_mm and the bf16 GEMM:
+# GPU_OUT/fp8_gemm.{md,json} (written after every cell: a cut-off run keeps what it measured).
+FP8GEMM_BACKENDS ?= torch,triton
+FP8GEMM_CHECK_S ?= 90
+FP8GEMM_BENCH_S ?= 120
+gpu-fp8gemm:
+	@mkdir -p $(GPU_OUT)
+	@echo "gpu-fp8gemm: checks (limit $(FP8GEMM_CHECK_S) s) -> $(GPU_OUT)/fp8gemm-check.md"
+	{ echo "# matmul_fp8_tl on the GPU"; echo; echo "Made by \`make gpu-fp8gemm\` on $$(date -u +%FT%TZ); do not edit, rerun it."; \
+	  echo "Device: $$(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader); $$($(PYTHON) -c \
+	  'import torch; print("torch", torch.__version__)')."; echo; echo '```'; \
+	  echo '$$ pytest tests/kernels/test_matmul_fp8.py tests/kernels/test_gpu_conformance.py -k matmul_fp8'; \
+	  SECONDS=0; $(call limit,$(FP8GEMM_CHECK_S)) $(PYTEST_GPU) tests/kernels/test_matmul_fp8.py \
+	  tests/kernels/test_gpu_conformance.py -k matmul_fp8 2>&1; echo "exit status $$? after $$SECONDS s"; echo '```'; \
+	} | tee $(GPU_OUT)/fp8gemm-check.md
+	@echo "gpu-fp8gemm: bench_gemm.py --fp8 (limit $(FP8GEMM_BENCH_S) s) -> $(GPU_OUT)/fp8_gemm.md"
+	-$(call limit,$(FP8GEMM_BENCH_S)) $(PYTHON) benchmarks/bench_gemm.py --fp8 tensor,rowwise,block \
+	  --backend $(FP8GEMM_BACKENDS) --tokens 1,16,128,1024,4096,8192 --graph-max 16 \
+	  --shapes 4096x4096,14336x4096,4096x14336,6144x4096 --name fp8_gemm --out $(GPU_OUT)
 
 # The fp8 norms' dynamic scales (issue 35) on the GPU, one device call of about 2 minutes: their conformance (one
 # case per configuration class: static, per token, per group, each GPU backend that serves them; TileLang declines

@@ -63,7 +63,7 @@ class ConfiguredFactory:
         if resolution.reason == PLAN and entry is not None and entry.switch is not None:
             # the plan's switch: its backend below ``below`` tokens, the entry's choice from there up
             under = namespace.factory(entry.switch.backend, self._kernel)
-            return token_switch(under, factory, entry.switch.below, self._spec)
+            return token_switch(under, factory, entry.switch.below, self._spec, config)
         traced: Callable[..., Any] = namespace.traced(factory, resolution)
         return traced
 
@@ -101,19 +101,20 @@ def configuration_line(resolution: Resolution, label: str) -> str:
 
 
 def token_switch(
-    small: Callable[..., Any], large: Callable[..., Any], below: int, spec: Any
+    small: Callable[..., Any], large: Callable[..., Any], below: int, spec: Any, config: Any
 ) -> Callable[..., Callable[..., Any]]:
     """A factory whose kernel runs ``large``'s kernel from ``below`` tokens up and ``small``'s under it: where a plan
     measured one backend faster for short calls and another for long ones. One integer comparison a call, on the
-    first token-indexed input's leading size; a CUDA graph fixes that size at capture, so a replay runs one side."""
-    position = spec.inputs.index(spec.row_inputs[0]) if spec.row_inputs else 0
+    call's token count (``spec.tokens``: the product of the leading dimensions, as the plan counted them); every
+    keyword (``out=``, ``k_scale=``) passes through. A CUDA graph fixes the count at capture, so a replay runs one
+    side. Both backends were checked at resolution (``resolve_configuration``): each serves ``config`` here."""
+    tokens = spec.tokens
 
     def build(*args: Any, **kwargs: Any) -> Callable[..., Any]:
         under, over = small(*args, **kwargs), large(*args, **kwargs)
 
-        def kernel(*tensors: Any, out: Any = None) -> Any:
-            chosen = under if tensors[position].shape[0] < below else over
-            return chosen(*tensors) if out is None else chosen(*tensors, out=out)
+        def kernel(*tensors: Any, **keywords: Any) -> Any:
+            return (under if tokens(config, *tensors) < below else over)(*tensors, **keywords)
 
         kernel.__name__ = kernel.__qualname__ = getattr(over, "__name__", "kernel")
         kernel.__doc__ = getattr(over, "__doc__", None)
@@ -122,17 +123,32 @@ def token_switch(
     return build
 
 
-def stale_plan_entry(kernel: str, label: str, planned: str, resolution: Resolution, strict: bool) -> str:
-    """The line (or, with ``LAZYOPS_PLAN_STRICT=1``, the ``ConfigError``) for a plan entry that cannot be applied."""
+def stale_plan_entry(
+    kernel: str,
+    label: str,
+    planned: str,
+    resolution: Resolution,
+    strict: bool,
+    cannot: str | None = None,
+    switch: tuple[int, str] | None = None,
+) -> str:
+    """The line (or, with ``LAZYOPS_PLAN_STRICT=1``, the ``ConfigError``) for a plan entry that cannot be applied:
+    its choice, or (``switch``: its ``below`` and the entry's choice) its token switch's backend, whose calls then
+    run from the choice. ``cannot`` is the ``BackendError`` of a planned backend that cannot run here."""
     declined = dict(resolution.declined)
     why = (
-        f"{planned!r} declines it ({declined[planned]})"
+        cannot
+        if cannot is not None
+        else f"{planned!r} declines it ({declined[planned]})"
         if planned in declined
         else f"{planned!r} is not installed, does not export {kernel}, or is outside the strict chain"
     )
     line = (
         f"lazyops: the plan in force names {planned!r} for {label}, but {why}; it runs from {resolution.backend!r} "
         "as without a plan. Make the plan again here (`lazyops tune`)"
+        if switch is None
+        else f"lazyops: the plan in force switches {label} to {planned!r} below {switch[0]} tokens, but {why}; "
+        f"every call runs from the plan's choice {switch[1]!r}. Make the plan again here (`lazyops tune`)"
     )
     if strict:
         raise ConfigError(line.removeprefix("lazyops: ") + " (LAZYOPS_PLAN_STRICT=1 makes this an error)")

@@ -354,13 +354,43 @@ class Namespace:
             supports = getattr(self.factory(backend, kernel), "lazyops_supports", None)
             return supports(config) if supports is not None else None
 
-        resolution = resolve(kernel, settings, self.universe(), serves=serves, planned=planned, label=config.label)
+        def planned_resolution(backend: str | None) -> tuple[Resolution, str | None]:
+            # a backend the plan names that cannot run here (TileLang without a GPU) is not the plan's: why not
+            cannot = None if backend is None else self._cannot_run(backend, kernel)
+            named = None if cannot else backend
+            return resolve(kernel, settings, self.universe(), serves=serves, planned=named, label=config.label), cannot
+
+        resolution, cannot = planned_resolution(planned)
         if planned is not None and resolution.reason != PLAN:
             from lazyops._dispatch import stale_plan_entry
 
-            self.announce(stale_plan_entry(kernel, config.label, planned, resolution, settings.plan_strict))
+            self.announce(stale_plan_entry(kernel, config.label, planned, resolution, settings.plan_strict, cannot))
             entry = None
+        elif entry is not None and entry.switch is not None:
+            # the switch's backend is checked as the choice is: one that would not be the plan's here is said once
+            # (an error under LAZYOPS_PLAN_STRICT) and dropped, every call then running from the choice
+            below, switched = entry.switch.below, entry.switch.backend
+            under, cannot = planned_resolution(switched)
+            if under.reason != PLAN:
+                import dataclasses
+
+                from lazyops._dispatch import stale_plan_entry
+
+                strict, switch = settings.plan_strict, (below, entry.choice)
+                self.announce(stale_plan_entry(kernel, config.label, switched, under, strict, cannot, switch))
+                entry = dataclasses.replace(entry, switch=None)
         return resolution, entry
+
+    def _cannot_run(self, backend: str, kernel: str) -> str | None:
+        """Why ``backend``, which a plan names, cannot build ``kernel`` here (its ``BackendError``); ``None`` where it
+        can, or where the order itself says why not (an unknown backend, one that does not export ``kernel``)."""
+        universe = self.universe()
+        try:
+            if backend in universe.backends and kernel in universe.exports(backend):
+                self.factory(backend, kernel)
+        except BackendError as error:
+            return str(error)
+        return None
 
     def announce(self, line: str) -> None:
         """Print ``line`` once per process (rank 0 unless verbose)."""

@@ -364,6 +364,39 @@ def layernorm_tl(
 
 
 @type_check_only
+class _MatmulFP8Kernel(Protocol):
+    """What ``matmul_fp8_tl`` returns (in every backend): the kernel call."""
+
+    def __call__(
+        self,
+        a: torch.Tensor,
+        b: torch.Tensor,
+        scale_a: torch.Tensor,
+        scale_b: torch.Tensor,
+        /,
+        *,
+        bias: torch.Tensor | None = None,
+        out: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        """``c[..., n] = (a[..., k] * scale_a) @ (b[n, k] * scale_b).T + bias`` in the factory's dtype, ``a`` and
+        ``b`` in ``torch.float8_e4m3fn``, the scales float32; written into ``out`` when given.
+        """
+
+
+def matmul_fp8_tl(n: int, k: int, dtype: torch.dtype | str, scales: str = 'tensor') -> _MatmulFP8Kernel:
+    """A float8 e4m3 GEMM with the weight's shape fixed: ``(a[M, k] * scale_a) @ (b[n, k] * scale_b).T``.
+
+    Returns ``kernel(a[..., k], b[n, k], scale_a, scale_b, *, bias=None, out=None) -> c[..., n]`` in ``dtype``
+    (bfloat16, float16 or float32); ``a`` and ``b`` in ``torch.float8_e4m3fn``, ``b`` as engines store it (K
+    contiguous), the scales float32: ``scales="tensor"`` (``scale_a[1]``, ``scale_b[1]``), ``"rowwise"``
+    (``scale_a[M, 1]`` per token, ``scale_b[n, 1]`` per channel) or ``"block"`` (``scale_a[M, ceil(k/128)]``
+    1x128 groups, row- or column-major; ``scale_b[ceil(n/128), ceil(k/128)]`` 128x128 blocks). ``bias[n]``
+    in ``dtype``. Products accumulate in float32. Replaces vLLM's ``cutlass_scaled_mm`` and
+    ``w8a8_block_fp8_matmul``, sgl-kernel's ``fp8_scaled_mm`` and ``fp8_blockwise_scaled_mm``.
+    """
+
+
+@type_check_only
 class _MatmulKernel(Protocol):
     """What ``matmul_tl`` returns (in every backend): the kernel call, positional arguments only."""
 

@@ -23,6 +23,7 @@ from lazyops.testing._compare import Inputs  # noqa: E402
 #: the factory arguments of a small configuration, where the first positional one is not the width
 SMALL = {
     "matmul_tl": (8, 16),
+    "matmul_fp8_tl": (8, 16),
     "kv_cache_write_tl": (2, 8),
     "paged_attention_tl": (4, 2, 8),
     "fused_moe_tl": (16, 8, 4, 2),

@@ -166,6 +166,11 @@ class PagedSpec(KernelSpec):
             laid[index] = token_rows(laid[index], getattr(config, heads), config.head_dim)
         return tuple(laid)
 
+    def tokens(self, config: Any, *args: Any) -> int:
+        """``T`` of the first token-indexed input, ``[T, H, D]`` or ``[*T, H*D]``."""
+        name, heads = self.head_inputs[0]
+        return token_count(args[self.inputs.index(name)], getattr(config, heads), config.head_dim)
+
     def check_aliasing(self, config: Any, *args: Any) -> None:
         """The caches written in place share no element with another input, whatever its dtype (absent scales
         skipped)."""

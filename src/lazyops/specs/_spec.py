@@ -141,6 +141,11 @@ class KernelSpec:
         """Hypothesis strategy of whole conformance examples."""
         raise NotImplementedError
 
+    def tolerance(self, config: Any) -> float | None:
+        """The relative tolerance the returned tensor is judged by, where its dtype's (``testing._compare.TOLERANCE``)
+        is not what a correct kernel reaches (a GEMM's grows with ``k``); None: the dtype's."""
+        return None
+
     def benchmark(self, dtype: torch.dtype) -> Example:
         """The engine-sized configuration benchmarks time (hidden 4096, Llama-shaped heads)."""
         raise NotImplementedError
@@ -349,6 +354,13 @@ class KernelSpec:
         """An empty (contiguous) tensor shaped, typed and placed as the kernel's returned one."""
         empty: torch.Tensor = args[0].new_empty(self.out_shape(config, *args), dtype=self.out_dtype(config))
         return empty
+
+    def tokens(self, config: Any, *args: Any) -> int:
+        """The call's token count: the product of the first token-indexed input's leading dimensions (an input
+        ``[1, 64, 256]`` is 64 tokens); a spec whose token-indexed inputs end in more than one feature dimension
+        (attention's ``[T, H, D]``) or in none (rope's positions ``[*T]``) overrides it."""
+        first = args[self.inputs.index(self.row_inputs[0])] if self.row_inputs else args[0]
+        return math.prod(first.shape[:-1])
 
     def rows(self, config: Any, *args: Any) -> tuple[Any, ...]:
         """The call's arguments as a launch receives them: each token-indexed input as a ``[rows, width]`` view."""

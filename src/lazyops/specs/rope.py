@@ -165,6 +165,10 @@ class RopeSpec(KernelSpec):
     def flat_ranks(self) -> tuple[tuple[int, int], ...]:
         return ((0, 1), (1, 2), (2, 2))
 
+    def tokens(self, config: RopeConfig, *args: Any) -> int:
+        """Every element of the positions ``[*T]`` is a token."""
+        return math.prod(args[0].shape)
+
     def bind(self, head_dim: int, dtype: torch.dtype | str, is_neox: bool = True) -> RopeConfig:
         """Rotary embedding over the first ``r`` features of every head, in place.
 

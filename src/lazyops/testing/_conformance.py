@@ -199,7 +199,12 @@ def judge_case(
                     )
             flat = returned.reshape(expected["out"].shape)
             out_dtype = spec.out_dtype(config)
-            judged(check_close(flat, expected["out"], out_dtype, what=what, scale=scales["out"]), out_dtype)
+            judged(
+                check_close(
+                    flat, expected["out"], out_dtype, what=what, scale=scales["out"], tolerance=spec.tolerance(config)
+                ),
+                out_dtype,
+            )
             if out_dtype == torch.float8_e4m3fn:
                 check_fp8_rounding(flat, expected["out"], what)
         else:
