@@ -9,7 +9,8 @@ export PYTHONPATH := $(if $(PYTHONPATH),$(PYTHONPATH):)$(CURDIR)/src
 
 .PHONY: help test lint gpu-check gpu-results gpu-results-1 gpu-results-2 gpu-attention gpu-gemm gpu-host gpu-kernels \
 	gpu-layer gpu-engine gpu-hf gpu-tune gpu-prune cpu-results gpu-attention-hf \
-	gpu-kernel-defects gpu-sampling gpu-fp8 gpu-fp8gemm
+	gpu-kernel-defects gpu-sampling gpu-fp8 gpu-fp8gemm \
+	gpu-fp8norms
 
 help:
 	@echo "make test           the whole test suite (CI: bash scripts/test.sh installs, lints, then runs it)"
@@ -22,6 +23,7 @@ help:
 	@echo "make gpu-attention-hf  issue 39 in one device call of under 7 minutes: attention, then the Hugging Face Llama"
 	@echo "make gpu-fp8        issue 35's fp8 kernels: checks on the GPU, then their bandwidth (one call, ~3 min)"
 	@echo "make gpu-fp8gemm    issue 35's matmul_fp8_tl: checks on the GPU, then bench_gemm.py --fp8 (one call, ~3 min)"
+	@echo "make gpu-fp8norms   the fp8 norms' dynamic scales checked on the GPU, then the norms' bandwidth (~2 min)"
 	@echo "make gpu-hf         a Hugging Face Llama: stock, lazyops.transformers.patch, liger-kernel (one device call)"
 	@echo "make gpu-sampling   sample_tl's GPU checks, then bench_kernels.py --sampling (one device call, ~3 min)"
 	@echo "make gpu-tune       lazyops tune on the decoder layer's trace, twice, then the layer by its plan (GPU)"
@@ -179,6 +181,27 @@ gpu-fp8gemm:
 	-$(call limit,$(FP8GEMM_BENCH_S)) $(PYTHON) benchmarks/bench_gemm.py --fp8 tensor,rowwise,block \
 	  --backend $(FP8GEMM_BACKENDS) --tokens 1,16,128,1024,4096,8192 --graph-max 16 \
 	  --shapes 4096x4096,14336x4096,4096x14336,6144x4096 --name fp8_gemm --out $(GPU_OUT)
+
+# The fp8 norms' dynamic scales (issue 35) on the GPU, one device call of about 2 minutes: their conformance (one
+# case per configuration class: static, per token, per group, each GPU backend that serves them; TileLang declines
+# the dynamic ones) and the fused-against-unfused bit-for-bit tests, logged with the command, the date and the device
+# in GPU_OUT/fp8norms-check.md; then the norms' bandwidth (the harness times the static form: bench_kernels.py has
+# no scales option yet) against a copy of the same bytes: GPU_OUT/fp8norms_kernels.{md,json}.
+FP8NORMS_CHECK_S ?= 75
+FP8NORMS_BENCH_S ?= 60
+gpu-fp8norms:
+	@mkdir -p $(GPU_OUT)
+	@echo "gpu-fp8norms: checks (limit $(FP8NORMS_CHECK_S) s) -> $(GPU_OUT)/fp8norms-check.md"
+	{ echo "# fp8 norms' dynamic scales on the GPU"; echo; echo "Made by \`make gpu-fp8norms\` on $$(date -u +%FT%TZ); do not edit, rerun it."; \
+	  echo "Device: $$(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader); $$($(PYTHON) -c \
+	  'import torch, triton; print("torch", torch.__version__, "triton", triton.__version__)')."; echo; echo '```'; \
+	  echo '$$ pytest -m gpu tests/kernels/test_gpu_conformance.py -k "rmsnorm_fp8 or fp8_norm_scales" tests/kernels/test_fp8_norm_scales.py'; \
+	  SECONDS=0; $(call limit,$(FP8NORMS_CHECK_S)) $(PYTEST_GPU) tests/kernels/test_gpu_conformance.py -k "rmsnorm_fp8 or fp8_norm_scales" \
+	  tests/kernels/test_fp8_norm_scales.py 2>&1; echo "exit status $$? after $$SECONDS s"; echo '```'; \
+	} | tee $(GPU_OUT)/fp8norms-check.md
+	@echo "gpu-fp8norms: bandwidth (limit $(FP8NORMS_BENCH_S) s) -> $(GPU_OUT)/fp8norms_kernels.md"
+	-$(call limit,$(FP8NORMS_BENCH_S)) $(PYTHON) benchmarks/bench_kernels.py --kernels rmsnorm_fp8_tl,add_rmsnorm_fp8_tl \
+	  --tokens 8192,32768 --graph-tokens 1024 --modes stream,graph --name fp8norms_kernels --out $(GPU_OUT)
 
 # A Hugging Face Llama (4 layers, Llama-3-8B shapes): stock, lazyops.transformers.patch, liger-kernel's patch;
 # results/<gpu>/hf.{md,json}. One device call of a few minutes (liger-kernel's wheel installed first).

@@ -112,8 +112,8 @@ class _AddRMSNormFP8Kernel(Protocol):
         out: torch.Tensor | None = None,
     ) -> torch.Tensor:
         """``residual[..., n] += x[..., n]`` in place, then ``y[..., n]`` in ``torch.float8_e4m3fn``: RMSNorm of
-        the sum times ``weight_offset + weight[n]``, divided by ``scale[0]`` and saturated to ±448; written into
-        ``out`` when given.
+        the sum times ``weight_offset + weight[n]``, divided by ``scale`` (read if static, else written) and
+        saturated to ±448; written into ``out`` when given.
         """
 
 
@@ -124,14 +124,21 @@ def add_rmsnorm_fp8_tl(
     *,
     weight_dtype: torch.dtype | str | None = None,
     weight_offset: float = 0.0,
+    scales: str = 'static',
+    group_size: int = 128,
+    column_major: bool = False,
+    ue8m0: bool = False,
 ) -> _AddRMSNormFP8Kernel:
     """``residual += x``, then RMSNorm of the sum, scaled and converted to float8 for the next GEMM.
 
-    Returns ``kernel(x[..., n], residual[..., n], weight[n], scale[1], *, out=None) -> y[..., n]`` in
+    Returns ``kernel(x[..., n], residual[..., n], weight[n], scale, *, out=None) -> y[..., n]`` in
     ``torch.float8_e4m3fn``; ``residual`` is updated in place to ``x + residual`` (rounded to ``dtype``), and
     ``y = saturate(rmsnorm(x + residual) * (weight_offset + weight) / scale)`` is taken of the float32 sum and
-    converted once, values beyond ±448 saturating (vLLM's ``fused_add_rms_norm_static_fp8_quant``). ``scale``
-    is a float32 tensor of one element; ``weight_dtype`` and ``weight_offset`` are as for ``rmsnorm_tl``.
+    converted once, values beyond ±448 saturating. ``weight_dtype`` and ``weight_offset`` are as for ``rmsnorm_tl``.
+    ``scales`` as ``rmsnorm_fp8_tl``'s: ``"static"`` (the default; ``scale[1]`` read, vLLM's
+    ``fused_add_rms_norm_static_fp8_quant``), ``"token"`` (``scale[M, 1]`` written) or ``"group"`` (``scale[M, n //
+    group_size]`` written, ``column_major``, ``ue8m0``), the dynamic ones bit for bit the float32 norm of the
+    float32 sum handed to ``quant_fp8_tl(n, torch.float32, scales, ...)``.
     """
 
 
@@ -566,8 +573,9 @@ class _RMSNormFP8Kernel(Protocol):
         *,
         out: torch.Tensor | None = None,
     ) -> torch.Tensor:
-        """``y[..., n] = saturate(x / sqrt(mean(x**2) + eps) * (weight_offset + weight[n]) / scale[0])`` for
-        ``x[..., n]``, in ``torch.float8_e4m3fn``; written into ``out`` when given.
+        """``y[..., n] = saturate(x / sqrt(mean(x**2) + eps) * (weight_offset + weight[n]) / scale)`` for
+        ``x[..., n]``, in ``torch.float8_e4m3fn``; ``scale`` read (static) or written (dynamic); written into
+        ``out`` when given.
         """
 
 
@@ -578,14 +586,28 @@ def rmsnorm_fp8_tl(
     *,
     weight_dtype: torch.dtype | str | None = None,
     weight_offset: float = 0.0,
+    scales: str = 'static',
+    group_size: int = 128,
+    column_major: bool = False,
+    ue8m0: bool = False,
 ) -> _RMSNormFP8Kernel:
     """RMSNorm over the last dimension of ``x[..., n]``, scaled and converted to float8 for the next GEMM.
 
-    Returns ``kernel(x[..., n], weight[n], scale[1], *, out=None) -> y[..., n]`` in ``torch.float8_e4m3fn``:
+    Returns ``kernel(x[..., n], weight[n], scale, *, out=None) -> y[..., n]`` in ``torch.float8_e4m3fn``:
     ``y = saturate(rmsnorm(x) * (weight_offset + weight) / scale)``, computed in float32 and converted once,
-    values beyond ±448 saturating (vLLM's ``rms_norm_static_fp8_quant``). ``scale`` is a float32 tensor of one
-    element (a per-tensor static scale; a tensor, so that CUDA graphs see its updates). ``weight_dtype`` and
-    ``weight_offset`` are as for ``rmsnorm_tl``. ``x`` may have any leading dimensions and strided rows.
+    values beyond ±448 saturating. ``weight_dtype`` and ``weight_offset`` are as for ``rmsnorm_tl``. ``x`` may have
+    any leading dimensions and strided rows. ``scales``:
+
+    - ``"static"`` (the default): ``scale[1]``, float32, given and read (a tensor, so that CUDA graphs see its
+      updates); vLLM's ``rms_norm_static_fp8_quant``;
+    - ``"token"``: ``scale[M, 1]`` written, one scale a row, ``amax(|y|) / 448`` (vLLM's
+      ``rms_norm_dynamic_per_token_quant``);
+    - ``"group"``: ``scale[M, n // group_size]`` written, row-major, or the transpose of a ``[n // group_size, M]``
+      buffer with ``column_major=True``; ``ue8m0=True`` rounds them up to powers of two (in vLLM, ``rms_norm``
+      then ``per_token_group_quant_fp8``).
+
+    Dynamic scales are ``quant_fp8_tl``'s: the result is, bit for bit, the float32 norm handed to
+    ``quant_fp8_tl(n, torch.float32, scales, ...)`` (a zero row's scale is ``1e-10 / 448``, NaN is skipped).
     """
 
 

@@ -94,6 +94,10 @@ class KernelSpec:
     #: how the conformance kit judges the kernel: ``"close"`` to the float64 reference, or ``"draws"`` (a sampler,
     #: whose reference is the distribution it draws from: ``lazyops.testing._draws``)
     judgement: ClassVar[str] = "close"
+    #: written inputs computed from a float32 computation's result rather than rounded once from the definition (the
+    #: fp8 norms' dynamic scales, from the float32 norm's maximum): the kit judges each element of them to its
+    #: dtype's relative tolerance, not to one unit in the last place
+    derived_results: ClassVar[tuple[str, ...]] = ()
     #: keyword-only parameters the call may leave out (``Other(..., keyword=True)``), the last of :attr:`inputs`
     keywords: ClassVar[tuple[str, ...]] = ()
 
@@ -234,9 +238,22 @@ class KernelSpec:
                 dtype = dtype_of(param.dtype, config)
                 checks.check_tensor(label, param.name, arg, shape=shape, dtype=dtype, device=device)
             else:
-                raise NotImplementedError(f"{type(self).__name__}.check: {param!r} is checked by the spec itself")
+                self.check_other(config, param, arg, args)
             if device is None:
                 device = arg.device
+
+    def check_other(self, config: Any, param: Param, arg: Any, args: tuple[Any, ...]) -> None:
+        """:meth:`check` of an ``Other`` parameter, ``arg`` among the call's ``args``: a spec that declares one and
+        keeps the derived :meth:`check` says how (the fp8 norms' ``scale``, whose shape follows ``scales=``)."""
+        raise NotImplementedError(f"{type(self).__name__}.check: {param!r} is checked by the spec itself")
+
+    def draw_other(self, config: Any, param: Param, tokens: int, draw: Inputs, geometry: Mapping[str, Any]) -> Any:
+        """:meth:`example_inputs`' value of an ``Other`` parameter (drawn in the parameters' order)."""
+        raise NotImplementedError(f"{type(self).__name__}.example_inputs: {param!r} is drawn by the spec")
+
+    def other_bytes(self, config: Any, param: Param, tokens: int) -> int:
+        """:meth:`traffic`'s bytes of an ``Other`` parameter."""
+        raise NotImplementedError(f"{type(self).__name__}.traffic: {param!r} is counted by the spec")
 
     def plain_layout(self, config: Any) -> tuple[checks.PlainInput, ...] | None:
         """How the call engines make on every step looks, one entry per parameter (dense rows ``[tokens, width]``,
@@ -281,7 +298,7 @@ class KernelSpec:
             elif isinstance(param, Fixed):
                 drawn.append(draw.randn(*(size_of(size, config) for size in param.shape), dtype=dtype))
             else:
-                raise NotImplementedError(f"{type(self).__name__}.example_inputs: {param!r} is drawn by the spec")
+                drawn.append(self.draw_other(config, param, tokens, draw, geometry))
         return tuple(drawn)
 
     def token_elements(self, config: Any, geometry: Mapping[str, Any]) -> int:
@@ -302,7 +319,7 @@ class KernelSpec:
                 itemsize = dtype_of(param.dtype, config).itemsize
                 moved += math.prod(size_of(size, config) for size in param.shape) * itemsize
             else:
-                raise NotImplementedError(f"{type(self).__name__}.traffic: {param!r} is counted by the spec")
+                moved += self.other_bytes(config, param, tokens)
         width = self.out_width(config)
         if width is None and self.out is not None and self.out.like is not None:
             width = widths[self.out.like]

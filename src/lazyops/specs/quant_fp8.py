@@ -33,7 +33,11 @@ from lazyops.specs import _arguments as arguments
 from lazyops.specs import _checks as checks
 from lazyops.specs._params import Other, Out, Rows
 from lazyops.specs._spec import Example, KernelSpec, Traffic
-from lazyops.specs.rmsnorm_fp8 import FP8_DTYPE, FP8_MAX
+
+#: The output's dtype, and the largest finite value it holds (``torch.finfo(torch.float8_e4m3fn).max``); also
+#: ``lazyops.specs.rmsnorm_fp8``'s names for them.
+FP8_DTYPE = torch.float8_e4m3fn
+FP8_MAX = 448.0
 
 #: the granularities of the scales
 SCALES = ("static", "tensor", "token", "group")
@@ -84,6 +88,52 @@ class QuantFP8Kernel(Protocol):
 def scale_shape(config: QuantFP8Config, rows: int) -> tuple[int, ...]:
     """The shape of ``scale`` for ``rows`` rows."""
     return (1,) if config.scales in ("static", "tensor") else (rows, config.groups)
+
+
+def scale_options(
+    name: str, n: int, options: dict[str, Any], scales: Any, group_size: Any, column_major: Any, ue8m0: Any
+) -> int:
+    """The factory's scale arguments checked for rows of ``n`` (``name`` is the factory's, for its errors), added to
+    ``options`` (the label's) where they say something; returns ``group_size`` checked. Shared by every factory
+    that takes ``scales=`` (the fp8 norms too)."""
+    if scales not in SCALES:
+        raise KernelInputError(f"{name}: scales must be one of {', '.join(SCALES)}, got {scales!r}")
+    checked: int = arguments.positive_int(name, "group_size", group_size)
+    options["scales"] = scales
+    if scales == "group":
+        if n % checked:
+            raise KernelInputError(f"{name}: n={n} is not a multiple of group_size={checked}")
+        options["group_size"] = checked
+        if column_major:
+            options["column_major"] = True
+        if ue8m0:
+            options["ue8m0"] = True
+    elif column_major or ue8m0:
+        raise KernelInputError(f"{name}: column_major and ue8m0 are options of scales='group'")
+    return checked
+
+
+def check_scale(config: QuantFP8Config, label: str, rows: int, device: torch.device, scale: Any) -> None:
+    """Refuse a ``scale`` of the wrong shape, dtype, device or layout for ``rows`` rows (``KernelInputError``)."""
+    shape = scale_shape(config, rows)
+    if not isinstance(scale, torch.Tensor) or tuple(scale.shape) != shape or scale.dtype != torch.float32:
+        got = f"{tuple(scale.shape)} {scale.dtype}" if isinstance(scale, torch.Tensor) else type(scale).__name__
+        raise KernelInputError(f"{label}: scale must be a float32 tensor of shape {shape}, got {got}")
+    if scale.device != device:
+        raise KernelInputError(f"{label}: scale is on {scale.device}, x on {device}")
+    if len(shape) == 2 and rows:
+        want = (1, rows) if config.column_major else (config.groups, 1)
+        if (config.groups > 1 and scale.stride(1) != want[1]) or (rows > 1 and scale.stride(0) != want[0]):
+            layout = "column-major ([G, M] transposed)" if config.column_major else "row-major, dense"
+            raise KernelInputError(f"{label}: scale must be {layout}; its strides are {scale.stride()}")
+
+
+def written_scale(config: QuantFP8Config, tokens: int, device: Any) -> torch.Tensor:
+    """An example's ``scale`` for a dynamic configuration: its shape and layout, filled with -1 (the call writes
+    it)."""
+    if config.column_major:
+        return torch.full((config.groups, tokens), -1.0, device=device).t()
+    return torch.full(scale_shape(config, tokens), -1.0, device=device)
 
 
 def absolute_max(x: torch.Tensor) -> torch.Tensor:
@@ -180,20 +230,8 @@ class QuantFP8Spec(KernelSpec):
         name = self.name
         n = arguments.positive_int(name, "n", n)
         dtype = arguments.canonical_dtype(name, dtype)
-        if scales not in SCALES:
-            raise KernelInputError(f"{name}: scales must be one of {', '.join(SCALES)}, got {scales!r}")
-        group_size = arguments.positive_int(name, "group_size", group_size)
-        options: dict[str, Any] = {"n": n, "dtype": dtype, "scales": scales}
-        if scales == "group":
-            if n % group_size:
-                raise KernelInputError(f"{name}: n={n} is not a multiple of group_size={group_size}")
-            options["group_size"] = group_size
-            if column_major:
-                options["column_major"] = True
-            if ue8m0:
-                options["ue8m0"] = True
-        elif column_major or ue8m0:
-            raise KernelInputError(f"{name}: column_major and ue8m0 are options of scales='group'")
+        options: dict[str, Any] = {"n": n, "dtype": dtype}
+        group_size = scale_options(name, n, options, scales, group_size, column_major, ue8m0)
         return self.config_type(
             n,
             dtype,
@@ -207,18 +245,7 @@ class QuantFP8Spec(KernelSpec):
     def check(self, config: QuantFP8Config, x: Any, scale: Any, scale_ub: Any = None) -> None:
         label = config.label
         checks.check_rows(label, "x", x, width=config.x_width, dtype=config.dtype, device=None)
-        rows = x.numel() // config.x_width
-        shape = scale_shape(config, rows)
-        if not isinstance(scale, torch.Tensor) or tuple(scale.shape) != shape or scale.dtype != torch.float32:
-            got = f"{tuple(scale.shape)} {scale.dtype}" if isinstance(scale, torch.Tensor) else type(scale).__name__
-            raise KernelInputError(f"{label}: scale must be a float32 tensor of shape {shape}, got {got}")
-        if scale.device != x.device:
-            raise KernelInputError(f"{label}: scale is on {scale.device}, x on {x.device}")
-        if len(shape) == 2 and rows:
-            want = (1, rows) if config.column_major else (config.groups, 1)
-            if (config.groups > 1 and scale.stride(1) != want[1]) or (rows > 1 and scale.stride(0) != want[0]):
-                layout = "column-major ([G, M] transposed)" if config.column_major else "row-major, dense"
-                raise KernelInputError(f"{label}: scale must be {layout}; its strides are {scale.stride()}")
+        check_scale(config, label, x.numel() // config.x_width, x.device, scale)
         if scale_ub is None:
             return
         if not isinstance(scale_ub, torch.Tensor) or scale_ub.dtype != torch.float32 or scale_ub.device != x.device:
@@ -284,10 +311,8 @@ class QuantFP8Spec(KernelSpec):
         x = draw_x(draw, config, tokens, geometry)
         if config.scales == "static":  # 1: values of 300 and the outlier saturate; 1e-3 ones are subnormal
             scale = torch.ones(1, dtype=torch.float32, device=draw.device)
-        elif config.column_major:
-            scale = torch.full((config.groups, tokens), -1.0, device=draw.device).t()
         else:
-            scale = torch.full(scale_shape(config, tokens), -1.0, device=draw.device)  # written by the call
+            scale = written_scale(config, tokens, draw.device)
         scale_ub = torch.empty(0, device=draw.device)
         if geometry.get("scale_ub"):
             scale_ub = torch.full((1,), 2.0, device=draw.device)

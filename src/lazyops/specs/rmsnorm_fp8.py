@@ -1,27 +1,67 @@
-"""RMSNorm quantized to float8 for the next GEMM, as vLLM's ``rms_norm_static_fp8_quant``.
+"""RMSNorm quantized to float8 for the next GEMM, as vLLM's ``rms_norm_static_fp8_quant`` and, with dynamic scales,
+its ``rms_norm_dynamic_per_token_quant`` (per token) and ``rms_norm`` then ``per_token_group_quant_fp8`` (per group).
 
 ``y = saturate(rmsnorm(x) * (weight_offset + weight) / scale)`` in float32, converted once to
 ``torch.float8_e4m3fn``: the norm is never rounded to the activations' dtype on the way, and values beyond the
 format's ±448 saturate there (clamp, then convert, as vLLM's ``scaled_fp8_conversion``), where a plain conversion
-would give NaN or depend on the hardware's mode. NaN stays NaN. ``scale`` is a one-element float32 tensor (a
-per-tensor static scale), not a Python float, so that a CUDA graph captured once serves a scale updated later.
+would give NaN or depend on the hardware's mode. NaN stays NaN. With ``scales="static"`` (the default) ``scale`` is a
+one-element float32 tensor (a per-tensor static scale), not a Python float, so that a CUDA graph captured once serves
+a scale updated later. With ``scales="token"`` or ``"group"`` (``group_size``, ``column_major``, ``ue8m0``) the scales
+are ``quant_fp8_tl``'s (``lazyops.specs.quant_fp8``), computed from the float32 norm and written into ``scale``:
+the fused kernel is, bit for bit, the float32 norm handed to ``quant_fp8_tl`` in float32.
 """
 
 from __future__ import annotations
 
+import dataclasses
+from dataclasses import dataclass
+from functools import cached_property
 from typing import Any, Protocol
 
 import torch
 
-from lazyops.specs._norm import WEIGHT, NormConfig, NormSpec, rmsnorm_reference
-from lazyops.specs._params import Fixed, Out, Rows
+from lazyops._errors import KernelInputError
+from lazyops.specs import _arguments as arguments
+from lazyops.specs import _checks as checks
+from lazyops.specs._norm import WEIGHT, NormConfig, NormSpec, norm_label, rmsnorm_reference, weight_options
+from lazyops.specs._params import Fixed, Other, Out, Param, Rows
+from lazyops.specs.quant_fp8 import (
+    FP8_DTYPE,
+    FP8_MAX,
+    QuantFP8Config,
+    check_scale,
+    quant_reference,
+    scale_options,
+    scale_shape,
+    written_scale,
+)
 
-#: The output's dtype, and the largest finite value it holds (``torch.finfo(torch.float8_e4m3fn).max``).
-FP8_DTYPE = torch.float8_e4m3fn
-FP8_MAX = 448.0
+__all__ = ["FP8_DTYPE", "FP8_MAX", "NormFP8Config", "RMSNormFP8Config", "RMSNormFP8Spec", "spec"]
 
-#: the configuration of ``rmsnorm_fp8_tl`` (the family's; the output dtype is fixed, so it adds none)
-RMSNormFP8Config = NormConfig
+#: the granularities the norms take: ``quant_fp8_tl``'s, less the per-tensor dynamic scale (a reduction across the
+#: whole call: norm, then ``quant_fp8_tl(..., scales="tensor")``)
+NORM_SCALES = ("static", "token", "group")
+
+
+@dataclass(frozen=True)
+class NormFP8Config(NormConfig):
+    """The family's configuration and the scales' (``quant_fp8_tl``'s options)."""
+
+    scales: str = "static"
+    group_size: int = 128
+    column_major: bool = False
+    ue8m0: bool = False
+
+    @cached_property
+    def quant(self) -> QuantFP8Config:
+        """The ``quant_fp8_tl`` configuration of the float32 norm: what the dynamic scales are computed by."""
+        return QuantFP8Config(
+            self.n, torch.float32, self.scales, self.group_size, self.column_major, self.ue8m0, self.label
+        )
+
+
+#: the configuration of ``rmsnorm_fp8_tl``
+RMSNormFP8Config = NormFP8Config
 
 
 class RMSNormFP8Kernel(Protocol):
@@ -30,8 +70,9 @@ class RMSNormFP8Kernel(Protocol):
     def __call__(
         self, x: torch.Tensor, weight: torch.Tensor, scale: torch.Tensor, /, *, out: torch.Tensor | None = None
     ) -> torch.Tensor:
-        """``y[..., n] = saturate(x / sqrt(mean(x**2) + eps) * (weight_offset + weight[n]) / scale[0])`` for
-        ``x[..., n]``, in ``torch.float8_e4m3fn``; written into ``out`` when given."""
+        """``y[..., n] = saturate(x / sqrt(mean(x**2) + eps) * (weight_offset + weight[n]) / scale)`` for
+        ``x[..., n]``, in ``torch.float8_e4m3fn``; ``scale`` read (static) or written (dynamic); written into
+        ``out`` when given."""
         ...
 
 
@@ -47,32 +88,165 @@ def draw_scale(draw: Any, config: Any, tokens: int, geometry: Any) -> torch.Tens
     return (0.02 * torch.exp2(octaves)).to(draw.device)
 
 
-#: A per-tensor scale: one float32 element beside the activations.
+#: A per-tensor static scale: one float32 element beside the activations.
 SCALE = Fixed("scale", shape=(1,), dtype=torch.float32, draw=draw_scale)
+#: The fp8 norms' ``scale``: as :data:`SCALE` (read) under ``scales="static"``, else written, shaped by the scales.
+SCALES = Other("scale", mutated=True)
 #: The float8 output, shaped like ``x``.
 FP8_OUT = Out(like="x", dtype=FP8_DTYPE)
 
 
-class RMSNormFP8Spec(NormSpec):
+class NormFP8Spec(NormSpec):
+    """A float8 member of the RMSNorm family: its factory takes the scales' options too (``quant_fp8_tl``'s, less the
+    per-tensor dynamic scale), and ``scale``, the last parameter, is checked, drawn and counted by them."""
+
+    #: a dynamic scale is the float32 norm's maximum / 448: as close to float64's as the float32 norm is
+    derived_results = ("scale",)
+
+    def bind(
+        self,
+        n: int,
+        dtype: torch.dtype | str,
+        eps: float = 1e-6,
+        *,
+        weight_dtype: torch.dtype | str | None = None,
+        weight_offset: float = 0.0,
+        scales: str = "static",
+        group_size: int = 128,
+        column_major: bool = False,
+        ue8m0: bool = False,
+    ) -> NormFP8Config:
+        # no docstring: the factory's is the member's class docstring (``KernelSpec.factory_doc``)
+        factory = self.name
+        n = arguments.positive_int(factory, "n", n)
+        dtype = arguments.canonical_dtype(factory, dtype)
+        eps = arguments.finite_float(factory, "eps", eps, positive=True)
+        weight_dtype, weight_offset = weight_options(factory, dtype, weight_dtype, weight_offset)
+        label = norm_label(factory, n, dtype, eps, weight_dtype, weight_offset)
+        if scales == "tensor":
+            raise KernelInputError(
+                f"{factory}: scales must be one of {', '.join(NORM_SCALES)}, got 'tensor' (a per-tensor dynamic "
+                "scale needs the whole call's maximum: the norm, then quant_fp8_tl(..., scales='tensor'))"
+            )
+        options: dict[str, Any] = {}
+        group_size = scale_options(factory, n, options, scales, group_size, column_major, ue8m0)
+        if scales != "static":  # a static kernel keeps the label it had before the dynamic scales
+            label = label[:-1] + "".join(f", {key}={value!r}" for key, value in options.items()) + ")"
+        return NormFP8Config(
+            n, dtype, eps, weight_dtype, weight_offset, label, scales, group_size, bool(column_major), bool(ue8m0)
+        )
+
+    def cases(self) -> Any:
+        from hypothesis import strategies as st
+
+        def with_scales(case: Any) -> Any:
+            extra = scale_kwargs(case.args[0])
+            return extra.map(lambda kwargs: dataclasses.replace(case, kwargs={**case.kwargs, **kwargs}))
+
+        # static scales (the cases as they were before the dynamic ones), or per token, or per group
+        return st.one_of(super().cases(), super().cases().flatmap(with_scales))
+
+    def check_other(self, config: NormFP8Config, param: Param, arg: Any, args: tuple[Any, ...]) -> None:
+        x = args[0]
+        if config.scales == "static":
+            checks.check_tensor(config.label, "scale", arg, shape=(1,), dtype=torch.float32, device=x.device)
+        else:
+            check_scale(config.quant, config.label, x.numel() // config.n, x.device, arg)
+
+    def check_aliasing(self, config: NormFP8Config, *args: Any) -> None:
+        """A written ``residual`` or ``scale`` shares no element with another input (a static scale is only read)."""
+        inputs = self.inputs
+        for written, other in self.aliasing_pairs():
+            if config.scales == "static" and "scale" in (inputs[written], inputs[other]):
+                continue
+            if checks.overlap(args[written], args[other]):
+                raise KernelInputError(
+                    f"{config.label}: {inputs[written]} overlaps {inputs[other]} in memory; {inputs[written]} is "
+                    "written in place, so they must not share elements (not through a view of another dtype "
+                    "either): pass separate tensors"
+                )
+
+    def draw_other(self, config: NormFP8Config, param: Param, tokens: int, draw: Any, geometry: Any) -> Any:
+        if config.scales == "static":
+            return draw_scale(draw, config, tokens, geometry)
+        return written_scale(config.quant, tokens, draw.device)
+
+    def other_bytes(self, config: NormFP8Config, param: Param, tokens: int) -> int:
+        count = 1
+        for size in scale_shape(config.quant, tokens):
+            count *= size
+        return 4 * count
+
+    def plain_layout(self, config: NormFP8Config) -> tuple[checks.PlainInput, ...] | None:
+        """The static call's (its scale one float32 element); None under dynamic scales: every call is checked."""
+        if config.scales != "static":
+            return None
+        layout: list[checks.PlainInput] = []
+        for param in self.params:
+            if isinstance(param, Rows):
+                layout.append(checks.rows_input(config.n, config.dtype))
+            elif param is WEIGHT:
+                layout.append(checks.fixed_input((config.n,), config.weight_dtype))
+            else:
+                layout.append(checks.fixed_input((1,), torch.float32))
+        return tuple(layout)
+
+    def quantized(self, config: NormFP8Config, y: torch.Tensor, scale: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        """``(what the float8 conversion receives, the scale after the call)`` for the norm ``y`` (float64)."""
+        if config.scales == "static":
+            return quantize_reference(y, scale), scale
+        return quant_reference(config.quant, y, scale)
+
+
+def scale_kwargs(n: int) -> Any:
+    """The dynamic scales' factory arguments for rows of ``n``: per token, or per group (1, 2 or 4 groups a row, as
+    ``n`` allows: Triton's interpreter runs a program per group, so a wide row of narrow groups would take minutes),
+    row- or column-major, UE8M0 or not."""
+    from hypothesis import strategies as st
+
+    sizes = [n // groups for groups in (1, 2, 4) if n % groups == 0]
+    group = st.fixed_dictionaries(
+        {
+            "scales": st.just("group"),
+            "group_size": st.sampled_from(sizes),
+            "column_major": st.booleans(),
+            "ue8m0": st.booleans(),
+        }
+    )
+    return st.one_of(st.just({"scales": "token"}), group)
+
+
+class RMSNormFP8Spec(NormFP8Spec):
     """RMSNorm over the last dimension of ``x[..., n]``, scaled and converted to float8 for the next GEMM.
 
-    Returns ``kernel(x[..., n], weight[n], scale[1], *, out=None) -> y[..., n]`` in ``torch.float8_e4m3fn``:
+    Returns ``kernel(x[..., n], weight[n], scale, *, out=None) -> y[..., n]`` in ``torch.float8_e4m3fn``:
     ``y = saturate(rmsnorm(x) * (weight_offset + weight) / scale)``, computed in float32 and converted once,
-    values beyond ±448 saturating (vLLM's ``rms_norm_static_fp8_quant``). ``scale`` is a float32 tensor of one
-    element (a per-tensor static scale; a tensor, so that CUDA graphs see its updates). ``weight_dtype`` and
-    ``weight_offset`` are as for ``rmsnorm_tl``. ``x`` may have any leading dimensions and strided rows.
+    values beyond ±448 saturating. ``weight_dtype`` and ``weight_offset`` are as for ``rmsnorm_tl``. ``x`` may have
+    any leading dimensions and strided rows. ``scales``:
+
+    - ``"static"`` (the default): ``scale[1]``, float32, given and read (a tensor, so that CUDA graphs see its
+      updates); vLLM's ``rms_norm_static_fp8_quant``;
+    - ``"token"``: ``scale[M, 1]`` written, one scale a row, ``amax(|y|) / 448`` (vLLM's
+      ``rms_norm_dynamic_per_token_quant``);
+    - ``"group"``: ``scale[M, n // group_size]`` written, row-major, or the transpose of a ``[n // group_size, M]``
+      buffer with ``column_major=True``; ``ue8m0=True`` rounds them up to powers of two (in vLLM, ``rms_norm``
+      then ``per_token_group_quant_fp8``).
+
+    Dynamic scales are ``quant_fp8_tl``'s: the result is, bit for bit, the float32 norm handed to
+    ``quant_fp8_tl(n, torch.float32, scales, ...)`` (a zero row's scale is ``1e-10 / 448``, NaN is skipped).
     """
 
     name = "rmsnorm_fp8_tl"
     kernel_type = RMSNormFP8Kernel
-    params = (Rows("x"), WEIGHT, SCALE)
+    params = (Rows("x"), WEIGHT, SCALES)
     out = FP8_OUT
 
     def reference(  # type: ignore[override]
-        self, config: NormConfig, x: torch.Tensor, weight: torch.Tensor, scale: torch.Tensor
-    ) -> tuple[torch.Tensor]:
-        """The value the float8 conversion receives (the judge compares the kernel's float8 output with it)."""
-        return (quantize_reference(rmsnorm_reference(x, weight, config.eps, config.weight_offset), scale),)
+        self, config: NormFP8Config, x: torch.Tensor, weight: torch.Tensor, scale: torch.Tensor
+    ) -> tuple[torch.Tensor, ...]:
+        """``(what the float8 conversion receives, the scale after the call)``: the judge compares the kernel's
+        float8 output with the first."""
+        return self.quantized(config, rmsnorm_reference(x, weight, config.eps, config.weight_offset), scale)
 
 
 spec = RMSNormFP8Spec()

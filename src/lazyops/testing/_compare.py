@@ -176,7 +176,13 @@ def check_exact(out: torch.Tensor, ref: torch.Tensor, dtype: torch.dtype, what: 
 
 
 def check_each(
-    out: torch.Tensor, ref: torch.Tensor, dtype: torch.dtype, what: str, *, scale: float | None = None
+    out: torch.Tensor,
+    ref: torch.Tensor,
+    dtype: torch.dtype,
+    what: str,
+    *,
+    scale: float | None = None,
+    relative: float = 0.0,
 ) -> None:
     """Every element of an in-place result is within one unit in the last place of ``ref``, plus the absolute
     floor (:func:`absolute_tolerance`: float32 rounding of the math, relative to ``scale`` or the largest value
@@ -184,6 +190,9 @@ def check_each(
 
     For tensors the caller owns (``add_rmsnorm``'s residual, ``rope``'s query and key), a norm over the whole
     tensor would let a few wrong elements hide among many right ones; element by element they cannot.
+
+    ``relative``: a further bound relative to each element, for a result computed from another computation's
+    float32 rounding rather than rounded once (the fp8 norms' dynamic scales, from the float32 norm's maximum).
     """
     if not dtype.is_floating_point:
         check_exact(out, ref, dtype, what)
@@ -195,7 +204,7 @@ def check_each(
     got = out.to(torch.float64).cpu()
     largest = float(ref.abs().max())
     floor = absolute_tolerance(dtype, largest if scale is None else max(scale, largest))
-    bound = torch.finfo(dtype).eps * ref.abs() + floor
+    bound = (torch.finfo(dtype).eps + relative) * ref.abs() + floor
     bad = ~((got - ref).abs() <= bound)  # NaN compares false, so it counts as bad
     if bad.any():
         raise ConformanceError(

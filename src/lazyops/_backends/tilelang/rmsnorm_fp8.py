@@ -22,7 +22,15 @@ def programs(config: RMSNormFP8Config) -> dict[str, Callable[[], Any]]:
     return rmsnorm.programs(config, out_dtype=FP8)
 
 
-@spec.implementation(device_type="cuda", strided_rows=True, writes_out=True)
+def unsupported(config: RMSNormFP8Config) -> str | None:
+    """Why this backend does not serve ``config`` (``None``: it does): its program stores with a static per-tensor
+    scale only; dynamic scales (``scales="token"``, ``"group"``) go on to Triton or torch."""
+    if config.scales != "static":
+        return f"its program takes a static scale only, not scales={config.scales!r} (Triton and torch serve it)"
+    return None
+
+
+@spec.implementation(device_type="cuda", strided_rows=True, writes_out=True, supports=unsupported)
 def rmsnorm_fp8_tl(config: RMSNormFP8Config) -> Callable[..., None]:
     # launch(x, weight, scale, out)
     kernel = compiled(config.label, programs(config))["main"]

@@ -11,8 +11,7 @@ from collections.abc import Callable
 
 import torch
 
-from lazyops.specs.quant_fp8 import QuantFP8Config, absolute_max, dynamic_scale, spec
-from lazyops.specs.rmsnorm_fp8 import FP8_DTYPE, FP8_MAX
+from lazyops.specs.quant_fp8 import FP8_DTYPE, FP8_MAX, QuantFP8Config, absolute_max, dynamic_scale, spec
 
 
 def quantize_rows(
@@ -37,13 +36,21 @@ def silu_and_mul_float32(x: torch.Tensor, n: int) -> torch.Tensor:
     return torch.nn.functional.silu(gate).mul_(up)
 
 
+def quantize(
+    config: QuantFP8Config, x: torch.Tensor, scale: torch.Tensor, scale_ub: torch.Tensor | None = None
+) -> torch.Tensor:
+    """``quant_fp8_tl``'s call on ``x[M, n]``: a dynamic scale written into ``scale``, the float8 result returned
+    (also the fp8 norms', on their float32 norm)."""
+    scaled, computed = quantize_rows(config, x, scale, scale_ub)
+    if config.scales != "static":
+        scale.copy_(computed)
+    quantized: torch.Tensor = scaled.clamp_(-FP8_MAX, FP8_MAX).to(FP8_DTYPE)
+    return quantized
+
+
 @spec.implementation(strided_rows=True)
 def quant_fp8_tl(config: QuantFP8Config) -> Callable[..., torch.Tensor]:
     def quant_fp8(x: torch.Tensor, scale: torch.Tensor, scale_ub: torch.Tensor | None = None) -> torch.Tensor:
-        scaled, computed = quantize_rows(config, x, scale, scale_ub)
-        if config.scales != "static":
-            scale.copy_(computed)
-        quantized: torch.Tensor = scaled.clamp_(-FP8_MAX, FP8_MAX).to(FP8_DTYPE)
-        return quantized
+        return quantize(config, x, scale, scale_ub)
 
     return quant_fp8

@@ -10,6 +10,9 @@ in the input dtype, then ``float() / scale``, clamp and convert (in place after 
 upcast copy and extra op cost 1.7x its time at one token on an H200 (94 against 54 µs, the route before this
 one), and rounding the norm to 16 bits before float8 moves the error by under 1 % of float8's own
 (``tests/kernels/test_fp8_routes.py``; the README's rounding table).
+
+Dynamic scales (``scales="token"``, ``"group"``), on every device: the float32 norm handed to ``quant_fp8_tl``'s
+route (``lazyops._backends.torch.quant_fp8.quantize``), which writes the scales: the unfused pair, bit for bit.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ from collections.abc import Callable
 
 import torch
 
+from lazyops._backends.torch.quant_fp8 import quantize
 from lazyops._backends.torch.rmsnorm import inverse_rms, norm_weight
 from lazyops.specs.rmsnorm_fp8 import FP8_DTYPE, FP8_MAX, RMSNormFP8Config, spec
 
@@ -47,10 +51,13 @@ def quantize_on_device(x: torch.Tensor, weight: torch.Tensor, scale: torch.Tenso
 def rmsnorm_fp8_tl(config: RMSNormFP8Config) -> Callable[..., torch.Tensor]:
     offset, n, eps = config.weight_offset, config.n, config.eps
     inverse = inverse_rms(n, eps)
+    dynamic, quant = config.scales != "static", config.quant
 
     def rmsnorm_fp8(x: torch.Tensor, weight: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
         if offset:
             weight = norm_weight(weight, offset)
+        if dynamic:
+            return quantize(quant, rms_norm_float32(x, weight, inverse), scale)
         if x.is_cpu:
             return rms_norm_float32(x, weight, inverse).div_(scale).clamp_(-FP8_MAX, FP8_MAX).to(FP8_DTYPE)
         return quantize_on_device(x, weight, scale, n, eps)

@@ -137,3 +137,20 @@ def quant_launch(config: QuantFP8Config) -> Callable[..., None]:
             launch(grid, x, scale, scale, amax, out, *strides)
 
     return quant_fp8
+
+
+def quantize_after(config: QuantFP8Config, produce: Callable[..., None]) -> Callable[..., None]:
+    """A producer's float32 result quantized by ``quant_fp8_tl``'s launch for ``config`` (the fp8 norms' dynamic
+    scales): ``launch(*inputs, scale, out)`` runs ``produce(*inputs, rows)`` into a float32 ``[M, n]`` buffer, then
+    quantizes it into ``out``, writing ``scale``. Two launches and a float32 round trip through memory, so the result
+    is the unfused pair's bit for bit; a one-pass kernel is left to be measured against it."""
+    quantize = quant_launch(config)
+    n = config.n
+
+    def launch(*args: torch.Tensor) -> None:
+        *inputs, scale, out = args
+        rows = torch.empty((inputs[0].shape[0], n), dtype=torch.float32, device=out.device)
+        produce(*inputs, rows)
+        quantize(rows, scale, None, out)
+
+    return launch
