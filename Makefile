@@ -10,7 +10,8 @@ export PYTHONPATH := $(if $(PYTHONPATH),$(PYTHONPATH):)$(CURDIR)/src
 .PHONY: help test lint gpu-check gpu-results gpu-results-1 gpu-results-2 gpu-attention gpu-gemm gpu-host gpu-kernels \
 	gpu-layer gpu-engine gpu-hf gpu-tune gpu-prune cpu-results gpu-attention-hf \
 	gpu-kernel-defects gpu-sampling gpu-fp8 gpu-fp8gemm \
-	gpu-fp8norms
+	gpu-fp8norms gpu-families gpu-fp8-check gpu-fp8-bench gpu-fp8gemm-check gpu-fp8gemm-bench \
+	gpu-fp8norms-check gpu-fp8norms-bench gpu-moe-check gpu-moe-bench gpu-sampling-check gpu-sampling-bench
 
 help:
 	@echo "make test           the whole test suite (CI: bash scripts/test.sh installs, lints, then runs it)"
@@ -26,6 +27,7 @@ help:
 	@echo "make gpu-fp8norms   the fp8 norms' dynamic scales checked on the GPU, then the norms' bandwidth (~2 min)"
 	@echo "make gpu-hf         a Hugging Face Llama: stock, lazyops.transformers.patch, liger-kernel (one device call)"
 	@echo "make gpu-sampling   sample_tl's GPU checks, then bench_kernels.py --sampling (one device call, ~3 min)"
+	@echo "make gpu-families   the fp8, MoE and sampling kernels: every family's GPU checks, then their benchmarks (one call)"
 	@echo "make gpu-tune       lazyops tune on the decoder layer's trace, twice, then the layer by its plan (GPU)"
 	@echo "make cpu-results    the CPU result files into benchmarks/results/cpu/"
 
@@ -110,13 +112,13 @@ gpu-kernels:
 # in Triton, then bench_kernels.py --sampling (B = 1, 16, 64, 256 at V = 128256, float32 and bf16, against vLLM's
 # torch path, torch.compile of the spec's definition and torch.multinomial): GPU_OUT/sampling.{md,json} and
 # GPU_OUT/sampling-check.txt. About 3 minutes on an H100.
+SAMPLING_CHECK_S ?= 90
 SAMPLING_S ?= 170
-gpu-sampling:
-	@mkdir -p $(GPU_OUT)
-	@echo "== sample_tl: the kit on the device, then tests/kernels/test_sample.py in Triton"
-	-{ $(call limit,60) $(PYTEST_GPU) -m gpu tests/kernels/test_gpu_conformance.py -k "sample or penalties" 2>&1; \
-	  $(call limit,60) $(PYTEST_GPU) tests/kernels/test_sample.py -k triton 2>&1; } | tee $(GPU_OUT)/sampling-check.txt
-	@echo "== bench_kernels.py --sampling"
+gpu-sampling: gpu-sampling-check gpu-sampling-bench
+gpu-sampling-check:
+	-$(call gpu_pytest_log,sample_tl and apply_penalties_tl on the GPU,gpu-sampling,sampling-check.md,$(SAMPLING_CHECK_S),\
+	  tests/kernels/test_gpu_conformance.py -k "sample or penalties" tests/kernels/test_sample.py)
+gpu-sampling-bench:
 	$(call limit,$(SAMPLING_S)) $(PYTHON) benchmarks/bench_kernels.py --sampling --backend torch,triton --out $(GPU_OUT)
 
 LAYER_S ?= 540
@@ -126,9 +128,13 @@ gpu-layer:
 # Issue 36's MoE kernels (moe_route_tl, fused_moe_tl): their GPU conformance (Triton, TileLang where it has them),
 # then each backend against torch's loop in bench_kernels (Qwen3-30B-A3B's experts: decode 1, 8, 64 tokens in CUDA
 # graphs, prefill 4096): GPU_OUT/moe.{md,json}. About 3 minutes on an H100.
+MOE_CHECK_S ?= 80
 MOE_S ?= 180
-gpu-moe:
-	-$(call limit,80) $(PYTHON) -m pytest -q -m gpu -p no:cacheprovider tests/kernels/test_gpu_conformance.py -k moe
+gpu-moe: gpu-moe-check gpu-moe-bench
+gpu-moe-check:
+	-$(call gpu_pytest_log,The MoE kernels on the GPU,gpu-moe,moe-check.md,$(MOE_CHECK_S),\
+	  tests/kernels/test_gpu_conformance.py -k moe)
+gpu-moe-bench:
 	$(call limit,$(MOE_S)) $(PYTHON) benchmarks/bench_kernels.py --kernels moe_route_tl,fused_moe_tl --name moe \
 		--tokens 64,4096 --graph-tokens 1,8,64 --no-compile --out $(GPU_OUT)
 
@@ -145,17 +151,11 @@ gpu-engine:
 FP8_KERNELS ?= quant_fp8_tl,silu_and_mul_fp8_tl,rmsnorm_fp8_tl,add_rmsnorm_fp8_tl
 FP8_CHECK_S ?= 90
 FP8_BENCH_S ?= 90
-gpu-fp8:
-	@mkdir -p $(GPU_OUT)
-	@echo "gpu-fp8: checks (limit $(FP8_CHECK_S) s) -> $(GPU_OUT)/fp8-check.md"
-	{ echo "# fp8 kernels on the GPU"; echo; echo "Made by \`make gpu-fp8\` on $$(date -u +%FT%TZ); do not edit, rerun it."; \
-	  echo "Device: $$(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader); $$($(PYTHON) -c \
-	  'import torch, triton; print("torch", torch.__version__, "triton", triton.__version__)')."; echo; echo '```'; \
-	  echo '$$ pytest -m gpu tests/kernels/test_gpu_conformance.py -k "quant_fp8 or silu_and_mul_fp8 or rmsnorm_fp8" tests/kernels/test_quant_fp8.py'; \
-	  SECONDS=0; $(call limit,$(FP8_CHECK_S)) $(PYTEST_GPU) tests/kernels/test_gpu_conformance.py -k "quant_fp8 or silu_and_mul_fp8 or rmsnorm_fp8" \
-	  tests/kernels/test_quant_fp8.py 2>&1; echo "exit status $$? after $$SECONDS s"; echo '```'; \
-	} | tee $(GPU_OUT)/fp8-check.md
-	@echo "gpu-fp8: bandwidth (limit $(FP8_BENCH_S) s) -> $(GPU_OUT)/fp8_kernels.md"
+gpu-fp8: gpu-fp8-check gpu-fp8-bench
+gpu-fp8-check:
+	-$(call gpu_pytest_log,fp8 kernels on the GPU,gpu-fp8,fp8-check.md,$(FP8_CHECK_S),\
+	  tests/kernels/test_gpu_conformance.py -k "quant_fp8 or silu_and_mul_fp8 or rmsnorm_fp8" tests/kernels/test_quant_fp8.py)
+gpu-fp8-bench:
 	-$(call limit,$(FP8_BENCH_S)) $(PYTHON) benchmarks/bench_kernels.py --kernels $(FP8_KERNELS) --tokens 8192,32768 \
 	  --graph-tokens 1024 --modes stream,graph --name fp8_kernels --out $(GPU_OUT)
 
@@ -167,17 +167,11 @@ gpu-fp8:
 FP8GEMM_BACKENDS ?= torch,triton
 FP8GEMM_CHECK_S ?= 90
 FP8GEMM_BENCH_S ?= 120
-gpu-fp8gemm:
-	@mkdir -p $(GPU_OUT)
-	@echo "gpu-fp8gemm: checks (limit $(FP8GEMM_CHECK_S) s) -> $(GPU_OUT)/fp8gemm-check.md"
-	{ echo "# matmul_fp8_tl on the GPU"; echo; echo "Made by \`make gpu-fp8gemm\` on $$(date -u +%FT%TZ); do not edit, rerun it."; \
-	  echo "Device: $$(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader); $$($(PYTHON) -c \
-	  'import torch; print("torch", torch.__version__)')."; echo; echo '```'; \
-	  echo '$$ pytest tests/kernels/test_matmul_fp8.py tests/kernels/test_gpu_conformance.py -k matmul_fp8'; \
-	  SECONDS=0; $(call limit,$(FP8GEMM_CHECK_S)) $(PYTEST_GPU) tests/kernels/test_matmul_fp8.py \
-	  tests/kernels/test_gpu_conformance.py -k matmul_fp8 2>&1; echo "exit status $$? after $$SECONDS s"; echo '```'; \
-	} | tee $(GPU_OUT)/fp8gemm-check.md
-	@echo "gpu-fp8gemm: bench_gemm.py --fp8 (limit $(FP8GEMM_BENCH_S) s) -> $(GPU_OUT)/fp8_gemm.md"
+gpu-fp8gemm: gpu-fp8gemm-check gpu-fp8gemm-bench
+gpu-fp8gemm-check:
+	-$(call gpu_pytest_log,matmul_fp8_tl on the GPU,gpu-fp8gemm,fp8gemm-check.md,$(FP8GEMM_CHECK_S),\
+	  tests/kernels/test_matmul_fp8.py tests/kernels/test_gpu_conformance.py -k matmul_fp8)
+gpu-fp8gemm-bench:
 	-$(call limit,$(FP8GEMM_BENCH_S)) $(PYTHON) benchmarks/bench_gemm.py --fp8 tensor,rowwise,block \
 	  --backend $(FP8GEMM_BACKENDS) --tokens 1,16,128,1024,4096,8192 --graph-max 16 \
 	  --shapes 4096x4096,14336x4096,4096x14336,6144x4096 --name fp8_gemm --out $(GPU_OUT)
@@ -189,19 +183,24 @@ gpu-fp8gemm:
 # no scales option yet) against a copy of the same bytes: GPU_OUT/fp8norms_kernels.{md,json}.
 FP8NORMS_CHECK_S ?= 75
 FP8NORMS_BENCH_S ?= 60
-gpu-fp8norms:
-	@mkdir -p $(GPU_OUT)
-	@echo "gpu-fp8norms: checks (limit $(FP8NORMS_CHECK_S) s) -> $(GPU_OUT)/fp8norms-check.md"
-	{ echo "# fp8 norms' dynamic scales on the GPU"; echo; echo "Made by \`make gpu-fp8norms\` on $$(date -u +%FT%TZ); do not edit, rerun it."; \
-	  echo "Device: $$(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader); $$($(PYTHON) -c \
-	  'import torch, triton; print("torch", torch.__version__, "triton", triton.__version__)')."; echo; echo '```'; \
-	  echo '$$ pytest -m gpu tests/kernels/test_gpu_conformance.py -k "rmsnorm_fp8 or fp8_norm_scales" tests/kernels/test_fp8_norm_scales.py'; \
-	  SECONDS=0; $(call limit,$(FP8NORMS_CHECK_S)) $(PYTEST_GPU) tests/kernels/test_gpu_conformance.py -k "rmsnorm_fp8 or fp8_norm_scales" \
-	  tests/kernels/test_fp8_norm_scales.py 2>&1; echo "exit status $$? after $$SECONDS s"; echo '```'; \
-	} | tee $(GPU_OUT)/fp8norms-check.md
-	@echo "gpu-fp8norms: bandwidth (limit $(FP8NORMS_BENCH_S) s) -> $(GPU_OUT)/fp8norms_kernels.md"
+gpu-fp8norms: gpu-fp8norms-check gpu-fp8norms-bench
+gpu-fp8norms-check:
+	-$(call gpu_pytest_log,fp8 norms' dynamic scales on the GPU,gpu-fp8norms,fp8norms-check.md,$(FP8NORMS_CHECK_S),\
+	  tests/kernels/test_gpu_conformance.py -k "rmsnorm_fp8 or fp8_norm_scales" tests/kernels/test_fp8_norm_scales.py)
+gpu-fp8norms-bench:
 	-$(call limit,$(FP8NORMS_BENCH_S)) $(PYTHON) benchmarks/bench_kernels.py --kernels rmsnorm_fp8_tl,add_rmsnorm_fp8_tl \
 	  --tokens 8192,32768 --graph-tokens 1024 --modes stream,graph --name fp8norms_kernels --out $(GPU_OUT)
+
+# The new kernel families (issues 35-37) in ONE device call of under 9 minutes: each family's GPU checks (logged in
+# GPU_OUT/<family>-check.md), then each one's benchmark, each part stopped at its limit (the checks first, so that a
+# cut-off call still says whether the kernels are right on the device).
+gpu-families:
+	@mkdir -p $(GPU_OUT)
+	-$(MAKE) --no-print-directory gpu-fp8-check gpu-fp8norms-check gpu-fp8gemm-check gpu-moe-check gpu-sampling-check \
+	  FP8_CHECK_S=60 FP8NORMS_CHECK_S=45 FP8GEMM_CHECK_S=60 MOE_CHECK_S=60 SAMPLING_CHECK_S=60
+	-$(MAKE) --no-print-directory gpu-fp8-bench gpu-fp8gemm-bench gpu-moe-bench gpu-sampling-bench \
+	  FP8_BENCH_S=45 FP8GEMM_BENCH_S=75 MOE_S=60 SAMPLING_S=60
+	@ls -l $(GPU_OUT)
 
 # A Hugging Face Llama (4 layers, Llama-3-8B shapes): stock, lazyops.transformers.patch, liger-kernel's patch;
 # results/<gpu>/hf.{md,json}. One device call of a few minutes (liger-kernel's wheel installed first).
@@ -234,6 +233,15 @@ GPU_CONFORMANCE_EXAMPLES ?=
 GPU_SELECT ?=
 GPU_CHECK_NAME ?= gpu-check
 PYTEST_GPU = $(PYTHON) -m pytest -q -rfEs --durations=25 -p no:cacheprovider
+# `$(call gpu_pytest_log,TITLE,TARGET,FILE,SECONDS,PYTEST ARGUMENTS)`: pytest on the device, stopped after SECONDS,
+# its output headed by the command, the date and the device and written to GPU_OUT/FILE as it runs
+define gpu_pytest_log
+mkdir -p $(GPU_OUT); { echo "# $(1)"; echo; echo "Made by \`make $(2)\` on $$(date -u +%FT%TZ); do not edit, rerun it."; \
+  echo "Device: $$(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader); $$($(PYTHON) -c \
+  'import torch, triton; print("torch", torch.__version__, "triton", triton.__version__)')."; echo; echo '```'; \
+  echo '$$ pytest$(5)   # limit $(4) s'; SECONDS=0; $(call limit,$(4)) $(PYTEST_GPU)$(5) 2>&1; \
+  echo "exit status $$? after $$SECONDS s"; echo '```'; } | tee $(GPU_OUT)/$(3)
+endef
 # Issue 33's kernel items on the device, one call of about 3 minutes: the paged kernels' conformance over each GPU
 # backend (one case per configuration class), their own GPU tests (a declined head dim runs from torch, index
 # dtypes, meta), the factory-time declines of every kernel and the paged kernels' input tests; the log is
