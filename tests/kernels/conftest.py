@@ -145,7 +145,10 @@ def tilelang_compiled_ahead() -> None:
     from lazyops.specs import kernel_names, spec
 
     builds = []
+    served = _api.backend("tilelang").manifest()
     for kernel in kernel_names():
+        if kernel not in served:  # not ported to TileLang: its GPU tests skip it
+            continue
         factory = _api.kernel_factory("tilelang", kernel)
         example = spec(kernel).benchmark(torch.bfloat16)
         builds.append((factory, example.args, dict(example.kwargs)))
