@@ -28,6 +28,24 @@ def buffer(shape: tuple[int, ...], column_major: bool, device: str) -> torch.Ten
     return written.t() if column_major else written
 
 
+def assert_the_unfused_pair(kernels, fused, unfused, fused_scale, unfused_scale, same_program: bool) -> None:
+    """Bit for bit, where the fused norm reduces its squares in the unfused norm's order: on the CPU (Triton's
+    interpreter and torch sum in one order), in the torch backend on any device (the same op), and in a Triton
+    kernel on a GPU only when both norms are one compiled program (``same_program``: a float32 input to
+    ``rmsnorm_fp8_tl``). A 16-bit input, or the add fused in front, compiles another program whose blocked layout
+    (8 bfloat16 or 4 float32 values a thread) reduces in another tree: the float32 norm may then move by an ulp or
+    two. Bound (docs/decisions/013): each scale within 4 float32 ulps (relative 2**-21), each output at most one
+    float8 step from the pair's, and equal where no tie lies between them."""
+    if kernels.device == "cpu" or kernels.backend == "torch" or same_program:
+        assert torch.equal(fused.view(torch.uint8), unfused.view(torch.uint8))
+        assert torch.equal(fused_scale, unfused_scale)
+        return
+    torch.testing.assert_close(fused_scale, unfused_scale, rtol=2.0**-21, atol=0.0)
+    steps = (fused.view(torch.uint8).int() - unfused.view(torch.uint8).int()).abs()
+    assert int(steps.max()) <= 1, "a fused output more than one float8 step from the unfused pair's"
+    assert float((steps > 0).float().mean()) < 0.05, "more than 5 % of the fused outputs moved by a step"
+
+
 @pytest.mark.parametrize(("scales", "options", "shape"), DYNAMIC)
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
 def test_rmsnorm_fp8_is_the_unfused_pair_in_float32_bit_for_bit(kernels, scales, options, shape, dtype):
@@ -42,8 +60,7 @@ def test_rmsnorm_fp8_is_the_unfused_pair_in_float32_bit_for_bit(kernels, scales,
     fused = factory(x, weight, fused_scale)
     normed = kernels.factory("rmsnorm_tl")(n, torch.float32, 1e-6, weight_dtype=dtype)(x.float(), weight)
     unfused = kernels.factory("quant_fp8_tl")(n, torch.float32, scales, **options)(normed, unfused_scale)
-    assert torch.equal(fused.view(torch.uint8), unfused.view(torch.uint8))
-    assert torch.equal(fused_scale, unfused_scale)
+    assert_the_unfused_pair(kernels, fused, unfused, fused_scale, unfused_scale, same_program=dtype == torch.float32)
     zero_row = ZERO_ROW_SCALE if not options.get("ue8m0") else 2.0**-42  # rounded up to a power of two
     assert torch.equal(fused_scale[2], torch.full_like(fused_scale[2], zero_row))
     assert (fused[2].float() == 0).all()
@@ -64,8 +81,7 @@ def test_add_rmsnorm_fp8_is_the_unfused_pair_in_float32_bit_for_bit(kernels, sca
     # (the residual is the conformance kit's to judge: Triton's interpreter truncates float32 to bfloat16)
     norm = kernels.factory("rmsnorm_tl")(n, torch.float32, 1e-6, weight_dtype=dtype, weight_offset=1.0)
     unfused = kernels.factory("quant_fp8_tl")(n, torch.float32, scales, **options)(norm(total, weight), unfused_scale)
-    assert torch.equal(fused.view(torch.uint8), unfused.view(torch.uint8))
-    assert torch.equal(fused_scale, unfused_scale)
+    assert_the_unfused_pair(kernels, fused, unfused, fused_scale, unfused_scale, same_program=False)
 
 
 def test_the_static_call_keeps_its_form_and_its_label(kernels):

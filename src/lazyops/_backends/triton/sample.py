@@ -89,7 +89,7 @@ def _sample_kernel(
     lo = tl.full([ROWS, 1], -(2**31), tl.int64)
     hi = top
     searches = 32 if tl.min(k) <= V else 0  # no row of the program asks for top-k: its threshold stays the lowest
-    for _ in range(searches):
+    for _search in range(searches):
         mid = lo + (hi - lo) // 2
         above = tl.zeros([ROWS, 1], tl.int32)
         for start in range(0, V, BLOCK_V):
@@ -115,7 +115,7 @@ def _sample_kernel(
     lo = tl.full([ROWS, 1], -(2**31), tl.int64)
     hi = top
     searches = 32 if tl.min(p) < 1.0 else 0  # no row asks for top-p (1.0 keeps every token of positive mass)
-    for _ in range(searches):
+    for _search in range(searches):
         mid = lo + (hi - lo) // 2
         mass = tl.zeros([ROWS, 1], tl.float32)
         for start in range(0, V, BLOCK_V):
