@@ -415,6 +415,38 @@ def matmul_tl(n: int, k: int, dtype: torch.dtype | str) -> _MatmulKernel:
 
 
 @type_check_only
+class _MoeAlignKernel(Protocol):
+    """What ``moe_align_tl`` returns (in every backend): the kernel call, positional arguments only."""
+
+    def __call__(
+        self,
+        topk_ids: torch.Tensor,
+        sorted_token_ids: torch.Tensor,
+        expert_ids: torch.Tensor,
+        num_tokens_post_padded: torch.Tensor,
+        /,
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Sorts the assignments of ``topk_ids[..., k]`` (int32) by expert into blocks, writing
+        ``sorted_token_ids[P]``, ``expert_ids[P // block_size]`` and ``num_tokens_post_padded[1]`` (all int32,
+        ``P`` from :func:`lazyops.specs.moe_align.sizes`); returns the three.
+        """
+
+
+def moe_align_tl(num_experts: int, top_k: int, block_size: int = 16) -> _MoeAlignKernel:
+    """The token alignment of a sparse MoE layer: ``top_k`` of ``num_experts`` experts a token, sorted by
+    expert into blocks of ``block_size`` rows for a grouped GEMM.
+
+    Returns ``kernel(topk_ids[..., k], sorted_token_ids[P], expert_ids[P // block_size],
+    num_tokens_post_padded[1]) -> (sorted_token_ids, expert_ids, num_tokens_post_padded)``, all int32, written
+    in place; ``P`` is ``lazyops.specs.moe_align.sizes(T, top_k, num_experts, block_size)[0]`` (the worst case:
+    nothing is read on the host). Each expert's assignments (``i`` of ``topk_ids.reshape(-1)``, token
+    ``i // k``) in ascending order fill whole blocks, padded with ``T * k``; ``expert_ids`` is -1 past the last
+    used block. An id outside ``[0, num_experts)`` (-1 from an expert map) is in no block. vLLM's
+    ``moe_align_block_size(topk_ids, block_size, num_experts)``.
+    """
+
+
+@type_check_only
 class _MoeRouteKernel(Protocol):
     """What ``moe_route_tl`` returns (in every backend): the kernel call, positional arguments only."""
 
