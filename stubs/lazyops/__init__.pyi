@@ -228,10 +228,12 @@ class _FusedMoeKernel(Protocol):
         topk_ids: torch.Tensor,
         /,
         *,
+        expert_map: torch.Tensor | None = None,
         out: torch.Tensor | None = None,
     ) -> torch.Tensor:
         """``out[..., H]``: each token of ``x[..., H]`` through the experts ``topk_ids[..., k]`` (int32) names,
         weighted by ``topk_weights[..., k]`` (float32) and summed; written into ``out`` when given.
+        ``expert_map[G]`` (int32; required with ``global_experts=G``, else left out): global to local experts.
         """
 
 
@@ -243,6 +245,7 @@ def fused_moe_tl(
     dtype: torch.dtype | str,
     *,
     activation: str = 'silu',
+    global_experts: int | None = None,
 ) -> _FusedMoeKernel:
     """The experts of a sparse MoE layer (Mixtral, Qwen3-MoE): ``num_experts`` gated MLPs of ``hidden`` to
     ``intermediate`` and back, ``top_k`` of them a token.
@@ -250,7 +253,10 @@ def fused_moe_tl(
     Returns ``kernel(x[..., H], w13[E, 2I, H], w2[E, H, I], topk_weights[..., k], topk_ids[..., k], *,
     out=None) -> out[..., H]`` in ``dtype``: ``w13`` holds each expert's gate then up projection, ``topk_ids``
     (int32) and ``topk_weights`` (float32) are ``moe_route_tl``'s. ``activation``: ``"silu"`` (SwiGLU) or
-    ``"gelu"`` (tanh GeGLU). Products accumulate in float32.
+    ``"gelu"`` (tanh GeGLU). Products accumulate in float32. ``global_experts``: the layer's expert count
+    under expert parallelism, where this rank holds ``num_experts`` of them; the call then takes
+    ``expert_map=`` (int32 ``[global_experts]``: the local expert, or -1 for an absent one, whose assignments
+    contribute nothing) and ``topk_ids`` name global experts.
     """
 
 

@@ -1,7 +1,9 @@
 """The experts of a sparse MoE layer in Triton (the spec: ``lazyops.specs.fused_moe``), as vLLM's ``fused_moe``.
 
-The ``T·k`` assignments are sorted by expert into blocks of ``BLOCK_M`` rows (:func:`align`: torch ops on the
-device, sizes from ``T``, ``k`` and ``E`` alone, nothing read on the host), each block one expert's. Then two
+The ``T·k`` assignments are sorted by expert into blocks of ``BLOCK_M`` rows (``moe_align_tl``'s launches, sizes
+and grids from ``T``, ``k`` and ``E`` alone, nothing read on the host: a CUDA graph captures the whole call), each
+block one expert's; an ``expert_map`` turns the global ids into local ones first (a gather on the device), and
+the assignments it marks absent are in no block, their rows of the float32 partial sums zero. Then two
 grouped GEMMs over the blocks, each program one block by one tile of columns, reading its rows through the sorted
 ids instead of a gathered copy: the gate/up GEMM with the activation fused (both halves' tiles in one program,
 each rounded to the dtype as the spec says), and the down GEMM scaled by the routing weight into a float32 row per
@@ -18,34 +20,13 @@ import triton.language as tl
 
 from lazyops._backends.triton._common import cdiv, interpreting, launch_device
 from lazyops._backends.triton._launch import Launcher
+from lazyops._backends.triton.moe_align import Aligner
 from lazyops.specs.fused_moe import FusedMoeConfig, spec
+from lazyops.specs.moe_align import sizes
 
 #: Rows a block (one expert's tokens), columns and reduction depth a program: tl.dot's smallest tiles (16) serve
 #: the interpreter and decode; tuned tiles per device are for the GPU sweep.
 BLOCK_M, BLOCK_N, BLOCK_K = 16, 32, 32
-
-
-def align(ids: torch.Tensor, num_experts: int, block: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """``(sorted_ids, expert_ids)``: the assignments (``ids.reshape(-1)``'s positions) grouped by expert into blocks
-    of ``block`` rows, padded with ``ids.numel()``, and each block's expert (-1 past the last used block).
-
-    The worst-case sizes (each used expert's last block part padding) depend on the shapes alone, so a CUDA graph
-    can capture the call."""
-    flat = ids.reshape(-1)
-    assignments = flat.numel()
-    capacity = -(-(assignments + min(num_experts, assignments) * (block - 1)) // block)  # no helper: call depth
-    counts = torch.bincount(flat, minlength=num_experts)
-    padded = (counts + block - 1) // block * block
-    ends = padded.cumsum(0)
-    order = flat.argsort(stable=True)
-    experts = flat[order].long()
-    rank = torch.arange(assignments, device=flat.device) - (counts.cumsum(0) - counts)[experts]
-    sorted_ids = torch.full((capacity * block,), assignments, dtype=torch.int32, device=flat.device)
-    sorted_ids[(ends - padded)[experts] + rank] = order.to(torch.int32)
-    starts = torch.arange(capacity, device=flat.device) * block
-    owner = torch.searchsorted(ends, starts, right=True)
-    expert_ids = torch.where(owner < num_experts, owner, -1).to(torch.int32)
-    return sorted_ids, expert_ids
 
 
 @triton.jit
@@ -174,16 +155,28 @@ def fused_moe_tl(config: FusedMoeConfig) -> Callable[..., torch.Tensor]:
     )
     down = Launcher(_down_kernel, {**shapes, **tiles})
     inter_tiles, hidden_tiles = cdiv(inter, wide), cdiv(hidden, wide)
+    aligner = Aligner(experts, top_k, BLOCK_M)
 
     def fused_moe(
-        x: torch.Tensor, w13: torch.Tensor, w2: torch.Tensor, topk_weights: torch.Tensor, topk_ids: torch.Tensor
+        x: torch.Tensor,
+        w13: torch.Tensor,
+        w2: torch.Tensor,
+        topk_weights: torch.Tensor,
+        topk_ids: torch.Tensor,
+        expert_map: torch.Tensor | None,
     ) -> torch.Tensor:
         tokens = x.shape[0]
         assignments = tokens * top_k
-        sorted_ids, expert_ids = align(topk_ids, experts, BLOCK_M)
-        blocks = expert_ids.shape[0]
+        padded_len, blocks = sizes(tokens, top_k, experts, BLOCK_M)
+        sorted_ids = torch.empty(padded_len, dtype=torch.int32, device=x.device)
+        expert_ids = torch.empty(blocks, dtype=torch.int32, device=x.device)
+        post_padded = torch.empty(1, dtype=torch.int32, device=x.device)
+        mapped = expert_map is not None and expert_map.numel() > 0
+        if mapped:
+            topk_ids = expert_map[topk_ids.reshape(-1).long()]  # type: ignore[index]
+        aligner(topk_ids, sorted_ids, expert_ids, post_padded)
         activated = x.new_empty(assignments, inter)
-        partial = torch.empty(assignments, hidden, dtype=torch.float32, device=x.device)
+        partial = (torch.zeros if mapped else torch.empty)(assignments, hidden, dtype=torch.float32, device=x.device)
         gate_up((blocks, inter_tiles), x, w13, activated, sorted_ids, expert_ids, assignments)
         down((blocks, hidden_tiles), activated, w2, topk_weights, partial, sorted_ids, expert_ids, assignments)
         return partial.view(tokens, top_k, hidden).sum(dim=1).to(x.dtype)
