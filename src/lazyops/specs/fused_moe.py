@@ -185,6 +185,12 @@ class FusedMoeSpec(KernelSpec):
             shape = (config.global_experts,)
         checks.check_tensor(config.label, "expert_map", arg, shape=shape, dtype=torch.int32, device=args[0].device)
 
+    def check_out(self, config: FusedMoeConfig, out: Any, *args: Any) -> None:
+        """The derived check, a left-out ``expert_map`` (None) taken as the empty tensor it stands for."""
+        if args[-1] is None:
+            args = (*args[:-1], args[0].new_empty(0, dtype=torch.int32))
+        super().check_out(config, out, *args)
+
     def draw_other(self, config: FusedMoeConfig, param: Any, tokens: int, draw: Any, geometry: Any) -> Any:
         """A map of each local expert from one random global one, the rest -1; empty (left out) without one."""
         if config.global_experts is None:
