@@ -18,11 +18,11 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 pytest.importorskip("triton")
 
-from lazyops._backends.triton import fused_moe as triton_fused_moe  # noqa: E402
-from lazyops._backends.triton import moe_align as triton_moe_align  # noqa: E402
-from lazyops._backends.triton._launch import Launcher  # noqa: E402
-from lazyops._backends.torch import moe_align as torch_moe_align  # noqa: E402
-from lazyops.specs.moe_align import sizes  # noqa: E402
+from lazyops._backends.torch import moe_align as torch_moe_align
+from lazyops._backends.triton import fused_moe as triton_fused_moe
+from lazyops._backends.triton import moe_align as triton_moe_align
+from lazyops._backends.triton._launch import Launcher
+from lazyops.specs.moe_align import sizes
 
 #: operators whose result depends on tensor values the host must read (their output size, or a Python scalar)
 HOST_READS = {
