@@ -111,6 +111,7 @@ def draw_ids(inputs: Any, config: Any, tokens: int, geometry: Mapping[str, Any])
 class MoeAlignSpec(KernelSpec):
     name = "moe_align_tl"
     kernel_type = MoeAlignKernel
+    judgement = "exact"
     params = (
         Rows("topk_ids", width="top_k", dtype=torch.int32, draw=draw_ids),
         Other("sorted_token_ids", mutated=True),
