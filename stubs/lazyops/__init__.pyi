@@ -462,9 +462,12 @@ class _MoeRouteKernel(Protocol):
         topk_weights: torch.Tensor,
         topk_ids: torch.Tensor,
         /,
+        *,
+        correction_bias: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """Writes each token's ``k`` experts of ``logits[..., E]`` into ``topk_ids[..., k]`` (int32, highest score
         first, ties to the lower id) and their weights into ``topk_weights[..., k]`` (float32); returns both.
+        ``correction_bias[E]`` (float32): required with ``correction_bias=True``, else left out.
         """
 
 
@@ -475,13 +478,21 @@ def moe_route_tl(
     *,
     scoring: str = 'softmax',
     renormalize: bool = True,
+    n_group: int = 1,
+    topk_group: int = 1,
+    correction_bias: bool = False,
+    routed_scaling_factor: float = 1.0,
 ) -> _MoeRouteKernel:
     """The router of a sparse MoE layer: ``top_k`` of ``num_experts`` experts a token, from logits in ``dtype``.
 
-    Returns ``kernel(logits[..., E], topk_weights[..., k], topk_ids[..., k]) -> (topk_weights, topk_ids)``,
-    written in place: the ``k`` highest logits' experts (int32, ties to the lower id) and their softmax
-    probabilities (float32), renormalised to sum to one when ``renormalize`` (Mixtral; Qwen3-MoE's
-    ``norm_topk_prob``). A row holding NaN gets undefined experts.
+    Returns ``kernel(logits[..., E], topk_weights[..., k], topk_ids[..., k], *, correction_bias=None) ->
+    (topk_weights, topk_ids)``, written in place: the ``k`` best experts (int32, ties to the lower id) and their
+    weights (float32). ``scoring="softmax"``: by logit, weighted by softmax probability, renormalised to sum to
+    one when ``renormalize`` (Mixtral; Qwen3-MoE's ``norm_topk_prob``). ``scoring="sigmoid"`` (DeepSeek-V3):
+    weighted by ``sigmoid(logit)``, selected by that plus ``correction_bias[E]`` (float32, passed per call when
+    ``correction_bias=True``) among the experts of the ``topk_group`` best of ``n_group`` groups (ranked by
+    their two best selection scores' sum with a bias, their best without). The weights are then multiplied by
+    ``routed_scaling_factor``. A NaN logit ranks as ``-inf`` and makes its row's weights NaN.
     """
 
 

@@ -294,14 +294,26 @@ def draw_expert_map(local: int, experts: int, generator: torch.Generator) -> tor
 def with_keyword(
     accepts: Callable[[tuple[Any, ...]], bool], size: int | None, dtype: torch.dtype
 ) -> Callable[[tuple[Any, ...]], bool]:
-    """A fast path over the leading tensors (``accepts``) followed by one keyword tensor: None where ``size`` is
-    None, else ``dtype`` ``[size]``, dense, on the first tensor's device and needing no grad (anything else takes
-    the full checks)."""
+    """A fast path over the leading tensors (``accepts``) followed by one keyword tensor: ``dtype`` ``[size]``,
+    dense, on the first tensor's device and needing no grad; where ``size`` is None, left out (None, or the empty
+    tensor the custom operator passes for it). Anything else takes the full checks."""
     tensor = torch.Tensor
     is_grad_enabled = torch.is_grad_enabled
+    shape = (0 if size is None else size,)
     if size is None:
-        return lambda args: len(args) > 1 and args[-1] is None and accepts(args[:-1])
-    shape = (size,)
+
+        def absent(args: tuple[Any, ...]) -> bool:
+            if len(args) < 2:
+                return False
+            last = args[-1]
+            if last is not None:
+                if type(last) is not tensor or last.dtype is not dtype or last.shape != shape:
+                    return False
+                if last.device != args[0].device or (is_grad_enabled() and last.requires_grad):
+                    return False
+            return accepts(args[:-1])
+
+        return absent
 
     def accepts_keyword(args: tuple[Any, ...]) -> bool:
         if len(args) < 2:
