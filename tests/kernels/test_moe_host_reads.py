@@ -21,6 +21,7 @@ pytest.importorskip("triton")
 from lazyops._backends.torch import moe_align as torch_moe_align
 from lazyops._backends.triton import fused_moe as triton_fused_moe
 from lazyops._backends.triton import moe_align as triton_moe_align
+from lazyops._backends.triton._common import interpreting
 from lazyops._backends.triton._launch import Launcher
 from lazyops.specs.moe_align import sizes
 
@@ -60,6 +61,12 @@ class NoHostReads(TorchDispatchMode):
         return func(*args, **(kwargs or {}))
 
 
+#: the CPU tests need Triton's interpreter (host tensors); on a GPU, :func:`test_a_cuda_graph_captures_the_moe_layer`
+interpreted = pytest.mark.skipif(
+    not interpreting(triton_moe_align._count_kernel), reason="Triton compiles here: the GPU test captures a graph"
+)
+
+
 @pytest.fixture
 def recorded(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, tuple[int, ...]]]:
     """The Triton launches as ``(kernel name, grid)``, none run; the tensor methods that read values fail."""
@@ -88,6 +95,7 @@ def routings(tokens: int, top_k: int, experts: int) -> list[torch.Tensor]:
     return [skewed, spread]
 
 
+@interpreted
 @pytest.mark.parametrize(("tokens", "top_k", "experts", "block"), [(1, 1, 1, 16), (7, 2, 8, 16), (300, 8, 128, 64)])
 def test_triton_moe_align_reads_nothing_on_the_host(recorded, tokens, top_k, experts, block):
     kernel = triton_moe_align.moe_align_tl(experts, top_k, block)
@@ -102,6 +110,7 @@ def test_triton_moe_align_reads_nothing_on_the_host(recorded, tokens, top_k, exp
     assert grids[0] == grids[1] and len(grids[0]) == 3
 
 
+@interpreted
 @pytest.mark.parametrize("mapped", [False, True], ids=["all experts", "expert_map"])
 @pytest.mark.parametrize(("tokens", "top_k", "experts"), [(1, 2, 8), (64, 8, 128)])
 def test_triton_fused_moe_reads_nothing_on_the_host(recorded, tokens, top_k, experts, mapped):
@@ -137,3 +146,58 @@ def test_the_detector_catches_a_host_read():
         torch.bincount(torch.tensor([1, 2]))
     with pytest.raises(AssertionError, match="host"), NoHostReads():
         torch.arange(3)[torch.tensor([True, False, True])]
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="a CUDA graph needs a CUDA device")
+@pytest.mark.parametrize("tokens", [1, 4096])
+@pytest.mark.parametrize(
+    ("mapped", "deepseek"),
+    [(False, False), (True, False), (False, True)],
+    ids=["Qwen3-30B-A3B", "Qwen3-30B-A3B with expert_map", "DeepSeek-V3 routing"],
+)
+def test_a_cuda_graph_captures_the_moe_layer(tokens, mapped, deepseek):
+    """Triton's route, alignment and experts at Qwen3-30B-A3B's shapes (or DeepSeek-V3's router: 8 of 256 experts
+    in 4 of 8 groups, biased) under ``set_sync_debug_mode("error")``, captured in one CUDA graph and replayed on
+    new logits: the replay equals an eager call."""
+    from lazyops._backends.triton.moe_route import moe_route_tl
+
+    experts, top_k, hidden, inter, dtype = 256 if deepseek else 128, 8, 2048, 768, torch.bfloat16
+    grouped = {"n_group": 8, "topk_group": 4, "correction_bias": True, "routed_scaling_factor": 2.5}
+    route = moe_route_tl(experts, top_k, dtype, **({"scoring": "sigmoid", **grouped} if deepseek else {}))
+    bias = torch.randn(experts, device="cuda") / 10 if deepseek else None
+    options = {"global_experts": 2 * experts} if mapped else {}
+    moe = triton_fused_moe.fused_moe_tl(hidden, inter, experts, top_k, dtype, **options)
+    x = torch.randn(tokens, hidden, device="cuda", dtype=dtype)
+    w13 = torch.randn(experts, 2 * inter, hidden, device="cuda", dtype=dtype) / hidden**0.5
+    w2 = torch.randn(experts, hidden, inter, device="cuda", dtype=dtype) / inter**0.5
+    logits = torch.randn(tokens, experts, device="cuda", dtype=dtype)
+    expert_map = None
+    if mapped:
+        expert_map = torch.full((2 * experts,), -1, dtype=torch.int32, device="cuda")
+        expert_map[::2] = torch.arange(experts, dtype=torch.int32, device="cuda")
+    weights = torch.empty(tokens, top_k, device="cuda")
+    ids = torch.empty(tokens, top_k, device="cuda", dtype=torch.int32)
+    out = torch.empty_like(x)
+
+    def layer() -> None:
+        route(logits, weights, ids, correction_bias=bias)
+        moe(x, w13, w2, weights, ids, expert_map=expert_map, out=out)
+
+    with torch.inference_mode():
+        layer()  # compiles
+        torch.cuda.synchronize()
+        torch.cuda.set_sync_debug_mode("error")
+        try:
+            layer()
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph):
+                layer()
+        finally:
+            torch.cuda.set_sync_debug_mode(0)
+        logits.copy_(torch.randn_like(logits))
+        graph.replay()
+        replayed = out.clone()
+        layer()
+        torch.cuda.synchronize()
+    assert torch.equal(replayed, out)

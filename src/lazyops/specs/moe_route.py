@@ -301,10 +301,5 @@ class MoeRouteSpec(KernelSpec):
         """Qwen3-30B-A3B's router: 8 of 128 experts."""
         return Example((128, 8, dtype))
 
-    def deepseek(self, dtype: torch.dtype) -> Example:
-        """DeepSeek-V3's router: 8 of 256 experts in the 4 best of 8 groups, biased, scaled by 2.5."""
-        options = {"n_group": 8, "topk_group": 4, "correction_bias": True, "routed_scaling_factor": 2.5}
-        return Example((256, 8, dtype), {"scoring": "sigmoid", **options})
-
 
 spec = MoeRouteSpec()
