@@ -13,6 +13,7 @@ assignment, summed over the ``k`` assignments of each token last.
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import torch
 import triton
@@ -24,9 +25,45 @@ from lazyops._backends.triton.moe_align import Aligner
 from lazyops.specs.fused_moe import FusedMoeConfig, spec
 from lazyops.specs.moe_align import sizes
 
-#: Rows a block (one expert's tokens), columns and reduction depth a program: tl.dot's smallest tiles (16) serve
-#: the interpreter and decode; tuned tiles per device are for the GPU sweep.
-BLOCK_M, BLOCK_N, BLOCK_K = 16, 32, 32
+
+@dataclass(frozen=True)
+class Tiles:
+    """One launch configuration: rows a block (one expert's assignments, the alignment's block size), the gate/up
+    GEMM's column tile (two accumulators: gate and up), the down GEMM's (one), the reduction depth (halved for
+    float32 operands, twice the bytes), warps and pipeline stages."""
+
+    block_m: int
+    gate_up_n: int
+    down_n: int
+    block_k: int
+    warps: int
+    stages: int
+
+
+#: Tiles by the rows an expert gets when the routing is even (``T·k / E``), from vLLM's tuned H100 table for
+#: Qwen3-30B-A3B's experts (``E=128,N=768,device_name=NVIDIA_H100_80GB_HBM3.json``, keyed by ``T``): 16-row
+#: blocks up to T = 128 (8 rows an expert), 32 at 256, 64 at 512 and 1024, 128 from 1536 on (96 rows an expert),
+#: each with 64 to 256 columns and a depth of 64 to 128. vLLM's single accumulator of ``[BLOCK_M, 2·N]`` columns is
+#: two of ``[BLOCK_M, N]`` here (gate and up in one program), so the gate/up tile has half its columns: the same
+#: registers (128 float32 a thread at 128 x 128 x 2 over 8 warps). Chosen by reasoning, not measured: no GPU here.
+TILES = (
+    (16, Tiles(16, 64, 128, 128, 4, 3)),  # decode: fewer than 16 rows an expert
+    (32, Tiles(32, 128, 256, 64, 8, 3)),
+    (96, Tiles(64, 128, 256, 64, 8, 3)),
+    (None, Tiles(128, 128, 256, 64, 8, 3)),  # prefill
+)
+#: The interpreter runs programs one at a time: 16-row blocks, one wide tile a block (the conformance run 52 s ->
+#: under 30).
+INTERPRETER_TILES = Tiles(16, 128, 128, 128, 4, 1)
+
+
+def pick_tiles(tokens: int, top_k: int, experts: int, float32: bool = False) -> Tiles:
+    """The :data:`TILES` entry for ``tokens`` (a shape: the choice reads nothing on the host)."""
+    per_expert = tokens * top_k / experts
+    chosen = next(tiles for bound, tiles in TILES if bound is None or per_expert < bound)
+    if float32:  # 4-byte operands: half the depth keeps three stages within shared memory
+        chosen = Tiles(chosen.block_m, chosen.gate_up_n, chosen.down_n, chosen.block_k // 2, chosen.warps, 3)
+    return chosen
 
 
 @triton.jit
@@ -142,20 +179,26 @@ def _down_kernel(
 @spec.implementation(device_type=launch_device(_gate_up_kernel))
 def fused_moe_tl(config: FusedMoeConfig) -> Callable[..., torch.Tensor]:
     hidden, inter, experts, top_k = config.hidden, config.intermediate, config.num_experts, config.top_k
-    upcast = config.dtype == torch.bfloat16 and interpreting(_gate_up_kernel)
+    interpreted = interpreting(_gate_up_kernel)
+    upcast = config.dtype == torch.bfloat16 and interpreted
     # float32 inputs as float32, not TF32; 16-bit ones ignore it
     precision = "ieee" if config.dtype == torch.float32 or upcast else "tf32"
-    # the interpreter runs programs one at a time: one wide tile a block (the conformance run 52 s -> under 30)
-    wide = 128 if interpreting(_gate_up_kernel) else BLOCK_N
-    tiles = {"PRECISION": precision, "UPCAST": upcast, "BLOCK_M": BLOCK_M, "BLOCK_N": wide, "BLOCK_K": wide}
-    shapes = {"H": hidden, "INTER": inter}
-    gate_up = Launcher(
-        _gate_up_kernel,
-        {**shapes, "TOP_K": top_k, "GELU": config.activation == "gelu", **tiles},
-    )
-    down = Launcher(_down_kernel, {**shapes, **tiles})
-    inter_tiles, hidden_tiles = cdiv(inter, wide), cdiv(hidden, wide)
-    aligner = Aligner(experts, top_k, BLOCK_M)
+    shapes = {"H": hidden, "INTER": inter, "PRECISION": precision, "UPCAST": upcast}
+    built: dict[Tiles, tuple[Aligner, Launcher, Launcher]] = {}
+
+    def launchers(tiles: Tiles) -> tuple[Aligner, Launcher, Launcher]:
+        """The alignment and the two GEMMs for ``tiles``, built on first use (a few tile sets a factory)."""
+        if tiles not in built:
+            common = {**shapes, "BLOCK_M": tiles.block_m, "BLOCK_K": tiles.block_k}
+            options = {} if interpreted else {"num_warps": tiles.warps, "num_stages": tiles.stages}
+            gelu = config.activation == "gelu"
+            gate_up_constexprs = {**common, "TOP_K": top_k, "GELU": gelu, "BLOCK_N": tiles.gate_up_n}
+            built[tiles] = (
+                Aligner(experts, top_k, tiles.block_m),
+                Launcher(_gate_up_kernel, gate_up_constexprs, **options),
+                Launcher(_down_kernel, {**common, "BLOCK_N": tiles.down_n}, **options),
+            )
+        return built[tiles]
 
     def fused_moe(
         x: torch.Tensor,
@@ -167,7 +210,9 @@ def fused_moe_tl(config: FusedMoeConfig) -> Callable[..., torch.Tensor]:
     ) -> torch.Tensor:
         tokens = x.shape[0]
         assignments = tokens * top_k
-        padded_len, blocks = sizes(tokens, top_k, experts, BLOCK_M)
+        tiles = INTERPRETER_TILES if interpreted else pick_tiles(tokens, top_k, experts, x.dtype == torch.float32)
+        aligner, gate_up, down = launchers(tiles)
+        padded_len, blocks = sizes(tokens, top_k, experts, tiles.block_m)
         sorted_ids = torch.empty(padded_len, dtype=torch.int32, device=x.device)
         expert_ids = torch.empty(blocks, dtype=torch.int32, device=x.device)
         post_padded = torch.empty(1, dtype=torch.int32, device=x.device)
@@ -177,8 +222,10 @@ def fused_moe_tl(config: FusedMoeConfig) -> Callable[..., torch.Tensor]:
         aligner(topk_ids, sorted_ids, expert_ids, post_padded)
         activated = x.new_empty(assignments, inter)
         partial = (torch.zeros if mapped else torch.empty)(assignments, hidden, dtype=torch.float32, device=x.device)
-        gate_up((blocks, inter_tiles), x, w13, activated, sorted_ids, expert_ids, assignments)
-        down((blocks, hidden_tiles), activated, w2, topk_weights, partial, sorted_ids, expert_ids, assignments)
+        grid = (blocks, cdiv(inter, tiles.gate_up_n))
+        gate_up(grid, x, w13, activated, sorted_ids, expert_ids, assignments)
+        grid = (blocks, cdiv(hidden, tiles.down_n))
+        down(grid, activated, w2, topk_weights, partial, sorted_ids, expert_ids, assignments)
         return partial.view(tokens, top_k, hidden).sum(dim=1).to(x.dtype)
 
     return fused_moe
