@@ -294,7 +294,7 @@ class MoeRouteSpec(KernelSpec):
                 kwargs.update(routed_scaling_factor=draw(st.sampled_from([1.0, 2.5])))
             args = (experts, top_k, draw(strategies.dtypes()))
             geometry = {"nan": draw(st.sampled_from([False, False, True]))}
-            tokens = draw(strategies.token_sequences())
+            tokens = draw(strategies.token_sequences(max_tokens=2000))
             return Case(self.name, args, kwargs, tokens, draw(strategies.seeds()), geometry)
 
         return draw_case()
