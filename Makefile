@@ -125,17 +125,18 @@ LAYER_S ?= 540
 gpu-layer:
 	$(call limit,$(LAYER_S)) $(PYTHON) benchmarks/bench_layer.py --ceiling --out $(GPU_OUT)
 
-# Issue 36's MoE kernels (moe_route_tl, fused_moe_tl): their GPU conformance (Triton, TileLang where it has them),
-# then each backend against torch's loop in bench_kernels (Qwen3-30B-A3B's experts: decode 1, 8, 64 tokens in CUDA
-# graphs, prefill 4096): GPU_OUT/moe.{md,json}. About 3 minutes on an H100.
-MOE_CHECK_S ?= 80
+# Issue 36's MoE kernels (moe_route_tl, moe_align_tl, fused_moe_tl): their GPU conformance (Triton, TileLang where
+# it has them) and the whole Triton layer captured in a CUDA graph under set_sync_debug_mode("error") (Qwen3-30B-A3B
+# and DeepSeek-V3 routing, with and without an expert map), then each backend against torch's loop in bench_kernels
+# (decode 1, 8, 64 tokens in CUDA graphs, prefill 4096): GPU_OUT/moe.{md,json}. 3 to 5 minutes on an H100.
+MOE_CHECK_S ?= 100
 MOE_S ?= 180
 gpu-moe: gpu-moe-check gpu-moe-bench
 gpu-moe-check:
 	-$(call gpu_pytest_log,The MoE kernels on the GPU,gpu-moe,moe-check.md,$(MOE_CHECK_S),\
-	  tests/kernels/test_gpu_conformance.py -k moe)
+	  tests/kernels/test_gpu_conformance.py -k moe tests/kernels/test_moe_host_reads.py)
 gpu-moe-bench:
-	$(call limit,$(MOE_S)) $(PYTHON) benchmarks/bench_kernels.py --kernels moe_route_tl,fused_moe_tl --name moe \
+	$(call limit,$(MOE_S)) $(PYTHON) benchmarks/bench_kernels.py --kernels moe_route_tl,moe_align_tl,fused_moe_tl --name moe \
 		--tokens 64,4096 --graph-tokens 1,8,64 --no-compile --out $(GPU_OUT)
 
 # The example engine's decode step (4 Llama-3-8B layers, random weights) in CUDA graphs against Hugging Face's

@@ -228,10 +228,12 @@ class _FusedMoeKernel(Protocol):
         topk_ids: torch.Tensor,
         /,
         *,
+        expert_map: torch.Tensor | None = None,
         out: torch.Tensor | None = None,
     ) -> torch.Tensor:
         """``out[..., H]``: each token of ``x[..., H]`` through the experts ``topk_ids[..., k]`` (int32) names,
         weighted by ``topk_weights[..., k]`` (float32) and summed; written into ``out`` when given.
+        ``expert_map[G]`` (int32; required with ``global_experts=G``, else left out): global to local experts.
         """
 
 
@@ -243,6 +245,7 @@ def fused_moe_tl(
     dtype: torch.dtype | str,
     *,
     activation: str = 'silu',
+    global_experts: int | None = None,
 ) -> _FusedMoeKernel:
     """The experts of a sparse MoE layer (Mixtral, Qwen3-MoE): ``num_experts`` gated MLPs of ``hidden`` to
     ``intermediate`` and back, ``top_k`` of them a token.
@@ -250,7 +253,10 @@ def fused_moe_tl(
     Returns ``kernel(x[..., H], w13[E, 2I, H], w2[E, H, I], topk_weights[..., k], topk_ids[..., k], *,
     out=None) -> out[..., H]`` in ``dtype``: ``w13`` holds each expert's gate then up projection, ``topk_ids``
     (int32) and ``topk_weights`` (float32) are ``moe_route_tl``'s. ``activation``: ``"silu"`` (SwiGLU) or
-    ``"gelu"`` (tanh GeGLU). Products accumulate in float32.
+    ``"gelu"`` (tanh GeGLU). Products accumulate in float32. ``global_experts``: the layer's expert count
+    under expert parallelism, where this rank holds ``num_experts`` of them; the call then takes
+    ``expert_map=`` (int32 ``[global_experts]``: the local expert, or -1 for an absent one, whose assignments
+    contribute nothing) and ``topk_ids`` name global experts.
     """
 
 
@@ -415,6 +421,38 @@ def matmul_tl(n: int, k: int, dtype: torch.dtype | str) -> _MatmulKernel:
 
 
 @type_check_only
+class _MoeAlignKernel(Protocol):
+    """What ``moe_align_tl`` returns (in every backend): the kernel call, positional arguments only."""
+
+    def __call__(
+        self,
+        topk_ids: torch.Tensor,
+        sorted_token_ids: torch.Tensor,
+        expert_ids: torch.Tensor,
+        num_tokens_post_padded: torch.Tensor,
+        /,
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Sorts the assignments of ``topk_ids[..., k]`` (int32) by expert into blocks, writing
+        ``sorted_token_ids[P]``, ``expert_ids[P // block_size]`` and ``num_tokens_post_padded[1]`` (all int32,
+        ``P`` from :func:`lazyops.specs.moe_align.sizes`); returns the three.
+        """
+
+
+def moe_align_tl(num_experts: int, top_k: int, block_size: int = 16) -> _MoeAlignKernel:
+    """The token alignment of a sparse MoE layer: ``top_k`` of ``num_experts`` experts a token, sorted by
+    expert into blocks of ``block_size`` rows for a grouped GEMM.
+
+    Returns ``kernel(topk_ids[..., k], sorted_token_ids[P], expert_ids[P // block_size],
+    num_tokens_post_padded[1]) -> (sorted_token_ids, expert_ids, num_tokens_post_padded)``, all int32, written
+    in place; ``P`` is ``lazyops.specs.moe_align.sizes(T, top_k, num_experts, block_size)[0]`` (the worst case:
+    nothing is read on the host). Each expert's assignments (``i`` of ``topk_ids.reshape(-1)``, token
+    ``i // k``) in ascending order fill whole blocks, padded with ``T * k``; ``expert_ids`` is -1 past the last
+    used block. An id outside ``[0, num_experts)`` (-1 from an expert map) is in no block. vLLM's
+    ``moe_align_block_size(topk_ids, block_size, num_experts)``.
+    """
+
+
+@type_check_only
 class _MoeRouteKernel(Protocol):
     """What ``moe_route_tl`` returns (in every backend): the kernel call, positional arguments only."""
 
@@ -424,9 +462,12 @@ class _MoeRouteKernel(Protocol):
         topk_weights: torch.Tensor,
         topk_ids: torch.Tensor,
         /,
+        *,
+        correction_bias: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """Writes each token's ``k`` experts of ``logits[..., E]`` into ``topk_ids[..., k]`` (int32, highest score
         first, ties to the lower id) and their weights into ``topk_weights[..., k]`` (float32); returns both.
+        ``correction_bias[E]`` (float32): required with ``correction_bias=True``, else left out.
         """
 
 
@@ -437,13 +478,21 @@ def moe_route_tl(
     *,
     scoring: str = 'softmax',
     renormalize: bool = True,
+    n_group: int = 1,
+    topk_group: int = 1,
+    correction_bias: bool = False,
+    routed_scaling_factor: float = 1.0,
 ) -> _MoeRouteKernel:
     """The router of a sparse MoE layer: ``top_k`` of ``num_experts`` experts a token, from logits in ``dtype``.
 
-    Returns ``kernel(logits[..., E], topk_weights[..., k], topk_ids[..., k]) -> (topk_weights, topk_ids)``,
-    written in place: the ``k`` highest logits' experts (int32, ties to the lower id) and their softmax
-    probabilities (float32), renormalised to sum to one when ``renormalize`` (Mixtral; Qwen3-MoE's
-    ``norm_topk_prob``). A row holding NaN gets undefined experts.
+    Returns ``kernel(logits[..., E], topk_weights[..., k], topk_ids[..., k], *, correction_bias=None) ->
+    (topk_weights, topk_ids)``, written in place: the ``k`` best experts (int32, ties to the lower id) and their
+    weights (float32). ``scoring="softmax"``: by logit, weighted by softmax probability, renormalised to sum to
+    one when ``renormalize`` (Mixtral; Qwen3-MoE's ``norm_topk_prob``). ``scoring="sigmoid"`` (DeepSeek-V3):
+    weighted by ``sigmoid(logit)``, selected by that plus ``correction_bias[E]`` (float32, passed per call when
+    ``correction_bias=True``) among the experts of the ``topk_group`` best of ``n_group`` groups (ranked by
+    their two best selection scores' sum with a bias, their best without). The weights are then multiplied by
+    ``routed_scaling_factor``. A NaN logit ranks as ``-inf`` and makes its row's weights NaN.
     """
 
 

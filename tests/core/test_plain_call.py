@@ -28,13 +28,18 @@ SMALL = {
     "paged_attention_tl": (4, 2, 8),
     "fused_moe_tl": (16, 8, 4, 2),
     "moe_route_tl": (8, 2),
+    "moe_align_tl": (8, 2, 4),
 }
+#: kernels whose factory takes no dtype (the MoE alignment: int32 ids in and out)
+NO_DTYPE = {"moe_align_tl"}
 #: the keyword arguments a small configuration needs (the paged cache's block size)
 SMALL_OPTIONS = {"kv_cache_write_tl": {"block_size": 4}, "paged_attention_tl": {"block_size": 4}}
 
 
 def small_config(spec: Any, dtype: Any) -> Any:
     """The spec's configuration at a small width (the defects do not depend on the size)."""
+    if spec.name in NO_DTYPE:
+        return spec.bind(*SMALL[spec.name])
     return spec.bind(*SMALL.get(spec.name, (16,)), dtype, **SMALL_OPTIONS.get(spec.name, {}))
 
 

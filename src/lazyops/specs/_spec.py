@@ -91,8 +91,9 @@ class KernelSpec:
     out_aliases: ClassVar[tuple[str, ...]] = ()
     returns: ClassVar[str | tuple[str, ...]] = "out"
     results: ClassVar[tuple[str, ...]] = ("out",)
-    #: how the conformance kit judges the kernel: ``"close"`` to the float64 reference, or ``"draws"`` (a sampler,
-    #: whose reference is the distribution it draws from: ``lazyops.testing._draws``)
+    #: how the conformance kit judges the kernel: ``"close"`` to the float64 reference, ``"exact"`` (integer results
+    #: only, each element equal to the reference's: no tolerance to try), or ``"draws"`` (a sampler, whose reference
+    #: is the distribution it draws from: ``lazyops.testing._draws``)
     judgement: ClassVar[str] = "close"
     #: written inputs computed from a float32 computation's result rather than rounded once from the definition (the
     #: fp8 norms' dynamic scales, from the float32 norm's maximum): the kit judges each element of them to its

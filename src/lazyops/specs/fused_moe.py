@@ -4,11 +4,15 @@
 ``fused_moe`` and sgl-kernel's, on the weight layout Hugging Face's Mixtral and Qwen3-MoE experts already hold
 (``gate_up_proj[E, 2I, H]``, ``down_proj[E, H, I]``). Products accumulate in float32; the gate/up GEMM's result
 and the activation are each rounded to the factory's dtype, as vLLM's intermediate caches are.
+
+Expert parallelism: with ``global_experts=G`` the call takes ``expert_map[G]`` (int32), each global expert's local
+index into ``w13``/``w2`` or -1 where another rank holds it; ``topk_ids`` are then global, and an assignment to an
+absent expert contributes nothing (vLLM's ``expert_map``).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -16,7 +20,8 @@ import torch
 
 from lazyops._errors import KernelInputError
 from lazyops.specs import _arguments as arguments
-from lazyops.specs._params import Fixed, Out, Rows
+from lazyops.specs import _checks as checks
+from lazyops.specs._params import Fixed, Other, Out, Rows
 from lazyops.specs._spec import Example, KernelSpec, Traffic
 
 #: Hidden and intermediate sizes: below, at and past the tile sides (16 to 128), and odd ones.
@@ -40,10 +45,12 @@ class FusedMoeKernel(Protocol):
         topk_ids: torch.Tensor,
         /,
         *,
+        expert_map: torch.Tensor | None = None,
         out: torch.Tensor | None = None,
     ) -> torch.Tensor:
         """``out[..., H]``: each token of ``x[..., H]`` through the experts ``topk_ids[..., k]`` (int32) names,
-        weighted by ``topk_weights[..., k]`` (float32) and summed; written into ``out`` when given."""
+        weighted by ``topk_weights[..., k]`` (float32) and summed; written into ``out`` when given.
+        ``expert_map[G]`` (int32; required with ``global_experts=G``, else left out): global to local experts."""
         ...
 
 
@@ -56,6 +63,7 @@ class FusedMoeConfig:
     dtype: torch.dtype
     activation: str
     label: str
+    global_experts: int | None = None
 
     @property
     def gate_up(self) -> int:
@@ -70,11 +78,13 @@ def activate(activation: str, gate: torch.Tensor) -> torch.Tensor:
 
 
 def draw_ids(inputs: Any, config: FusedMoeConfig, tokens: int, geometry: Mapping[str, Any]) -> torch.Tensor:
-    """``k`` distinct experts a token, from a skewed preference: a few experts take most tokens and some none (the
-    imbalance that breaks the per-expert blocks); ``geometry["one_expert"]`` sends every token to expert 0 first."""
+    """``k`` distinct experts a token (global ones under an expert map), from a skewed preference: a few experts
+    take most tokens and some none (the imbalance that breaks the per-expert blocks); ``geometry["one_expert"]``
+    sends every token to expert 0 first."""
     generator = inputs.generator
-    popularity = torch.empty(config.num_experts).exponential_(generator=generator) * 4
-    scores = torch.rand(tokens, config.num_experts, generator=generator) + popularity
+    experts = config.global_experts or config.num_experts
+    popularity = torch.empty(experts).exponential_(generator=generator) * 4
+    scores = torch.rand(tokens, experts, generator=generator) + popularity
     if geometry.get("one_expert"):
         scores[:, 0] = float("inf")
     ids = scores.argsort(dim=-1, descending=True, stable=True)[:, : config.top_k]
@@ -95,8 +105,11 @@ class FusedMoeSpec(KernelSpec):
         Fixed("w2", shape=("num_experts", "hidden", "intermediate")),
         Rows("topk_weights", width="top_k", dtype=torch.float32, draw=draw_weights),
         Rows("topk_ids", width="top_k", dtype=torch.int32, draw=draw_ids),
+        Other("expert_map", keyword=True),
     )
     out = Out(width="hidden")
+    #: the conformance tests widen no ``expert_map``: a left-out one is None or empty
+    free_widths = ("expert_map",)
 
     def bind(
         self,
@@ -107,6 +120,7 @@ class FusedMoeSpec(KernelSpec):
         dtype: torch.dtype | str,
         *,
         activation: str = "silu",
+        global_experts: int | None = None,
     ) -> FusedMoeConfig:
         """The experts of a sparse MoE layer (Mixtral, Qwen3-MoE): ``num_experts`` gated MLPs of ``hidden`` to
         ``intermediate`` and back, ``top_k`` of them a token.
@@ -114,7 +128,10 @@ class FusedMoeSpec(KernelSpec):
         Returns ``kernel(x[..., H], w13[E, 2I, H], w2[E, H, I], topk_weights[..., k], topk_ids[..., k], *,
         out=None) -> out[..., H]`` in ``dtype``: ``w13`` holds each expert's gate then up projection, ``topk_ids``
         (int32) and ``topk_weights`` (float32) are ``moe_route_tl``'s. ``activation``: ``"silu"`` (SwiGLU) or
-        ``"gelu"`` (tanh GeGLU). Products accumulate in float32.
+        ``"gelu"`` (tanh GeGLU). Products accumulate in float32. ``global_experts``: the layer's expert count
+        under expert parallelism, where this rank holds ``num_experts`` of them; the call then takes
+        ``expert_map=`` (int32 ``[global_experts]``: the local expert, or -1 for an absent one, whose assignments
+        contribute nothing) and ``topk_ids`` name global experts.
         """
         hidden = arguments.positive_int(self.name, "hidden", hidden)
         intermediate = arguments.positive_int(self.name, "intermediate", intermediate)
@@ -125,12 +142,74 @@ class FusedMoeSpec(KernelSpec):
             raise KernelInputError(
                 f"{self.name}: activation must be one of {', '.join(map(repr, ACTIVATIONS))}, got {activation!r}"
             )
-        if top_k > num_experts:
-            raise KernelInputError(f"{self.name}: top_k {top_k} exceeds num_experts {num_experts}; pick at most that")
+        options: dict[str, Any] = {}
+        if global_experts is not None:
+            global_experts = arguments.positive_int(self.name, "global_experts", global_experts)
+            if global_experts < num_experts:
+                raise KernelInputError(
+                    f"{self.name}: global_experts {global_experts} is fewer than the {num_experts} this rank holds"
+                )
+            options["global_experts"] = global_experts
+        routed = global_experts or num_experts
+        if top_k > routed:
+            raise KernelInputError(f"{self.name}: top_k {top_k} exceeds the {routed} experts; pick at most that")
         label = arguments.describe(
-            self.name, hidden=hidden, intermediate=intermediate, num_experts=num_experts, top_k=top_k, dtype=dtype
+            self.name,
+            hidden=hidden,
+            intermediate=intermediate,
+            num_experts=num_experts,
+            top_k=top_k,
+            dtype=dtype,
+            **options,
         )
-        return FusedMoeConfig(hidden, intermediate, num_experts, top_k, dtype, activation, label)
+        return FusedMoeConfig(hidden, intermediate, num_experts, top_k, dtype, activation, label, global_experts)
+
+    def check_other(self, config: FusedMoeConfig, param: Any, arg: Any, args: tuple[Any, ...]) -> None:
+        """``expert_map``: int32 ``[global_experts]`` beside ``x`` when configured; else None (or empty, as the
+        custom operator passes a left-out tensor)."""
+        if config.global_experts is None:
+            if arg is not None and (not isinstance(arg, torch.Tensor) or arg.numel()):
+                raise KernelInputError(
+                    f"{config.label}: expert_map given, but the factory was built without global_experts= (a "
+                    "kernel for all the experts): pass global_experts=G to the factory, or leave expert_map out"
+                )
+            if arg is None:
+                return
+            shape: tuple[int, ...] = (0,)
+        else:
+            if arg is None:
+                raise KernelInputError(
+                    f"{config.label}: expert_map= is required: the factory was built with global_experts="
+                    f"{config.global_experts}"
+                )
+            shape = (config.global_experts,)
+        checks.check_tensor(config.label, "expert_map", arg, shape=shape, dtype=torch.int32, device=args[0].device)
+
+    def check_out(self, config: FusedMoeConfig, out: Any, *args: Any) -> None:
+        """The derived check, a left-out ``expert_map`` (None) taken as the empty tensor it stands for."""
+        if args[-1] is None:
+            args = (*args[:-1], args[0].new_empty(0, dtype=torch.int32))
+        super().check_out(config, out, *args)
+
+    def draw_other(self, config: FusedMoeConfig, param: Any, tokens: int, draw: Any, geometry: Any) -> Any:
+        """A map of each local expert from one random global one, the rest -1; empty (left out) without one."""
+        if config.global_experts is None:
+            return torch.empty(0, dtype=torch.int32, device=draw.device)
+        return draw_expert_map(config.num_experts, config.global_experts, draw.generator).to(draw.device)
+
+    def plain_predicate(
+        self, config: FusedMoeConfig, *, strided_rows: bool, device_type: str | None
+    ) -> Callable[[tuple[Any, ...]], bool]:
+        """The derived fast path of the five tensors, ``expert_map`` absent (None) or int32 ``[global_experts]``
+        on ``x``'s device."""
+        layout = (
+            checks.rows_input(config.hidden, config.dtype),
+            checks.fixed_input((config.num_experts, config.gate_up, config.hidden), config.dtype),
+            checks.fixed_input((config.num_experts, config.hidden, config.intermediate), config.dtype),
+            checks.rows_input(config.top_k, torch.float32),
+            checks.rows_input(config.top_k, torch.int32),
+        )
+        return with_keyword(checks.plain_call(layout, (), device_type), config.global_experts, torch.int32)
 
     def reference(  # type: ignore[override]
         self,
@@ -140,15 +219,20 @@ class FusedMoeSpec(KernelSpec):
         w2: torch.Tensor,
         topk_weights: torch.Tensor,
         topk_ids: torch.Tensor,
+        expert_map: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor]:
         def rounded(values: torch.Tensor) -> torch.Tensor:
             return values.to(config.dtype).to(values.dtype)  # as the kernels store their intermediates
 
         rows = x.reshape(-1, config.hidden)
         ids = topk_ids.reshape(-1, config.top_k).long()
+        if expert_map is not None and expert_map.numel():
+            ids = expert_map.long()[ids]
         weights = topk_weights.reshape(-1, config.top_k).to(rows.dtype)
         out = torch.zeros_like(rows)
         for expert in ids.unique().tolist():
+            if expert < 0:  # another rank's expert: nothing here
+                continue
             token, slot = (ids == expert).nonzero(as_tuple=True)
             gate, up = rounded(rows[token] @ w13[expert].T).split(config.intermediate, dim=-1)
             down = rounded(activate(config.activation, gate) * up) @ w2[expert].T
@@ -173,7 +257,9 @@ class FusedMoeSpec(KernelSpec):
                 draw(strategies.dtypes()),
             )
             geometry = {"one_expert": draw(st.booleans())}
-            kwargs = {"activation": draw(st.sampled_from(ACTIVATIONS))}
+            kwargs: dict[str, Any] = {"activation": draw(st.sampled_from(ACTIVATIONS))}
+            if draw(st.integers(0, 3)) == 0:  # expert parallelism: this rank holds some of the experts
+                kwargs["global_experts"] = experts + draw(st.integers(0, 2 * experts))
             tokens, seed = draw(strategies.token_sequences()), draw(strategies.seeds())
             return Case(self.name, args, kwargs, tokens, seed, geometry)
 
@@ -195,6 +281,51 @@ class FusedMoeSpec(KernelSpec):
     def benchmark(self, dtype: torch.dtype) -> Example:
         """Qwen3-30B-A3B's experts: 128 of 2048 to 768, 8 a token."""
         return Example((2048, 768, 128, 8, dtype))
+
+
+def draw_expert_map(local: int, experts: int, generator: torch.Generator) -> torch.Tensor:
+    """``expert_map[experts]`` (int32): each of ``local`` experts from one random global one, the others -1."""
+    chosen = torch.randperm(experts, generator=generator)[:local]
+    expert_map = torch.full((experts,), -1, dtype=torch.int32)
+    expert_map[chosen] = torch.arange(local, dtype=torch.int32)
+    return expert_map
+
+
+def with_keyword(
+    accepts: Callable[[tuple[Any, ...]], bool], size: int | None, dtype: torch.dtype
+) -> Callable[[tuple[Any, ...]], bool]:
+    """A fast path over the leading tensors (``accepts``) followed by one keyword tensor: ``dtype`` ``[size]``,
+    dense, on the first tensor's device and needing no grad; where ``size`` is None, left out (None, or the empty
+    tensor the custom operator passes for it). Anything else takes the full checks."""
+    tensor = torch.Tensor
+    is_grad_enabled = torch.is_grad_enabled
+    shape = (0 if size is None else size,)
+    if size is None:
+
+        def absent(args: tuple[Any, ...]) -> bool:
+            if len(args) < 2:
+                return False
+            last = args[-1]
+            if last is not None:
+                if type(last) is not tensor or last.dtype is not dtype or last.shape != shape:
+                    return False
+                if last.device != args[0].device or (is_grad_enabled() and last.requires_grad):
+                    return False
+            return accepts(args[:-1])
+
+        return absent
+
+    def accepts_keyword(args: tuple[Any, ...]) -> bool:
+        if len(args) < 2:
+            return False
+        last = args[-1]
+        if type(last) is not tensor or last.dtype is not dtype or last.shape != shape or not last.is_contiguous():
+            return False
+        if last.device != args[0].device or (is_grad_enabled() and last.requires_grad):
+            return False
+        return accepts(args[:-1])
+
+    return accepts_keyword
 
 
 spec = FusedMoeSpec()

@@ -1,14 +1,26 @@
 """The router of a sparse MoE layer: from router logits to each token's ``k`` experts and their weights.
 
 ``softmax`` scoring (Mixtral, Qwen3-MoE): the softmax over the experts in float32, the ``k`` largest, optionally
-renormalised to sum to one (vLLM's ``fused_topk``, sgl-kernel's ``topk_softmax``). Ties go to the lower expert id,
-so every backend picks the same experts. The call writes ``topk_weights[..., k]`` (float32) and ``topk_ids[..., k]``
-(int32) in place and returns them: their sizes come from the token count alone, so an engine allocates them once.
+renormalised to sum to one (vLLM's ``fused_topk``, sgl-kernel's ``topk_softmax``).
+
+``sigmoid`` scoring (DeepSeek-V3, vLLM's ``grouped_topk``, sgl-kernel's ``moe_fused_gate``): each expert's score
+is ``sigmoid(logit)``; it is selected by ``score + correction_bias`` (``e_score_correction_bias``, with
+``correction_bias=True``). With ``n_group`` groups of ``E / n_group`` consecutive experts, only the experts of the
+``topk_group`` best groups may be chosen, a group ranked by the sum of its two best selection scores with a bias
+(its best one without, as vLLM). The weights are the chosen experts' scores (without the bias), renormalised if
+configured, times ``routed_scaling_factor`` (any scoring).
+
+Ties go to the lower expert id (and group id), so every backend picks the same experts. A NaN logit ranks as
+``-inf`` (its expert picked after every number, ties to the lower id as ever) and a row holding one gets NaN
+weights, in every backend: a broken router shows in the layer's output instead of being hidden. The call writes
+``topk_weights[..., k]`` (float32) and ``topk_ids[..., k]`` (int32) in place and returns them: their sizes come
+from the token count alone, so an engine allocates them once.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import math
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -16,10 +28,11 @@ import torch
 
 from lazyops._errors import KernelInputError
 from lazyops.specs import _arguments as arguments
-from lazyops.specs._params import Rows
+from lazyops.specs import _checks as checks
+from lazyops.specs._params import Other, Rows
 from lazyops.specs._spec import Example, KernelSpec
 
-SCORINGS = ("softmax",)
+SCORINGS = ("softmax", "sigmoid")
 #: Expert counts from one to DeepSeek-V3's 256, with the odd ones between.
 EXPERTS = (1, 2, 3, 8, 16, 60, 64, 128, 256)
 
@@ -28,10 +41,17 @@ class MoeRouteKernel(Protocol):
     """What ``moe_route_tl`` returns (in every backend): the kernel call, positional arguments only."""
 
     def __call__(
-        self, logits: torch.Tensor, topk_weights: torch.Tensor, topk_ids: torch.Tensor, /
+        self,
+        logits: torch.Tensor,
+        topk_weights: torch.Tensor,
+        topk_ids: torch.Tensor,
+        /,
+        *,
+        correction_bias: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """Writes each token's ``k`` experts of ``logits[..., E]`` into ``topk_ids[..., k]`` (int32, highest score
-        first, ties to the lower id) and their weights into ``topk_weights[..., k]`` (float32); returns both."""
+        first, ties to the lower id) and their weights into ``topk_weights[..., k]`` (float32); returns both.
+        ``correction_bias[E]`` (float32): required with ``correction_bias=True``, else left out."""
         ...
 
 
@@ -43,24 +63,73 @@ class MoeRouteConfig:
     scoring: str
     renormalize: bool
     label: str
+    n_group: int = 1
+    topk_group: int = 1
+    correction_bias: bool = False
+    routed_scaling_factor: float = 1.0
+
+    @property
+    def group_size(self) -> int:
+        return self.num_experts // self.n_group
 
 
 def draw_logits(inputs: Any, config: MoeRouteConfig, tokens: int, geometry: Mapping[str, Any]) -> torch.Tensor:
     """Halves between -4 and 4: exact in every dtype, so ties are frequent and the same in every backend; a few
-    rows all equal (every expert tied)."""
-    halves = torch.randint(-8, 9, (tokens, config.num_experts), generator=inputs.generator) / 2
+    rows all equal (every expert tied); ``geometry["nan"]``: a NaN in some rows.
+
+    Sigmoid scoring takes the halves from 0 to 4 only: there no two pairs of scores that differ as real numbers come
+    within 1.2e-4 of each other or of a difference of 1/2 (checked over the grid), so a group's rank never rests on
+    float32 rounding, which differs between backends; sigmoid(a) + sigmoid(-a) = 1 would make exact ties of
+    different sums."""
+    low = 0 if config.scoring == "sigmoid" else -8
+    halves = torch.randint(low, 9, (tokens, config.num_experts), generator=inputs.generator) / 2
     halves[:: max(1, tokens // 3)] = 0.5
+    if geometry.get("nan") and tokens:
+        rows = torch.arange(0, tokens, 2)
+        halves[rows, torch.randint(0, config.num_experts, rows.shape, generator=inputs.generator)] = float("nan")
     return halves.to(config.dtype).to(inputs.device)
 
 
-def select(config: MoeRouteConfig, logits: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """``(weights, ids)``: the ``k`` best experts by logit, ties to the lower id (a stable sort), and their
-    softmax probabilities in ``logits``' dtype (float32 or float64), renormalised if configured."""
-    ids = logits.argsort(dim=-1, descending=True, stable=True)[..., : config.top_k]
-    weights = torch.softmax(logits, dim=-1).gather(-1, ids)
+def draw_bias(config: MoeRouteConfig, generator: torch.Generator) -> torch.Tensor:
+    """0 or -1/2 an expert. A score in [1/2, 1) plus either is exact in float32, so two groups whose top two keys
+    are the same two scores with the biases swapped tie exactly in every backend (the lower group wins), where
+    larger or finer biases would make that tie float32's rounding, which differs between backends (seen: 1 case in
+    300 with distinct multiples of 1/2)."""
+    return torch.randint(0, 2, (config.num_experts,), generator=generator).float() * -0.5
+
+
+def select(
+    config: MoeRouteConfig, logits: torch.Tensor, bias: torch.Tensor | None = None
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(weights, ids)``: the ``k`` best experts, ties to the lower id (stable sorts), and their weights in
+    ``logits``' dtype (float32 or float64), as the module says. Plain torch with no host read."""
+    nan = logits.isnan()
+    if config.scoring == "softmax":
+        scores = torch.softmax(logits, dim=-1)
+        key = logits.masked_fill(nan, -math.inf)
+    else:
+        scores = torch.sigmoid(logits)
+        key = scores if bias is None or not bias.numel() else scores + bias.to(scores.dtype)
+        key = key.masked_fill(nan, -math.inf)
+    ranked = key.argsort(dim=-1, descending=True, stable=True)
+    if config.n_group > 1:
+        grouped = key.unflatten(-1, (config.n_group, config.group_size))
+        if config.correction_bias and config.group_size > 1:
+            group_scores = grouped.topk(2, dim=-1).values.sum(dim=-1)
+        else:
+            group_scores = grouped.amax(dim=-1)
+        best = group_scores.argsort(dim=-1, descending=True, stable=True)[..., : config.topk_group]
+        chosen = torch.zeros_like(group_scores, dtype=torch.bool).scatter(-1, best, True)
+        allowed = chosen.unsqueeze(-1).expand(*chosen.shape, config.group_size).flatten(-2)
+        first = allowed.gather(-1, ranked).to(torch.int8).argsort(dim=-1, descending=True, stable=True)
+        ranked = ranked.gather(-1, first)  # the allowed experts first, each part in the order of its keys
+    ids = ranked[..., : config.top_k]
+    weights = scores.gather(-1, ids)
     if config.renormalize:
         weights = weights / weights.sum(dim=-1, keepdim=True)
-    return weights, ids
+    if config.routed_scaling_factor != 1.0:
+        weights = weights * config.routed_scaling_factor
+    return weights.masked_fill(nan.any(dim=-1, keepdim=True), math.nan), ids
 
 
 class MoeRouteSpec(KernelSpec):
@@ -70,7 +139,10 @@ class MoeRouteSpec(KernelSpec):
         Rows("logits", width="num_experts", draw=draw_logits),
         Rows("topk_weights", width="top_k", dtype=torch.float32, mutated=True),
         Rows("topk_ids", width="top_k", dtype=torch.int32, mutated=True),
+        Other("correction_bias", keyword=True),
     )
+    #: the conformance tests widen no ``correction_bias``: a left-out one is None or empty
+    free_widths = ("correction_bias",)
 
     def bind(
         self,
@@ -80,13 +152,21 @@ class MoeRouteSpec(KernelSpec):
         *,
         scoring: str = "softmax",
         renormalize: bool = True,
+        n_group: int = 1,
+        topk_group: int = 1,
+        correction_bias: bool = False,
+        routed_scaling_factor: float = 1.0,
     ) -> MoeRouteConfig:
         """The router of a sparse MoE layer: ``top_k`` of ``num_experts`` experts a token, from logits in ``dtype``.
 
-        Returns ``kernel(logits[..., E], topk_weights[..., k], topk_ids[..., k]) -> (topk_weights, topk_ids)``,
-        written in place: the ``k`` highest logits' experts (int32, ties to the lower id) and their softmax
-        probabilities (float32), renormalised to sum to one when ``renormalize`` (Mixtral; Qwen3-MoE's
-        ``norm_topk_prob``). A row holding NaN gets undefined experts.
+        Returns ``kernel(logits[..., E], topk_weights[..., k], topk_ids[..., k], *, correction_bias=None) ->
+        (topk_weights, topk_ids)``, written in place: the ``k`` best experts (int32, ties to the lower id) and their
+        weights (float32). ``scoring="softmax"``: by logit, weighted by softmax probability, renormalised to sum to
+        one when ``renormalize`` (Mixtral; Qwen3-MoE's ``norm_topk_prob``). ``scoring="sigmoid"`` (DeepSeek-V3):
+        weighted by ``sigmoid(logit)``, selected by that plus ``correction_bias[E]`` (float32, passed per call when
+        ``correction_bias=True``) among the experts of the ``topk_group`` best of ``n_group`` groups (ranked by
+        their two best selection scores' sum with a bias, their best without). The weights are then multiplied by
+        ``routed_scaling_factor``. A NaN logit ranks as ``-inf`` and makes its row's weights NaN.
         """
         num_experts = arguments.positive_int(self.name, "num_experts", num_experts)
         top_k = arguments.positive_int(self.name, "top_k", top_k)
@@ -99,15 +179,98 @@ class MoeRouteSpec(KernelSpec):
         if top_k > num_experts:
             raise KernelInputError(f"{self.name}: top_k {top_k} exceeds num_experts {num_experts}; pick at most that")
         renormalize = bool(renormalize)
+        n_group = arguments.positive_int(self.name, "n_group", n_group)
+        topk_group = arguments.positive_int(self.name, "topk_group", topk_group)
+        correction_bias = arguments.flag(self.name, "correction_bias", correction_bias)
+        factor = arguments.finite_float(self.name, "routed_scaling_factor", routed_scaling_factor, positive=True)
+        options: dict[str, Any] = {}
+        if scoring == "softmax" and (n_group != 1 or correction_bias):
+            raise KernelInputError(
+                f"{self.name}: n_group and correction_bias are sigmoid scoring's (DeepSeek-V3): pass scoring='sigmoid'"
+            )
+        if n_group != 1:
+            if num_experts % n_group:
+                raise KernelInputError(f"{self.name}: n_group {n_group} does not divide num_experts {num_experts}")
+            if topk_group > n_group or top_k > topk_group * (num_experts // n_group):
+                raise KernelInputError(
+                    f"{self.name}: topk_group {topk_group} of n_group {n_group} groups of {num_experts // n_group} "
+                    f"experts cannot hold top_k {top_k}"
+                )
+            options.update(n_group=n_group, topk_group=topk_group)
+        else:
+            topk_group = 1
+        if correction_bias:
+            options["correction_bias"] = True
+        if factor != 1.0:
+            options["routed_scaling_factor"] = factor
         label = arguments.describe(
-            self.name, num_experts=num_experts, top_k=top_k, dtype=dtype, scoring=scoring, renormalize=renormalize
+            self.name,
+            num_experts=num_experts,
+            top_k=top_k,
+            dtype=dtype,
+            scoring=scoring,
+            renormalize=renormalize,
+            **options,
         )
-        return MoeRouteConfig(num_experts, top_k, dtype, scoring, renormalize, label)
+        return MoeRouteConfig(
+            num_experts, top_k, dtype, scoring, renormalize, label, n_group, topk_group, correction_bias, factor
+        )
+
+    def check_other(self, config: MoeRouteConfig, param: Any, arg: Any, args: tuple[Any, ...]) -> None:
+        """``correction_bias``: float32 ``[E]`` beside the logits when configured; else None (or empty, as the custom
+        operator passes a left-out tensor)."""
+        if not config.correction_bias:
+            if arg is None:
+                return
+            if not isinstance(arg, torch.Tensor) or arg.numel():
+                raise KernelInputError(
+                    f"{config.label}: correction_bias given, but the factory was built without correction_bias=True"
+                )
+            shape: tuple[int, ...] = (0,)
+        else:
+            if arg is None:
+                raise KernelInputError(f"{config.label}: correction_bias= is required (correction_bias=True)")
+            shape = (config.num_experts,)
+        checks.check_tensor(config.label, param.name, arg, shape=shape, dtype=torch.float32, device=args[0].device)
+
+    def check_aliasing(self, config: MoeRouteConfig, *args: Any) -> None:
+        """The derived check, a left-out ``correction_bias`` (None) taken as the empty tensor it stands for."""
+        if args[-1] is None:
+            args = (*args[:-1], args[0].new_empty(0, dtype=torch.float32))
+        super().check_aliasing(config, *args)
+
+    def draw_other(self, config: MoeRouteConfig, param: Any, tokens: int, draw: Any, geometry: Any) -> Any:
+        if not config.correction_bias:
+            return torch.empty(0, dtype=torch.float32, device=draw.device)
+        return draw_bias(config, draw.generator).to(draw.device)
+
+    def other_bytes(self, config: MoeRouteConfig, param: Any, tokens: int) -> int:
+        return 4 * config.num_experts if config.correction_bias else 0
+
+    def plain_predicate(
+        self, config: MoeRouteConfig, *, strided_rows: bool, device_type: str | None
+    ) -> Callable[[tuple[Any, ...]], bool]:
+        """The derived fast path of the three tensors (the two outputs written), ``correction_bias`` absent (None)
+        or float32 ``[E]`` on the logits' device."""
+        from lazyops.specs.fused_moe import with_keyword
+
+        layout = (
+            checks.rows_input(config.num_experts, config.dtype),
+            checks.rows_input(config.top_k, torch.float32),
+            checks.rows_input(config.top_k, torch.int32),
+        )
+        size = config.num_experts if config.correction_bias else None
+        return with_keyword(checks.plain_call(layout, (1, 2), device_type), size, torch.float32)
 
     def reference(  # type: ignore[override]
-        self, config: MoeRouteConfig, logits: torch.Tensor, topk_weights: torch.Tensor, topk_ids: torch.Tensor
+        self,
+        config: MoeRouteConfig,
+        logits: torch.Tensor,
+        topk_weights: torch.Tensor,
+        topk_ids: torch.Tensor,
+        correction_bias: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        weights, ids = select(config, logits)
+        weights, ids = select(config, logits, correction_bias)
         return weights.to(topk_weights.dtype), ids.to(topk_ids.dtype)
 
     def cases(self) -> Any:
@@ -119,9 +282,20 @@ class MoeRouteSpec(KernelSpec):
         @st.composite
         def draw_case(draw: st.DrawFn) -> Case:
             experts = draw(st.sampled_from(EXPERTS) | st.integers(1, 40))
-            args = (experts, draw(st.integers(1, min(8, experts))), draw(strategies.dtypes()))
-            kwargs = {"renormalize": draw(st.booleans())}
-            return Case(self.name, args, kwargs, draw(strategies.token_sequences()), draw(strategies.seeds()))
+            kwargs: dict[str, Any] = {"renormalize": draw(st.booleans())}
+            top_k = draw(st.integers(1, min(8, experts)))
+            if draw(st.booleans()):  # DeepSeek-V3's scoring
+                groups = [n for n in (1, 2, 4, 8, 16) if experts % n == 0]
+                n_group = draw(st.sampled_from(groups))
+                topk_group = draw(st.integers(1, n_group))
+                top_k = min(top_k, topk_group * (experts // n_group))
+                kwargs.update(scoring="sigmoid", n_group=n_group, topk_group=topk_group)
+                kwargs.update(correction_bias=draw(st.booleans()))
+                kwargs.update(routed_scaling_factor=draw(st.sampled_from([1.0, 2.5])))
+            args = (experts, top_k, draw(strategies.dtypes()))
+            geometry = {"nan": draw(st.sampled_from([False, False, True]))}
+            tokens = draw(strategies.token_sequences(max_tokens=2000))
+            return Case(self.name, args, kwargs, tokens, draw(strategies.seeds()), geometry)
 
         return draw_case()
 

@@ -1,7 +1,9 @@
 """The experts of a sparse MoE layer in Triton (the spec: ``lazyops.specs.fused_moe``), as vLLM's ``fused_moe``.
 
-The ``T·k`` assignments are sorted by expert into blocks of ``BLOCK_M`` rows (:func:`align`: torch ops on the
-device, sizes from ``T``, ``k`` and ``E`` alone, nothing read on the host), each block one expert's. Then two
+The ``T·k`` assignments are sorted by expert into blocks of ``BLOCK_M`` rows (``moe_align_tl``'s launches, sizes
+and grids from ``T``, ``k`` and ``E`` alone, nothing read on the host: a CUDA graph captures the whole call), each
+block one expert's; an ``expert_map`` turns the global ids into local ones first (a gather on the device), and
+the assignments it marks absent are in no block, their rows of the float32 partial sums zero. Then two
 grouped GEMMs over the blocks, each program one block by one tile of columns, reading its rows through the sorted
 ids instead of a gathered copy: the gate/up GEMM with the activation fused (both halves' tiles in one program,
 each rounded to the dtype as the spec says), and the down GEMM scaled by the routing weight into a float32 row per
@@ -11,6 +13,7 @@ assignment, summed over the ``k`` assignments of each token last.
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import torch
 import triton
@@ -18,34 +21,49 @@ import triton.language as tl
 
 from lazyops._backends.triton._common import cdiv, interpreting, launch_device
 from lazyops._backends.triton._launch import Launcher
+from lazyops._backends.triton.moe_align import Aligner
 from lazyops.specs.fused_moe import FusedMoeConfig, spec
-
-#: Rows a block (one expert's tokens), columns and reduction depth a program: tl.dot's smallest tiles (16) serve
-#: the interpreter and decode; tuned tiles per device are for the GPU sweep.
-BLOCK_M, BLOCK_N, BLOCK_K = 16, 32, 32
+from lazyops.specs.moe_align import sizes
 
 
-def align(ids: torch.Tensor, num_experts: int, block: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """``(sorted_ids, expert_ids)``: the assignments (``ids.reshape(-1)``'s positions) grouped by expert into blocks
-    of ``block`` rows, padded with ``ids.numel()``, and each block's expert (-1 past the last used block).
+@dataclass(frozen=True)
+class Tiles:
+    """One launch configuration: rows a block (one expert's assignments, the alignment's block size), the gate/up
+    GEMM's column tile (two accumulators: gate and up), the down GEMM's (one), the reduction depth (halved for
+    float32 operands, twice the bytes), warps and pipeline stages."""
 
-    The worst-case sizes (each used expert's last block part padding) depend on the shapes alone, so a CUDA graph
-    can capture the call."""
-    flat = ids.reshape(-1)
-    assignments = flat.numel()
-    capacity = -(-(assignments + min(num_experts, assignments) * (block - 1)) // block)  # no helper: call depth
-    counts = torch.bincount(flat, minlength=num_experts)
-    padded = (counts + block - 1) // block * block
-    ends = padded.cumsum(0)
-    order = flat.argsort(stable=True)
-    experts = flat[order].long()
-    rank = torch.arange(assignments, device=flat.device) - (counts.cumsum(0) - counts)[experts]
-    sorted_ids = torch.full((capacity * block,), assignments, dtype=torch.int32, device=flat.device)
-    sorted_ids[(ends - padded)[experts] + rank] = order.to(torch.int32)
-    starts = torch.arange(capacity, device=flat.device) * block
-    owner = torch.searchsorted(ends, starts, right=True)
-    expert_ids = torch.where(owner < num_experts, owner, -1).to(torch.int32)
-    return sorted_ids, expert_ids
+    block_m: int
+    gate_up_n: int
+    down_n: int
+    block_k: int
+    warps: int
+    stages: int
+
+
+#: Tiles by the rows an expert gets when the routing is even (``T·k / E``), from vLLM's tuned H100 table for
+#: Qwen3-30B-A3B's experts (``E=128,N=768,device_name=NVIDIA_H100_80GB_HBM3.json``, keyed by ``T``): 16-row
+#: blocks up to T = 128 (8 rows an expert), 32 at 256, 64 at 512 and 1024, 128 from 1536 on (96 rows an expert),
+#: each with 64 to 256 columns and a depth of 64 to 128. vLLM's single accumulator of ``[BLOCK_M, 2·N]`` columns is
+#: two of ``[BLOCK_M, N]`` here (gate and up in one program), so the gate/up tile has half its columns: the same
+#: registers (128 float32 a thread at 128 x 128 x 2 over 8 warps). Chosen by reasoning, not measured: no GPU here.
+TILES = (
+    (16, Tiles(16, 64, 128, 128, 4, 3)),  # decode: fewer than 16 rows an expert
+    (32, Tiles(32, 128, 256, 64, 8, 3)),
+    (96, Tiles(64, 128, 256, 64, 8, 3)),
+    (None, Tiles(128, 128, 256, 64, 8, 3)),  # prefill
+)
+#: The interpreter runs programs one at a time: 16-row blocks, one wide tile a block (the conformance run 52 s ->
+#: under 30).
+INTERPRETER_TILES = Tiles(16, 128, 128, 128, 4, 1)
+
+
+def pick_tiles(tokens: int, top_k: int, experts: int, float32: bool = False) -> Tiles:
+    """The :data:`TILES` entry for ``tokens`` (a shape: the choice reads nothing on the host)."""
+    per_expert = tokens * top_k / experts
+    chosen = next(tiles for bound, tiles in TILES if bound is None or per_expert < bound)
+    if float32:  # 4-byte operands: half the depth keeps three stages within shared memory
+        chosen = Tiles(chosen.block_m, chosen.gate_up_n, chosen.down_n, chosen.block_k // 2, chosen.warps, 3)
+    return chosen
 
 
 @triton.jit
@@ -161,31 +179,53 @@ def _down_kernel(
 @spec.implementation(device_type=launch_device(_gate_up_kernel))
 def fused_moe_tl(config: FusedMoeConfig) -> Callable[..., torch.Tensor]:
     hidden, inter, experts, top_k = config.hidden, config.intermediate, config.num_experts, config.top_k
-    upcast = config.dtype == torch.bfloat16 and interpreting(_gate_up_kernel)
+    interpreted = interpreting(_gate_up_kernel)
+    upcast = config.dtype == torch.bfloat16 and interpreted
     # float32 inputs as float32, not TF32; 16-bit ones ignore it
     precision = "ieee" if config.dtype == torch.float32 or upcast else "tf32"
-    # the interpreter runs programs one at a time: one wide tile a block (the conformance run 52 s -> under 30)
-    wide = 128 if interpreting(_gate_up_kernel) else BLOCK_N
-    tiles = {"PRECISION": precision, "UPCAST": upcast, "BLOCK_M": BLOCK_M, "BLOCK_N": wide, "BLOCK_K": wide}
-    shapes = {"H": hidden, "INTER": inter}
-    gate_up = Launcher(
-        _gate_up_kernel,
-        {**shapes, "TOP_K": top_k, "GELU": config.activation == "gelu", **tiles},
-    )
-    down = Launcher(_down_kernel, {**shapes, **tiles})
-    inter_tiles, hidden_tiles = cdiv(inter, wide), cdiv(hidden, wide)
+    shapes = {"H": hidden, "INTER": inter, "PRECISION": precision, "UPCAST": upcast}
+    built: dict[Tiles, tuple[Aligner, Launcher, Launcher]] = {}
+
+    def launchers(tiles: Tiles) -> tuple[Aligner, Launcher, Launcher]:
+        """The alignment and the two GEMMs for ``tiles``, built on first use (a few tile sets a factory)."""
+        if tiles not in built:
+            common = {**shapes, "BLOCK_M": tiles.block_m, "BLOCK_K": tiles.block_k}
+            options = {} if interpreted else {"num_warps": tiles.warps, "num_stages": tiles.stages}
+            gelu = config.activation == "gelu"
+            gate_up_constexprs = {**common, "TOP_K": top_k, "GELU": gelu, "BLOCK_N": tiles.gate_up_n}
+            built[tiles] = (
+                Aligner(experts, top_k, tiles.block_m),
+                Launcher(_gate_up_kernel, gate_up_constexprs, **options),
+                Launcher(_down_kernel, {**common, "BLOCK_N": tiles.down_n}, **options),
+            )
+        return built[tiles]
 
     def fused_moe(
-        x: torch.Tensor, w13: torch.Tensor, w2: torch.Tensor, topk_weights: torch.Tensor, topk_ids: torch.Tensor
+        x: torch.Tensor,
+        w13: torch.Tensor,
+        w2: torch.Tensor,
+        topk_weights: torch.Tensor,
+        topk_ids: torch.Tensor,
+        expert_map: torch.Tensor | None,
     ) -> torch.Tensor:
         tokens = x.shape[0]
         assignments = tokens * top_k
-        sorted_ids, expert_ids = align(topk_ids, experts, BLOCK_M)
-        blocks = expert_ids.shape[0]
+        tiles = INTERPRETER_TILES if interpreted else pick_tiles(tokens, top_k, experts, x.dtype == torch.float32)
+        aligner, gate_up, down = launchers(tiles)
+        padded_len, blocks = sizes(tokens, top_k, experts, tiles.block_m)
+        sorted_ids = torch.empty(padded_len, dtype=torch.int32, device=x.device)
+        expert_ids = torch.empty(blocks, dtype=torch.int32, device=x.device)
+        post_padded = torch.empty(1, dtype=torch.int32, device=x.device)
+        mapped = expert_map is not None and expert_map.numel() > 0
+        if mapped:
+            topk_ids = expert_map[topk_ids.reshape(-1).long()]  # type: ignore[index]
+        aligner(topk_ids, sorted_ids, expert_ids, post_padded)
         activated = x.new_empty(assignments, inter)
-        partial = torch.empty(assignments, hidden, dtype=torch.float32, device=x.device)
-        gate_up((blocks, inter_tiles), x, w13, activated, sorted_ids, expert_ids, assignments)
-        down((blocks, hidden_tiles), activated, w2, topk_weights, partial, sorted_ids, expert_ids, assignments)
+        partial = (torch.zeros if mapped else torch.empty)(assignments, hidden, dtype=torch.float32, device=x.device)
+        grid = (blocks, cdiv(inter, tiles.gate_up_n))
+        gate_up(grid, x, w13, activated, sorted_ids, expert_ids, assignments)
+        grid = (blocks, cdiv(hidden, tiles.down_n))
+        down(grid, activated, w2, topk_weights, partial, sorted_ids, expert_ids, assignments)
         return partial.view(tokens, top_k, hidden).sum(dim=1).to(x.dtype)
 
     return fused_moe
