@@ -261,12 +261,18 @@ def torch_ops(shape: Shape, attention: Attention) -> Ops:
 
 
 def routing(logits: Any, top_k: int, ids: Any = None) -> tuple[Any, Any]:
-    """The softmax's ``top_k`` (or ``ids``') experts, renormalised (Mixtral's and Qwen3-30B-A3B's router)."""
+    """The softmax's ``top_k`` experts, renormalised (Mixtral's and Qwen3-30B-A3B's router); given ``ids`` (those a
+    layer chose), theirs, where they are distinct and hold 99 % of the top-k's probability (a near-tie's swap)."""
     import torch
 
     probabilities = torch.softmax(logits.float(), dim=-1)
-    weights, ids = probabilities.topk(top_k, dim=-1) if ids is None else (probabilities.gather(-1, ids.long()), ids)
-    return weights / weights.sum(-1, keepdim=True), ids
+    weights, best = probabilities.topk(top_k, dim=-1)
+    if ids is not None:
+        chosen, distinct = probabilities.gather(-1, ids.long()), ids.sort(-1).values.diff(dim=-1).ne(0).all()
+        if not (distinct and (chosen.sum(-1) >= 0.99 * weights.sum(-1)).all()):
+            raise ValueError("wrong result: the experts chosen are not the router's top-k")
+        weights, best = chosen, ids
+    return weights / weights.sum(-1, keepdim=True), best
 
 
 def lazyops_ops(backend: str, shape: Shape, dtype: Any, attention: Attention) -> Ops:

@@ -135,6 +135,22 @@ def test_the_moe_layers_torch_experts_are_the_specs():
     assert got.dtype == torch.bfloat16 and (got.float() - expected).norm() / expected.norm() < 2e-2
 
 
+def test_the_moe_layer_is_judged_as_routed_but_only_to_the_routers_top_k():
+    """A layer is judged against the float32 layer routed to the experts it chose (a bf16 near-tie may swap one),
+    but experts outside the float32 top-k, or one chosen twice, make its row a wrong result."""
+    import torch
+
+    routing = load("bench_layer").routing
+    logits = torch.tensor([[3.0, 1.0, 2.0, 2.0 + 1e-4]])
+    weights, ids = routing(logits, 2)
+    assert ids.tolist() == [[0, 3]] and torch.allclose(weights.sum(-1), torch.ones(1))
+    swapped, kept = routing(logits, 2, torch.tensor([[0, 2]], dtype=torch.int32))
+    assert kept.tolist() == [[0, 2]] and torch.allclose(swapped, weights, atol=1e-4)
+    for wrong in ([[1, 2]], [[0, 0]]):
+        with pytest.raises(ValueError, match="wrong result"):
+            routing(logits, 2, torch.tensor(wrong))
+
+
 def test_the_layer_takes_each_backends_attention_from_one_place(monkeypatch):
     """The seam for attention kernels: every layer of a backend, its compiled row and its skeleton get the attention
     ``attention_for`` gives that backend."""
