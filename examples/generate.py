@@ -195,7 +195,7 @@ class Engine:
         weights = torch.empty(h.shape[0], self.shape.top_k, dtype=torch.float32, device=h.device)
         ids = torch.empty(h.shape[0], self.shape.top_k, dtype=torch.int32, device=h.device)
         route(self.mm["router"](h, layer["router"]), weights, ids)
-        return experts(h, layer["w13"], layer["w2"], weights, ids)  # type: ignore[no-any-return]
+        return experts(h, layer["w13"], layer["w2"], weights, ids)
 
     def generate(self, prompts: list[list[int]], new_tokens: int, temperature: float = 0.0, top_k: int = 0,
                  top_p: float = 1.0, seed: int = 0) -> list[list[int]]:  # fmt: skip
@@ -420,17 +420,15 @@ def hugging_face_model(kind: str, **config: Any) -> torch.nn.Module:
     heads, vocab 128; Qwen3-MoE's: 8 experts of 32, 2 a token, renormalised), float32; ``config`` overrides."""
     import transformers
 
-    sizes = {"vocab_size": 128, "hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4}
-    sizes |= {"num_key_value_heads": 2, "head_dim": 16}
-    if kind == "qwen3-moe":
-        moe = {"num_experts": 8, "num_experts_per_tok": 2, "moe_intermediate_size": 32, "norm_topk_prob": True}
-        made = transformers.Qwen3MoeConfig(**(sizes | {"intermediate_size": 128} | moe | config))
-        torch.manual_seed(0)
-        return transformers.Qwen3MoeForCausalLM(made).eval()
+    sizes = {"vocab_size": 128, "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2}
+    sizes |= {"num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16}
+    moe = {"num_experts": 8, "num_experts_per_tok": 2, "moe_intermediate_size": 32, "norm_topk_prob": True}
+    made = (transformers.Qwen3MoeConfig if kind == "qwen3-moe" else transformers.LlamaConfig)(
+        **(sizes | (moe if kind == "qwen3-moe" else {}) | config)
+    )
     torch.manual_seed(0)
-    return transformers.LlamaForCausalLM(
-        transformers.LlamaConfig(**(sizes | {"intermediate_size": 128} | config))
-    ).eval()
+    model = (transformers.Qwen3MoeForCausalLM if kind == "qwen3-moe" else transformers.LlamaForCausalLM)(made)
+    return model.eval()
 
 
 def main() -> int:
