@@ -11,7 +11,8 @@ export PYTHONPATH := $(if $(PYTHONPATH),$(PYTHONPATH):)$(CURDIR)/src
 	gpu-layer gpu-engine gpu-hf gpu-tune gpu-prune cpu-results gpu-attention-hf \
 	gpu-kernel-defects gpu-sampling gpu-fp8 gpu-fp8gemm \
 	gpu-fp8norms gpu-families gpu-fp8-check gpu-fp8-bench gpu-fp8gemm-check gpu-fp8gemm-bench \
-	gpu-fp8norms-check gpu-fp8norms-bench gpu-moe-check gpu-moe-bench gpu-sampling-check gpu-sampling-bench
+	gpu-fp8norms-check gpu-fp8norms-bench gpu-moe-check gpu-moe-bench gpu-sampling-check gpu-sampling-bench \
+	gpu-moe-layer
 
 help:
 	@echo "make test           the whole test suite (CI: bash scripts/test.sh installs, lints, then runs it)"
@@ -28,6 +29,7 @@ help:
 	@echo "make gpu-hf         a Hugging Face Llama: stock, lazyops.transformers.patch, liger-kernel (one device call)"
 	@echo "make gpu-sampling   sample_tl's GPU checks, then bench_kernels.py --sampling (one device call, ~3 min)"
 	@echo "make gpu-families   the fp8, MoE and sampling kernels: every family's GPU checks, then their benchmarks (one call)"
+	@echo "make gpu-moe-layer  the Mixtral-8x7B and Qwen3-30B-A3B MoE layers, then the engine's qwen3-moe model (~2 min)"
 	@echo "make gpu-tune       lazyops tune on the decoder layer's trace, twice, then the layer by its plan (GPU)"
 	@echo "make cpu-results    the CPU result files into benchmarks/results/cpu/"
 
@@ -122,8 +124,28 @@ gpu-sampling-bench:
 	$(call limit,$(SAMPLING_S)) $(PYTHON) benchmarks/bench_kernels.py --sampling --backend torch,triton --out $(GPU_OUT)
 
 LAYER_S ?= 540
+# `make gpu-layer LAYER="--moe qwen3-30b-a3b"`: a MoE layer instead (issue 36)
+LAYER ?= --ceiling
 gpu-layer:
-	$(call limit,$(LAYER_S)) $(PYTHON) benchmarks/bench_layer.py --ceiling --out $(GPU_OUT)
+	$(call limit,$(LAYER_S)) $(PYTHON) benchmarks/bench_layer.py $(LAYER) --out $(GPU_OUT)
+
+# Issue 36's MoE layer, one device call of about 2 minutes on an H100: bench_layer.py --moe at Mixtral-8x7B's shapes
+# (2 of 8 experts, hidden 4096, 14336 each), then Qwen3-30B-A3B's (8 of 128, hidden 2048, 768 each): Triton's kernels
+# (moe_route_tl, fused_moe_tl and the rest; also around cuBLAS GEMMs) against torch eager and torch.compile (its
+# experts torch._grouped_mm), each also compiled, at decode 8 (a CUDA graph) and prefill 1024:
+# GPU_OUT/layer_mixtral_8x7b.{md,json}, layer_qwen3_30b_a3b.{md,json}, written as workloads complete; then the example
+# engine's qwen3-moe model (random weights, decode steps in CUDA graphs). Each part stopped at its limit; the log,
+# headed by the date and the device, is GPU_OUT/moe-layer.log.
+MOE_LAYER ?= --backend triton --workloads decode-8,prefill-1024
+MOE_LAYER_S ?= 50
+gpu-moe-layer:
+	@mkdir -p $(GPU_OUT)
+	{ echo "make gpu-moe-layer MOE_LAYER='$(MOE_LAYER)' on $$(date -u +%FT%TZ), $$(nvidia-smi --query-gpu=name --format=csv,noheader)"; \
+	  for model in mixtral-8x7b qwen3-30b-a3b; do SECONDS=0; echo "$$ bench_layer.py --moe $$model $(MOE_LAYER)"; \
+	    $(call limit,$(MOE_LAYER_S)) $(PYTHON) benchmarks/bench_layer.py --moe $$model $(MOE_LAYER) --out $(GPU_OUT); \
+	    echo "exit status $$? after $$SECONDS s"; done; echo '$$ examples/generate.py --model qwen3-moe --tokens 16'; \
+	  SECONDS=0; $(call limit,20) $(PYTHON) examples/generate.py --model qwen3-moe --tokens 16; \
+	  echo "exit status $$? after $$SECONDS s"; } 2>&1 | tee $(GPU_OUT)/moe-layer.log
 
 # Issue 36's MoE kernels (moe_route_tl, moe_align_tl, fused_moe_tl): their GPU conformance (Triton, TileLang where
 # it has them) and the whole Triton layer captured in a CUDA graph under set_sync_debug_mode("error") (Qwen3-30B-A3B

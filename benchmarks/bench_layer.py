@@ -5,6 +5,7 @@
     python benchmarks/bench_layer.py --smoke --ceiling --device cpu --out /tmp/l   # the script's logic, tiny shapes
     python benchmarks/bench_layer.py --plan plan.json      # adds the layer of lazyops' namespace resolving by a plan
     python benchmarks/bench_layer.py --hf                  # a 4-layer Hugging Face Llama: stock, patched, liger
+    python benchmarks/bench_layer.py --moe qwen3-30b-a3b   # a MoE layer instead: results/h200/layer_qwen3_30b_a3b.*
     LAZYOPS_TRACE=t.jsonl LAZYOPS_TRACE_ARGS=1 python benchmarks/bench_layer.py --build-only   # the layer's trace
 
 The layer (hidden 4096; 32 query and 8 KV heads of 128; MLP 14336; neox rope; random bf16 weights) in an engine's
@@ -23,6 +24,11 @@ Hugging Face ``LlamaForCausalLM`` of these shapes, 4 layers, bf16: stock (SDPA),
 liger-kernel's ``apply_liger_kernel_to_llama``, interleaved: prefill 2048 (stream time), an eager decode step at batch 1
 and 32 over 512 cached tokens (host time: eager decode is host-bound), and ``generate_batch`` (tokens/s; stock with
 each paged attention transformers has here), each first checked against stock's logits (results ``hf.{md,json}``).
+``--moe mixtral-8x7b|qwen3-30b-a3b`` (issue 36): that model's attention shapes (no Qwen3 q/k norms) and a sparse MoE
+block for the MLP: the router's GEMM, the top-k (``moe_route_tl``; torch: softmax, ``topk``, renormalised) and the
+experts (``fused_moe_tl``; torch: ``torch._grouped_mm`` over the assignments sorted by expert, no host read, so a
+CUDA graph captures it); each layer judged against the float32 layer routed to the experts it chose (a bf16 near-tie
+may pick another expert, as vLLM's does).
 """
 
 from __future__ import annotations
@@ -61,25 +67,42 @@ class Shape:
     context: int  # cached tokens per sequence at decode
     eps: float = 1e-5
     rope_theta: float = 500000.0
+    experts: int = 0  # a MoE layer's (--moe): ``top_k`` of ``experts`` a token, each an MLP of ``mlp``
+    top_k: int = 0
 
     def kernels(self, dtype: Any) -> dict[str, tuple[str, tuple[Any, ...]]]:
         """The layer's kernel configurations by role: ``{role: (kernel, factory arguments)}``."""
         hidden, q, kv, mlp = self.hidden, self.heads * self.head_dim, self.kv_heads * self.head_dim, self.mlp
+        moe = (self.experts, self.top_k)
         return {
             "rmsnorm": ("rmsnorm_tl", (hidden, dtype, self.eps)),
             "add_rmsnorm": ("add_rmsnorm_tl", (hidden, dtype, self.eps)),
             "rope": ("rope_tl", (self.head_dim, dtype, True)),
-            "silu_and_mul": ("silu_and_mul_tl", (mlp, dtype)),
             "qkv": ("matmul_tl", (q + 2 * kv, hidden, dtype)),
             "o": ("matmul_tl", (hidden, q, dtype)),
+        } | ({
+            "router": ("matmul_tl", (self.experts, hidden, dtype)),
+            "route": ("moe_route_tl", (*moe, dtype)),
+            "experts": ("fused_moe_tl", (hidden, mlp, *moe, dtype)),
+        } if self.experts else {
+            "silu_and_mul": ("silu_and_mul_tl", (mlp, dtype)),
             "gate_up": ("matmul_tl", (2 * mlp, hidden, dtype)),
             "down": ("matmul_tl", (hidden, mlp, dtype)),
-        }
+        })  # fmt: skip
+
+    def gemms(self) -> list[str]:
+        return [role for role, (kernel, _) in self.kernels(None).items() if kernel == "matmul_tl"]
 
 
 LLAMA3_8B = Shape(hidden=4096, heads=32, kv_heads=8, head_dim=128, mlp=14336, rope_rows=8192, context=1024)
 SMOKE = Shape(hidden=256, heads=4, kv_heads=2, head_dim=64, mlp=512, rope_rows=64, context=16)
-MEMORY_BOUND, GEMMS = ("rmsnorm", "add_rmsnorm", "rope", "silu_and_mul"), ("qkv", "o", "gate_up", "down")
+MEMORY_BOUND = ("rmsnorm", "add_rmsnorm", "rope", "silu_and_mul")
+#: --moe: each model's layer (Mixtral's and Qwen3-MoE's rope theta; Qwen3-30B-A3B's query width 4096 over hidden 2048)
+MOE = {
+    "mixtral-8x7b": dataclasses.replace(LLAMA3_8B, rope_theta=1e6, experts=8, top_k=2),
+    "qwen3-30b-a3b": Shape(2048, 32, 4, 128, 768, 8192, 1024, eps=1e-6, rope_theta=1e6, experts=128, top_k=8),
+}
+SMOKE_MOE = dataclasses.replace(SMOKE, mlp=64, experts=8, top_k=2)
 
 
 @dataclass(frozen=True)
@@ -177,12 +200,15 @@ class Ops:
     rmsnorm: Callable[..., Any]
     add_rmsnorm: Callable[..., Any]
     rope: Callable[..., Any]
-    silu_and_mul: Callable[..., Any]
     qkv: Callable[..., Any]
     o: Callable[..., Any]
-    gate_up: Callable[..., Any]
-    down: Callable[..., Any]
     attention: Attention
+    silu_and_mul: Callable[..., Any] | None = None  # the dense MLP's
+    gate_up: Callable[..., Any] | None = None
+    down: Callable[..., Any] | None = None
+    router: Callable[..., Any] | None = None  # the MoE block's; route(logits) -> (weights, ids)
+    route: Callable[..., Any] | None = None
+    experts: Callable[..., Any] | None = None
 
 
 def torch_ops(shape: Shape, attention: Attention) -> Ops:
@@ -215,7 +241,38 @@ def torch_ops(shape: Shape, attention: Attention) -> Ops:
     def mm(a: Any, b: Any) -> Any:
         return a @ b
 
-    return Ops(rmsnorm, add_rmsnorm, rope, silu_and_mul, mm, mm, mm, mm, attention)
+    def experts(x: Any, w13: Any, w2: Any, weights: Any, ids: Any) -> Any:
+        """torch._grouped_mm over the assignments sorted by expert; float32 (the reference): the spec's loop."""
+        if x.dtype == torch.float32:
+            from lazyops.specs import spec
+
+            moe = spec("fused_moe_tl")
+            return moe.reference(moe.bind(*shape.kernels(x.dtype)["experts"][1]), x, w13, w2, weights, ids)[0]
+        flat = ids.flatten()
+        order = flat.argsort(stable=True)
+        ends = torch.searchsorted(flat[order], torch.arange(shape.experts, device=x.device), right=True)
+        gate, up = torch._grouped_mm(x[order // shape.top_k], w13.transpose(1, 2), offs=ends.int()).chunk(2, -1)
+        down = torch._grouped_mm(F.silu(gate) * up, w2.transpose(1, 2), offs=ends.int())
+        out = torch.empty_like(down, dtype=torch.float32).index_copy_(0, order, down * weights.flatten()[order, None])
+        return out.view(*ids.shape, -1).sum(1).to(x.dtype)
+
+    moe = {"router": mm, "route": lambda logits: routing(logits, shape.top_k), "experts": experts}
+    return Ops(rmsnorm, add_rmsnorm, rope, mm, mm, attention, silu_and_mul, mm, mm, **moe)
+
+
+def routing(logits: Any, top_k: int, ids: Any = None) -> tuple[Any, Any]:
+    """The softmax's ``top_k`` experts, renormalised (Mixtral's and Qwen3-30B-A3B's router); given ``ids`` (those a
+    layer chose), theirs, where they are distinct and hold 99 % of the top-k's probability (a near-tie's swap)."""
+    import torch
+
+    probabilities = torch.softmax(logits.float(), dim=-1)
+    weights, best = probabilities.topk(top_k, dim=-1)
+    if ids is not None:
+        chosen, distinct = probabilities.gather(-1, ids.long()), ids.sort(-1).values.diff(dim=-1).ne(0).all()
+        if not (distinct and (chosen.sum(-1) >= 0.99 * weights.sum(-1)).all()):
+            raise ValueError("wrong result: the experts chosen are not the router's top-k")
+        weights, best = chosen, ids
+    return weights / weights.sum(-1, keepdim=True), best
 
 
 def lazyops_ops(backend: str, shape: Shape, dtype: Any, attention: Attention) -> Ops:
@@ -224,8 +281,16 @@ def lazyops_ops(backend: str, shape: Shape, dtype: Any, attention: Attention) ->
     ``LAZYOPS_TRACE``), each built once. Query and key go into rope as the views of the QKV output they are."""
     source = None if backend == "namespace" else backend
     built = {role: harness.factory(source, kernel)(*args) for role, (kernel, args) in shape.kernels(dtype).items()}
-    add_rmsnorm = built["add_rmsnorm"]
+    add_rmsnorm, route = built["add_rmsnorm"], built.get("route")
     built["add_rmsnorm"] = lambda x, residual, weight: (add_rmsnorm(x, residual, weight), residual)
+    if route is not None:  # moe_route_tl writes into outputs of the caller's
+        import torch
+
+        size = (shape.top_k,)
+        built["route"] = lambda logits: route(
+            logits, logits.new_empty(*logits.shape[:-1], *size, dtype=torch.float32),
+            logits.new_empty(*logits.shape[:-1], *size, dtype=torch.int32),
+        )  # fmt: skip
     return Ops(**built, attention=attention)
 
 
@@ -256,8 +321,12 @@ def make_weights(shape: Shape, dtype: Any, device: str) -> dict[str, Any]:
     inv_freq = 1.0 / shape.rope_theta ** (torch.arange(half, dtype=torch.float64) / half)
     angles = torch.outer(torch.arange(shape.rope_rows, dtype=torch.float64), inv_freq)
     weights = {"input_norm": norm(), "post_norm": norm()}
-    gemms = {role: shape.kernels(dtype)[role][1] for role in GEMMS}  # matmul_tl(n, k): a weight [k, n]
+    gemms = {role: shape.kernels(dtype)[role][1] for role in shape.gemms()}  # matmul_tl(n, k): a weight [k, n]
     weights |= {role: linear(k, n) for role, (n, k, _) in gemms.items()}
+    if shape.experts:  # the experts' stacks as Hugging Face holds them, drawn where they run (Mixtral's: 2.8 GB)
+        device_g, e, h, i = torch.Generator(device).manual_seed(0), shape.experts, shape.hidden, shape.mlp
+        for name, size in (("w13", (e, 2 * i, h)), ("w2", (e, h, i))):
+            weights[name] = torch.randn(size, generator=device_g, device=device, dtype=dtype) * size[-1] ** -0.5
     return weights | {"cos_sin_cache": torch.cat([angles.cos(), angles.sin()], dim=-1).float().to(device)}
 
 
@@ -284,9 +353,13 @@ def make_layer(ops: Ops, weights: dict[str, Any], shape: Shape, phase: str) -> C
         q, k = ops.rope(positions, q, k, w["cos_sin_cache"])
         return q, k, v
 
-    def back(attended: Any, hidden: Any) -> tuple[Any, Any]:
+    def back(attended: Any, hidden: Any) -> tuple[Any, ...]:
+        """``(out, residual)``; a MoE layer's ``(out, residual, topk_ids)``: the experts it chose, judged by."""
         h, residual = ops.add_rmsnorm(ops.o(attended, w["o"]), hidden, w["post_norm"])
-        return ops.down(ops.silu_and_mul(ops.gate_up(h, w["gate_up"])), w["down"]), residual
+        if not shape.experts:
+            return ops.down(ops.silu_and_mul(ops.gate_up(h, w["gate_up"])), w["down"]), residual
+        weights, ids = ops.route(ops.router(h, w["router"]))
+        return ops.experts(h, w["w13"], w["w2"], weights, ids), residual, ids
 
     def prefill(hidden: Any, positions: Any) -> tuple[Any, Any]:
         return back(attention.prefill(*front(hidden, positions)), hidden)
@@ -321,11 +394,12 @@ def implementations(
     natural = functools.cache(lambda: torch_ops(shape, attention_for(None, shape, dtype, device)))
     variants = [(EAGER, "peer", natural)] + ([(PLANNED, "lazyops", ops_of("namespace"))] if plan else [])
     skeletons = [Impl("skeleton, cuBLAS GEMMs", "skeleton", lambda: skeleton(natural()))] if ceiling else []
+    gemms = shape.gemms()
     for backend, problem in status.items():
         own = ops_of(backend, problem)
         variants.append((f"lazyops {backend}", "lazyops", own))
         if backend != "torch":  # the engine's usual mix: this backend's other kernels around cuBLAS's GEMMs
-            mixed = functools.cache(lambda o=own: dataclasses.replace(o(), **{g: getattr(natural(), g) for g in GEMMS}))
+            mixed = functools.cache(lambda o=own: dataclasses.replace(o(), **{g: getattr(natural(), g) for g in gemms}))
             variants.append((f"lazyops {backend}, cuBLAS GEMMs", "lazyops", mixed))
         if ceiling and not problem and backend != "torch":
             skeletons.append(Impl(f"skeleton, lazyops {backend} GEMMs", "skeleton", lambda o=own: skeleton(o())))
@@ -369,14 +443,20 @@ def measure_workload(phase: str, tokens: int, impls: list[Impl], shape: Shape, d
     inputs = make_inputs(shape, phase, tokens, dtype, device)
     reference_ops = torch_ops(shape, attention_for(None, shape, torch.float32, device))
     wide = {key: tensor.float() for key, tensor in weights.items()}
-    with torch.no_grad():  # torch's layer in float32 on the weights and inputs upcast: what every one is judged by
-        upcast = (t.float() if t.is_floating_point() else t for t in clone(inputs))
-        reference = make_layer(reference_ops, wide, shape, phase)(*upcast)
+    upcast = [t.float() if t.is_floating_point() else t for t in clone(inputs)]
+
+    def reference(ids: Any = None) -> Any:  # torch's layer in float32 on the weights and inputs upcast
+        routed = {"route": lambda logits: routing(logits, shape.top_k, ids)} if ids is not None else {}
+        with torch.no_grad():  # a MoE layer's: routed to the experts of the layer judged
+            return make_layer(dataclasses.replace(reference_ops, **routed), wide, shape, phase)(*upcast)[:2]
+
+    expected = reference() if not shape.experts else None
     errors: dict[str, list[float]] = {}
 
     def check(case: Any, got: Any) -> None:  # skeletons skip work on purpose: not judged
         if case.kind != "skeleton":
-            errors[case.name] = harness.judge(got, reference, TOLERANCE_FACTOR * TOLERANCE[dtype])
+            truth = expected or reference(got[2])
+            errors[case.name] = harness.judge(got[:2], truth, TOLERANCE_FACTOR * TOLERANCE[dtype])
 
     chosen = [impl for impl in impls if impl.kind != "skeleton" or phase == "prefill"]
     cases = [case(impl, weights, shape, phase, inputs) for impl in chosen]
@@ -407,8 +487,9 @@ def bound(rows: list[dict[str, Any]], shape: Shape, tokens: int, copy: Any) -> d
         return {"workload": workload, "kind": "bound", "error": "torch.compile, a skeleton or the copy did not run"}
     rope = {"query_heads": shape.heads, "key_heads": shape.kv_heads, "rotary_dim": shape.head_dim}
     moved = 0
-    for role in MEMORY_BOUND:  # the bytes the layer's memory-bound kernels must move, from their specs
-        kernel, args = shape.kernels(torch.bfloat16)[role]
+    kernels = shape.kernels(torch.bfloat16)
+    for role in (role for role in MEMORY_BOUND if role in kernels):  # the bytes the memory-bound kernels must move
+        kernel, args = kernels[role]
         moved += spec(kernel).traffic(spec(kernel).bind(*args), tokens, rope if role == "rope" else {}).bytes
     floor_us = fastest["us"] + moved / copy.rate / 1e3
     skeleton = {"fastest": fastest["impl"], "skeleton_us": fastest["us"], "bound": compile_us / fastest["us"]}
@@ -431,7 +512,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = harness.parser(__doc__)
     parser.add_argument("--workloads", help=f"comma list of prefill-<tokens>, decode-<batch> (default {WORKLOADS})")
     parser.add_argument("--ceiling", action="store_true", help="the skeletons, the bound and the floor at prefill")
-    parser.add_argument("--name", default="layer", help="the result files' stem (default layer)")
+    parser.add_argument("--name", help="the result files' stem (default layer; --moe's: layer_<model>)")
+    parser.add_argument("--moe", choices=MOE, help="that MoE model's layer instead of Llama-3-8B's (issue 36)")
     parser.add_argument("--plan", type=Path, help="also time the layer of lazyops' namespace under this plan")
     parser.add_argument("--build-only", action="store_true", help="build the namespace's kernels and stop")
     parser.add_argument("--hf", action="store_true", help="a Hugging Face Llama: stock, lazyops' patch, liger's")
@@ -449,6 +531,9 @@ def main(argv: list[str] | None = None) -> int:
     from lazyops.testing import TOLERANCE
 
     shape, dtype = SMOKE if options.smoke else LLAMA3_8B, torch.bfloat16
+    title, options.name = TITLE, options.name or (f"layer_{options.moe.replace('-', '_')}" if options.moe else "layer")
+    if options.moe:
+        shape, title = SMOKE_MOE if options.smoke else MOE[options.moe], f"A {options.moe} MoE decoder layer end to end"
     chosen = options.workloads or (SMOKE_WORKLOADS if options.smoke else WORKLOADS)
     workloads = [_workload(text) for text in chosen.split(",")]
     longest = max([tokens for phase, tokens in workloads if phase == "prefill"] + [shape.context + 1])
@@ -470,7 +555,7 @@ def main(argv: list[str] | None = None) -> int:
     for phase, tokens in workloads:
         rows += (measured := measure_workload(phase, tokens, impls, shape, device))
         bounds += [bound(measured, shape, tokens, copy)] if copy is not None and phase == "prefill" else []
-        written = harness.write(options.out, options.name, TITLE, env, rows + bounds, render(rows, bounds, env, copy))
+        written = harness.write(options.out, options.name, title, env, rows + bounds, render(rows, bounds, env, copy))
     print(f"wrote {written} and its .json")
     return 0 if all("wrong result" not in row.get("error", "") for row in rows) else 1
 
@@ -489,7 +574,8 @@ def render(rows: list[dict[str, Any]], bounds: list[dict[str, Any]], env: dict[s
         by_impl.setdefault(row["impl"], {})[row["workload"]] = row
     lines = [
         f"Hidden {shape['hidden']}; {shape['heads']} query + {shape['kv_heads']} KV heads of {shape['head_dim']}; "
-        f"MLP {shape['mlp']}; bf16; decode over {shape['context']} cached tokens. Prefill: stream time (`do_bench`, "
+        + (f"{shape['top_k']} of {shape['experts']} experts of " if shape["experts"] else "MLP ")
+        + f"{shape['mlp']}; bf16; decode over {shape['context']} cached tokens. Prefill: stream time (`do_bench`, "
         "L2 flushed); decode on CUDA: a layer step in a CUDA graph (50 captured, 20 replays). Each implementation "
         f"first checked against the torch layer in float32 (relative error ≤ {env['tolerance']:.1e}). Attention: "
         + ", ".join(f"{name}: {kind}" for name, kind in env["attention"].items())

@@ -1,14 +1,20 @@
-"""Greedy generation for a small Llama-shaped model, entirely on lazyops kernels, with a paged KV cache.
+"""Greedy generation for a small Llama- or Qwen3-MoE-shaped model, entirely on lazyops kernels, with a paged KV cache.
 
     python examples/generate.py          # random weights; each decode step replayed from a CUDA graph on a GPU
     python examples/generate.py --hf     # a tiny random Hugging Face LlamaForCausalLM: its tokens and ours
+    python examples/generate.py --model qwen3-moe --hf   # a tiny random Qwen3MoeForCausalLM: its tokens and ours
     LAZYOPS_BACKEND=triton python examples/generate.py --hf --dtype float32    # on a GPU, in float32 as HF's
     python examples/generate.py --bench  # on a GPU: a decode step of 4 Llama-3-8B layers against HF (make gpu-engine)
 
 Prefill packs every prompt into one call; a decode step is one token per sequence, replayed from a CUDA graph on a
 GPU (its index tensors are static buffers refilled before each replay: the kernels read them on the device). On a
 CPU the same code runs through the torch backend. Kernels: ``matmul_tl`` (every projection, the LM head),
-``rmsnorm_tl``, ``add_rmsnorm_tl``, ``rope_tl``, ``silu_and_mul_tl``, ``kv_cache_write_tl``, ``paged_attention_tl``.
+``rmsnorm_tl``, ``add_rmsnorm_tl``, ``rope_tl``, ``silu_and_mul_tl``, ``kv_cache_write_tl``, ``paged_attention_tl``,
+``sample_tl``. ``--model qwen3-moe``: Qwen3-MoE's layers instead (issue 36): each query and key head RMS-normed
+(``rmsnorm_tl`` over the head dim) before rope, and a sparse MoE block for the MLP: the router's GEMM
+(``matmul_tl``), ``moe_route_tl`` (softmax, top-k, renormalised where the model says ``norm_topk_prob``) and
+``fused_moe_tl`` on Hugging Face's own expert layout (``gate_up_proj[E, 2I, H]``, ``down_proj[E, H, I]``); every
+layer is sparse (``decoder_sparse_step`` 1, no ``mlp_only_layers``).
 """
 
 from __future__ import annotations
@@ -37,31 +43,61 @@ class Shape:
     kv_heads: int = 2
     eps: float = 1e-6
     theta: float = 10000.0
+    #: Qwen3-MoE's: ``experts`` of ``intermediate`` each, ``top_k`` a token (0: a dense Llama MLP); the query and
+    #: key heads RMS-normed; ``head_size`` where it is not ``hidden // heads`` (0)
+    experts: int = 0
+    top_k: int = 0
+    renormalize: bool = True
+    qk_norm: bool = False
+    head_size: int = 0
 
     @property
     def head_dim(self) -> int:
-        return self.hidden // self.heads
+        return self.head_size or self.hidden // self.heads
+
+
+#: ``--model qwen3-moe``'s random model: Qwen3-30B-A3B's layer shape in small (8 of 32 experts, 4 heads of 64).
+QWEN3_MOE = Shape(intermediate=128, experts=32, top_k=8, renormalize=True, qk_norm=True)
 
 
 def random_weights(s: Shape, seed: int = 0) -> dict[str, torch.Tensor]:
-    """Weights named as Hugging Face's Llama names them (projections ``[out, in]``)."""
+    """Weights named as Hugging Face's Llama (or Qwen3-MoE) names them (projections ``[out, in]``; the experts'
+    stacks ``mlp.experts.gate_up_proj[E, 2I, H]`` and ``mlp.experts.down_proj[E, H, I]``)."""
     g = torch.Generator().manual_seed(seed)
     q, kv, d, f = s.heads * s.head_dim, s.kv_heads * s.head_dim, s.hidden, s.intermediate
     layer = {"self_attn.q_proj": (q, d), "self_attn.k_proj": (kv, d), "self_attn.v_proj": (kv, d)}
-    layer |= {"self_attn.o_proj": (d, q), "mlp.gate_proj": (f, d), "mlp.up_proj": (f, d), "mlp.down_proj": (d, f)}
+    layer |= {"self_attn.o_proj": (d, q)}
+    if s.experts:
+        layer |= {"mlp.gate": (s.experts, d), "mlp.experts.gate_up_proj": (s.experts, 2 * f, d)}
+        layer |= {"mlp.experts.down_proj": (s.experts, d, f)}
+    else:
+        layer |= {"mlp.gate_proj": (f, d), "mlp.up_proj": (f, d), "mlp.down_proj": (d, f)}
     layer |= {"input_layernorm": (d,), "post_attention_layernorm": (d,)}
+    if s.qk_norm:
+        layer |= {"self_attn.q_norm": (s.head_dim,), "self_attn.k_norm": (s.head_dim,)}
     sizes = {"embed_tokens": (s.vocab, d), "norm": (d,), "lm_head": (s.vocab, d)}
     sizes |= {f"layers.{i}.{name}": size for i in range(s.layers) for name, size in layer.items()}
-    scale = {1: 0.1, 2: 0.02}  # norms around 1, projections around 0
-    return {f"{n}.weight": (len(z) == 1) + scale[len(z)] * torch.randn(z, generator=g) for n, z in sizes.items()}
+    scale = {1: 0.1, 2: 0.02, 3: 0.02}  # norms around 1, projections around 0
+
+    def name(module: str) -> str:  # the experts' stacks are parameters of their own, not a module's weight
+        return module if ".experts." in module else f"{module}.weight"
+
+    return {name(n): (len(z) == 1) + scale[len(z)] * torch.randn(z, generator=g) for n, z in sizes.items()}
 
 
 def from_hugging_face(model: torch.nn.Module) -> tuple[Shape, dict[str, torch.Tensor]]:
-    """A ``LlamaForCausalLM``'s shape and weights, under the names :func:`random_weights` uses."""
+    """A ``LlamaForCausalLM``'s (or ``Qwen3MoeForCausalLM``'s) shape and weights, under the names
+    :func:`random_weights` uses."""
     c = model.config
     theta = getattr(c, "rope_theta", None) or (getattr(c, "rope_parameters", None) or {}).get("rope_theta", 1e4)
     heads = (c.num_attention_heads, c.num_key_value_heads)
-    shape = Shape(c.vocab_size, c.hidden_size, c.intermediate_size, c.num_hidden_layers, *heads, c.rms_norm_eps, theta)
+    experts = getattr(c, "num_experts", 0) or 0
+    if experts and (getattr(c, "mlp_only_layers", None) or getattr(c, "decoder_sparse_step", 1) != 1):
+        raise ValueError("the example engine's MoE layers are all sparse: no mlp_only_layers, decoder_sparse_step 1")
+    moe = {"experts": experts, "top_k": c.num_experts_per_tok, "renormalize": c.norm_topk_prob} if experts else {}
+    size = c.moe_intermediate_size if experts else c.intermediate_size
+    shape = Shape(c.vocab_size, c.hidden_size, size, c.num_hidden_layers, *heads, c.rms_norm_eps, theta, **moe,
+                  qk_norm="qwen3" in c.model_type, head_size=getattr(c, "head_dim", None) or 0)  # fmt: skip
     weights = {k.removeprefix("model."): v.detach() for k, v in model.state_dict().items()}
     weights.setdefault("lm_head.weight", weights["embed_tokens.weight"])  # tied embeddings
     return shape, weights
@@ -72,7 +108,7 @@ class Engine:
 
     def __init__(self, s: Shape, weights: dict[str, torch.Tensor], dtype: torch.dtype, device: str,
                  block_size: int = 16, num_blocks: int = 64, max_len: int = 1024) -> None:  # fmt: skip
-        self.device, self.block_size, self.free = device, block_size, list(range(num_blocks))
+        self.device, self.block_size, self.free, self.shape = device, block_size, list(range(num_blocks)), s
         q, kv, d, f = s.heads * s.head_dim, s.kv_heads * s.head_dim, s.hidden, s.intermediate
         self.split = (q, q + kv)  # the packed qkv's query | key | value columns
         w = {k: v.to(device, dtype) for k, v in weights.items()}
@@ -86,25 +122,42 @@ class Engine:
             cache = torch.zeros(2, num_blocks, block_size, s.kv_heads, s.head_dim, dtype=dtype, device=device)
             self.layers.append({
                 "qkv": packed(f"{a}.q_proj", f"{a}.k_proj", f"{a}.v_proj"), "o": packed(f"{a}.o_proj"),
-                "gate_up": packed(f"{m}.gate_proj", f"{m}.up_proj"), "down": packed(f"{m}.down_proj"),
                 "in_norm": w[f"layers.{i}.input_layernorm.weight"], "cache": cache,
                 "post_norm": w[f"layers.{i}.post_attention_layernorm.weight"],
             })  # fmt: skip
+            if s.experts:  # the router [in, out] as matmul_tl takes it; the experts' stacks as Hugging Face holds them
+                self.layers[-1] |= {"router": packed(f"{m}.gate"), "w13": w[f"{m}.experts.gate_up_proj"]}
+                self.layers[-1]["w2"] = w[f"{m}.experts.down_proj"]
+            else:
+                self.layers[-1] |= {
+                    "gate_up": packed(f"{m}.gate_proj", f"{m}.up_proj"),
+                    "down": packed(f"{m}.down_proj"),
+                }
+            if s.qk_norm:
+                self.layers[-1] |= {"q_norm": w[f"{a}.q_norm.weight"], "k_norm": w[f"{a}.k_norm.weight"]}
         self.embed, self.final_norm, self.lm_head = w["embed_tokens.weight"], w["norm.weight"], packed("lm_head")
-        sizes = {"qkv": (q + 2 * kv, d), "o": (d, q), "gate_up": (2 * f, d), "down": (d, f), "lm_head": (s.vocab, d)}
+        sizes = {"qkv": (q + 2 * kv, d), "o": (d, q), "lm_head": (s.vocab, d)}
+        sizes |= {"router": (s.experts, d)} if s.experts else {"gate_up": (2 * f, d), "down": (d, f)}
         self.mm = {name: lazyops.matmul_tl(n, k, dtype) for name, (n, k) in sizes.items()}
         self.norm, self.add_norm = lazyops.rmsnorm_tl(d, dtype, s.eps), lazyops.add_rmsnorm_tl(d, dtype, s.eps)
-        self.rope, self.silu = lazyops.rope_tl(s.head_dim, dtype, is_neox=True), lazyops.silu_and_mul_tl(f, dtype)
+        self.rope = lazyops.rope_tl(s.head_dim, dtype, is_neox=True)
         self.write = lazyops.kv_cache_write_tl(s.kv_heads, s.head_dim, dtype, block_size=block_size)
         self.attend = lazyops.paged_attention_tl(*(s.heads, s.kv_heads, s.head_dim, dtype), block_size=block_size)
         self.sample = lazyops.sample_tl(s.vocab, dtype)  # reads no value on the host: fine inside a CUDA graph
+        if s.experts:  # the MLP's kernels: the router and the experts, or SiLU-and-mul
+            route = lazyops.moe_route_tl(s.experts, s.top_k, dtype, scoring="softmax", renormalize=s.renormalize)
+            self.mlp = [route, lazyops.fused_moe_tl(d, f, s.experts, s.top_k, dtype, activation="silu")]
+        else:
+            self.mlp = [lazyops.silu_and_mul_tl(f, dtype)]
+        self.head_norm = lazyops.rmsnorm_tl(s.head_dim, dtype, s.eps) if s.qk_norm else None
         # Hugging Face's default rope: frequencies theta**(-2i/D), halves rotated (rotate_half: neox style)
         inverse = s.theta ** -(torch.arange(0, s.head_dim, 2, dtype=torch.float64) / s.head_dim)
         angles = torch.arange(max_len, dtype=torch.float64)[:, None] * inverse
         self.cos_sin = torch.cat([angles.cos(), angles.sin()], -1).float().to(device)
         # A decode step is replayed from a CUDA graph only where no kernel of it comes from the torch backend, whose
         # kernels read index values (positions, slots, lengths) on the host to check them, which a capture cannot.
-        kernels = [*self.mm.values(), self.norm, self.add_norm, self.rope, self.silu, self.write, self.attend]
+        kernels = [*self.mm.values(), self.norm, self.add_norm, self.rope, *self.mlp, self.write, self.attend]
+        kernels += [self.head_norm] if self.head_norm is not None else []
         self.host_checked = sorted({k.__name__ for k in kernels if getattr(k, "lazyops_backend", None) == "torch"})
         self.graphs = device == "cuda" and not self.host_checked
 
@@ -115,16 +168,34 @@ class Engine:
         for i, layer in enumerate(self.layers):
             qkv = self.mm["qkv"](h, layer["qkv"])
             query, key, value = qkv[:, : self.split[0]], qkv[:, self.split[0] : self.split[1]], qkv[:, self.split[1] :]
+            if self.head_norm is not None:  # Qwen3's: each query and key head RMS-normed (qkv's heads are no rows
+                # of one stride: the norm reads a copy of them)
+                query, key = (
+                    self.head_norm(x.reshape(-1, self.shape.head_dim), layer[norm]).view(x.shape)
+                    for x, norm in ((query, "q_norm"), (key, "k_norm"))
+                )
             self.rope(positions, query, key, self.cos_sin)
             key_cache, value_cache = layer["cache"]
             self.write(key, value, key_cache, value_cache, slots)
             attended = self.attend(query, key_cache, value_cache, table, lengths, starts)
             h = self.add_norm(self.mm["o"](attended, layer["o"]), residual, layer["post_norm"])
-            mlp = self.mm["down"](self.silu(self.mm["gate_up"](h, layer["gate_up"])), layer["down"])
+            mlp = self.moe(h, layer) if self.shape.experts else self.dense(h, layer)
             h = self.add_norm(
                 mlp, residual, self.layers[i + 1]["in_norm"] if i + 1 < len(self.layers) else self.final_norm
             )
         return self.mm["lm_head"](h[last], self.lm_head)
+
+    def dense(self, h: torch.Tensor, layer: dict[str, torch.Tensor]) -> torch.Tensor:
+        """Llama's MLP: gate and up in one GEMM, SiLU-and-mul, down."""
+        return self.mm["down"](self.mlp[0](self.mm["gate_up"](h, layer["gate_up"])), layer["down"])
+
+    def moe(self, h: torch.Tensor, layer: dict[str, torch.Tensor]) -> torch.Tensor:
+        """Qwen3-MoE's sparse block: the router's logits, each token's ``k`` experts and weights, the experts."""
+        route, experts = self.mlp
+        weights = torch.empty(h.shape[0], self.shape.top_k, dtype=torch.float32, device=h.device)
+        ids = torch.empty(h.shape[0], self.shape.top_k, dtype=torch.int32, device=h.device)
+        route(self.mm["router"](h, layer["router"]), weights, ids)
+        return experts(h, layer["w13"], layer["w2"], weights, ids)
 
     def generate(self, prompts: list[list[int]], new_tokens: int, temperature: float = 0.0, top_k: int = 0,
                  top_p: float = 1.0, seed: int = 0) -> list[list[int]]:  # fmt: skip
@@ -340,9 +411,30 @@ def render(harness: Any, rows: list[dict[str, Any]], env: dict[str, Any]) -> lis
     ]
 
 
+#: ``--model``: the layers' kind, and each one's tiny random Hugging Face model of ``--hf``.
+MODELS = ("llama", "qwen3-moe")
+
+
+def hugging_face_model(kind: str, **config: Any) -> torch.nn.Module:
+    """A tiny random ``LlamaForCausalLM`` or ``Qwen3MoeForCausalLM`` (2 layers, hidden 64, 4 heads of 16, 2 KV
+    heads, vocab 128; Qwen3-MoE's: 8 experts of 32, 2 a token, renormalised), float32; ``config`` overrides."""
+    import transformers
+
+    sizes = {"vocab_size": 128, "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2}
+    sizes |= {"num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16}
+    moe = {"num_experts": 8, "num_experts_per_tok": 2, "moe_intermediate_size": 32, "norm_topk_prob": True}
+    made = (transformers.Qwen3MoeConfig if kind == "qwen3-moe" else transformers.LlamaConfig)(
+        **(sizes | (moe if kind == "qwen3-moe" else {}) | config)
+    )
+    torch.manual_seed(0)
+    model = (transformers.Qwen3MoeForCausalLM if kind == "qwen3-moe" else transformers.LlamaForCausalLM)(made)
+    return model.eval()
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
-    parser.add_argument("--hf", action="store_true", help="a tiny random LlamaForCausalLM's weights; compare tokens")
+    parser.add_argument("--hf", action="store_true", help="a tiny random Hugging Face model's weights; compare tokens")
+    parser.add_argument("--model", choices=MODELS, default="llama", help="the layers' kind (default llama)")
     parser.add_argument("--tokens", type=int, default=12)
     parser.add_argument("--temperature", type=float, default=0.0, help="sample_tl's (default 0: greedy)")
     parser.add_argument("--top-k", type=int, default=0)
@@ -358,17 +450,13 @@ def main() -> int:
     device = "cuda" if torch.cuda.is_available() else "cpu"
     dtype = getattr(torch, args.dtype or ("bfloat16" if device == "cuda" else "float32"))
     prompts = [[1, 7, 42, 9, 3], [5, 11], [2, 8, 64, 100, 17, 33, 90]]
-    shape, weights = Shape(), random_weights(Shape())
+    shape = QWEN3_MOE if args.model == "qwen3-moe" else Shape()
+    weights = random_weights(shape)
     if args.hf:
         try:
-            from transformers import LlamaConfig, LlamaForCausalLM
+            model = hugging_face_model(args.model)
         except ImportError:
             raise SystemExit("--hf needs transformers: pip install 'lazyops[transformers]'") from None
-
-        torch.manual_seed(0)
-        config = LlamaConfig(vocab_size=128, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-                             num_attention_heads=4, num_key_value_heads=2)  # fmt: skip
-        model = LlamaForCausalLM(config).eval()
         shape, weights = from_hugging_face(model)
     with torch.inference_mode():
         engine = Engine(shape, weights, dtype, device)

@@ -99,6 +99,58 @@ def test_layer_with_its_ceiling(tmp_path):
     assert bound["workload"] == "prefill-16" and bound["bound"] > 0 and bound["floor_us"] > bound["skeleton_us"]
 
 
+def test_moe_layer(tmp_path):
+    """``--moe`` (issue 36): the layer with a sparse MoE block (tiny: 2 of 8 experts), torch's (torch._grouped_mm)
+    and the torch backend's (moe_route_tl, fused_moe_tl) rows, each judged against the float32 layer routed as it
+    routed, in a result file of the model's name."""
+    payload = smoke("bench_layer.py", tmp_path, "--backend", "torch", "--moe", "qwen3-30b-a3b")
+    assert (tmp_path / "layer_qwen3_30b_a3b.json").is_file() and payload["environment"]["shape"]["experts"] == 8
+    timed = {(row["workload"], row["impl"]): row for row in payload["rows"]}
+    impls = ("torch eager", "torch.compile", "lazyops torch", "lazyops torch + torch.compile")
+    assert set(timed) == {(workload, impl) for workload in ("prefill-16", "decode-2") for impl in impls}
+    assert all("error" not in row and row["us"] > 0 and row["error_out"] < 0.05 for row in timed.values()), timed
+
+
+def test_the_moe_layers_torch_experts_are_the_specs():
+    """torch's MoE rows (the timed peer: torch._grouped_mm over the assignments sorted by expert, in bf16) compute
+    what ``fused_moe_tl``'s spec does, with experts that receive no token and one that receives most."""
+    import torch
+
+    from lazyops.specs import spec
+
+    layer = load("bench_layer")
+    shape = layer.SMOKE_MOE
+    ops = layer.torch_ops(shape, layer.sdpa_attention(shape, torch.bfloat16, "cpu"))
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(5, shape.hidden, generator=g)
+    w13 = torch.randn(shape.experts, 2 * shape.mlp, shape.hidden, generator=g) / 16
+    w2 = torch.randn(shape.experts, shape.hidden, shape.mlp, generator=g) / 8
+    logits = torch.randn(5, shape.experts, generator=g)
+    logits[:, 3] += 10  # every token's first expert: 3
+    weights, ids = ops.route(logits)
+    assert ids[:, 0].tolist() == [3] * 5 and torch.allclose(weights.sum(-1), torch.ones(5))
+    got = ops.experts(*(t.bfloat16() for t in (x, w13, w2)), weights, ids)
+    config = spec("fused_moe_tl").bind(shape.hidden, shape.mlp, shape.experts, shape.top_k, torch.bfloat16)
+    (expected,) = spec("fused_moe_tl").reference(config, x, w13, w2, weights, ids.int())
+    assert got.dtype == torch.bfloat16 and (got.float() - expected).norm() / expected.norm() < 2e-2
+
+
+def test_the_moe_layer_is_judged_as_routed_but_only_to_the_routers_top_k():
+    """A layer is judged against the float32 layer routed to the experts it chose (a bf16 near-tie may swap one),
+    but experts outside the float32 top-k, or one chosen twice, make its row a wrong result."""
+    import torch
+
+    routing = load("bench_layer").routing
+    logits = torch.tensor([[3.0, 1.0, 2.0, 2.0 + 1e-4]])
+    weights, ids = routing(logits, 2)
+    assert ids.tolist() == [[0, 3]] and torch.allclose(weights.sum(-1), torch.ones(1))
+    swapped, kept = routing(logits, 2, torch.tensor([[0, 2]], dtype=torch.int32))
+    assert kept.tolist() == [[0, 2]] and torch.allclose(swapped, weights, atol=1e-4)
+    for wrong in ([[1, 2]], [[0, 0]]):
+        with pytest.raises(ValueError, match="wrong result"):
+            routing(logits, 2, torch.tensor(wrong))
+
+
 def test_the_layer_takes_each_backends_attention_from_one_place(monkeypatch):
     """The seam for attention kernels: every layer of a backend, its compiled row and its skeleton get the attention
     ``attention_for`` gives that backend."""

@@ -25,6 +25,7 @@ BENCHMARK_SHARES = {
     "attention's split sweep and prefill cells, the engine's decode against HF's static cache (issue 39)": 100,
     "sampling: bench_kernels.py --sampling, vLLM's torch sampling path and torch.multinomial as peers (issue 37)": 60,
     "fp8 GEMM: bench_gemm.py --fp8, torch._scaled_mm and the bf16 GEMM as peers (issue 35)": 70,
+    "the MoE layer: bench_layer.py --moe (Mixtral-8x7B, Qwen3-30B-A3B), torch._grouped_mm as the peer (issue 36)": 90,
 }
 BENCHMARK_LINES = sum(BENCHMARK_SHARES.values())
 RESULT_BYTES = 1 << 20

@@ -1,5 +1,5 @@
 """examples/generate.py: its greedy tokens are Hugging Face's for the same weights, in float32, in every backend
-that runs here (the torch backend on a CPU, Triton's interpreter too)."""
+that runs here (the torch backend on a CPU, Triton's interpreter too): a Llama, and a Qwen3-MoE (issue 36)."""
 
 from __future__ import annotations
 
@@ -59,6 +59,35 @@ def test_greedy_tokens_are_hugging_faces(lazyops_backend):
     device = testing.default_device(lazyops_backend)
     with torch.inference_mode():
         engine = generate.Engine(shape, weights, torch.float32, device, block_size=4, num_blocks=32)
+        ours = engine.generate(prompts, 6)
+        theirs = [
+            model.generate(torch.tensor([p]), max_new_tokens=6, do_sample=False)[0, len(p) :].tolist() for p in prompts
+        ]
+    assert ours == theirs
+
+
+def test_qwen3_moe_greedy_tokens_are_hugging_faces(lazyops_backend):
+    """``--model qwen3-moe`` (issue 36): a tiny Qwen3MoeForCausalLM (2 layers, hidden 64, 4 heads of 16, 8 experts
+    of 32, 2 a token, renormalised; weights drawn at 0.1 rather than 0.02, so that the experts move the tokens: a
+    routing weight swapped between a token's two experts, or left unrenormalised, changes them) in float32: the query
+    and key norms, the router, moe_route_tl and fused_moe_tl all take part, over prefill, decode and several blocks."""
+    from lazyops import _api
+
+    attention = _api.kernel_factory(lazyops_backend, "paged_attention_tl")
+    declined = getattr(attention, "lazyops_supports", lambda config: None)(
+        attention.lazyops_spec.bind(4, 2, 16, torch.float32, block_size=4)
+    )
+    if declined:
+        pytest.skip(f"{lazyops_backend} declines float32 attention ({declined}); the float32 match runs elsewhere")
+    generate = example()
+    model = generate.hugging_face_model("qwen3-moe", initializer_range=0.1, rms_norm_eps=1e-5)
+    shape, weights = generate.from_hugging_face(model)
+    assert (shape.experts, shape.top_k, shape.renormalize, shape.qk_norm, shape.eps) == (8, 2, True, True, 1e-5)
+    prompts = [[1, 7, 42, 9, 3], [5, 11], [2, 8, 64, 100, 17, 33, 90, 4, 19, 20, 21, 22, 23]]
+    device = testing.default_device(lazyops_backend)
+    with torch.inference_mode():
+        engine = generate.Engine(shape, weights, torch.float32, device, block_size=4, num_blocks=32)
+        assert [getattr(kernel, "lazyops_backend", None) for kernel in engine.mlp] == [lazyops_backend] * 2
         ours = engine.generate(prompts, 6)
         theirs = [
             model.generate(torch.tensor([p]), max_new_tokens=6, do_sample=False)[0, len(p) :].tolist() for p in prompts
