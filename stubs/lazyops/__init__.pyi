@@ -190,28 +190,46 @@ class _ApplyPenaltiesKernel(Protocol):
         frequency: torch.Tensor,
         presence: torch.Tensor,
         /,
+        *,
+        bias_ids: torch.Tensor | None = None,
+        bias_values: torch.Tensor | None = None,
+        allowed: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor]:
         """Penalise ``logits[..., V]`` in place from ``output_counts`` (int32, each token's count among the
         generated ones) and ``prompt_mask`` (bool, the prompt's tokens), with each request's ``repetition``,
-        ``frequency`` and ``presence`` (float32, ``[..., 1]``); returns ``(logits,)``.
+        ``frequency`` and ``presence`` (float32, ``[..., 1]``); first add the logit bias ``bias_values`` (float32
+        ``[M, K]``) at ``bias_ids`` (int32 ``[M, K]``, -1: padding), last set the tokens whose bit of ``allowed``
+        (int32 ``[M, ceil(V / 32)]``) is clear to ``-inf``; returns ``(logits,)``.
         """
 
 
 def apply_penalties_tl(n: int, dtype: torch.dtype | str) -> _ApplyPenaltiesKernel:
     """Applies repetition, frequency and presence penalties to ``logits[B, n]`` in place (vLLM's definition).
 
-    Returns ``kernel(logits, output_counts, prompt_mask, repetition, frequency, presence) -> (logits,)``:
-    ``output_counts[B, n]`` int32 and ``prompt_mask[B, n]`` bool, the parameters ``[B, 1]`` float32 columns
-    (repetition 1.0, frequency and presence 0.0: off). A token the prompt or the output holds has a positive
-    logit divided by ``repetition``, a negative one multiplied by it; then ``frequency * count`` and ``presence``
-    (once a token was generated) are subtracted. Math in float32.
+    Returns ``kernel(logits, output_counts, prompt_mask, repetition, frequency, presence, *, bias_ids=None,
+    bias_values=None, allowed=None) -> (logits,)``: ``output_counts[B, n]`` int32 and ``prompt_mask[B, n]``
+    bool, the parameters ``[B, 1]`` float32 columns (repetition 1.0, frequency and presence 0.0: off). First
+    the logit bias: ``bias_values[B, K]`` (float32) added at ``bias_ids[B, K]`` (int32; -1, or any id outside
+    ``[0, n)``, pads a request with fewer entries; repeated ids add up). Then a token the prompt or the output
+    holds has a positive logit divided by ``repetition``, a negative one multiplied by it; then ``frequency *
+    count`` and ``presence`` (once a token was generated) are subtracted. Last, a token whose bit of
+    ``allowed[B, ceil(n / 32)]`` (int32, bit ``i % 32`` of word ``i // 32``) is clear becomes ``-inf``; a
+    request without a mask has every bit set (``-1`` words). Math in float32, rounded once; no value is read
+    on the host, so a CUDA graph captured once serves any bias and mask of the same ``K``.
+
+    The order is vLLM's: its v1 ``Sampler`` applies the allowed-token mask and bad words, then the logit bias,
+    then the penalties; the grammar bitmask of structured output is applied before the sampler. Masking is the
+    same first or last (``-inf`` stays ``-inf``); the bias must precede the repetition penalty.
 
     The same call elsewhere::
 
-        lazyops: apply_penalties_tl(V, dtype)(logits, counts, prompt_mask, rep[:, None], freq[:, None],
-                 pres[:, None])
-        vLLM:    apply_penalties(logits, prompt_mask, output_mask, output_bin_counts, presence, frequency, rep)
-                 (vllm.model_executor.layers.utils; output_mask = counts > 0)
+        lazyops:  apply_penalties_tl(V, dtype)(logits, counts, prompt_mask, rep[:, None], freq[:, None],
+                  pres[:, None], bias_ids=ids, bias_values=values, allowed=bitmask)
+        vLLM:     apply_penalties(logits, prompt_mask, output_mask, output_bin_counts, presence, frequency, rep)
+                  (vllm.model_executor.layers.utils; output_mask = counts > 0); the logit bias by
+                  LogitBiasLogitsProcessor (logits[rows, ids] += values)
+        xgrammar: apply_token_bitmask_inplace(logits, bitmask)  (bitmask [B, ceil(V / 32)] int32, bit set:
+                  allowed; vLLM's apply_grammar_bitmask calls it); FlashInfer takes the masked logits
     """
 
 
