@@ -704,27 +704,41 @@ class _SampleKernel(Protocol):
         offsets: torch.Tensor,
         /,
         *,
+        logprob: torch.Tensor | None = None,
+        top_logprobs: torch.Tensor | None = None,
+        top_ids: torch.Tensor | None = None,
         out: torch.Tensor | None = None,
     ) -> torch.Tensor:
         """One token id (int64) per row of ``logits[..., V]``, drawn with that row's ``temperature`` (float32; 0:
         greedy), ``top_k`` (int64; 0: off), ``top_p``, ``min_p`` (float32; 1.0 and 0.0: off), ``seeds`` and
-        ``offsets`` (int64: the request's seed and its step), each shaped like ``logits.shape[:-1]``.
+        ``offsets`` (int64: the request's seed and its step), each shaped like ``logits.shape[:-1]``. With a factory
+        made with ``logprobs=True``: the sampled token's log-probability written into ``logprob`` (float32, shaped
+        like the tokens) and the row's ``top_logprobs`` largest into ``top_logprobs`` and ``top_ids`` (float32 and
+        int64, ``[..., n]``), each where given (of ``log_softmax(logits)``: vLLM's raw logprobs).
         """
 
 
-def sample_tl(vocab: int, dtype: torch.dtype | str) -> _SampleKernel:
+def sample_tl(vocab: int, dtype: torch.dtype | str, *, logprobs: bool = False, top_n: int = 0) -> _SampleKernel:
     """Samples one token id per request from ``logits[B, vocab]``: temperature, min-p, top-k, top-p, a seeded draw.
 
-    Returns ``kernel(logits, temperature, top_k, top_p, min_p, seeds, offsets, *, out=None) -> tokens[B]``
-    (int64). ``logits`` in ``dtype`` (float32, bfloat16, float16; rows may be strided); one value per request:
-    ``temperature`` float32 (0: greedy, the argmax, ties to the lowest id), ``top_k`` int64 (0 or ``>= vocab``:
-    off), ``top_p`` float32 (1.0: off), ``min_p`` float32 (0.0: off), ``seeds`` and ``offsets`` int64 (the
-    request's seed and its step: the same four values give the same token, whatever the batch around it).
+    Returns ``kernel(logits, temperature, top_k, top_p, min_p, seeds, offsets, *, logprob=None,
+    top_logprobs=None, top_ids=None, out=None) -> tokens[B]`` (int64). ``logits`` in ``dtype`` (float32,
+    bfloat16, float16; rows may be strided); one value per request: ``temperature`` float32 (0: greedy, the
+    argmax, ties to the lowest id), ``top_k`` int64 (0 or ``>= vocab``: off), ``top_p`` float32 (1.0: off),
+    ``min_p`` float32 (0.0: off), ``seeds`` and ``offsets`` int64 (the request's seed and its step: the same
+    four values give the same token, whatever the batch around it).
 
     The filters compose as vLLM's ``Sampler`` applies them: ``logits / temperature``, then min-p on its softmax,
     then top-k, then top-p on what top-k kept, renormalised; ties at a top-k or top-p boundary are all kept.
     The draw is the exponential race ``argmax(p / E)``, ``E ~ Exp(1)`` from a counter-based hash, so a CUDA
     graph captured once serves any parameters and seeds. Nothing is read on the host.
+
+    ``logprobs=True``: the call writes, where given, ``logprob[B]`` (float32: the sampled token's
+    log-probability) and, with ``top_n=n`` (0: none), ``top_logprobs[B, n]`` (float32) and
+    ``top_ids[B, n]`` (int64: the row's ``n`` most likely tokens, descending, ties to the lower id). They are
+    of ``log_softmax(logits)``, the logits as given, before temperature and the filters: vLLM's default
+    ``logprobs_mode="raw_logprobs"`` (``Sampler.compute_logprobs`` then ``gather_logprobs``). The GPU backends
+    find the top ``n`` in ``n`` passes over the row.
 
     The same call elsewhere::
 
@@ -732,6 +746,8 @@ def sample_tl(vocab: int, dtype: torch.dtype | str) -> _SampleKernel:
         vLLM:       Sampler()(logits, sampling_metadata)  (TopKTopPSampler: sort, mask, probs.div_(q).argmax())
         FlashInfer: top_k_top_p_sampling_from_logits(logits / t[:, None], top_k, top_p, generator=g);
                     min_p_sampling_from_probs(softmax(logits / t[:, None]), min_p)
+        logprobs:   sample_tl(V, dtype, logprobs=True, top_n=n)(..., logprob=lp, top_logprobs=tv,
+                    top_ids=ti); vLLM: Sampler(logprobs_mode="raw_logprobs"), SamplerOutput.logprobs_tensors
     """
 
 

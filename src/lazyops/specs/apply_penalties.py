@@ -255,15 +255,20 @@ class ApplyPenaltiesSpec(KernelSpec):
         )
         rows_only = checks.plain_call(layout, (0,), device_type)
 
-        int32, tensor = torch.int32, torch.Tensor
+        int32, tensor, is_grad_enabled = torch.int32, torch.Tensor, torch.is_grad_enabled
 
         def absent(arg: Any, dtype: torch.dtype) -> bool:  # None, or the empty tensor that stands for it
-            return arg is None or (type(arg) is tensor and arg.dtype is dtype and not arg.numel())
+            return arg is None or (
+                type(arg) is tensor
+                and arg.dtype is dtype
+                and not arg.numel()
+                and not (arg.requires_grad and is_grad_enabled())
+            )
 
         def accepts(args: tuple[Any, ...]) -> bool:
             if len(args) != 9 or not (absent(args[6], int32) and absent(args[7], f32) and absent(args[8], int32)):
                 return False
-            return rows_only(args[:6])
+            return bool(rows_only(args[:6]))
 
         return accepts
 
