@@ -114,7 +114,7 @@ SAMPLING_OPTIONS = {
 def sampling_jobs(kernels: list[str], small: bool) -> list[tuple[str, str, Any, bool, str | None]]:
     """``(kernel, row label, dtype -> Example, torch.compile peer, the one dtype or None)`` for ``--sampling``: each
     kernel at each vocabulary (the first alone with ``--smoke``), then its options at the first in bfloat16."""
-    from lazyops.specs._spec import Example
+    from lazyops.specs import Example
 
     def at(vocab: int, kwargs: dict[str, Any], geometry: dict[str, Any]) -> Any:
         return lambda dtype: Example((vocab, dtype), kwargs, geometry)
