@@ -111,17 +111,19 @@ gpu-kernels:
 	$(call limit,$(KERNELS_S)) $(PYTHON) benchmarks/bench_kernels.py --out $(GPU_OUT)
 
 # Sampling (issue 37): sample_tl and apply_penalties_tl: the conformance kit on the device (one case per configuration class), its kernel tests
-# in Triton, then bench_kernels.py --sampling (B = 1, 16, 64, 256 at V = 128256, float32 and bf16, against vLLM's
-# torch path, torch.compile of the spec's definition and torch.multinomial): GPU_OUT/sampling.{md,json} and
-# GPU_OUT/sampling-check.txt. About 3 minutes on an H100.
+# (log-probabilities, logit bias and token bitmask included; TileLang's penalties too), then bench_kernels.py
+# --sampling (B = 1, 16, 64, 256 at V = 128256 and 151936, float32 and bf16, against vLLM's torch path,
+# torch.compile of the spec's definition at V = 128256 and torch.multinomial; sample_tl with top-5 log-probabilities
+# and apply_penalties_tl with a logit bias and a bitmask in bf16): GPU_OUT/sampling.{md,json} and
+# GPU_OUT/sampling-check.md. About 4 to 5 minutes on an H100.
 SAMPLING_CHECK_S ?= 90
-SAMPLING_S ?= 170
+SAMPLING_S ?= 240
 gpu-sampling: gpu-sampling-check gpu-sampling-bench
 gpu-sampling-check:
 	-$(call gpu_pytest_log,sample_tl and apply_penalties_tl on the GPU,gpu-sampling,sampling-check.md,$(SAMPLING_CHECK_S),\
-	  tests/kernels/test_gpu_conformance.py -k "sample or penalties" tests/kernels/test_sample.py)
+	  tests/kernels/test_gpu_conformance.py -k "sample or penalties" tests/kernels/test_sample.py tests/kernels/test_penalties.py)
 gpu-sampling-bench:
-	$(call limit,$(SAMPLING_S)) $(PYTHON) benchmarks/bench_kernels.py --sampling --backend torch,triton --out $(GPU_OUT)
+	$(call limit,$(SAMPLING_S)) $(PYTHON) benchmarks/bench_kernels.py --sampling --backend torch,triton,tilelang --out $(GPU_OUT)
 
 LAYER_S ?= 540
 # `make gpu-layer LAYER="--moe qwen3-30b-a3b"`: a MoE layer instead (issue 36)

@@ -268,7 +268,7 @@ def _vllm_sample(config: Any) -> Any:
     ascending sort, the k-th value's mask, a cumulative sum's mask) and the exponential race ``probs / q``."""
     import torch
 
-    def sample(logits: Any, temperature: Any, top_k: Any, top_p: Any, min_p: Any, seeds: Any, offsets: Any) -> Any:
+    def sample(logits: Any, temperature: Any, top_k: Any, top_p: Any, min_p: Any, *seeds_offsets: Any) -> Any:
         logits = logits.float()
         greedy = logits.argmax(dim=-1)
         logits = logits / torch.where(temperature > 0, temperature, 1.0)[:, None]

@@ -6,6 +6,11 @@
     python benchmarks/bench_kernels.py --smoke --device cpu --out /tmp/k   # the script's logic, tiny shapes
     python benchmarks/bench_kernels.py --sampling          # sample_tl: results/h200/sampling.{md,json}
 
+``--sampling``: ``sample_tl`` and ``apply_penalties_tl`` at B = 1, 16, 64, 256 requests and V = 128256 and 151936
+(issue 37's grid), mixed per-request parameters; at the first V also ``sample_tl`` writing the sampled and top-5
+log-probabilities, and ``apply_penalties_tl`` with 8 logit-bias entries a request and a token bitmask (bfloat16
+only). The ``torch.compile`` peer is compiled at the first V only (each compile takes tens of seconds).
+
 Kernels: every kernel whose spec says it is memory-bound (``--kernels`` for others), each at its spec's engine-sized
 configuration, in each backend that runs here (or of ``--backend``). Peers: ``torch eager`` and ``torch.compile``
 (the spec's definition in float32, compiled per size), ``torch op`` (what a user writes in plain torch in the input
@@ -18,6 +23,7 @@ goals off this file.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import sys
 from argparse import BooleanOptionalAction
@@ -62,20 +68,29 @@ def main(argv: list[str] | None = None) -> int:
     env = harness.environment(device, status) | {"configs": {}}
     copy = bench.copy_ceiling(16 if small else 256, device=device, rounds=rounds)
     rows: list[Any] = [copy]
+    jobs = sampling_jobs(kernels, small) if options.sampling else [(k, k, None, True, None) for k in kernels]
     for dtype in options.dtypes.split(","):
-        for kernel in kernels:
+        for kernel, label, example, compiled, only in jobs:
+            if only and dtype != only:
+                continue
             torch._dynamo.reset()  # each kernel's compiled peers start from an empty cache
-            impls = bench.implementations(
-                kernel, chosen, compile=compile_peer, peers=harness.peers(kernel), same_bytes_copy=True
-            )
-            common: dict[str, Any] = {"device": device, "small": small, "progress": say}
-            if "stream" in modes:
-                rows += bench.measure(kernel, impls, tokens, dtype, rounds=rounds, round_s=round_s, **common)
-            if "graph" in modes:
-                rows += bench.graph_time(kernel, impls, graph_tokens, dtype, rounds=rounds, **common)
-            if "host" in modes:
-                rows += bench.host_time(kernel, impls, dtype, calls=calls, warmup=calls // 30, rounds=rounds, **common)
-            env["configs"][kernel] = bench.describe(kernel, dtype, small=small)
+            first = len(rows)
+            with bench.configured(kernel, example) if example else contextlib.nullcontext():
+                impls = bench.implementations(
+                    kernel, chosen, compile=compile_peer and compiled, peers=harness.peers(kernel), same_bytes_copy=True
+                )
+                common: dict[str, Any] = {"device": device, "small": small, "progress": say}
+                if "stream" in modes:
+                    rows += bench.measure(kernel, impls, tokens, dtype, rounds=rounds, round_s=round_s, **common)
+                if "graph" in modes:
+                    rows += bench.graph_time(kernel, impls, graph_tokens, dtype, rounds=rounds, **common)
+                if "host" in modes:
+                    rows += bench.host_time(
+                        kernel, impls, dtype, calls=calls, warmup=calls // 30, rounds=rounds, **common
+                    )
+                env["configs"][label] = bench.describe(kernel, dtype, small=small)
+            for row in rows[first:]:
+                row.kernel = label
             bench.rank(rows)
             plain = [{k: v for k, v in dataclasses.asdict(row).items() if k != "config"} for row in rows]
             written = harness.write(options.out, options.name, TITLE, env, plain, render(rows, copy, env))
@@ -88,6 +103,32 @@ TITLE = "Memory-bound kernels against their peers and ceilings"
 
 #: Kernels of a batch of requests' vocabulary rows (B up to 256 at V = 128256, not 32768 tokens): ``--sampling``'s.
 SAMPLING = ("sample", "apply_penalties")
+#: ``--sampling``'s vocabularies (Llama 3's, Qwen 2.5's) and, at the first, each kernel's options beside the plain call.
+SAMPLING_VOCABS = (128256, 151936)
+SAMPLING_OPTIONS = {
+    "sample": ("+logprobs", {"logprobs": True, "top_n": 5}, {"params": "mixed"}),
+    "apply_penalties": ("+bias+mask", {}, {"bias": 8, "mask": 0.5}),
+}
+
+
+def sampling_jobs(kernels: list[str], small: bool) -> list[tuple[str, str, Any, bool, str | None]]:
+    """``(kernel, row label, dtype -> Example, torch.compile peer, the one dtype or None)`` for ``--sampling``: each
+    kernel at each vocabulary (the first alone with ``--smoke``), then its options at the first in bfloat16."""
+    from lazyops.specs import Example
+
+    def at(vocab: int, kwargs: dict[str, Any], geometry: dict[str, Any]) -> Any:
+        return lambda dtype: Example((vocab, dtype), kwargs, geometry)
+
+    mixed = {"sample": {"params": "mixed"}}
+    vocabs = SAMPLING_VOCABS[:1] if small else SAMPLING_VOCABS
+    jobs: list[tuple[str, str, Any, bool, str | None]] = [
+        (k, f"{k} V={v}", at(v, {}, mixed.get(k, {})), v == vocabs[0], None) for v in vocabs for k in kernels
+    ]
+    for kernel in kernels:
+        if kernel in SAMPLING_OPTIONS:
+            suffix, kwargs, geometry = SAMPLING_OPTIONS[kernel]
+            jobs.append((kernel, f"{kernel}{suffix} V={vocabs[0]}", at(vocabs[0], kwargs, geometry), False, "bfloat16"))
+    return jobs
 
 
 def memory_bound() -> list[str]:

@@ -34,12 +34,13 @@ at once; ``import lazyops`` never imports it.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import statistics
 import time
 import types
 import warnings
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -58,6 +59,7 @@ __all__ = [
     "Row",
     "Timing",
     "backend_status",
+    "configured",
     "copy_ceiling",
     "default_device",
     "describe",
@@ -205,6 +207,22 @@ def kernel_name(kernel: str) -> str:
     return name
 
 
+#: Configurations timed instead of the spec's benchmark one, by kernel name (:func:`configured`).
+_chosen: dict[str, Callable[[Any], Any]] = {}
+
+
+@contextlib.contextmanager
+def configured(kernel: str, chosen: Callable[[Any], Any]) -> Iterator[None]:
+    """Inside the block, benchmarks of ``kernel`` time ``chosen(dtype)`` (an ``Example``) instead of
+    ``spec.benchmark(dtype)``: ``bench_kernels.py --sampling``'s vocabularies and options."""
+    name = kernel_name(kernel)
+    _chosen[name] = chosen
+    try:
+        yield
+    finally:
+        del _chosen[name]
+
+
 def example(kernel: str, dtype: Any = "bfloat16", *, small: bool = False) -> Any:
     """The configuration benchmarks time: ``spec.benchmark(dtype)``; ``small`` clamps its sizes to 256.
 
@@ -213,8 +231,9 @@ def example(kernel: str, dtype: Any = "bfloat16", *, small: bool = False) -> Any
     """
     from lazyops.specs._spec import Example
 
-    spec = spec_of(kernel_name(kernel))
-    full = spec.benchmark(_dtype(dtype))
+    name = kernel_name(kernel)
+    spec = spec_of(name)
+    full = _chosen[name](_dtype(dtype)) if name in _chosen else spec.benchmark(_dtype(dtype))
     if not small:
         return full
 

@@ -190,28 +190,46 @@ class _ApplyPenaltiesKernel(Protocol):
         frequency: torch.Tensor,
         presence: torch.Tensor,
         /,
+        *,
+        bias_ids: torch.Tensor | None = None,
+        bias_values: torch.Tensor | None = None,
+        allowed: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor]:
         """Penalise ``logits[..., V]`` in place from ``output_counts`` (int32, each token's count among the
         generated ones) and ``prompt_mask`` (bool, the prompt's tokens), with each request's ``repetition``,
-        ``frequency`` and ``presence`` (float32, ``[..., 1]``); returns ``(logits,)``.
+        ``frequency`` and ``presence`` (float32, ``[..., 1]``); first add the logit bias ``bias_values`` (float32
+        ``[M, K]``) at ``bias_ids`` (int32 ``[M, K]``, -1: padding), last set the tokens whose bit of ``allowed``
+        (int32 ``[M, ceil(V / 32)]``) is clear to ``-inf``; returns ``(logits,)``.
         """
 
 
 def apply_penalties_tl(n: int, dtype: torch.dtype | str) -> _ApplyPenaltiesKernel:
     """Applies repetition, frequency and presence penalties to ``logits[B, n]`` in place (vLLM's definition).
 
-    Returns ``kernel(logits, output_counts, prompt_mask, repetition, frequency, presence) -> (logits,)``:
-    ``output_counts[B, n]`` int32 and ``prompt_mask[B, n]`` bool, the parameters ``[B, 1]`` float32 columns
-    (repetition 1.0, frequency and presence 0.0: off). A token the prompt or the output holds has a positive
-    logit divided by ``repetition``, a negative one multiplied by it; then ``frequency * count`` and ``presence``
-    (once a token was generated) are subtracted. Math in float32.
+    Returns ``kernel(logits, output_counts, prompt_mask, repetition, frequency, presence, *, bias_ids=None,
+    bias_values=None, allowed=None) -> (logits,)``: ``output_counts[B, n]`` int32 and ``prompt_mask[B, n]``
+    bool, the parameters ``[B, 1]`` float32 columns (repetition 1.0, frequency and presence 0.0: off). First
+    the logit bias: ``bias_values[B, K]`` (float32) added at ``bias_ids[B, K]`` (int32; -1, or any id outside
+    ``[0, n)``, pads a request with fewer entries; repeated ids add up). Then a token the prompt or the output
+    holds has a positive logit divided by ``repetition``, a negative one multiplied by it; then ``frequency *
+    count`` and ``presence`` (once a token was generated) are subtracted. Last, a token whose bit of
+    ``allowed[B, ceil(n / 32)]`` (int32, bit ``i % 32`` of word ``i // 32``) is clear becomes ``-inf``; a
+    request without a mask has every bit set (``-1`` words). Math in float32, rounded once; no value is read
+    on the host, so a CUDA graph captured once serves any bias and mask of the same ``K``.
+
+    The order is vLLM's: its v1 ``Sampler`` applies the allowed-token mask and bad words, then the logit bias,
+    then the penalties; the grammar bitmask of structured output is applied before the sampler. Masking is the
+    same first or last (``-inf`` stays ``-inf``); the bias must precede the repetition penalty.
 
     The same call elsewhere::
 
-        lazyops: apply_penalties_tl(V, dtype)(logits, counts, prompt_mask, rep[:, None], freq[:, None],
-                 pres[:, None])
-        vLLM:    apply_penalties(logits, prompt_mask, output_mask, output_bin_counts, presence, frequency, rep)
-                 (vllm.model_executor.layers.utils; output_mask = counts > 0)
+        lazyops:  apply_penalties_tl(V, dtype)(logits, counts, prompt_mask, rep[:, None], freq[:, None],
+                  pres[:, None], bias_ids=ids, bias_values=values, allowed=bitmask)
+        vLLM:     apply_penalties(logits, prompt_mask, output_mask, output_bin_counts, presence, frequency, rep)
+                  (vllm.model_executor.layers.utils; output_mask = counts > 0); the logit bias by
+                  LogitBiasLogitsProcessor (logits[rows, ids] += values)
+        xgrammar: apply_token_bitmask_inplace(logits, bitmask)  (bitmask [B, ceil(V / 32)] int32, bit set:
+                  allowed; vLLM's apply_grammar_bitmask calls it); FlashInfer takes the masked logits
     """
 
 
@@ -735,27 +753,41 @@ class _SampleKernel(Protocol):
         offsets: torch.Tensor,
         /,
         *,
+        logprob: torch.Tensor | None = None,
+        top_logprobs: torch.Tensor | None = None,
+        top_ids: torch.Tensor | None = None,
         out: torch.Tensor | None = None,
     ) -> torch.Tensor:
         """One token id (int64) per row of ``logits[..., V]``, drawn with that row's ``temperature`` (float32; 0:
         greedy), ``top_k`` (int64; 0: off), ``top_p``, ``min_p`` (float32; 1.0 and 0.0: off), ``seeds`` and
-        ``offsets`` (int64: the request's seed and its step), each shaped like ``logits.shape[:-1]``.
+        ``offsets`` (int64: the request's seed and its step), each shaped like ``logits.shape[:-1]``. With a factory
+        made with ``logprobs=True``: the sampled token's log-probability written into ``logprob`` (float32, shaped
+        like the tokens) and the row's ``top_logprobs`` largest into ``top_logprobs`` and ``top_ids`` (float32 and
+        int64, ``[..., n]``), each where given (of ``log_softmax(logits)``: vLLM's raw logprobs).
         """
 
 
-def sample_tl(vocab: int, dtype: torch.dtype | str) -> _SampleKernel:
+def sample_tl(vocab: int, dtype: torch.dtype | str, *, logprobs: bool = False, top_n: int = 0) -> _SampleKernel:
     """Samples one token id per request from ``logits[B, vocab]``: temperature, min-p, top-k, top-p, a seeded draw.
 
-    Returns ``kernel(logits, temperature, top_k, top_p, min_p, seeds, offsets, *, out=None) -> tokens[B]``
-    (int64). ``logits`` in ``dtype`` (float32, bfloat16, float16; rows may be strided); one value per request:
-    ``temperature`` float32 (0: greedy, the argmax, ties to the lowest id), ``top_k`` int64 (0 or ``>= vocab``:
-    off), ``top_p`` float32 (1.0: off), ``min_p`` float32 (0.0: off), ``seeds`` and ``offsets`` int64 (the
-    request's seed and its step: the same four values give the same token, whatever the batch around it).
+    Returns ``kernel(logits, temperature, top_k, top_p, min_p, seeds, offsets, *, logprob=None,
+    top_logprobs=None, top_ids=None, out=None) -> tokens[B]`` (int64). ``logits`` in ``dtype`` (float32,
+    bfloat16, float16; rows may be strided); one value per request: ``temperature`` float32 (0: greedy, the
+    argmax, ties to the lowest id), ``top_k`` int64 (0 or ``>= vocab``: off), ``top_p`` float32 (1.0: off),
+    ``min_p`` float32 (0.0: off), ``seeds`` and ``offsets`` int64 (the request's seed and its step: the same
+    four values give the same token, whatever the batch around it).
 
     The filters compose as vLLM's ``Sampler`` applies them: ``logits / temperature``, then min-p on its softmax,
     then top-k, then top-p on what top-k kept, renormalised; ties at a top-k or top-p boundary are all kept.
     The draw is the exponential race ``argmax(p / E)``, ``E ~ Exp(1)`` from a counter-based hash, so a CUDA
     graph captured once serves any parameters and seeds. Nothing is read on the host.
+
+    ``logprobs=True``: the call writes, where given, ``logprob[B]`` (float32: the sampled token's
+    log-probability) and, with ``top_n=n`` (0: none), ``top_logprobs[B, n]`` (float32) and
+    ``top_ids[B, n]`` (int64: the row's ``n`` most likely tokens, descending, ties to the lower id). They are
+    of ``log_softmax(logits)``, the logits as given, before temperature and the filters: vLLM's default
+    ``logprobs_mode="raw_logprobs"`` (``Sampler.compute_logprobs`` then ``gather_logprobs``). The GPU backends
+    find the top ``n`` in ``n`` passes over the row.
 
     The same call elsewhere::
 
@@ -763,6 +795,8 @@ def sample_tl(vocab: int, dtype: torch.dtype | str) -> _SampleKernel:
         vLLM:       Sampler()(logits, sampling_metadata)  (TopKTopPSampler: sort, mask, probs.div_(q).argmax())
         FlashInfer: top_k_top_p_sampling_from_logits(logits / t[:, None], top_k, top_p, generator=g);
                     min_p_sampling_from_probs(softmax(logits / t[:, None]), min_p)
+        logprobs:   sample_tl(V, dtype, logprobs=True, top_n=n)(..., logprob=lp, top_logprobs=tv,
+                    top_ids=ti); vLLM: Sampler(logprobs_mode="raw_logprobs"), SamplerOutput.logprobs_tensors
     """
 
 

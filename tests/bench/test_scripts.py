@@ -45,9 +45,11 @@ def test_kernels_sampling(tmp_path):
     rows = smoke("bench_kernels.py", tmp_path, "--sampling", "--backend", "torch", "--modes", "stream")["rows"]
     impls = {(row["kernel"], row["impl"]) for row in rows}
     assert {
-        ("sample", "vLLM torch path"),
-        ("sample", "torch.multinomial"),
-        ("apply_penalties", "lazyops torch"),
+        ("sample V=128256", "vLLM torch path"),
+        ("sample V=128256", "torch.multinomial"),
+        ("apply_penalties V=128256", "lazyops torch"),
+        ("sample+logprobs V=128256", "lazyops torch"),
+        ("apply_penalties+bias+mask V=128256", "lazyops torch"),
     } <= impls
     assert not [row.get("error") for row in rows if row.get("error")]
 

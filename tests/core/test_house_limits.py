@@ -26,6 +26,7 @@ BENCHMARK_SHARES = {
     "sampling: bench_kernels.py --sampling, vLLM's torch sampling path and torch.multinomial as peers (issue 37)": 60,
     "fp8 GEMM: bench_gemm.py --fp8, torch._scaled_mm and the bf16 GEMM as peers (issue 35)": 70,
     "the MoE layer: bench_layer.py --moe (Mixtral-8x7B, Qwen3-30B-A3B), torch._grouped_mm as the peer (issue 36)": 90,
+    "sampling's grid: --sampling at V = 128256 and 151936, logprobs and bias+mask variants (issue 37, samp2)": 45,
 }
 BENCHMARK_LINES = sum(BENCHMARK_SHARES.values())
 RESULT_BYTES = 1 << 20

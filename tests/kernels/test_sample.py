@@ -12,6 +12,7 @@ import pytest
 import torch
 
 from lazyops._backends.torch.sample import sample_tl as torch_sample
+from lazyops._errors import KernelInputError
 from lazyops.testing import Case, ConformanceError, check_case
 from lazyops.testing._draws import LOGITS, PARAMS
 
@@ -112,3 +113,76 @@ def test_the_judge_refuses_a_wrong_sampler(change, params):
         except ConformanceError:
             refused += 1
     assert refused >= 3, f"{change}: refused {refused} of 6"
+
+
+# -- log-probabilities ---------------------------------------------------------------------------------------------
+@pytest.mark.parametrize(("logits", "n"), [("normal", 5), ("ties", 3), ("masked", 5), ("peaked", 0), ("flat", 1)])
+def test_log_probabilities_of_each_kind_of_logits(kernels, logits, n):
+    """The sampled token's and the top ``n`` log-probabilities, against float64's ``log_softmax`` (ties to the
+    lower id; a masked token's ``-inf`` exactly)."""
+    factory = kernels.factory("sample_tl")
+    kwargs = {"logprobs": True, "top_n": n}
+    case = Case(
+        "sample_tl", (100, torch.bfloat16), kwargs, (4,), seed=n, geometry={"logits": logits, "params": "mixed"}
+    )
+    check_case(factory, case, device=kernels.device)
+
+
+def test_log_probabilities_of_rows_wider_than_a_block(kernels):
+    factory = kernels.factory("sample_tl")
+    kwargs = {"logprobs": True, "top_n": 3}
+    case = Case(
+        "sample_tl", (4500, torch.float32), kwargs, (2,), seed=5, geometry={"logits": "peaked", "params": "plain"}
+    )
+    check_case(factory, case, device=kernels.device, max_elements=20_000)
+
+
+def _request(batch: tuple[int, ...], vocab: int, device: str) -> tuple[torch.Tensor, ...]:
+    generator = torch.Generator().manual_seed(11)
+    logits = torch.randn(*batch, vocab, generator=generator) * 2
+    temperature = torch.full(batch, 0.7)
+    top_k = torch.zeros(batch, dtype=torch.int64)
+    top_p = torch.full(batch, 0.9)
+    min_p = torch.zeros(batch)
+    seeds = torch.arange(len(torch.zeros(batch).reshape(-1))).reshape(batch) + 5
+    return tuple(t.to(device) for t in (logits, temperature, top_k, top_p, min_p, seeds, seeds * 3))
+
+
+def test_log_probabilities_under_leading_dimensions_and_each_buffer_alone(kernels):
+    device, vocab, n = kernels.device, 300, 4
+    args = _request((2, 3), vocab, device)
+    kernel = kernels.factory("sample_tl")(vocab, torch.float32, logprobs=True, top_n=n)
+    logprob = torch.full((2, 3), float("nan"), device=device)
+    top = torch.full((2, 3, n), float("nan"), device=device)
+    ids = torch.full((2, 3, n), -1, dtype=torch.int64, device=device)
+    tokens = kernel(*args, logprob=logprob, top_logprobs=top, top_ids=ids)
+    assert torch.equal(kernel(*args), tokens)  # the buffers change nothing drawn
+    want = torch.log_softmax(args[0].double().cpu(), dim=-1)
+    assert torch.allclose(logprob.cpu().double(), want.gather(-1, tokens.cpu()[..., None])[..., 0], atol=1e-5)
+    want_top = want.topk(n, dim=-1)
+    assert torch.equal(ids.cpu(), want_top.indices)
+    assert torch.allclose(top.cpu().double(), want_top.values, atol=1e-5)
+    alone = torch.full((2, 3), float("nan"), device=device)
+    kernel(*args, logprob=alone)
+    assert torch.equal(alone, logprob)
+    top_alone, ids_alone = torch.zeros_like(top), torch.zeros_like(ids)
+    kernel(*args, top_logprobs=top_alone, top_ids=ids_alone)
+    assert torch.equal(top_alone, top) and torch.equal(ids_alone, ids)
+
+
+def test_log_probability_buffers_the_factory_does_not_write_are_refused(kernels):
+    device = kernels.device
+    args = _request((3,), 50, device)
+    plain = kernels.factory("sample_tl")(50, torch.float32)
+    with pytest.raises(KernelInputError, match="logprobs=True"):
+        plain(*args, logprob=torch.zeros(3, device=device))
+    kernel = kernels.factory("sample_tl")(50, torch.float32, logprobs=True, top_n=2)
+    with pytest.raises(KernelInputError, match="go together"):
+        kernel(*args, top_logprobs=torch.zeros(3, 2, device=device))
+    with pytest.raises(KernelInputError):
+        kernel(*args, top_logprobs=torch.zeros(3, 3, device=device), top_ids=torch.zeros(3, 3, dtype=torch.int64))
+    with pytest.raises(KernelInputError):
+        kernel(*args, logprob=torch.zeros(3, dtype=torch.float64, device=device))
+    for bad in ({"top_n": 2}, {"logprobs": True, "top_n": 51}, {"logprobs": 1}):
+        with pytest.raises(KernelInputError):
+            kernels.factory("sample_tl")(50, torch.float32, **bad)

@@ -206,12 +206,26 @@ def test_silu_and_mul_lowers(n: int, dtype: str) -> None:
     assert "expf" in source
 
 
-@pytest.mark.parametrize(("n", "dtype"), [(5, "bfloat16"), (1000, "float16"), (128256, "float32")])
-def test_apply_penalties_lowers(n: int, dtype: str) -> None:
-    """One program for every request count, the logits updated in place (no output argument)."""
-    source = lower(apply_penalties.penalties_program(n, dtype))
+@pytest.mark.parametrize(
+    ("n", "dtype", "bias", "mask"),
+    [
+        (5, "bfloat16", False, False),
+        (5, "bfloat16", True, True),
+        (1000, "float16", True, False),
+        (1000, "float16", False, True),
+        (128256, "float32", False, False),  # every variant at 128256: test_every_program_a_factory_compiles...
+    ],
+)
+def test_apply_penalties_lowers(n: int, dtype: str, bias: bool, mask: bool) -> None:
+    """One program for every request count, the logits updated in place (no output argument); the logit bias's
+    loop over a run-time ``K`` and the bitmask's word loads only in the variants that take them. (TileLang's
+    ``target="c"`` cannot build it on the CPU: its host wrapper passes no dynamic strides, in 0.1.15.)"""
+    source = lower(apply_penalties.penalties_program(n, dtype, bias, mask))
     assert_dynamic_tokens(source)
     assert "repetition" in kernel_signature(source)
+    body = source[source.index("{", source.index("__global__")) :]
+    assert ("k < K" in body) == bias
+    assert ("allowed[" in body) == mask
 
 
 @pytest.mark.parametrize("tanh", (False, True))

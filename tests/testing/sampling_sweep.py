@@ -23,8 +23,8 @@ from lazyops.testing._draws import judge_draws
 QUANTILES = {1e-4: 3.719, 1e-3: 3.090, 1e-2: 2.326}
 
 
-def wrong_sampler(vocab: int, dtype: Any) -> Any:
-    kernel = sample_tl(vocab, dtype)
+def wrong_sampler(vocab: int, dtype: Any, **options: Any) -> Any:
+    kernel = sample_tl(vocab, dtype, **options)
     return lambda logits, t, k, p, *rest, **kw: kernel(logits, t, k, p.clone().fill_(1.0), *rest, **kw)
 
 

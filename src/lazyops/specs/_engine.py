@@ -182,7 +182,9 @@ def checked_route(
         mode (whose only other effect here is that a new output is an inference tensor too)."""
         if inference_mode():
             return False
-        return any(args[index].is_inference() for index in written) or (out is not None and out.is_inference())
+        # a written keyword buffer the call left out is None
+        written_inference = any(args[index] is not None and args[index].is_inference() for index in written)
+        return written_inference or (out is not None and out.is_inference())
 
     def run(args: tuple[Any, ...], out: Any) -> Any:
         flat = args

@@ -93,7 +93,7 @@ def schema(spec: KernelSpec, config: Any, *, with_out: bool = False) -> str:
 
     aliases = iter("abcdefghijklmnopqrstuvwxyz")
     tensors = [
-        f"Tensor({next(aliases)}!) {name}"
+        f"Tensor({next(aliases)}!){'?' if name in spec.keywords else ''} {name}"
         if name in spec.mutates
         else f"Tensor? {name}"
         if name in spec.keywords

@@ -1,9 +1,20 @@
-"""Repetition, frequency and presence penalties applied to logits in place, as vLLM's ``apply_penalties`` does.
+"""Logit bias, repetition, frequency and presence penalties and a token mask, applied to logits in place, as vLLM
+applies them before it samples.
 
 For each request (a row), with ``seen = prompt_mask | (output_counts > 0)``::
 
+    logits[bias_ids[j]] += bias_values[j]               (each j; an id outside [0, V) is padding, skipped)
     logits = where(seen, where(logits > 0, logits / repetition, logits * repetition), logits)
     logits -= frequency * output_counts + presence * (output_counts > 0)
+    logits = where(bit i of allowed, logits, -inf)       (word i // 32, bit i % 32; bit set: token i allowed)
+
+The order is vLLM's (v1 ``Sampler``: the allowed-token mask, bad words, then the logit bias, then the penalties;
+the structured-output grammar bitmask is applied by the model runner before the sampler). The mask commutes with
+the rest (a masked logit is ``-inf`` and stays so under a finite bias and the penalties), so masking last is
+masking first; the bias does not commute with the repetition penalty (``(x + b) / r`` is not ``x / r + b``), so it
+comes first, as in vLLM. ``bias_ids``/``bias_values`` (int32 and float32 ``[M, K]``, ``K`` any, repeated ids add
+up) and ``allowed`` (int32 ``[M, ceil(V / 32)]``, vLLM's and xgrammar's packed bitmask; a request without a mask
+has every bit set) are keyword tensors a call may leave out; ``M`` is the number of rows of the logits.
 
 Repetition (1.0: off) counts the prompt's tokens and the generated ones; frequency and presence (0.0: off) only the
 generated ones. The math runs in float32, rounded once to the logits' dtype. The per-request parameters are
@@ -13,13 +24,16 @@ requests, and a CUDA graph captured once serves any values.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
 import torch
 
+from lazyops._errors import KernelInputError
+from lazyops.specs import _checks as checks
 from lazyops.specs._arguments import RowConfig, row_config
-from lazyops.specs._params import Rows
-from lazyops.specs._spec import Example, KernelSpec
+from lazyops.specs._params import Other, Param, Rows
+from lazyops.specs._spec import Example, KernelSpec, Traffic
 
 
 class ApplyPenaltiesKernel(Protocol):
@@ -34,10 +48,16 @@ class ApplyPenaltiesKernel(Protocol):
         frequency: torch.Tensor,
         presence: torch.Tensor,
         /,
+        *,
+        bias_ids: torch.Tensor | None = None,
+        bias_values: torch.Tensor | None = None,
+        allowed: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor]:
         """Penalise ``logits[..., V]`` in place from ``output_counts`` (int32, each token's count among the
         generated ones) and ``prompt_mask`` (bool, the prompt's tokens), with each request's ``repetition``,
-        ``frequency`` and ``presence`` (float32, ``[..., 1]``); returns ``(logits,)``."""
+        ``frequency`` and ``presence`` (float32, ``[..., 1]``); first add the logit bias ``bias_values`` (float32
+        ``[M, K]``) at ``bias_ids`` (int32 ``[M, K]``, -1: padding), last set the tokens whose bit of ``allowed``
+        (int32 ``[M, ceil(V / 32)]``) is clear to ``-inf``; returns ``(logits,)``."""
         ...
 
 
@@ -66,6 +86,28 @@ def _column(low: float, high: float) -> Any:
     return draw_column
 
 
+def given(tensor: torch.Tensor | None) -> bool:
+    """Whether a keyword tensor was passed (None, or the empty tensor that stands for it inside lazyops, is not)."""
+    return tensor is not None and tensor.numel() > 0
+
+
+def bias_rows(logits: torch.Tensor, bias_ids: torch.Tensor, bias_values: torch.Tensor) -> torch.Tensor:
+    """The bias ``[M, V]`` in ``logits``' dtype: each row's values added at its ids, padding (ids outside
+    ``[0, V)``) dropped, repeated ids summed."""
+    rows, vocab = logits.shape
+    ids = bias_ids.reshape(rows, -1).long()
+    ids = torch.where((ids >= 0) & (ids < vocab), ids, vocab)  # padding lands in a column cut off below
+    bias = torch.zeros(rows, vocab + 1, dtype=logits.dtype, device=logits.device)
+    return bias.scatter_add_(1, ids, bias_values.reshape(rows, -1).to(logits.dtype))[:, :vocab]
+
+
+def allowed_rows(allowed: torch.Tensor, vocab: int) -> torch.Tensor:
+    """The packed bitmask ``[M, ceil(V / 32)]`` (int32, bit set: allowed) unpacked to bool ``[M, V]``."""
+    words = allowed.reshape(allowed.shape[0] if allowed.dim() == 2 else -1, allowed.shape[-1]).long()
+    ids = torch.arange(vocab, device=allowed.device)
+    return ((words[:, ids // 32] >> (ids % 32)) & 1).bool()
+
+
 def penalised(
     logits: torch.Tensor,
     output_counts: torch.Tensor,
@@ -73,14 +115,52 @@ def penalised(
     repetition: torch.Tensor,
     frequency: torch.Tensor,
     presence: torch.Tensor,
+    bias_ids: torch.Tensor | None = None,
+    bias_values: torch.Tensor | None = None,
+    allowed: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    """The module docstring's definition, in ``logits``' dtype (the torch backend's float32, the judge's float64)."""
+    """The module docstring's definition on ``logits[M, V]``, in their dtype (the torch backend's float32, the
+    judge's float64)."""
     dtype = logits.dtype
+    if given(bias_ids) and bias_ids is not None and bias_values is not None:
+        logits = logits + bias_rows(logits, bias_ids, bias_values)
     generated = output_counts > 0
     seen = prompt_mask | generated
     repetition = repetition.to(dtype)
     x = torch.where(seen, torch.where(logits > 0, logits / repetition, logits * repetition), logits)
-    return x - frequency.to(dtype) * output_counts.to(dtype) - presence.to(dtype) * generated.to(dtype)
+    x = x - frequency.to(dtype) * output_counts.to(dtype) - presence.to(dtype) * generated.to(dtype)
+    if given(allowed) and allowed is not None:
+        x = torch.where(allowed_rows(allowed, x.shape[-1]), x, torch.full_like(x, float("-inf")))
+    return x
+
+
+def _bias(draw: Any, config: RowConfig, tokens: int, geometry: Mapping[str, Any]) -> tuple[torch.Tensor, ...]:
+    """``K`` bias entries a request, a few of them padding (-1) and a repeated id, values of a few units; empty
+    (left out) unless ``geometry["bias"]``."""
+    count = int(geometry.get("bias", 0))
+    if not count:
+        empty = torch.empty(0, dtype=torch.int32, device=draw.device)
+        return empty, torch.empty(0, dtype=torch.float32, device=draw.device)
+    g = draw.generator
+    ids = torch.randint(-1, config.n, (tokens, count), generator=g, dtype=torch.int32)
+    if count > 1:
+        ids[:, -1] = ids[:, 0]  # a repeated id: the values add
+    values = torch.randn(tokens, count, generator=g) * 4
+    return ids.to(draw.device), values.to(draw.device)
+
+
+def _allowed(draw: Any, config: RowConfig, tokens: int, geometry: Mapping[str, Any]) -> torch.Tensor:
+    """A bitmask allowing about ``geometry["mask"]`` of the tokens, one row with every bit set (no mask); empty
+    (left out) unless it is given."""
+    share = float(geometry.get("mask", 0.0))
+    if not share:
+        return torch.empty(0, dtype=torch.int32, device=draw.device)
+    words = -(-config.n // 32)
+    bits = torch.rand(tokens, words * 32, generator=draw.generator) < share
+    bits[:1] = True  # a request without a mask: every bit set
+    weights = torch.tensor([1 << i for i in range(32)], dtype=torch.int64)
+    packed = (bits.view(tokens, words, 32).long() * weights).sum(dim=-1)
+    return torch.where(packed >= 2**31, packed - 2**32, packed).to(torch.int32).to(draw.device)
 
 
 class ApplyPenaltiesSpec(KernelSpec):
@@ -93,33 +173,135 @@ class ApplyPenaltiesSpec(KernelSpec):
         Rows("repetition", width=1, dtype=torch.float32, draw=_column(1.0, 2.0)),
         Rows("frequency", width=1, dtype=torch.float32, draw=_column(-0.5, 1.0)),
         Rows("presence", width=1, dtype=torch.float32, draw=_column(-0.5, 1.0)),
+        Other("bias_ids", keyword=True),
+        Other("bias_values", keyword=True),
+        Other("allowed", keyword=True),
     )
 
     def bind(self, n: int, dtype: torch.dtype | str) -> RowConfig:
         """Applies repetition, frequency and presence penalties to ``logits[B, n]`` in place (vLLM's definition).
 
-        Returns ``kernel(logits, output_counts, prompt_mask, repetition, frequency, presence) -> (logits,)``:
-        ``output_counts[B, n]`` int32 and ``prompt_mask[B, n]`` bool, the parameters ``[B, 1]`` float32 columns
-        (repetition 1.0, frequency and presence 0.0: off). A token the prompt or the output holds has a positive
-        logit divided by ``repetition``, a negative one multiplied by it; then ``frequency * count`` and ``presence``
-        (once a token was generated) are subtracted. Math in float32.
+        Returns ``kernel(logits, output_counts, prompt_mask, repetition, frequency, presence, *, bias_ids=None,
+        bias_values=None, allowed=None) -> (logits,)``: ``output_counts[B, n]`` int32 and ``prompt_mask[B, n]``
+        bool, the parameters ``[B, 1]`` float32 columns (repetition 1.0, frequency and presence 0.0: off). First
+        the logit bias: ``bias_values[B, K]`` (float32) added at ``bias_ids[B, K]`` (int32; -1, or any id outside
+        ``[0, n)``, pads a request with fewer entries; repeated ids add up). Then a token the prompt or the output
+        holds has a positive logit divided by ``repetition``, a negative one multiplied by it; then ``frequency *
+        count`` and ``presence`` (once a token was generated) are subtracted. Last, a token whose bit of
+        ``allowed[B, ceil(n / 32)]`` (int32, bit ``i % 32`` of word ``i // 32``) is clear becomes ``-inf``; a
+        request without a mask has every bit set (``-1`` words). Math in float32, rounded once; no value is read
+        on the host, so a CUDA graph captured once serves any bias and mask of the same ``K``.
+
+        The order is vLLM's: its v1 ``Sampler`` applies the allowed-token mask and bad words, then the logit bias,
+        then the penalties; the grammar bitmask of structured output is applied before the sampler. Masking is the
+        same first or last (``-inf`` stays ``-inf``); the bias must precede the repetition penalty.
 
         The same call elsewhere::
 
-            lazyops: apply_penalties_tl(V, dtype)(logits, counts, prompt_mask, rep[:, None], freq[:, None],
-                     pres[:, None])
-            vLLM:    apply_penalties(logits, prompt_mask, output_mask, output_bin_counts, presence, frequency, rep)
-                     (vllm.model_executor.layers.utils; output_mask = counts > 0)
+            lazyops:  apply_penalties_tl(V, dtype)(logits, counts, prompt_mask, rep[:, None], freq[:, None],
+                      pres[:, None], bias_ids=ids, bias_values=values, allowed=bitmask)
+            vLLM:     apply_penalties(logits, prompt_mask, output_mask, output_bin_counts, presence, frequency, rep)
+                      (vllm.model_executor.layers.utils; output_mask = counts > 0); the logit bias by
+                      LogitBiasLogitsProcessor (logits[rows, ids] += values)
+            xgrammar: apply_token_bitmask_inplace(logits, bitmask)  (bitmask [B, ceil(V / 32)] int32, bit set:
+                      allowed; vLLM's apply_grammar_bitmask calls it); FlashInfer takes the masked logits
         """
         return row_config(self.name, n, dtype)
 
-    def reference(self, config: RowConfig, logits: torch.Tensor, *rest: torch.Tensor) -> tuple[torch.Tensor]:  # type: ignore[override]
-        return (penalised(logits, *rest),)
+    def check_other(self, config: RowConfig, param: Param, arg: Any, args: tuple[Any, ...]) -> None:
+        """``bias_ids`` and ``bias_values`` (both or neither) int32 and float32 ``[M, K]``, ``allowed`` int32 ``[M,
+        ceil(n / 32)]``, ``M`` the logits' rows, each dense, beside the logits; None or empty: left out."""
+        dtype = torch.float32 if param.name == "bias_values" else torch.int32
+        if arg is None or (isinstance(arg, torch.Tensor) and not arg.numel()):
+            if arg is not None and arg.dtype != dtype:
+                raise KernelInputError(f"{config.label}: {param.name} must be {dtype}, got {arg.dtype}")
+            if param.name != "allowed" and given(args[7 if param.name == "bias_ids" else 6]):
+                raise KernelInputError(f"{config.label}: bias_ids and bias_values go together; {param.name} is absent")
+            return
+        logits = args[0]
+        rows = logits.numel() // config.n
+        width = -(-config.n // 32) if param.name == "allowed" else None
+        if param.name == "bias_values" and isinstance(args[6], torch.Tensor) and args[6].dim() == 2:
+            width = args[6].shape[1]
+        if not isinstance(arg, torch.Tensor) or arg.dim() != 2 or arg.shape[0] != rows:
+            shape = tuple(arg.shape) if isinstance(arg, torch.Tensor) else type(arg).__name__
+            raise KernelInputError(f"{config.label}: {param.name} must be [{rows}, K] (a row per request), got {shape}")
+        shape = (rows, arg.shape[1] if width is None else width)
+        checks.check_tensor(config.label, param.name, arg, shape=shape, dtype=dtype, device=logits.device)
+        if not arg.is_contiguous():
+            raise KernelInputError(f"{config.label}: {param.name} must be dense; its strides are {arg.stride()}")
+
+    def check_aliasing(self, config: RowConfig, *args: Any) -> None:
+        """The logits share no element with any other input, a left-out keyword excepted."""
+        for index, name in enumerate(self.inputs[1:], start=1):
+            other = args[index]
+            if other is not None and other.numel() and checks.overlap(args[0], other):
+                raise KernelInputError(
+                    f"{config.label}: logits overlaps {name} in memory; logits is written in place: pass separate "
+                    "tensors"
+                )
+
+    def plain_predicate(
+        self, config: RowConfig, *, strided_rows: bool, device_type: str | None
+    ) -> Callable[[tuple[Any, ...]], bool]:
+        """The engine call without bias or mask: the six dense row inputs (``_checks.plain_call``), the keywords
+        left out (None or empty). A call with a bias or a mask takes the full checks."""
+        n, f32 = config.n, torch.float32
+        layout = (
+            checks.rows_input(n, config.dtype),
+            checks.rows_input(n, torch.int32),
+            checks.rows_input(n, torch.bool),
+            *(checks.rows_input(1, f32) for _ in range(3)),
+        )
+        rows_only = checks.plain_call(layout, (0,), device_type)
+
+        int32, tensor, is_grad_enabled = torch.int32, torch.Tensor, torch.is_grad_enabled
+
+        def absent(arg: Any, dtype: torch.dtype) -> bool:  # None, or the empty tensor that stands for it
+            return arg is None or (
+                type(arg) is tensor
+                and arg.dtype is dtype
+                and not arg.numel()
+                and not (arg.requires_grad and is_grad_enabled())
+            )
+
+        def accepts(args: tuple[Any, ...]) -> bool:
+            if len(args) != 9 or not (absent(args[6], int32) and absent(args[7], f32) and absent(args[8], int32)):
+                return False
+            return bool(rows_only(args[:6]))
+
+        return accepts
+
+    def draw_other(self, config: RowConfig, param: Param, tokens: int, draw: Any, geometry: Mapping[str, Any]) -> Any:
+        if param.name == "allowed":
+            return _allowed(draw, config, tokens, geometry)
+        return _bias(draw, config, tokens, geometry)[0 if param.name == "bias_ids" else 1]
+
+    def other_bytes(self, config: RowConfig, param: Param, tokens: int) -> int:
+        return 0  # counted by traffic(), which knows the geometry
+
+    def traffic(self, config: RowConfig, tokens: int, geometry: Mapping[str, Any]) -> Traffic:
+        """The derived bytes, plus ``K`` bias entries (8 bytes each) and the bitmask a row where the geometry asks
+        for them."""
+        moved = super().traffic(config, tokens, geometry).bytes
+        moved += tokens * 8 * int(geometry.get("bias", 0))
+        moved += tokens * 4 * -(-config.n // 32) if geometry.get("mask") else 0
+        return Traffic(bytes=moved)
+
+    def reference(self, config: RowConfig, logits: torch.Tensor, *rest: Any) -> tuple[torch.Tensor]:  # type: ignore[override]
+        rows = logits.reshape(-1, config.n)
+        flat = tuple(t.reshape(rows.shape[0], -1) if isinstance(t, torch.Tensor) and t.numel() else t for t in rest)
+        return (penalised(rows, *flat).reshape(logits.shape),)
 
     def cases(self) -> Any:
+        from hypothesis import strategies as st
+
         from lazyops.testing import strategies
 
-        return strategies.row_cases(self.name)
+        geometry = st.fixed_dictionaries(
+            {"bias": st.sampled_from([0, 0, 1, 5]), "mask": st.sampled_from([0.0, 0.0, 0.5, 0.02])}
+        )
+        return strategies.row_cases(self.name, geometry=geometry)
 
     def benchmark(self, dtype: torch.dtype) -> Example:
         return Example((128256, dtype))

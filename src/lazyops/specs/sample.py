@@ -18,6 +18,14 @@ CUDA graph captured once serves any values; nothing is read on the host. The def
 
 Every filter keeps a set of the form ``{i: z_i >= threshold}``, so each is a threshold, found without a sort by
 the GPU backends (a bisection over the float's bits: ``docs/decisions/012-sampling-thresholds.md``).
+
+Log-probabilities (``sample_tl(V, dtype, logprobs=True, top_n=n)``): the call also writes, into buffers the
+engine allocates once (keywords ``logprob=[B]``, ``top_logprobs=[B, n]`` float32, ``top_ids=[B, n]`` int64), the
+log-probability of the sampled token and the ``n`` largest log-probabilities of the row with their ids (in
+descending order, ties to the lower id). They are of ``log_softmax(logits)`` in float32, the logits as the call
+receives them: before temperature and the filters. This is vLLM's default (``logprobs_mode="raw_logprobs"``: the
+model's distribution, whatever was sampled from); its ``processed_logprobs`` would take them after temperature and
+the filters. An engine that penalises the logits in place first (``apply_penalties_tl``) gets the penalised ones.
 """
 
 from __future__ import annotations
@@ -59,12 +67,26 @@ class SampleKernel(Protocol):
         offsets: torch.Tensor,
         /,
         *,
+        logprob: torch.Tensor | None = None,
+        top_logprobs: torch.Tensor | None = None,
+        top_ids: torch.Tensor | None = None,
         out: torch.Tensor | None = None,
     ) -> torch.Tensor:
         """One token id (int64) per row of ``logits[..., V]``, drawn with that row's ``temperature`` (float32; 0:
         greedy), ``top_k`` (int64; 0: off), ``top_p``, ``min_p`` (float32; 1.0 and 0.0: off), ``seeds`` and
-        ``offsets`` (int64: the request's seed and its step), each shaped like ``logits.shape[:-1]``."""
+        ``offsets`` (int64: the request's seed and its step), each shaped like ``logits.shape[:-1]``. With a factory
+        made with ``logprobs=True``: the sampled token's log-probability written into ``logprob`` (float32, shaped
+        like the tokens) and the row's ``top_logprobs`` largest into ``top_logprobs`` and ``top_ids`` (float32 and
+        int64, ``[..., n]``), each where given (of ``log_softmax(logits)``: vLLM's raw logprobs)."""
         ...
+
+
+#: The buffers a call may write the log-probabilities into (keywords, after the request parameters).
+LOGPROB_BUFFERS: tuple[tuple[str, torch.dtype], ...] = (
+    ("logprob", torch.float32),
+    ("top_logprobs", torch.float32),
+    ("top_ids", torch.int64),
+)
 
 
 @dataclass(frozen=True)
@@ -72,6 +94,8 @@ class SampleConfig:
     vocab: int
     dtype: torch.dtype
     label: str
+    logprobs: bool = False
+    top_n: int = 0
 
 
 # -- the definition ----------------------------------------------------------------------------------------------
@@ -120,28 +144,54 @@ def greedy(logits: torch.Tensor) -> torch.Tensor:
     return logits.argmax(dim=-1)
 
 
+def log_probabilities(
+    logits: torch.Tensor, tokens: torch.Tensor, n: int
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """``(logprob[B], top_logprobs[B, n], top_ids[B, n])`` of ``log_softmax(logits[B, V])`` in the logits' dtype
+    (the torch backend's float32, the judge's float64): the sampled ``tokens``' and the ``n`` largest, ties to the
+    lower id (a stable sort of the logits)."""
+    logprobs = torch.log_softmax(logits, dim=-1)
+    ids = logits.sort(dim=-1, descending=True, stable=True).indices[:, :n]
+    return logprobs.gather(1, tokens.reshape(-1, 1))[:, 0], logprobs.gather(1, ids), ids
+
+
 # -- the spec ------------------------------------------------------------------------------------------------------
 class SampleSpec(KernelSpec):
     name = "sample_tl"
     kernel_type = SampleKernel
-    params = (Rows("logits", width="vocab"), *(Other(name) for name, _ in REQUEST_PARAMS))
+    params = (
+        Rows("logits", width="vocab"),
+        *(Other(name) for name, _ in REQUEST_PARAMS),
+        *(Other(name, mutated=True, keyword=True) for name, _ in LOGPROB_BUFFERS),
+    )
     out = Out(dtype=torch.int64)
     #: judged by the distribution of many draws (``lazyops.testing._draws``), not against a float64 output
     judgement = "draws"
+    #: what :meth:`reference` returns: the distribution only; the log-probability buffers the call writes are
+    #: judged by ``_draws`` against :meth:`log_probabilities`
+    results = ("out",)
 
-    def bind(self, vocab: int, dtype: torch.dtype | str) -> SampleConfig:
+    def bind(self, vocab: int, dtype: torch.dtype | str, *, logprobs: bool = False, top_n: int = 0) -> SampleConfig:
         """Samples one token id per request from ``logits[B, vocab]``: temperature, min-p, top-k, top-p, a seeded draw.
 
-        Returns ``kernel(logits, temperature, top_k, top_p, min_p, seeds, offsets, *, out=None) -> tokens[B]``
-        (int64). ``logits`` in ``dtype`` (float32, bfloat16, float16; rows may be strided); one value per request:
-        ``temperature`` float32 (0: greedy, the argmax, ties to the lowest id), ``top_k`` int64 (0 or ``>= vocab``:
-        off), ``top_p`` float32 (1.0: off), ``min_p`` float32 (0.0: off), ``seeds`` and ``offsets`` int64 (the
-        request's seed and its step: the same four values give the same token, whatever the batch around it).
+        Returns ``kernel(logits, temperature, top_k, top_p, min_p, seeds, offsets, *, logprob=None,
+        top_logprobs=None, top_ids=None, out=None) -> tokens[B]`` (int64). ``logits`` in ``dtype`` (float32,
+        bfloat16, float16; rows may be strided); one value per request: ``temperature`` float32 (0: greedy, the
+        argmax, ties to the lowest id), ``top_k`` int64 (0 or ``>= vocab``: off), ``top_p`` float32 (1.0: off),
+        ``min_p`` float32 (0.0: off), ``seeds`` and ``offsets`` int64 (the request's seed and its step: the same
+        four values give the same token, whatever the batch around it).
 
         The filters compose as vLLM's ``Sampler`` applies them: ``logits / temperature``, then min-p on its softmax,
         then top-k, then top-p on what top-k kept, renormalised; ties at a top-k or top-p boundary are all kept.
         The draw is the exponential race ``argmax(p / E)``, ``E ~ Exp(1)`` from a counter-based hash, so a CUDA
         graph captured once serves any parameters and seeds. Nothing is read on the host.
+
+        ``logprobs=True``: the call writes, where given, ``logprob[B]`` (float32: the sampled token's
+        log-probability) and, with ``top_n=n`` (0: none), ``top_logprobs[B, n]`` (float32) and
+        ``top_ids[B, n]`` (int64: the row's ``n`` most likely tokens, descending, ties to the lower id). They are
+        of ``log_softmax(logits)``, the logits as given, before temperature and the filters: vLLM's default
+        ``logprobs_mode="raw_logprobs"`` (``Sampler.compute_logprobs`` then ``gather_logprobs``). The GPU backends
+        find the top ``n`` in ``n`` passes over the row.
 
         The same call elsewhere::
 
@@ -149,10 +199,21 @@ class SampleSpec(KernelSpec):
             vLLM:       Sampler()(logits, sampling_metadata)  (TopKTopPSampler: sort, mask, probs.div_(q).argmax())
             FlashInfer: top_k_top_p_sampling_from_logits(logits / t[:, None], top_k, top_p, generator=g);
                         min_p_sampling_from_probs(softmax(logits / t[:, None]), min_p)
+            logprobs:   sample_tl(V, dtype, logprobs=True, top_n=n)(..., logprob=lp, top_logprobs=tv,
+                        top_ids=ti); vLLM: Sampler(logprobs_mode="raw_logprobs"), SamplerOutput.logprobs_tensors
         """
         vocab = arguments.positive_int(self.name, "vocab", vocab)
         dtype = arguments.canonical_dtype(self.name, dtype)
-        return SampleConfig(vocab, dtype, arguments.describe(self.name, vocab=vocab, dtype=dtype))
+        if not isinstance(logprobs, bool):
+            raise KernelInputError(f"{self.name}: logprobs must be True or False, got {logprobs!r}")
+        if isinstance(top_n, bool) or not isinstance(top_n, int) or not 0 <= top_n <= vocab:
+            raise KernelInputError(f"{self.name}: top_n must be an int from 0 to vocab ({vocab}), got {top_n!r}")
+        if top_n and not logprobs:
+            raise KernelInputError(f"{self.name}: top_n={top_n} needs logprobs=True")
+        options: dict[str, Any] = {"vocab": vocab, "dtype": dtype}
+        if logprobs:
+            options.update(logprobs=True, top_n=top_n)
+        return SampleConfig(vocab, dtype, arguments.describe(self.name, **options), logprobs, top_n)
 
     def check(self, config: SampleConfig, *args: Any) -> None:
         label = config.label
@@ -161,15 +222,47 @@ class SampleSpec(KernelSpec):
         logits = args[0]
         checks.check_rows(label, "logits", logits, width=config.vocab, dtype=config.dtype)
         leading = tuple(logits.shape[:-1])
-        for (name, dtype), tensor in zip(REQUEST_PARAMS, args[1:], strict=True):
+        for (name, dtype), tensor in zip(REQUEST_PARAMS, args[1:7], strict=True):
             checks.check_tensor(label, name, tensor, shape=leading, dtype=dtype, device=logits.device)
+        if (args[8] is None or not args[8].numel()) != (args[9] is None or not args[9].numel()):
+            raise KernelInputError(f"{label}: top_logprobs and top_ids go together; pass both or neither")
+        for (name, dtype), tensor in zip(LOGPROB_BUFFERS, args[7:], strict=True):
+            if tensor is None:
+                continue
+            if not isinstance(tensor, torch.Tensor) or tensor.dtype != dtype:
+                got = tensor.dtype if isinstance(tensor, torch.Tensor) else type(tensor).__name__
+                raise KernelInputError(f"{label}: {name} must be a {dtype} tensor, got {got}")
+            if not tensor.numel():  # the empty tensor stands for None inside lazyops
+                continue
+            if not config.logprobs or (name != "logprob" and not config.top_n):
+                raise KernelInputError(
+                    f"{label}: writes no {name}; make the kernel with sample_tl(..., logprobs=True"
+                    + (", top_n=n)" if name != "logprob" else ")")
+                )
+            shape = leading if name == "logprob" else (*leading, config.top_n)
+            checks.check_tensor(label, name, tensor, shape=shape, dtype=dtype, device=logits.device)
+            if not tensor.is_contiguous():
+                raise KernelInputError(f"{label}: {name} must be dense; its strides are {tensor.stride()}")
+
+    def check_aliasing(self, config: SampleConfig, *args: Any) -> None:
+        """A written log-probability buffer shares no element with any other tensor of the call."""
+        for index, name in enumerate(self.inputs[7:], start=7):
+            written = args[index]
+            if written is None or not written.numel():
+                continue
+            for other_name, other in zip(self.inputs, args, strict=True):
+                if other is not None and other is not written and other.numel() and checks.overlap(written, other):
+                    raise KernelInputError(
+                        f"{config.label}: {name} overlaps {other_name} in memory; it is written: pass a separate buffer"
+                    )
 
     def plain_predicate(
         self, config: Any, *, strided_rows: bool, device_type: str | None
     ) -> Callable[[tuple[Any, ...]], bool]:
         """The engine call: dense ``logits[B, V]`` with ``B > 0`` and each parameter a dense ``[B]`` tensor of its
-        dtype, on one device (the current one, for CUDA), nothing requiring grad in grad mode. Nothing is written
-        in place, so nothing can alias."""
+        dtype, on one device (the current one, for CUDA), nothing requiring grad in grad mode, no log-probability
+        buffer (a call that writes them takes the full checks). Nothing is written in place, so nothing can
+        alias."""
         import torch
 
         vocab, dtype = config.vocab, config.dtype
@@ -177,11 +270,18 @@ class SampleSpec(KernelSpec):
         is_grad_enabled, current_device = torch.is_grad_enabled, torch.cuda.current_device
         on_cuda = device_type == "cuda"
 
+        tensor, buffers = torch.Tensor, tuple(dtype for _, dtype in LOGPROB_BUFFERS)
+
         def accepts(args: tuple[Any, ...]) -> bool:
-            if len(args) != 7:
+            if len(args) != 10:
                 return False
-            logits = args[0]
             grad = is_grad_enabled()
+            for arg, want in zip(args[7:], buffers, strict=True):  # None, or the empty tensor that stands for it
+                if arg is not None and (
+                    type(arg) is not tensor or arg.dtype is not want or arg.numel() or (grad and arg.requires_grad)
+                ):
+                    return False
+            logits = args[0]
             if logits.dtype is not dtype or not logits.is_contiguous() or (grad and logits.requires_grad):
                 return False
             sizes = logits.shape
@@ -193,7 +293,7 @@ class SampleSpec(KernelSpec):
             elif device_type is not None and logits.device.type != device_type:
                 return False
             device, batch = logits.device, sizes[0]
-            for arg, want in zip(args[1:], wanted, strict=True):
+            for arg, want in zip(args[1:7], wanted, strict=True):
                 if arg.dtype is not want or arg.shape != (batch,) or not arg.is_contiguous() or arg.device != device:
                     return False
                 if grad and arg.requires_grad:
@@ -203,10 +303,15 @@ class SampleSpec(KernelSpec):
         return accepts
 
     def rows(self, config: Any, *args: Any) -> tuple[Any, ...]:
-        return (checks.rows_of(args[0]), *(tensor.reshape(-1) for tensor in args[1:]))
+        """The logits ``[B, V]``, the parameters and ``logprob`` ``[B]``, the top buffers ``[B, n]`` (views: each
+        written buffer is dense)."""
+        params = tuple(tensor.reshape(-1) for tensor in args[1:7])
+        logprob = None if args[7] is None else args[7].reshape(-1)
+        tops = tuple(None if t is None else t.reshape(-1, config.top_n) if t.numel() else t for t in args[8:])
+        return (checks.rows_of(args[0]), *params, logprob, *tops)
 
     def flat_ranks(self) -> tuple[tuple[int, int], ...]:
-        return ((0, 2), *((index, 1) for index in range(1, len(self.params))))
+        return ((0, 2), *((index, 1) for index in range(1, 1 + len(REQUEST_PARAMS))))
 
     def out_shape(self, config: Any, *args: Any) -> tuple[int, ...]:
         return tuple(args[0].shape[:-1])
@@ -218,8 +323,14 @@ class SampleSpec(KernelSpec):
         label = config.label
         checks.check_tensor(label, "out", out, shape=self.out_shape(config, *args), dtype=torch.int64)
         for name, arg in zip(self.inputs, args, strict=True):
-            if checks.overlap(out, arg):
+            if arg is not None and checks.overlap(out, arg):
                 raise KernelInputError(f"{label}: out overlaps {name} in memory; pass a separate buffer")
+
+    def log_probabilities(
+        self, logits: torch.Tensor, tokens: torch.Tensor, n: int
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """What a call made with ``logprobs=True`` writes (:func:`log_probabilities`), for the draws judge."""
+        return log_probabilities(logits, tokens, n)
 
     def reference(  # type: ignore[override]
         self,
@@ -232,7 +343,7 @@ class SampleSpec(KernelSpec):
         """The distribution each row draws from, ``[B, V]`` (one-hot on the argmax for a greedy row): what the
         draws judge (``lazyops.testing._draws``) compares a kernel's tokens with; the margins widen (or, negative,
         narrow) the top-p and min-p boundaries."""
-        temperature, top_k, top_p, min_p = (tensor.reshape(-1) for tensor in params[:4])
+        temperature, top_k, top_p, min_p = (tensor.reshape(-1) for tensor in params[:4])  # buffers after them
         rows = logits.reshape(-1, logits.shape[-1])
         probs = kept_probabilities(
             rows, temperature, top_k, top_p, min_p, top_p_margin=top_p_margin, min_p_margin=min_p_margin
@@ -243,14 +354,22 @@ class SampleSpec(KernelSpec):
     def example_inputs(self, config: Any, tokens: int, draw: Any, geometry: Mapping[str, Any]) -> tuple[Any, ...]:
         from lazyops.testing._draws import sampler_inputs
 
-        return sampler_inputs(config, tokens, draw, geometry)
+        drawn = sampler_inputs(config, tokens, draw, geometry)
+        n, device = config.top_n if config.logprobs else 0, draw.device
+        if not config.logprobs:
+            return (*drawn, *(torch.empty(0, dtype=dtype, device=device) for _, dtype in LOGPROB_BUFFERS))
+        logprob = torch.full((tokens,), float("nan"), device=device)  # an element not written stays NaN
+        top = torch.full((tokens, n), float("nan"), device=device)
+        return (*drawn, logprob, top, torch.full((tokens, n), -1, dtype=torch.int64, device=device))
 
     def token_elements(self, config: Any, geometry: Mapping[str, Any]) -> int:
         return int(config.vocab)
 
     def traffic(self, config: Any, tokens: int, geometry: Mapping[str, Any]) -> Traffic:
-        """One read of the logits (the goal's yardstick), the parameters, the tokens written."""
-        return Traffic(bytes=tokens * (config.vocab * config.dtype.itemsize + 6 * 8 + 8))
+        """One read of the logits (the goal's yardstick), the parameters, the tokens and log-probabilities
+        written."""
+        written = 8 + (4 + 12 * config.top_n if config.logprobs else 0)
+        return Traffic(bytes=tokens * (config.vocab * config.dtype.itemsize + 6 * 8 + written))
 
     def cases(self) -> Any:
         from lazyops.testing._draws import sampler_cases

@@ -9,6 +9,9 @@ draws from (float64), and a kernel is judged on what it draws:
 - *greedy*: a row of temperature 0 gives exactly the reference's argmax (ties to the lowest id);
 - *determinism*: the same call again gives the same tokens, and a row gives the same token in a batch of other
   rows (every other row of the batch, a strided view);
+- *log-probabilities* (a factory made with ``logprobs=True``): the sampled token's and the top ``n`` against the
+  float64 ``log_softmax`` of the logits (:data:`LOGPROB_TOLERANCE`; ``-inf`` exactly), the top ids exactly (ties to
+  the lower id);
 - *distribution*: for a few rows, :func:`draw_count` draws (the row repeated, the offset counting up) against the
   reference's probabilities by a chi-square test at level :data:`ALPHA` (bins expecting fewer than 5 draws merged),
   passed against the strict, the widened or the narrowed reference. Every draw comes from the case's seed, so a
@@ -40,6 +43,8 @@ ALPHA = 1e-4
 Z_ALPHA = 3.719
 TOP_P_MARGIN = 1e-4
 MIN_P_MARGIN = 1e-4
+#: How far a float32 log-probability may be from float64's: a log-sum-exp over a row, relative to ``1 + |value|``.
+LOGPROB_TOLERANCE = 2e-5
 #: How many rows of a case are judged by their distribution.
 DISTRIBUTION_ROWS = 1
 
@@ -146,7 +151,10 @@ def sampler_cases(kernel: str) -> Any:
         dtype = draw(strategies.dtypes())
         tokens = draw(st.sampled_from([1, 2, 7, 256]) | st.integers(1, 64))
         geometry = {"logits": draw(st.sampled_from(LOGITS)), "params": draw(st.sampled_from(PARAMS))}
-        return Case(kernel, (vocab, dtype), {}, (tokens,), draw(strategies.seeds()), geometry)
+        kwargs: dict[str, Any] = {}
+        if draw(st.booleans()):
+            kwargs = {"logprobs": True, "top_n": min(vocab, draw(st.sampled_from([0, 1, 5])))}
+        return Case(kernel, (vocab, dtype), kwargs, (tokens,), draw(strategies.seeds()), geometry)
 
     return draw_case()
 
@@ -169,7 +177,8 @@ def judge_draws(
         tokens = rows(requested, config.vocab, max_elements)
         if tokens == 0:
             continue
-        drawn = spec.example_inputs(config, tokens, draw, case.geometry)
+        drawn_all = spec.example_inputs(config, tokens, draw, case.geometry)
+        drawn, buffers = drawn_all[:7], drawn_all[7:]  # the logits and parameters; the log-probabilities' buffers
         logits64 = drawn[0].double().cpu()
         temperature = drawn[1].cpu()
         params = tuple(t.cpu() for t in drawn[1:])
@@ -183,6 +192,8 @@ def judge_draws(
         got = _call(kernel, drawn, case, draw, what)
         _check_support(got, strict, loose, temperature, what)
         _check_determinism(kernel, drawn, got, what)
+        if getattr(config, "logprobs", False):
+            _check_logprobs(spec, kernel, drawn, buffers, got, logits64, what)
         judged = [r for r in range(tokens) if temperature[r] > 0 and int((loose[r] > 0).sum()) > 1]
         for row in judged[:DISTRIBUTION_ROWS]:
             references = (strict[row], loose[row], tight[row])
@@ -212,6 +223,38 @@ def _call(kernel: Any, drawn: tuple[torch.Tensor, ...], case: Case, draw: Inputs
     if not isinstance(got, torch.Tensor) or got.dtype != torch.int64 or tuple(got.shape) != shape:
         raise ConformanceError(f"{what}: expected int64 tokens of shape {shape}, got {got!r:.80}")
     return got.reshape(-1).cpu()
+
+
+def _check_logprobs(
+    spec: Any,
+    kernel: Any,
+    drawn: tuple[torch.Tensor, ...],
+    buffers: tuple[torch.Tensor, ...],
+    tokens: torch.Tensor,
+    logits64: torch.Tensor,
+    what: str,
+) -> None:
+    logprob, top, ids = (buffer.clone() for buffer in buffers)
+    again = kernel(*drawn, logprob=logprob, top_logprobs=top, top_ids=ids).cpu()
+    if not torch.equal(again, tokens):
+        raise ConformanceError(f"{what}: writing the log-probabilities changed the tokens drawn")
+    want_logprob, want_top, want_ids = spec.log_probabilities(logits64, tokens, top.shape[-1])
+    for name, written, want in (("logprob", logprob, want_logprob), ("top_logprobs", top, want_top)):
+        got = written.cpu().double()
+        finite = torch.isfinite(want)
+        close = (got - want).abs() <= LOGPROB_TOLERANCE * (1 + want.abs())
+        bad = torch.where(finite, ~close, got != want)
+        if bad.any():
+            where = tuple(bad.nonzero()[0].tolist())
+            raise ConformanceError(
+                f"{what}: {name} {got[where].item()!r} at {where}, expected {want[where].item()!r} (log_softmax of "
+                f"the logits as given, raw; tolerance {LOGPROB_TOLERANCE} relative to 1 + |value|)"
+            )
+    if not torch.equal(ids.cpu(), want_ids):
+        raise ConformanceError(
+            f"{what}: top_ids {ids.cpu()[:2].tolist()}..., expected {want_ids[:2].tolist()}... (descending, ties to "
+            "the lower id)"
+        )
 
 
 def _check_support(

@@ -1,4 +1,5 @@
-"""Penalties in plain PyTorch (the spec: ``lazyops.specs.apply_penalties``): the definition in float32, written back."""
+"""Penalties in plain PyTorch (the spec: ``lazyops.specs.apply_penalties``): the definition in float32 (logit bias,
+penalties, token mask), written back."""
 
 from __future__ import annotations
 
@@ -18,7 +19,13 @@ def apply_penalties_tl(config: ApplyPenaltiesConfig) -> Callable[..., None]:
         repetition: torch.Tensor,
         frequency: torch.Tensor,
         presence: torch.Tensor,
+        bias_ids: torch.Tensor | None = None,
+        bias_values: torch.Tensor | None = None,
+        allowed: torch.Tensor | None = None,
     ) -> None:
-        logits.copy_(penalised(logits.float(), output_counts, prompt_mask, repetition, frequency, presence))
+        x = penalised(
+            logits.float(), output_counts, prompt_mask, repetition, frequency, presence, bias_ids, bias_values, allowed
+        )
+        logits.copy_(x)
 
     return apply_penalties

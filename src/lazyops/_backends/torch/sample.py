@@ -11,7 +11,7 @@ from collections.abc import Callable
 
 import torch
 
-from lazyops.specs.sample import SampleConfig, greedy, kept_probabilities, spec
+from lazyops.specs.sample import SampleConfig, greedy, kept_probabilities, log_probabilities, spec
 
 MASK32 = 0xFFFFFFFF
 
@@ -46,7 +46,7 @@ def uniforms(seeds: torch.Tensor, offsets: torch.Tensor, vocab: int) -> torch.Te
 
 @spec.implementation(strided_rows=True)
 def sample_tl(config: SampleConfig) -> Callable[..., torch.Tensor]:
-    vocab = config.vocab
+    vocab, n = config.vocab, config.top_n
 
     def sample(
         logits: torch.Tensor,
@@ -56,10 +56,20 @@ def sample_tl(config: SampleConfig) -> Callable[..., torch.Tensor]:
         min_p: torch.Tensor,
         seeds: torch.Tensor,
         offsets: torch.Tensor,
+        logprob: torch.Tensor | None = None,
+        top_logprobs: torch.Tensor | None = None,
+        top_ids: torch.Tensor | None = None,
     ) -> torch.Tensor:
         z = logits.float()
         probs = kept_probabilities(z, temperature, top_k, top_p, min_p)
         race = probs / -torch.log(uniforms(seeds, offsets, vocab))
-        return torch.where(temperature == 0, greedy(z), race.argmax(dim=-1))
+        tokens = torch.where(temperature == 0, greedy(z), race.argmax(dim=-1))
+        wanted = [t is not None and t.numel() > 0 for t in (logprob, top_logprobs, top_ids)]
+        if any(wanted):  # vLLM's raw logprobs: of the logits as given
+            values = log_probabilities(z, tokens, n)
+            for buffer, value, write in zip((logprob, top_logprobs, top_ids), values, wanted, strict=True):
+                if write and buffer is not None:
+                    buffer.copy_(value)
+        return tokens
 
     return sample

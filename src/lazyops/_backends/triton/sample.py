@@ -5,6 +5,11 @@ are found by bisecting over the 32-bit ordered key of ``z`` (the float's bits, n
 a pass over the row counting the tokens (top-k) or summing the mass (top-p) above the midpoint. The draw is the
 exponential race over the kept tokens with the spec's hashed uniforms. Rows of a program are bisected together.
 Why a bisection and what it costs: ``docs/decisions/012-sampling-thresholds.md``.
+
+Log-probabilities (``logprobs=True``): the first pass also sums ``exp(x - max)`` of the raw logits (online, the
+sum rescaled as the maximum grows), the sampled token's logit is read once more, and the top ``n`` are found in
+``n`` passes, each taking the largest (logit key, lowest id) below the previous one: ``n`` more reads of the row
+(vLLM gathers them with a ``torch.topk``; a few passes suit the ``n`` of 0 to 20 engines serve).
 """
 
 from __future__ import annotations
@@ -53,11 +58,16 @@ def _sample_kernel(
     seeds_ptr,
     offsets_ptr,
     out_ptr,
+    logprob_ptr,
+    top_values_ptr,
+    top_ids_ptr,
     M,
     row_stride,
     V: tl.constexpr,
     BLOCK_V: tl.constexpr,
     ROWS: tl.constexpr,
+    LOGPROB: tl.constexpr,
+    TOP_N: tl.constexpr,
 ):
     first, count = program_rows(M, ROWS)
     lanes = tl.arange(0, ROWS)
@@ -74,12 +84,17 @@ def _sample_kernel(
     best = tl.full([ROWS], -float("inf"), tl.float32)
     best_id = tl.zeros([ROWS], tl.int64)
     z_max = tl.full([ROWS], -float("inf"), tl.float32)
+    total = tl.zeros([ROWS], tl.float32)  # sum of exp(x - best), for the log-probabilities
     for start in range(0, V, BLOCK_V):
         cols = start + tl.arange(0, BLOCK_V)[None, :]
         x, z = _scaled(logits_ptr, base, cols, inv_t, V)
         block_best = tl.max(x, axis=1)
         block_id = tl.min(tl.where(x == block_best[:, None], cols, V), axis=1).to(tl.int64)
         best_id = tl.where(block_best > best, block_id, best_id)
+        if LOGPROB or TOP_N > 0:
+            grown = tl.maximum(best, block_best)
+            shift = tl.where(grown == -float("inf"), 0.0, grown)  # a row all -inf so far adds nothing
+            total = total * tl.exp(best - shift) + tl.sum(tl.exp(x - shift[:, None]), axis=1)
         best = tl.maximum(best, block_best)
         z_max = tl.maximum(z_max, tl.max(z, axis=1))
     z_max = z_max[:, None]
@@ -155,6 +170,32 @@ def _sample_kernel(
         won = tl.maximum(won, block_won)
     token = tl.where(t == 0, best_id, won_id)
     tl.store(out_ptr + row, token, mask=lanes < count)
+    if LOGPROB or TOP_N > 0:  # vLLM's raw logprobs: log_softmax of the logits as given
+        lse = best + tl.log(total)
+        if LOGPROB:
+            x_token = tl.load(logits_ptr + row * row_stride + token).to(tl.float32)
+            tl.store(logprob_ptr + row, x_token - lse, mask=lanes < count)
+        # the top n: each pass the largest (key, lowest id) strictly after the previous one in that order
+        previous_key = tl.full([ROWS], 2**40, tl.int64)
+        previous_id = tl.full([ROWS], -1, tl.int64)
+        for rank in range(TOP_N):
+            next_key = tl.full([ROWS], -(2**40), tl.int64)
+            next_id = tl.full([ROWS], V, tl.int64)
+            for start in range(0, V, BLOCK_V):
+                cols = start + tl.arange(0, BLOCK_V)[None, :]
+                x, _ = _scaled(logits_ptr, base, cols, inv_t, V)
+                key = _key(x)
+                after = (key < previous_key[:, None]) | ((key == previous_key[:, None]) & (cols > previous_id[:, None]))
+                key = tl.where(after & (cols < V), key, -(2**40))
+                block_key = tl.max(key, axis=1)
+                block_id = tl.min(tl.where(key == block_key[:, None], cols, V), axis=1).to(tl.int64)
+                better = (block_key > next_key) | ((block_key == next_key) & (block_id < next_id))
+                next_id = tl.where(better, block_id, next_id)
+                next_key = tl.where(better, block_key, next_key)
+            x_next = tl.load(logits_ptr + row * row_stride + tl.minimum(next_id, V - 1)).to(tl.float32)
+            tl.store(top_values_ptr + row * TOP_N + rank, x_next - lse, mask=lanes < count)
+            tl.store(top_ids_ptr + row * TOP_N + rank, next_id, mask=lanes < count)
+            previous_key, previous_id = next_key, next_id
 
 
 #: Elements of one program's tile: a row block on the GPU; in the interpreter, many rows at once (its cost is per
@@ -169,9 +210,15 @@ def sample_tl(config: SampleConfig) -> Callable[..., None]:
     tile = INTERPRETER_TILE if interpreting(_sample_kernel) else TILE
     rows = max(1, tile // block) if block < TILE or interpreting(_sample_kernel) else 1
     rows = min(rows, 1024)
-    launch = Launcher(
-        _sample_kernel, {"V": config.vocab, "BLOCK_V": block, "ROWS": rows}, num_warps=8 if block >= 2048 else 4
-    )
+    launches = {
+        (logprob, top): Launcher(
+            _sample_kernel,
+            {"V": config.vocab, "BLOCK_V": block, "ROWS": rows, "LOGPROB": logprob, "TOP_N": top},
+            num_warps=8 if block >= 2048 else 4,
+        )
+        for logprob in (False, True)
+        for top in {0, config.top_n}
+    }
 
     def sample(
         logits: torch.Tensor,
@@ -181,11 +228,30 @@ def sample_tl(config: SampleConfig) -> Callable[..., None]:
         min_p: torch.Tensor,
         seeds: torch.Tensor,
         offsets: torch.Tensor,
+        logprob: torch.Tensor | None,
+        top_logprobs: torch.Tensor | None,
+        top_ids: torch.Tensor | None,
         out: torch.Tensor,
     ) -> None:
         m = logits.shape[0]
-        launch(
-            (triton.cdiv(m, rows),), logits, temperature, top_k, top_p, min_p, seeds, offsets, out, m, logits.stride(0)
+        write = logprob is not None and logprob.numel() > 0
+        top = top_logprobs is not None and top_logprobs.numel() > 0 and top_ids is not None and top_ids.numel() > 0
+        # a buffer left out: the kernel compiled without its stores is passed another pointer, never written
+        launches[write, config.top_n if top else 0](
+            (triton.cdiv(m, rows),),
+            logits,
+            temperature,
+            top_k,
+            top_p,
+            min_p,
+            seeds,
+            offsets,
+            out,
+            logprob if write else out,
+            top_logprobs if top else out,
+            top_ids if top else out,
+            m,
+            logits.stride(0),
         )
 
     return sample
