@@ -11,7 +11,8 @@ export PYTHONPATH := $(if $(PYTHONPATH),$(PYTHONPATH):)$(CURDIR)/src
 	gpu-layer gpu-engine gpu-hf gpu-tune gpu-prune cpu-results gpu-attention-hf \
 	gpu-kernel-defects gpu-sampling gpu-fp8 gpu-fp8gemm \
 	gpu-fp8norms gpu-families gpu-fp8-check gpu-fp8-bench gpu-fp8gemm-check gpu-fp8gemm-bench \
-	gpu-fp8norms-check gpu-fp8norms-bench gpu-moe-check gpu-moe-bench gpu-sampling-check gpu-sampling-bench
+	gpu-fp8norms-check gpu-fp8norms-bench gpu-moe-check gpu-moe-bench gpu-sampling-check gpu-sampling-bench \
+	gpu-fp8layer gpu-fp8layer-check gpu-fp8layer-bench
 
 help:
 	@echo "make test           the whole test suite (CI: bash scripts/test.sh installs, lints, then runs it)"
@@ -25,6 +26,7 @@ help:
 	@echo "make gpu-fp8        issue 35's fp8 kernels: checks on the GPU, then their bandwidth (one call, ~3 min)"
 	@echo "make gpu-fp8gemm    issue 35's matmul_fp8_tl: checks on the GPU, then bench_gemm.py --fp8 (one call, ~3 min)"
 	@echo "make gpu-fp8norms   the fp8 norms' dynamic scales checked on the GPU, then the norms' bandwidth (~2 min)"
+	@echo "make gpu-fp8layer   the example engine's fp8 mode on the GPU, then the fp8 layer against bf16 at prefill 8192 (~2 min)"
 	@echo "make gpu-hf         a Hugging Face Llama: stock, lazyops.transformers.patch, liger-kernel (one device call)"
 	@echo "make gpu-sampling   sample_tl's GPU checks, then bench_kernels.py --sampling (one device call, ~3 min)"
 	@echo "make gpu-families   the fp8, MoE and sampling kernels: every family's GPU checks, then their benchmarks (one call)"
@@ -190,6 +192,30 @@ gpu-fp8norms-check:
 gpu-fp8norms-bench:
 	-$(call limit,$(FP8NORMS_BENCH_S)) $(PYTHON) benchmarks/bench_kernels.py --kernels rmsnorm_fp8_tl,add_rmsnorm_fp8_tl \
 	  --tokens 8192,32768 --graph-tokens 1024 --modes stream,graph --name fp8norms_kernels --out $(GPU_OUT)
+
+# Issue 35's fp8 client on the GPU, one device call of about 2 minutes on an H100: the example engine's fp8 mode (block
+# and channel scales, float32 activations, so that its greedy tokens must equal its float32 twin's: exit status 1 if
+# not), logged with the date and the device in GPU_OUT/fp8layer-check.md; then the Llama-3-8B decoder layer from fp8
+# weights (block and channel; the fp8 producers, matmul_fp8_tl) against the bf16 layers (torch eager, Triton's kernels,
+# Triton's around cuBLAS GEMMs; FP8LAYER= to add torch.compile's, minutes more) at prefill 8192, issue 35's goal
+# >= 1.3x the fastest: GPU_OUT/fp8_layer.{md,json}.
+FP8LAYER_CHECK_S ?= 40
+FP8LAYER_S ?= 120
+FP8LAYER ?= --backend triton --no-compile
+gpu-fp8layer: gpu-fp8layer-check gpu-fp8layer-bench
+gpu-fp8layer-check:
+	@mkdir -p $(GPU_OUT)
+	-{ echo "# The example engine's fp8 mode on the GPU"; echo; \
+	  echo "Made by \`make gpu-fp8layer-check\` on $$(date -u +%FT%TZ); do not edit, rerun it."; \
+	  echo "Device: $$(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader)."; echo; echo '```'; \
+	  for mode in block channel; do \
+	    echo "$$ python examples/generate.py --fp8 $$mode --dtype float32 --tokens 8   # limit $(FP8LAYER_CHECK_S) s"; \
+	    SECONDS=0; $(call limit,$(FP8LAYER_CHECK_S)) $(PYTHON) examples/generate.py --fp8 $$mode --dtype float32 \
+	      --tokens 8 2>&1 | tail -n 6; echo "exit status $${PIPESTATUS[0]} after $$SECONDS s"; \
+	  done; echo '```'; } | tee $(GPU_OUT)/fp8layer-check.md
+gpu-fp8layer-bench:
+	-$(call limit,$(FP8LAYER_S)) $(PYTHON) benchmarks/bench_layer.py --fp8 block,channel --workloads prefill-8192 \
+	  $(FP8LAYER) --name fp8_layer --out $(GPU_OUT)
 
 # The new kernel families (issues 35-37) in ONE device call of under 9 minutes: each family's GPU checks (logged in
 # GPU_OUT/<family>-check.md), then each one's benchmark, each part stopped at its limit (the checks first, so that a

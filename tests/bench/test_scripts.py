@@ -99,6 +99,18 @@ def test_layer_with_its_ceiling(tmp_path):
     assert bound["workload"] == "prefill-16" and bound["bound"] > 0 and bound["floor_us"] > bound["skeleton_us"]
 
 
+def test_layer_fp8(tmp_path):
+    """``bench_layer.py --fp8 block,channel --no-compile`` (the make gpu-fp8layer run, tiny): the fp8 layers timed
+    beside the bf16 ones, no torch.compile twin, each judged against the float32 layer, the goal's table written."""
+    payload = smoke("bench_layer.py", tmp_path, "--backend", "torch", "--fp8", "block,channel", "--no-compile")
+    rows = payload["rows"]
+    assert not [row for row in rows if "compile" in row["impl"]]
+    fp8 = [row for row in rows if row["kind"] == "fp8"]
+    assert {row["impl"] for row in fp8} == {"lazyops torch, fp8 block", "lazyops torch, fp8 channel"}
+    assert all("error" not in row and row["us"] > 0 and row["error_out"] > 0 for row in fp8), fp8
+    assert "the fastest bf16 layer" in (tmp_path / "layer.md").read_text()
+
+
 def test_the_layer_takes_each_backends_attention_from_one_place(monkeypatch):
     """The seam for attention kernels: every layer of a backend, its compiled row and its skeleton get the attention
     ``attention_for`` gives that backend."""
