@@ -237,7 +237,8 @@ gpu-hf:
 # lazyops tune on the Llama decoder layer's trace (twice: the second run checks that the choices reproduce), then the
 # layer run by the plan beside each backend's: results/<gpu>/tune.{md,json}, tune_layer.*, the trace and both plans.
 # One device call of a few minutes. TUNE passes options: `make gpu-tune TUNE="--smoke --device cpu --out /tmp/t"` runs
-# the same steps on a CPU with tiny shapes (tests/plan/test_tune_script.py).
+# the same steps on a CPU with tiny shapes (tests/plan/test_tune_script.py); TUNE="--fp8 block,channel" traces, tunes
+# and times the fp8 layers' kernels too (matmul_fp8_tl's backends chosen per configuration, issue 35).
 gpu-tune:
 	$(PYTHON) benchmarks/bench_tune.py $(TUNE)
 

@@ -399,6 +399,7 @@ def implementations(
             skeletons.append(Impl(f"skeleton, lazyops {backend} GEMMs", "skeleton", lambda o=own: skeleton(o())))
     twins = [Impl(COMPILED if n == EAGER else f"{n} + torch.compile", k, ops, True) for n, k, ops in variants]
     fp8_layers = [Impl(f"lazyops {b}, fp8 {m}", "fp8", ops_of(b, p, m)) for b, p in status.items() for m in fp8]
+    fp8_layers += [Impl(f"{PLANNED}, fp8 {m}", "fp8", ops_of("namespace", None, m)) for m in fp8 if plan]
     pairs = zip([Impl(*v) for v in variants], twins if compiled else [None] * len(twins), strict=True)
     return [impl for pair in pairs for impl in pair if impl is not None] + fp8_layers + skeletons
 
@@ -526,15 +527,17 @@ def main(argv: list[str] | None = None) -> int:
     workloads = [_workload(text) for text in chosen.split(",")]
     longest = max([tokens for phase, tokens in workloads if phase == "prefill"] + [shape.context + 1])
     shape = dataclasses.replace(shape, rope_rows=max(shape.rope_rows, 1 << (longest - 1).bit_length()))
-    if options.build_only:
+    fp8 = tuple(mode for mode in options.fp8.split(",") if mode)
+    if set(fp8) - set(FP8):
+        sys.exit(f"--fp8: {options.fp8!r} is not a comma list of {', '.join(FP8)}")
+    if options.build_only:  # with --fp8, the fp8 layers' kernels too: their configurations in the trace
         lazyops_ops("namespace", shape, dtype, attention_for(None, shape, dtype, device))
+        for mode in fp8:
+            fp8_ops("namespace", shape, dtype, attention_for(None, shape, dtype, device), mode)
         print("built the layer's kernels from lazyops' namespace:", ", ".join(resolved(shape, dtype)))
         return 0
     everything = harness.backends(options.backend)
     status = {name: problem for name, problem in everything.items() if problem is None or options.backend}
-    fp8 = tuple(mode for mode in options.fp8.split(",") if mode)
-    if set(fp8) - set(FP8):
-        sys.exit(f"--fp8: {options.fp8!r} is not a comma list of {', '.join(FP8)}")
     impls = implementations(
         shape, dtype, device, status, options.ceiling, options.plan is not None, fp8, not options.no_compile
     )
