@@ -12,7 +12,7 @@ export PYTHONPATH := $(if $(PYTHONPATH),$(PYTHONPATH):)$(CURDIR)/src
 	gpu-kernel-defects gpu-sampling gpu-fp8 gpu-fp8gemm \
 	gpu-fp8norms gpu-families gpu-fp8-check gpu-fp8-bench gpu-fp8gemm-check gpu-fp8gemm-bench \
 	gpu-fp8norms-check gpu-fp8norms-bench gpu-moe-check gpu-moe-bench gpu-sampling-check gpu-sampling-bench \
-	gpu-fp8layer gpu-fp8layer-check gpu-fp8layer-bench
+	gpu-fp8layer gpu-fp8layer-check gpu-fp8layer-bench gpu-fp8tiles
 
 help:
 	@echo "make test           the whole test suite (CI: bash scripts/test.sh installs, lints, then runs it)"
@@ -27,6 +27,7 @@ help:
 	@echo "make gpu-fp8gemm    issue 35's matmul_fp8_tl: checks on the GPU, then bench_gemm.py --fp8 (one call, ~3 min)"
 	@echo "make gpu-fp8norms   the fp8 norms' dynamic scales checked on the GPU, then the norms' bandwidth (~2 min)"
 	@echo "make gpu-fp8layer   the example engine's fp8 mode on the GPU, then the fp8 layer against bf16 at prefill 8192 (~2 min)"
+	@echo "make gpu-fp8tiles   matmul_fp8_tl's candidate Triton tiles swept on the GPU (~3 min): GPU_OUT/sweeps/fp8_tiles.*"
 	@echo "make gpu-hf         a Hugging Face Llama: stock, lazyops.transformers.patch, liger-kernel (one device call)"
 	@echo "make gpu-sampling   sample_tl's GPU checks, then bench_kernels.py --sampling (one device call, ~3 min)"
 	@echo "make gpu-families   the fp8, MoE and sampling kernels: every family's GPU checks, then their benchmarks (one call)"
@@ -216,6 +217,20 @@ gpu-fp8layer-check:
 gpu-fp8layer-bench:
 	-$(call limit,$(FP8LAYER_S)) $(PYTHON) benchmarks/bench_layer.py --fp8 block,channel --workloads prefill-8192 \
 	  $(FP8LAYER) --name fp8_layer --out $(GPU_OUT)
+
+# matmul_fp8_tl's Triton tiles swept on the device (one call of about 3 minutes): candidate rows of
+# configs/matmul_fp8.json (vLLM's decode tiles, the seeded 64x128, larger prefill tiles) beside the table's rule and
+# torch._scaled_mm, rowwise and block, at decode and prefill token counts: GPU_OUT/sweeps/fp8_tiles.{md,json}; the
+# winners go into the device's table (docs/decisions/014).
+FP8TILES_S ?= 170
+FP8TILES ?= block_m=16,block_n=32,num_warps=4,num_stages=3;block_m=16,block_n=64,num_warps=4,num_stages=3;\
+block_m=16,block_n=128,num_warps=4,num_stages=3;block_m=64,block_n=64,num_warps=4,num_stages=3;\
+block_m=64,block_n=128,num_warps=4,num_stages=3;block_m=128,block_n=128,num_warps=4,num_stages=3;\
+block_m=128,block_n=128,num_warps=8,num_stages=3;block_m=128,block_n=256,num_warps=8,num_stages=3
+gpu-fp8tiles:
+	-$(call limit,$(FP8TILES_S)) $(PYTHON) benchmarks/bench_gemm.py --fp8 rowwise,block --sweep triton --backend triton \
+	  --tokens 16,1024,8192 --shapes 4096x4096,14336x4096 --graph-max 16 --tiles '$(FP8TILES)' --name fp8_tiles \
+	  --out $(GPU_OUT)
 
 # The new kernel families (issues 35-37) in ONE device call of under 9 minutes: each family's GPU checks (logged in
 # GPU_OUT/<family>-check.md), then each one's benchmark, each part stopped at its limit (the checks first, so that a

@@ -77,6 +77,17 @@ def test_gemm_grid_and_a_sweep(tmp_path):
     assert candidate["block_n"] == 32 and candidate["split"] == 2 and "error" not in candidate and candidate["us"] > 0
 
 
+def test_gemm_fp8_sweep_of_triton_tiles(tmp_path):
+    """``bench_gemm.py --fp8 ... --sweep triton --tiles``: rows of ``configs/matmul_fp8.json`` timed on the fp8 cells
+    (Triton's interpreter), each checked against the dequantised product first."""
+    tile = "block_m=16,block_n=32,num_warps=4,num_stages=3"
+    options = ["--fp8", "rowwise,block", "--sweep", "triton", "--backend", "torch", "--tokens", "17"]
+    sweep = smoke("bench_gemm.py", tmp_path, *options, "--shapes", "160x256", "--tiles", tile)["rows"]
+    candidates = [row for row in sweep if row["kind"] == "candidate"]
+    assert sorted(row["scales"] for row in candidates) == ["block", "rowwise"]
+    assert all(row["block_n"] == 32 and "error" not in row and row["us"] > 0 for row in candidates), candidates
+
+
 def test_host(tmp_path):
     rows = smoke("bench_host.py", tmp_path)["rows"]
     parts = {row["part"] for row in rows}

@@ -26,6 +26,7 @@ BENCHMARK_SHARES = {
     "sampling: bench_kernels.py --sampling, vLLM's torch sampling path and torch.multinomial as peers (issue 37)": 60,
     "fp8 GEMM: bench_gemm.py --fp8, torch._scaled_mm and the bf16 GEMM as peers (issue 35)": 70,
     "fp8 layer: bench_layer.py --fp8 block,channel (weights quantised, fp8 producers and GEMMs), --no-compile, bench_tune.py --fp8 (issue 35)": 110,
+    "fp8 GEMM tiles: bench_gemm.py --fp8 --sweep triton, rows of configs/matmul_fp8.json as candidates (issue 35)": 30,
 }
 BENCHMARK_LINES = sum(BENCHMARK_SHARES.values())
 RESULT_BYTES = 1 << 20

@@ -121,9 +121,16 @@ def _matmul_fp8_kernel(
 
 @spec.implementation(device_type=launch_device(_matmul_fp8_kernel), strided_rows=True, writes_out=True)
 def matmul_fp8_tl(config: MatmulFP8Config) -> Callable[..., torch.Tensor]:
+    return build_matmul_fp8(
+        config, tile_table(None if interpreting(_matmul_fp8_kernel) else torch.cuda.get_device_name())
+    )
+
+
+def build_matmul_fp8(config: MatmulFP8Config, table: tuple[FP8Tile, ...]) -> Callable[..., torch.Tensor]:
+    """The launch ``matmul_fp8(a, b, scale_a, scale_b, bias, out)`` over ``table``'s tiles: the device's, or a
+    one-row table of a candidate (``benchmarks/bench_gemm.py --fp8 ... --sweep triton`` times them)."""
     n, k = config.n, config.k
     shapes = {"N": n, "K": k, "K_BLOCKS": config.k_blocks, "SCALES": KINDS[config.scales]}
-    table = tile_table(None if interpreting(_matmul_fp8_kernel) else torch.cuda.get_device_name())
     launchers = {
         (tile, bias): Launcher(
             _matmul_fp8_kernel,
