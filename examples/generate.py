@@ -21,6 +21,7 @@ GEMM through ``matmul_fp8_tl``. It prints its tokens beside those of the float32
 from __future__ import annotations
 
 import argparse
+import functools
 import itertools
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -195,6 +196,7 @@ class Engine:
         SiLU-and-mul, and on attention's output) and multiplied back by its scales, so that both multiply the same
         values, the twin in float32 by ``matmul_tl`` on the dequantised weights."""
         act = FP8_SCALES[fp8][1]
+        quantiser = functools.cache(lambda width, dtype: lazyops.quant_fp8_tl(width, dtype, act))  # built once
 
         def rounded(kernel: Callable[..., torch.Tensor]) -> Callable[..., torch.Tensor]:
             def run(*args: Any) -> torch.Tensor:
@@ -202,7 +204,7 @@ class Engine:
                 rows, width = y.shape
                 groups = 1 if act == "token" else width // FP8_BLOCK
                 scale = torch.empty(rows, groups, dtype=torch.float32, device=y.device)
-                values = lazyops.quant_fp8_tl(width, y.dtype, act)(y, scale).float()
+                values = quantiser(width, y.dtype)(y, scale).float()
                 return (values.view(rows, groups, -1) * scale[..., None]).view(rows, width).to(y.dtype)
 
             return run
@@ -466,6 +468,8 @@ def main() -> int:
     parser.add_argument("--smoke", action="store_true", help="--bench on tiny shapes, on the CPU: the logic only")
     parser.add_argument("--fp8", choices=sorted(FP8_SCALES), help="fp8 weights (block- or channel-wise scales)")
     args = parser.parse_args()
+    if args.fp8 and args.hf:
+        parser.error("--fp8 or --hf, not both: --fp8 runs the random model beside its float32 twin, not beside HF")
     if args.bench:
         return bench(args.out, args.smoke)
     device = "cuda" if torch.cuda.is_available() else "cpu"
