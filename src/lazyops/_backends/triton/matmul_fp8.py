@@ -18,6 +18,7 @@ CUDA graph captured at one count replays the same launch.
 
 from __future__ import annotations
 
+import bisect
 import functools
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -60,8 +61,8 @@ def tile_table(device: str | None = None) -> tuple[FP8Tile, ...]:
 
 
 def tiling(tokens: int, table: tuple[FP8Tile, ...]) -> FP8Tile:
-    """The first tile of ``table`` whose ``max_m`` is at least ``tokens``."""
-    return next(tile for tile in table if tile.max_m is None or tokens <= tile.max_m)
+    """The first tile of ``table`` whose ``max_m`` is at least ``tokens`` (the launch inlines it: one frame less)."""
+    return table[bisect.bisect_left([tile.max_m for tile in table[:-1]], tokens)]
 
 
 @triton.jit
@@ -131,6 +132,8 @@ def build_matmul_fp8(config: MatmulFP8Config, table: tuple[FP8Tile, ...]) -> Cal
     one-row table of a candidate (``benchmarks/bench_gemm.py --fp8 ... --sweep triton`` times them)."""
     n, k = config.n, config.k
     shapes = {"N": n, "K": k, "K_BLOCKS": config.k_blocks, "SCALES": KINDS[config.scales]}
+    bounds, bisect_left = [tile.max_m for tile in table[:-1]], bisect.bisect_left
+    column_tiles = {tile: cdiv(n, tile.block_n) for tile in table}
     launchers = {
         (tile, bias): Launcher(
             _matmul_fp8_kernel,
@@ -151,12 +154,12 @@ def build_matmul_fp8(config: MatmulFP8Config, table: tuple[FP8Tile, ...]) -> Cal
         out: torch.Tensor,
     ) -> torch.Tensor:
         tokens = a.shape[0]
-        tile = tiling(tokens, table)
+        tile = table[bisect_left(bounds, tokens)]  # tiling(tokens, table), without its frame
         has_bias = bias is not None and bias.numel() > 0
         strides = scale_a.stride() if scale_a.dim() == 2 else (0, 0)
         launch = launchers[tile, has_bias]
         launch(
-            (cdiv(tokens, tile.block_m), cdiv(n, tile.block_n)),
+            (cdiv(tokens, tile.block_m), column_tiles[tile]),
             a,
             b,
             scale_a,
