@@ -55,14 +55,14 @@ def tile_table(device: str | None = None) -> tuple[FP8Tile, ...]:
     """The tiles for the GPU named ``device`` (``torch.cuda.get_device_name()``), or the default table's (None: no
     device, as in Triton's interpreter), in the file's order; the last serves any token count."""
     tiles = tuple(FP8Tile(**row) for row in device_table(TABLES, device)["tiles"])
-    if not tiles or tiles[-1].max_m is not None:
-        raise ValueError(f"{TABLES} ({device or 'default'}): the last tile must serve any token count (max_m null)")
+    if not tiles or [tile.max_m is None for tile in tiles] != [False] * (len(tiles) - 1) + [True]:
+        raise ValueError(f"{TABLES} ({device or 'default'}): only the last tile serves any token count (max_m null)")
     return tiles
 
 
 def tiling(tokens: int, table: tuple[FP8Tile, ...]) -> FP8Tile:
     """The first tile of ``table`` whose ``max_m`` is at least ``tokens`` (the launch inlines it: one frame less)."""
-    return table[bisect.bisect_left([tile.max_m for tile in table[:-1]], tokens)]
+    return table[bisect.bisect_left([tile.max_m for tile in table if tile.max_m is not None], tokens)]
 
 
 @triton.jit
@@ -132,7 +132,7 @@ def build_matmul_fp8(config: MatmulFP8Config, table: tuple[FP8Tile, ...]) -> Cal
     one-row table of a candidate (``benchmarks/bench_gemm.py --fp8 ... --sweep triton`` times them)."""
     n, k = config.n, config.k
     shapes = {"N": n, "K": k, "K_BLOCKS": config.k_blocks, "SCALES": KINDS[config.scales]}
-    bounds, bisect_left = [tile.max_m for tile in table[:-1]], bisect.bisect_left
+    bounds, bisect_left = [tile.max_m for tile in table if tile.max_m is not None], bisect.bisect_left
     column_tiles = {tile: cdiv(n, tile.block_n) for tile in table}
     launchers = {
         (tile, bias): Launcher(
