@@ -13,6 +13,7 @@ export PYTHONPATH := $(if $(PYTHONPATH),$(PYTHONPATH):)$(CURDIR)/src
 	gpu-fp8norms gpu-families gpu-fp8-check gpu-fp8-bench gpu-fp8gemm-check gpu-fp8gemm-bench \
 	gpu-fp8norms-check gpu-fp8norms-bench gpu-moe-check gpu-moe-bench gpu-sampling-check gpu-sampling-bench \
 	gpu-moe-layer
+	gpu-fp8layer gpu-fp8layer-check gpu-fp8layer-bench gpu-fp8tiles
 
 help:
 	@echo "make test           the whole test suite (CI: bash scripts/test.sh installs, lints, then runs it)"
@@ -26,6 +27,8 @@ help:
 	@echo "make gpu-fp8        issue 35's fp8 kernels: checks on the GPU, then their bandwidth (one call, ~3 min)"
 	@echo "make gpu-fp8gemm    issue 35's matmul_fp8_tl: checks on the GPU, then bench_gemm.py --fp8 (one call, ~3 min)"
 	@echo "make gpu-fp8norms   the fp8 norms' dynamic scales checked on the GPU, then the norms' bandwidth (~2 min)"
+	@echo "make gpu-fp8layer   the example engine's fp8 mode on the GPU, then the fp8 layer against bf16 at prefill 8192 (~2 min)"
+	@echo "make gpu-fp8tiles   matmul_fp8_tl's candidate Triton tiles swept on the GPU (~3 min): GPU_OUT/sweeps/fp8_tiles.*"
 	@echo "make gpu-hf         a Hugging Face Llama: stock, lazyops.transformers.patch, liger-kernel (one device call)"
 	@echo "make gpu-sampling   sample_tl's GPU checks, then bench_kernels.py --sampling (one device call, ~3 min)"
 	@echo "make gpu-families   the fp8, MoE and sampling kernels: every family's GPU checks, then their benchmarks (one call)"
@@ -216,6 +219,44 @@ gpu-fp8norms-bench:
 	-$(call limit,$(FP8NORMS_BENCH_S)) $(PYTHON) benchmarks/bench_kernels.py --kernels rmsnorm_fp8_tl,add_rmsnorm_fp8_tl \
 	  --tokens 8192,32768 --graph-tokens 1024 --modes stream,graph --name fp8norms_kernels --out $(GPU_OUT)
 
+# Issue 35's fp8 client on the GPU, one device call of about 2 minutes on an H100: the example engine's fp8 mode (block
+# and channel scales, float32 activations, so that its greedy tokens must equal its float32 twin's: exit status 1 if
+# not), logged with the date and the device in GPU_OUT/fp8layer-check.md; then the Llama-3-8B decoder layer from fp8
+# weights (block and channel; the fp8 producers, matmul_fp8_tl) against the bf16 layers (torch eager, Triton's kernels,
+# Triton's around cuBLAS GEMMs; FP8LAYER= to add torch.compile's, minutes more) at prefill 8192, issue 35's goal
+# >= 1.3x the fastest: GPU_OUT/fp8_layer.{md,json}.
+FP8LAYER_CHECK_S ?= 60
+FP8LAYER_S ?= 120
+FP8LAYER ?= --backend triton --no-compile
+gpu-fp8layer: gpu-fp8layer-check gpu-fp8layer-bench
+gpu-fp8layer-check:
+	@mkdir -p $(GPU_OUT)
+	-{ echo "# The example engine's fp8 mode on the GPU"; echo; \
+	  echo "Made by \`make gpu-fp8layer-check\` on $$(date -u +%FT%TZ); do not edit, rerun it."; \
+	  echo "Device: $$(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader)."; echo; echo '```'; \
+	  for mode in block channel; do \
+	    echo "$$ python examples/generate.py --fp8 $$mode --dtype float32 --tokens 8   # limit $(FP8LAYER_CHECK_S) s"; \
+	    SECONDS=0; $(call limit,$(FP8LAYER_CHECK_S)) $(PYTHON) examples/generate.py --fp8 $$mode --dtype float32 \
+	      --tokens 8 2>&1 | tail -n 6; echo "exit status $${PIPESTATUS[0]} after $$SECONDS s"; \
+	  done; echo '```'; } | tee $(GPU_OUT)/fp8layer-check.md
+gpu-fp8layer-bench:
+	-$(call limit,$(FP8LAYER_S)) $(PYTHON) benchmarks/bench_layer.py --fp8 block,channel --workloads prefill-8192 \
+	  $(FP8LAYER) --name fp8_layer --out $(GPU_OUT)
+
+# matmul_fp8_tl's Triton tiles swept on the device (one call of about 3 minutes): candidate rows of
+# configs/matmul_fp8.json (vLLM's decode tiles, the seeded 64x128, larger prefill tiles) beside the table's rule and
+# torch._scaled_mm, rowwise and block, at decode and prefill token counts: GPU_OUT/sweeps/fp8_tiles.{md,json}; the
+# winners go into the device's table (docs/decisions/014).
+FP8TILES_S ?= 170
+FP8TILES ?= block_m=16,block_n=32,num_warps=4,num_stages=3;block_m=16,block_n=64,num_warps=4,num_stages=3;\
+block_m=16,block_n=128,num_warps=4,num_stages=3;block_m=64,block_n=64,num_warps=4,num_stages=3;\
+block_m=64,block_n=128,num_warps=4,num_stages=3;block_m=128,block_n=128,num_warps=4,num_stages=3;\
+block_m=128,block_n=128,num_warps=8,num_stages=3;block_m=128,block_n=256,num_warps=8,num_stages=3
+gpu-fp8tiles:
+	-$(call limit,$(FP8TILES_S)) $(PYTHON) benchmarks/bench_gemm.py --fp8 rowwise,block --sweep triton --backend triton \
+	  --tokens 16,1024,8192 --shapes 4096x4096,14336x4096 --graph-max 16 --tiles '$(FP8TILES)' --name fp8_tiles \
+	  --out $(GPU_OUT)
+
 # The new kernel families (issues 35-37) in ONE device call of under 9 minutes: each family's GPU checks (logged in
 # GPU_OUT/<family>-check.md), then each one's benchmark, each part stopped at its limit (the checks first, so that a
 # cut-off call still says whether the kernels are right on the device).
@@ -236,7 +277,8 @@ gpu-hf:
 # lazyops tune on the Llama decoder layer's trace (twice: the second run checks that the choices reproduce), then the
 # layer run by the plan beside each backend's: results/<gpu>/tune.{md,json}, tune_layer.*, the trace and both plans.
 # One device call of a few minutes. TUNE passes options: `make gpu-tune TUNE="--smoke --device cpu --out /tmp/t"` runs
-# the same steps on a CPU with tiny shapes (tests/plan/test_tune_script.py).
+# the same steps on a CPU with tiny shapes (tests/plan/test_tune_script.py); TUNE="--fp8 block,channel" traces, tunes
+# and times the fp8 layers' kernels too (matmul_fp8_tl's backends chosen per configuration, issue 35).
 gpu-tune:
 	$(PYTHON) benchmarks/bench_tune.py $(TUNE)
 

@@ -19,11 +19,13 @@ also that read in GB/s and the time per call inside a CUDA graph (what decode pa
 
 ``--fp8 SCALES``: ``matmul_fp8_tl`` (float8 e4m3 ``a[M, k]`` and ``b[n, k]``, bfloat16 out) with each scale kind of
 the comma list instead, against ``torch._scaled_mm`` (cuBLASLt; per-tensor and rowwise) and the bfloat16 GEMM of
-the dequantised operands (the peer of block scales), each checked against the float32 dequantised product.
+the dequantised operands (the peer of block scales), each checked against the float32 dequantised product. With
+``--sweep triton``, ``--tiles`` are rows of ``configs/matmul_fp8.json`` (``block_m,block_n,num_warps,num_stages``).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import math
 import sys
@@ -74,10 +76,11 @@ def main(argv: list[str] | None = None) -> int:
     tiles = [_tile(text) for text in options.tiles.split(";") if text.strip()]
     if tiles and not options.sweep:
         sys.exit("--tiles needs --sweep BACKEND: whose tilings they are")
+    fp8_cases = _fp8_cases(status)
     for tile in tiles:
         build = functools.cache(lambda n, k, dtype, t=tile: harness.tiled_matmul(options.sweep, n, k, dtype, t))
         cases.append(Case(" ".join(f"{key}={value}" for key, value in tile.items()), "candidate", build, tile))
-    fp8_cases = _fp8_cases(status)
+        fp8_cases.append(dataclasses.replace(cases[-1], build=_fp8_tiled(options.sweep, tile)))
     env = (
         harness.environment(device, status)
         | ({"fp8": options.fp8} if options.fp8 else {})
@@ -138,6 +141,17 @@ def _matmul(backend: str, problem: str | None, fp8: bool = False) -> Any:
             return harness.factory(backend, "matmul_tl")(n, k, dtype)
         kernel = harness.factory(backend, "matmul_fp8_tl")(n, k, dtype, scales)
         return lambda a, b, scale_a, scale_b, *dequantised: kernel(a, b, scale_a, scale_b)
+
+    return build
+
+
+def _fp8_tiled(backend: str, tile: dict[str, Any]) -> Any:
+    """A ``--sweep`` candidate on the fp8 cells: ``matmul_fp8_tl``'s kernel on one tile (Triton's ``FP8Tile``)."""
+
+    @functools.cache
+    def build(n: int, k: int, dtype: str, scales: str) -> Any:
+        call = harness.tiled_matmul(backend, n, k, dtype, {**tile, "scales": scales})
+        return lambda a, b, scale_a, scale_b, *dequantised: call(a, b, scale_a, scale_b)
 
     return build
 

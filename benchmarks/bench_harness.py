@@ -545,11 +545,18 @@ def paged(key: Any, value: Any, block: int, new: int = 1, shuffle: bool = True) 
 def tiled_matmul(backend: str, n: int, k: int, dtype: Any, tile: Mapping[str, Any]) -> Callable[..., Any]:
     """``call(a, b) -> c`` of ``backend``'s GEMM with the tiling ``tile`` (its own tile type's fields, and ``split``),
     whatever its rule would pick: what ``bench_gemm.py --sweep`` times. Triton: ``matmul.Tiling``; TileLang:
-    ``matmul.Tile`` (``split`` > 1: its split-K product and reduce programs)."""
+    ``matmul.Tile`` (``split`` > 1: its split-K product and reduce programs). With ``scales`` (Triton):
+    ``call(a, b, scale_a, scale_b)`` of ``matmul_fp8_tl``'s kernel on one ``matmul_fp8.FP8Tile``."""
     import torch
 
     fields, dtype = dict(tile), getattr(torch, dtype) if isinstance(dtype, str) else dtype
     split = int(fields.pop("split", 1))
+    if backend == "triton" and "scales" in fields:  # matmul_fp8_tl: one row of its table (configs/matmul_fp8.json)
+        from lazyops._backends.triton import matmul_fp8
+
+        config = matmul_fp8.spec.bind(n, k, dtype, fields.pop("scales"))
+        fp8 = matmul_fp8.build_matmul_fp8(config, (matmul_fp8.FP8Tile(max_m=None, **fields),))
+        return lambda a, b, sa, sb: fp8(a, b, sa, sb, None, a.new_empty((a.shape[0], n), dtype=dtype))
     if backend == "triton":
         from lazyops._backends.triton import matmul
 

@@ -6,6 +6,7 @@
     python benchmarks/bench_layer.py --plan plan.json      # adds the layer of lazyops' namespace resolving by a plan
     python benchmarks/bench_layer.py --hf                  # a 4-layer Hugging Face Llama: stock, patched, liger
     python benchmarks/bench_layer.py --moe qwen3-30b-a3b   # a MoE layer instead: results/h200/layer_qwen3_30b_a3b.*
+    python benchmarks/bench_layer.py --fp8 block,channel --workloads prefill-8192 --backend triton --no-compile
     LAZYOPS_TRACE=t.jsonl LAZYOPS_TRACE_ARGS=1 python benchmarks/bench_layer.py --build-only   # the layer's trace
 
 The layer (hidden 4096; 32 query and 8 KV heads of 128; MLP 14336; neox rope; random bf16 weights) in an engine's
@@ -29,6 +30,8 @@ block for the MLP: the router's GEMM, the top-k (``moe_route_tl``; torch: softma
 experts (``fused_moe_tl``; torch: ``torch._grouped_mm`` over the assignments sorted by expert, no host read, so a
 CUDA graph captures it); each layer judged against the float32 layer routed to the experts it chose (a bf16 near-tie
 may pick another expert, as vLLM's does).
+``--fp8 block,channel``: also each backend's layer from fp8 weights (:func:`fp8_ops`), against the fastest bf16 layer
+(issue 35: >= 1.3x at prefill 8192); ``--no-compile``: no torch.compile twins (the compiles cost minutes).
 """
 
 from __future__ import annotations
@@ -49,6 +52,11 @@ EAGER, COMPILED = "torch eager", "torch.compile"
 #: The row of ``--plan``: the layer's kernels from lazyops' namespace, resolved by the plan.
 PLANNED = "lazyops plan"
 GOALS = {"prefill": 1.15, "decode": 1.0}
+#: ``--fp8``: the weights' scales -> (``matmul_fp8_tl``'s scales, the producers' dynamic scales); the block side.
+FP8, FP8_BLOCK, FP8_GOAL = {"block": ("block", "group"), "channel": ("rowwise", "token")}, 128, 1.3
+#: The fp8 layer against the float32 one on the bf16 weights: e4m3 rounds each GEMM operand, weights and
+#: activations, by up to 2**-4 (about 2**-5.6 rms, normwise), through four GEMMs in a chain: judged at 2**-3.
+FP8_TOLERANCE = 0.125
 #: A layer chains about ten bf16 roundings where one kernel has one: judged at four times a kernel's tolerance.
 TOLERANCE_FACTOR = 4
 WORKLOADS, SMOKE_WORKLOADS = "prefill-1024,prefill-8192,decode-1,decode-16,decode-64", "prefill-16,decode-2"
@@ -209,6 +217,7 @@ class Ops:
     router: Callable[..., Any] | None = None  # the MoE block's; route(logits) -> (weights, ids)
     route: Callable[..., Any] | None = None
     experts: Callable[..., Any] | None = None
+    prepare: Callable[[dict[str, Any]], dict[str, Any]] | None = None  # the weights as these ops take them
 
 
 def torch_ops(shape: Shape, attention: Attention) -> Ops:
@@ -292,6 +301,60 @@ def lazyops_ops(backend: str, shape: Shape, dtype: Any, attention: Attention) ->
             logits.new_empty(*logits.shape[:-1], *size, dtype=torch.int32),
         )  # fmt: skip
     return Ops(**built, attention=attention)
+
+
+def fp8_ops(backend: str, shape: Shape, dtype: Any, attention: Attention, fp8: str) -> Ops:
+    """``backend``'s layer from fp8 weights (``fp8``: ``"block"``, 128x128 blocks, or ``"channel"`` scales; quantised
+    once a workload by the torch backend's ``quant_fp8_tl``, a block a row of a blocked view): its norms, SiLU-and-mul
+    and attention's output quantised by the fp8 producers (dynamic 1x128-group or per-token scales), each returning
+    ``(values, scales)``, every GEMM ``matmul_fp8_tl``; rope and attention as the bf16 layer's."""
+    import torch
+
+    gemm, act = FP8[fp8]
+    make, side = functools.partial(harness.factory, None if backend == "namespace" else backend), FP8_BLOCK
+
+    def producer(kernel: Any, width: int) -> Callable[..., Any]:
+        def produce(x: Any, *args: Any) -> tuple[Any, Any]:
+            scale = torch.empty(x.shape[0], 1 if act == "token" else width // side, device=x.device)
+            return kernel(x, *args, scale), scale
+
+        return produce
+
+    def product(role: str, quantise: Callable[..., Any] | None = None) -> Callable[..., Any]:
+        kernel = make("matmul_fp8_tl")(*shape.kernels(dtype)[role][1], gemm)
+
+        def run(x: Any, w: tuple[Any, Any]) -> Any:
+            a, scale_a = quantise(x) if quantise else x
+            return kernel(a, w[0], scale_a, w[1])
+
+        return run
+
+    def quantised(weights: dict[str, Any]) -> dict[str, Any]:
+        out = dict(weights)
+        for role in GEMMS:
+            n, k = weights[role].shape[1], weights[role].shape[0]
+            w = weights[role].t() if fp8 == "channel" else weights[role].t().reshape(n // side, side, k // side, side)
+            rows = w.contiguous() if fp8 == "channel" else w.permute(0, 2, 1, 3).reshape(-1, side * side).contiguous()
+            scale = torch.empty(rows.shape[0], 1, device=w.device)
+            values = harness.factory("torch", "quant_fp8_tl")(rows.shape[1], dtype, "token")(rows, scale)
+            if fp8 == "block":
+                values = values.view(n // side, k // side, side, side).permute(0, 2, 1, 3).reshape(n, k)
+            out[role] = (values.contiguous(), scale if fp8 == "channel" else scale.view(n // side, k // side))
+        return out
+
+    hidden, mlp, query = shape.hidden, shape.mlp, shape.heads * shape.head_dim
+    add_rmsnorm = producer(make("add_rmsnorm_fp8_tl")(hidden, dtype, shape.eps, scales=act), hidden)
+    return dataclasses.replace(
+        lazyops_ops(backend, shape, dtype, attention),
+        rmsnorm=producer(make("rmsnorm_fp8_tl")(hidden, dtype, shape.eps, scales=act), hidden),
+        add_rmsnorm=lambda x, residual, weight: (add_rmsnorm(x, residual, weight), residual),
+        silu_and_mul=producer(make("silu_and_mul_fp8_tl")(mlp, dtype, act), mlp),
+        qkv=product("qkv"),
+        o=product("o", producer(make("quant_fp8_tl")(query, dtype, act), query)),
+        gate_up=product("gate_up"),
+        down=product("down"),
+        prepare=quantised,
+    )
 
 
 def skeleton(gemms: Ops) -> Ops:
@@ -379,15 +442,20 @@ class Impl:
 
 
 def implementations(
-    shape: Shape, dtype: Any, device: str, status: dict[str, str | None], ceiling: bool, plan: bool = False
-) -> list[Impl]:
-    """What to time; ``plan``: the layer of lazyops' namespace too (``LAZYOPS_PLAN`` set by ``main``)."""
+    shape: Shape, dtype: Any, device: str, status: dict[str, str | None], ceiling: bool, plan: bool = False,
+    fp8: tuple[str, ...] = (), compiled: bool = True,
+) -> list[Impl]:  # fmt: skip
+    """What to time; ``plan``: the layer of lazyops' namespace too (``LAZYOPS_PLAN`` set by ``main``); ``fp8``: each
+    backend's fp8 layers (no compiled twin); ``compiled``: every other's torch.compile twin."""
 
-    def ops_of(backend: str, problem: str | None = None) -> Callable[[], Ops]:
+    def ops_of(backend: str, problem: str | None = None, fp8_mode: str = "") -> Callable[[], Ops]:
         def build() -> Ops:
             if problem:
                 raise RuntimeError(f"unavailable: {problem}")
-            return lazyops_ops(backend, shape, dtype, attention_for(backend, shape, dtype, device))
+            attention = attention_for(backend, shape, dtype, device)
+            if fp8_mode:
+                return fp8_ops(backend, shape, dtype, attention, fp8_mode)
+            return lazyops_ops(backend, shape, dtype, attention)
 
         return functools.cache(build)
 
@@ -403,8 +471,11 @@ def implementations(
             variants.append((f"lazyops {backend}, cuBLAS GEMMs", "lazyops", mixed))
         if ceiling and not problem and backend != "torch":
             skeletons.append(Impl(f"skeleton, lazyops {backend} GEMMs", "skeleton", lambda o=own: skeleton(o())))
-    compiled = [Impl(COMPILED if n == EAGER else f"{n} + torch.compile", k, ops, True) for n, k, ops in variants]
-    return [impl for pair in zip([Impl(*v) for v in variants], compiled, strict=True) for impl in pair] + skeletons
+    twins = [Impl(COMPILED if n == EAGER else f"{n} + torch.compile", k, ops, True) for n, k, ops in variants]
+    fp8_layers = [Impl(f"lazyops {b}, fp8 {m}", "fp8", ops_of(b, p, m)) for b, p in status.items() for m in fp8]
+    fp8_layers += [Impl(f"{PLANNED}, fp8 {m}", "fp8", ops_of("namespace", None, m)) for m in fp8 if plan]
+    pairs = zip([Impl(*v) for v in variants], twins if compiled else [None] * len(twins), strict=True)
+    return [impl for pair in pairs for impl in pair if impl is not None] + fp8_layers + skeletons
 
 
 def case(impl: Impl, weights: dict[str, Any], shape: Shape, phase: str, inputs: tuple[Any, ...]) -> Any:
@@ -417,7 +488,7 @@ def case(impl: Impl, weights: dict[str, Any], shape: Shape, phase: str, inputs: 
         own = inputs
         if phase == "decode" and ops.attention.adopt is not None:  # this attention's own cache, same numbers
             own = (*inputs[:2], *ops.attention.adopt(*inputs[2:]))
-        layer = make_layer(ops, weights, shape, phase)
+        layer = make_layer(ops, ops.prepare(weights) if ops.prepare else weights, shape, phase)
         if impl.compiled:
             dynamo = "inductor" if inputs[0].is_cuda else "eager"
             fullgraph = impl.kind == "lazyops"  # lazyops' kernels are custom operators under the compiler
@@ -455,8 +526,9 @@ def measure_workload(phase: str, tokens: int, impls: list[Impl], shape: Shape, d
 
     def check(case: Any, got: Any) -> None:  # skeletons skip work on purpose: not judged
         if case.kind != "skeleton":
+            tolerance = FP8_TOLERANCE if case.kind == "fp8" else TOLERANCE_FACTOR * TOLERANCE[dtype]
             truth = expected or reference(got[2])
-            errors[case.name] = harness.judge(got[:2], truth, TOLERANCE_FACTOR * TOLERANCE[dtype])
+            errors[case.name] = harness.judge(got[:2], truth, tolerance)
 
     chosen = [impl for impl in impls if impl.kind != "skeleton" or phase == "prefill"]
     cases = [case(impl, weights, shape, phase, inputs) for impl in chosen]
@@ -517,6 +589,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--plan", type=Path, help="also time the layer of lazyops' namespace under this plan")
     parser.add_argument("--build-only", action="store_true", help="build the namespace's kernels and stop")
     parser.add_argument("--hf", action="store_true", help="a Hugging Face Llama: stock, lazyops' patch, liger's")
+    parser.add_argument("--fp8", default="", help="comma list of block,channel: the layers from fp8 weights too")
+    parser.add_argument("--no-compile", action="store_true", help="no torch.compile twins")
     options = parser.parse_args(argv)
     if options.hf:
         return hugging_face(options, harness.start(options))
@@ -538,13 +612,20 @@ def main(argv: list[str] | None = None) -> int:
     workloads = [_workload(text) for text in chosen.split(",")]
     longest = max([tokens for phase, tokens in workloads if phase == "prefill"] + [shape.context + 1])
     shape = dataclasses.replace(shape, rope_rows=max(shape.rope_rows, 1 << (longest - 1).bit_length()))
-    if options.build_only:
+    fp8 = tuple(mode for mode in options.fp8.split(",") if mode)
+    if set(fp8) - set(FP8):
+        sys.exit(f"--fp8: {options.fp8!r} is not a comma list of {', '.join(FP8)}")
+    if options.build_only:  # with --fp8, the fp8 layers' kernels too: their configurations in the trace
         lazyops_ops("namespace", shape, dtype, attention_for(None, shape, dtype, device))
+        for mode in fp8:
+            fp8_ops("namespace", shape, dtype, attention_for(None, shape, dtype, device), mode)
         print("built the layer's kernels from lazyops' namespace:", ", ".join(resolved(shape, dtype)))
         return 0
     everything = harness.backends(options.backend)
     status = {name: problem for name, problem in everything.items() if problem is None or options.backend}
-    impls = implementations(shape, dtype, device, status, options.ceiling, plan=options.plan is not None)
+    impls = implementations(
+        shape, dtype, device, status, options.ceiling, options.plan is not None, fp8, not options.no_compile
+    )
     env = harness.environment(device, everything) | {"shape": dataclasses.asdict(shape)}
     env["tolerance"] = TOLERANCE_FACTOR * TOLERANCE[dtype]
     env["attention"] = {name or "torch": attention_for(name, shape, dtype, device).name for name in [None, *status]}
@@ -606,6 +687,12 @@ def render(rows: list[dict[str, Any]], bounds: list[dict[str, Any]], env: dict[s
                 [_bound_cells(b) for b in bounds],
             ),
         ]
+    if any(row["kind"] == "fp8" for row in rows):
+        lines += [
+            f"## fp8 (issue 35): ≥ {FP8_GOAL}× the fastest bf16 layer at prefill (each judged at {FP8_TOLERANCE})",
+            "",
+            *harness.table(["workload", "fp8 layer", "µs", "fastest bf16 layer", "µs", "×", ""], _fp8_goal(rows)),
+        ]
     errors = [[impl, *(_error_cell(cells.get(w)) for w in workloads)] for impl, cells in by_impl.items()]
     return [
         *lines,
@@ -635,6 +722,21 @@ def _goal(rows: list[dict[str, Any]], workload: str) -> list[str]:
         return [workload, f"≥ {target}", "—", "—", "not measured"]
     verdict = "met" if best["vs_compile"] >= target else "not met"
     return [workload, f"≥ {target}", best["impl"], f"{best['vs_compile']:.2f}", verdict]
+
+
+def _fp8_goal(rows: list[dict[str, Any]]) -> list[list[Any]]:
+    cells = []
+    for row in (r for r in rows if r["kind"] == "fp8"):
+        bf16 = [
+            r for r in rows if r["workload"] == row["workload"] and r["kind"] in ("lazyops", "peer") and r.get("us")
+        ]
+        best = min(bf16, key=lambda r: r["us"], default=None)
+        ratio = best["us"] / row["us"] if best and row.get("us") else None
+        verdict = "" if ratio is None or row["phase"] != "prefill" else "met" if ratio >= FP8_GOAL else "not met"
+        fastest = [best["impl"], harness.figure(best["us"], 1)] if best else ["—", ""]
+        figures = [harness.figure(row.get("us"), 1) if row.get("us") else "error", *fastest]
+        cells.append([row["workload"], row["impl"], *figures, f"{ratio:.2f}" if ratio else "—", verdict])
+    return cells
 
 
 def _bound_cells(b: dict[str, Any]) -> list[Any]:

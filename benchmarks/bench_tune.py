@@ -37,6 +37,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = harness.parser(__doc__)
     parser.add_argument("--workloads", help=f"the layer's workloads (default {layer.WORKLOADS})")
     parser.add_argument("--rounds", type=int, help="lazyops tune's interleaved rounds (default 5; --smoke: 1)")
+    parser.add_argument("--fp8", help="bench_layer.py --fp8: the fp8 layers' kernels traced, tuned and timed too")
     options = parser.parse_args(argv)
     device = harness.start(options)
     out = options.out
@@ -74,6 +75,7 @@ def main(argv: list[str] | None = None) -> int:
         *common,
         "--workloads",
         workloads,
+        *(["--fp8", options.fp8] if options.fp8 else []),
     ]
     steps.append(run("trace", [*layer_py, "--build-only"], traced))
     tune_command = ["--from-trace", str(trace), "--tokens", ",".join(map(str, tokens))]

@@ -5,6 +5,7 @@
     python examples/generate.py --model qwen3-moe --hf   # a tiny random Qwen3MoeForCausalLM: its tokens and ours
     LAZYOPS_BACKEND=triton python examples/generate.py --hf --dtype float32    # on a GPU, in float32 as HF's
     python examples/generate.py --bench  # on a GPU: a decode step of 4 Llama-3-8B layers against HF (make gpu-engine)
+    python examples/generate.py --fp8 block   # fp8 weights (128x128 blocks; or channel): its tokens and float32's
 
 Prefill packs every prompt into one call; a decode step is one token per sequence, replayed from a CUDA graph on a
 GPU (its index tensors are static buffers refilled before each replay: the kernels read them on the device). On a
@@ -15,11 +16,18 @@ CPU the same code runs through the torch backend. Kernels: ``matmul_tl`` (every 
 (``matmul_tl``), ``moe_route_tl`` (softmax, top-k, renormalised where the model says ``norm_topk_prob``) and
 ``fused_moe_tl`` on Hugging Face's own expert layout (``gate_up_proj[E, 2I, H]``, ``down_proj[E, H, I]``); every
 layer is sparse (``decoder_sparse_step`` 1, no ``mlp_only_layers``).
+
+``--fp8 block|channel`` serves an fp8 checkpoint: every projection's weight (the LM head's too) quantised once to
+float8 e4m3 (:func:`quantise_weight`: 128x128 blocks or one scale an output channel), the activations quantised on
+the fly by the producers that feed each GEMM (``rmsnorm_fp8_tl``, ``add_rmsnorm_fp8_tl`` and
+``silu_and_mul_fp8_tl`` with dynamic 1x128-group or per-token scales, ``quant_fp8_tl`` for attention's output), every
+GEMM through ``matmul_fp8_tl`` (the dense model only). It prints its tokens beside those of the float32 model on the dequantised weights.
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
 import itertools
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -103,17 +111,62 @@ def from_hugging_face(model: torch.nn.Module) -> tuple[Shape, dict[str, torch.Te
     return shape, weights
 
 
+#: ``--fp8``: the weights' scales -> (``matmul_fp8_tl``'s scales, the activations' dynamic scales); the block side
+FP8_SCALES, FP8_BLOCK = {"block": ("block", "group"), "channel": ("rowwise", "token")}, 128
+
+
+def quantise_weight(w: torch.Tensor, fp8: str) -> tuple[torch.Tensor, torch.Tensor]:
+    """A checkpoint's weight ``w[n, k]`` in float8 e4m3 and its float32 scales, as fp8 checkpoints store them:
+    ``"channel"``: ``[n, 1]``, one an output channel; ``"block"``: ``[ceil(n/128), ceil(k/128)]`` (DeepSeek-V3's).
+    Each scale is its block's absolute maximum over 448, floored as ``quant_fp8_tl`` floors a zero row's."""
+    n, k = w.shape
+    side = (1, k) if fp8 == "channel" else (FP8_BLOCK, FP8_BLOCK)
+    rows, cols = -(-n // side[0]), -(-k // side[1])
+    padded = torch.nn.functional.pad(w.float(), (0, cols * side[1] - k, 0, rows * side[0] - n))
+    amax = padded.view(rows, side[0], cols, side[1]).abs().amax(dim=(1, 3))
+    scale = amax.clamp(min=1e-10) / 448.0
+    values = (w.float() / spread(scale, fp8, n, k)).clamp(-448.0, 448.0).to(torch.float8_e4m3fn)
+    return values, scale
+
+
+def spread(scale: torch.Tensor, fp8: str, n: int, k: int) -> torch.Tensor:
+    """``quantise_weight``'s scales broadcast over the weight's elements (``[n, 1]`` or ``[n, k]``)."""
+    if fp8 == "channel":
+        return scale
+    return scale.repeat_interleave(FP8_BLOCK, 0).repeat_interleave(FP8_BLOCK, 1)[:n, :k]
+
+
+def dequantised_weights(weights: dict[str, torch.Tensor], fp8: str) -> dict[str, torch.Tensor]:
+    """The float32 model an fp8 engine serves: each projection's weight (every 2-D weight but the embedding)
+    quantised by :func:`quantise_weight` and multiplied back by its scales."""
+    out = {name: w.float() for name, w in weights.items()}
+    for name, w in weights.items():
+        if w.dim() == 2 and name != "embed_tokens.weight":
+            values, scale = quantise_weight(w, fp8)
+            out[name] = values.float() * spread(scale, fp8, *w.shape)
+    return out
+
+
 class Engine:
-    """The model's kernels, its weights laid out as the kernels take them, and a paged KV cache per layer."""
+    """The model's kernels, its weights laid out as the kernels take them, and a paged KV cache per layer;
+    ``fp8="block"`` or ``"channel"``: its projections' weights quantised once, its GEMMs ``matmul_fp8_tl``'s."""
 
     def __init__(self, s: Shape, weights: dict[str, torch.Tensor], dtype: torch.dtype, device: str,
-                 block_size: int = 16, num_blocks: int = 64, max_len: int = 1024) -> None:  # fmt: skip
+                 block_size: int = 16, num_blocks: int = 64, max_len: int = 1024,
+                 fp8: str | None = None) -> None:  # fmt: skip
+        if fp8 and s.experts:
+            raise ValueError(
+                f"fp8={fp8!r} serves the dense Llama model only: fused_moe_tl takes no fp8 experts yet; "
+                "run the MoE model without --fp8"
+            )
         self.device, self.block_size, self.free, self.shape = device, block_size, list(range(num_blocks)), s
         q, kv, d, f = s.heads * s.head_dim, s.kv_heads * s.head_dim, s.hidden, s.intermediate
         self.split = (q, q + kv)  # the packed qkv's query | key | value columns
         w = {k: v.to(device, dtype) for k, v in weights.items()}
 
-        def packed(*names: str) -> torch.Tensor:  # [in, out], as matmul_tl takes its weight
+        def packed(*names: str) -> Any:  # [in, out], as matmul_tl takes its weight; fp8: ([n, k], its scales)
+            if fp8:
+                return pack_fp8([quantise_weight(weights[f"{n}.weight"], fp8) for n in names], fp8, device)
             return torch.cat([w[f"{n}.weight"] for n in names]).t().contiguous()
 
         self.layers = []
@@ -148,7 +201,11 @@ class Engine:
             route = lazyops.moe_route_tl(s.experts, s.top_k, dtype, scoring="softmax", renormalize=s.renormalize)
             self.mlp = [route, lazyops.fused_moe_tl(d, f, s.experts, s.top_k, dtype, activation="silu")]
         else:
-            self.mlp = [lazyops.silu_and_mul_tl(f, dtype)]
+            self.silu = lazyops.silu_and_mul_tl(f, dtype)
+            self.mlp = [self.silu]
+        built = [*self.mm.values(), self.norm, self.add_norm, *self.mlp]
+        if fp8:  # the dense model's producers and GEMMs replaced by their fp8 forms
+            built = self.take_fp8(fp8, s, sizes, dtype)
         self.head_norm = lazyops.rmsnorm_tl(s.head_dim, dtype, s.eps) if s.qk_norm else None
         # Hugging Face's default rope: frequencies theta**(-2i/D), halves rotated (rotate_half: neox style)
         inverse = s.theta ** -(torch.arange(0, s.head_dim, 2, dtype=torch.float64) / s.head_dim)
@@ -156,10 +213,65 @@ class Engine:
         self.cos_sin = torch.cat([angles.cos(), angles.sin()], -1).float().to(device)
         # A decode step is replayed from a CUDA graph only where no kernel of it comes from the torch backend, whose
         # kernels read index values (positions, slots, lengths) on the host to check them, which a capture cannot.
-        kernels = [*self.mm.values(), self.norm, self.add_norm, self.rope, *self.mlp, self.write, self.attend]
+        kernels = [*built, self.rope, self.write, self.attend]
         kernels += [self.head_norm] if self.head_norm is not None else []
         self.host_checked = sorted({k.__name__ for k in kernels if getattr(k, "lazyops_backend", None) == "torch"})
         self.graphs = device == "cuda" and not self.host_checked
+
+    def take_fp8(self, fp8: str, s: Shape, sizes: dict[str, tuple[int, int]], dtype: torch.dtype) -> list[Any]:
+        """The fp8 kernels in the places of the 16-bit ones, and the lazyops kernels they call: each producer
+        (norm, add-norm, SiLU-and-mul, attention's output) returns ``(float8 values, their scales)``, each GEMM
+        takes that pair and the weight's."""
+        gemm, act = FP8_SCALES[fp8]
+        q, d, f = s.heads * s.head_dim, s.hidden, s.intermediate
+        norm = lazyops.rmsnorm_fp8_tl(d, dtype, s.eps, scales=act)
+        add_norm = lazyops.add_rmsnorm_fp8_tl(d, dtype, s.eps, scales=act)
+        silu, quant = lazyops.silu_and_mul_fp8_tl(f, dtype, act), lazyops.quant_fp8_tl(q, dtype, act)
+        mm = {name: lazyops.matmul_fp8_tl(n, k, dtype, gemm) for name, (n, k) in sizes.items()}
+
+        def producer(kernel: Any, width: int) -> Callable[..., tuple[torch.Tensor, torch.Tensor]]:
+            groups = 1 if act == "token" else width // FP8_BLOCK
+
+            def produce(x: torch.Tensor, *args: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+                scale = torch.empty(x.shape[0], groups, dtype=torch.float32, device=x.device)  # written by kernel
+                return kernel(x, *args, scale), scale
+
+            return produce
+
+        def matmul(kernel: Any, quantise: Callable[..., Any] | None = None) -> Callable[..., torch.Tensor]:
+            def product(x: Any, w: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
+                a, scale_a = quantise(x) if quantise is not None else x
+                return kernel(a, w[0], scale_a, w[1])
+
+            return product
+
+        self.norm, self.add_norm, self.silu = producer(norm, d), producer(add_norm, d), producer(silu, f)
+        self.mm = {name: matmul(kernel, producer(quant, q) if name == "o" else None) for name, kernel in mm.items()}
+        return [*mm.values(), norm, add_norm, silu, quant]
+
+    def round_activations(self, fp8: str) -> Engine:
+        """This engine (float32, on :func:`dequantised_weights`) made the float32 twin of an ``fp8`` one: each GEMM's
+        input rounded where the fp8 engine quantises it (by ``quant_fp8_tl``, after the norm, the add-norm and
+        SiLU-and-mul, and on attention's output) and multiplied back by its scales, so that both multiply the same
+        values, the twin in float32 by ``matmul_tl`` on the dequantised weights."""
+        act = FP8_SCALES[fp8][1]
+        quantiser = functools.cache(lambda width, dtype: lazyops.quant_fp8_tl(width, dtype, act))  # built once
+
+        def rounded(kernel: Callable[..., torch.Tensor]) -> Callable[..., torch.Tensor]:
+            def run(*args: Any) -> torch.Tensor:
+                y = kernel(*args)
+                rows, width = y.shape
+                groups = 1 if act == "token" else width // FP8_BLOCK
+                scale = torch.empty(rows, groups, dtype=torch.float32, device=y.device)
+                values = quantiser(width, y.dtype)(y, scale).float()
+                return (values.view(rows, groups, -1) * scale[..., None]).view(rows, width).to(y.dtype)
+
+            return run
+
+        self.norm, self.add_norm, self.silu = rounded(self.norm), rounded(self.add_norm), rounded(self.silu)
+        project, keep = self.mm["o"], rounded(lambda x: x)
+        self.mm["o"] = lambda x, w: project(keep(x), w)
+        return self
 
     def forward(self, tokens, positions, slots, table, lengths, starts, last) -> torch.Tensor:
         """Logits of rows ``last`` for a packed batch of tokens (their index tensors all on the device)."""
@@ -183,11 +295,11 @@ class Engine:
             h = self.add_norm(
                 mlp, residual, self.layers[i + 1]["in_norm"] if i + 1 < len(self.layers) else self.final_norm
             )
-        return self.mm["lm_head"](h[last], self.lm_head)
+        return self.mm["lm_head"](tuple(t[last] for t in h) if isinstance(h, tuple) else h[last], self.lm_head)
 
     def dense(self, h: torch.Tensor, layer: dict[str, torch.Tensor]) -> torch.Tensor:
         """Llama's MLP: gate and up in one GEMM, SiLU-and-mul, down."""
-        return self.mm["down"](self.mlp[0](self.mm["gate_up"](h, layer["gate_up"])), layer["down"])
+        return self.mm["down"](self.silu(self.mm["gate_up"](h, layer["gate_up"])), layer["down"])
 
     def moe(self, h: torch.Tensor, layer: dict[str, torch.Tensor]) -> torch.Tensor:
         """Qwen3-MoE's sparse block: the router's logits, each token's ``k`` experts and weights, the experts."""
@@ -270,6 +382,14 @@ class Engine:
             step[4].copy_(tensor(lengths, i32))
 
         return logits, step, advance
+
+
+def pack_fp8(parts: list[tuple[torch.Tensor, torch.Tensor]], fp8: str, device: str) -> tuple[torch.Tensor, ...]:
+    """Quantised weights ``[n_i, k]`` (and their scales) packed into one GEMM's ``[sum n_i, k]``, as an engine fuses
+    QKV and gate-up: their block scales stack only where each block row lies in one part."""
+    if fp8 == "block" and any(values.shape[0] % FP8_BLOCK for values, _ in parts[:-1]):
+        raise ValueError(f"--fp8 block packs projections of {FP8_BLOCK}-row multiples only; use --fp8 channel")
+    return tuple(torch.cat(tensors).to(device).contiguous() for tensors in zip(*parts, strict=True))
 
 
 #: --bench: Llama-3-8B's shapes, four layers (random weights); each sequence's prompt, and the batches timed.
@@ -444,7 +564,12 @@ def main() -> int:
     parser.add_argument("--bench", action="store_true", help="time a decode step against Hugging Face (bench())")
     parser.add_argument("--out", type=Path, help="--bench: the result files' folder (default results/<device>/)")
     parser.add_argument("--smoke", action="store_true", help="--bench on tiny shapes, on the CPU: the logic only")
+    parser.add_argument("--fp8", choices=sorted(FP8_SCALES), help="fp8 weights (block- or channel-wise scales)")
     args = parser.parse_args()
+    if args.fp8 and args.hf:
+        parser.error("--fp8 or --hf, not both: --fp8 runs the random model beside its float32 twin, not beside HF")
+    if args.fp8 and args.model == "qwen3-moe":
+        parser.error("--fp8 serves the dense Llama model only: fused_moe_tl takes no fp8 experts yet")
     if args.bench:
         return bench(args.out, args.smoke)
     device = "cuda" if torch.cuda.is_available() else "cpu"
@@ -459,7 +584,7 @@ def main() -> int:
             raise SystemExit("--hf needs transformers: pip install 'lazyops[transformers]'") from None
         shape, weights = from_hugging_face(model)
     with torch.inference_mode():
-        engine = Engine(shape, weights, dtype, device)
+        engine = Engine(shape, weights, dtype, device, fp8=args.fp8)
         ours = engine.generate(prompts, args.tokens, args.temperature, args.top_k, args.top_p, args.seed)
         if device == "cuda":
             how = (
@@ -477,6 +602,12 @@ def main() -> int:
             theirs = [t[0, len(p) :].tolist() for t, p in zip(greedy, prompts, strict=True)]
             print("transformers:", theirs)
             return int(ours != theirs)
+        if args.fp8:
+            plain = Engine(shape, dequantised_weights(weights, args.fp8), torch.float32, device)
+            theirs = plain.round_activations(args.fp8).generate(prompts, args.tokens, args.temperature, args.top_k,
+                                                                 args.top_p, args.seed)  # fmt: skip
+            print("float32:     ", theirs, "(dequantised weights, activations rounded as the fp8 engine's)")
+            return int(ours != theirs and dtype == torch.float32)
     return 0
 
 

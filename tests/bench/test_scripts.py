@@ -79,6 +79,17 @@ def test_gemm_grid_and_a_sweep(tmp_path):
     assert candidate["block_n"] == 32 and candidate["split"] == 2 and "error" not in candidate and candidate["us"] > 0
 
 
+def test_gemm_fp8_sweep_of_triton_tiles(tmp_path):
+    """``bench_gemm.py --fp8 ... --sweep triton --tiles``: rows of ``configs/matmul_fp8.json`` timed on the fp8 cells
+    (Triton's interpreter), each checked against the dequantised product first."""
+    tile = "block_m=16,block_n=32,num_warps=4,num_stages=3"
+    options = ["--fp8", "rowwise,block", "--sweep", "triton", "--backend", "torch", "--tokens", "17"]
+    sweep = smoke("bench_gemm.py", tmp_path, *options, "--shapes", "160x256", "--tiles", tile)["rows"]
+    candidates = [row for row in sweep if row["kind"] == "candidate"]
+    assert sorted(row["scales"] for row in candidates) == ["block", "rowwise"]
+    assert all(row["block_n"] == 32 and "error" not in row and row["us"] > 0 for row in candidates), candidates
+
+
 def test_host(tmp_path):
     rows = smoke("bench_host.py", tmp_path)["rows"]
     parts = {row["part"] for row in rows}
@@ -151,6 +162,16 @@ def test_the_moe_layer_is_judged_as_routed_but_only_to_the_routers_top_k():
     for wrong in ([[1, 2]], [[0, 0]]):
         with pytest.raises(ValueError, match="wrong result"):
             routing(logits, 2, torch.tensor(wrong))
+def test_layer_fp8(tmp_path):
+    """``bench_layer.py --fp8 block,channel --no-compile`` (the make gpu-fp8layer run, tiny): the fp8 layers timed
+    beside the bf16 ones, no torch.compile twin, each judged against the float32 layer, the goal's table written."""
+    payload = smoke("bench_layer.py", tmp_path, "--backend", "torch", "--fp8", "block,channel", "--no-compile")
+    rows = payload["rows"]
+    assert not [row for row in rows if "compile" in row["impl"]]
+    fp8 = [row for row in rows if row["kind"] == "fp8"]
+    assert {row["impl"] for row in fp8} == {"lazyops torch, fp8 block", "lazyops torch, fp8 channel"}
+    assert all("error" not in row and row["us"] > 0 and row["error_out"] > 0 for row in fp8), fp8
+    assert "the fastest bf16 layer" in (tmp_path / "layer.md").read_text()
 
 
 def test_the_layer_takes_each_backends_attention_from_one_place(monkeypatch):

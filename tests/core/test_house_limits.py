@@ -27,6 +27,8 @@ BENCHMARK_SHARES = {
     "fp8 GEMM: bench_gemm.py --fp8, torch._scaled_mm and the bf16 GEMM as peers (issue 35)": 70,
     "the MoE layer: bench_layer.py --moe (Mixtral-8x7B, Qwen3-30B-A3B), torch._grouped_mm as the peer (issue 36)": 90,
     "sampling's grid: --sampling at V = 128256 and 151936, logprobs and bias+mask variants (issue 37, samp2)": 45,
+    "fp8 layer: bench_layer.py --fp8 block,channel (weights quantised, fp8 producers and GEMMs), --no-compile, bench_tune.py --fp8 (issue 35)": 110,
+    "fp8 GEMM tiles: bench_gemm.py --fp8 --sweep triton, rows of configs/matmul_fp8.json as candidates (issue 35)": 30,
 }
 BENCHMARK_LINES = sum(BENCHMARK_SHARES.values())
 RESULT_BYTES = 1 << 20

@@ -113,3 +113,54 @@ def test_the_engine_benchmark_runs_on_the_host(tmp_path):
     assert set(timed) == {"Hugging Face StaticCache + torch.compile", "lazyops engine, torch"}
     assert all(row["us"] > 0 and "error" not in row for row in timed.values())
     assert "Goal (issue 39)" in (tmp_path / "engine.md").read_text()
+
+
+@pytest.mark.parametrize("fp8", ["block", "channel"])
+def test_fp8_greedy_tokens_are_the_dequantised_float32_models(fp8):
+    """``Engine(..., fp8=...)`` (weights quantised once, activations by the fused producers, every GEMM through
+    ``matmul_fp8_tl``) on the torch backend: its greedy tokens are those of the same model in float32 on the
+    dequantised weights (``dequantised_weights``), run by ``matmul_tl`` and the 16-bit engine's kernels.
+
+    The activations are quantised in both. Left unquantised in the float32 model, the tokens part after a few steps
+    (this model, 12 tokens: the block engine's first sequence at its 11th token, the channel engine's second at its
+    3rd): e4m3 keeps 3 mantissa bits, 2**-4 relative an element, and that moves this random model's logits by more
+    than its top-two margins, so equality there would say which way near-ties fall, not whether the engine is right.
+    So the float32 model rounds each GEMM's input where the fp8 engine quantises it (``Engine.round_activations``:
+    the unfused norm, add-norm, SiLU-and-mul in float32, then ``quant_fp8_tl``, then back to float32), and both
+    multiply the same values: what is left to differ is float32 summation order, and any wiring mistake (a weight
+    transposed or packed wrongly, a block scale of the wrong block or layout, a producer's scales not the ones its
+    GEMM reads, a fused producer that is not its unfused pair) moves logits by their own size. The test also checks
+    that the equality is not a near-tie's luck: the float32 model's top-two margin at every step exceeds twice the
+    largest logit difference between the two."""
+    import lazyops
+    from lazyops import _api
+
+    generate = example()
+    shape = generate.Shape()
+    weights = generate.random_weights(shape)
+    prompts = [[1, 7, 42, 9, 3], [5, 11], [2, 8, 64, 100, 17, 33, 90, 4, 19, 20, 21, 22, 23]]
+    with _api.configured(backend="torch", strict=True, fallback=None), torch.inference_mode():
+        engine = generate.Engine(shape, weights, torch.float32, "cpu", fp8=fp8)
+        assert lazyops.which("matmul_fp8_tl").backend == "torch"
+        ours = engine.generate(prompts, 8)
+        plain = generate.Engine(shape, generate.dequantised_weights(weights, fp8), torch.float32, "cpu")
+        theirs = plain.round_activations(fp8).generate(prompts, 8)
+        # the margins behind the float32 model's choices, and how far the fp8 logits are from its logits there
+        fp8_logits, float_logits = (logits_along(e, prompts, theirs) for e in (engine, plain))
+    top = float_logits.topk(2, dim=-1).values
+    margin = (top[:, 0] - top[:, 1]).min().item()
+    drift = (fp8_logits - float_logits).abs().amax(-1).max().item()
+    assert drift < margin / 2, f"the test's model is too close to a tie: margin {margin:.3g}, drift {drift:.3g}"
+    assert ours == theirs
+
+
+def logits_along(engine, prompts, continuations):
+    """The logits ``engine`` gives for each token of ``continuations`` (greedy, after ``prompts``): a prefill of
+    each prefix, its last position's, over the same cache blocks each time."""
+    free, rows = list(engine.free), []
+    for prompt, tokens in zip(prompts, continuations, strict=True):
+        for count in range(len(tokens)):
+            engine.free = list(free)
+            logits, _, _ = engine.prefill([prompt + tokens[:count]], 1)
+            rows.append(logits[0])
+    return torch.stack(rows)

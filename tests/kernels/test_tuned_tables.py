@@ -33,6 +33,7 @@ def test_every_backends_gemm_has_its_table_file() -> None:
     assert [path.relative_to(PACKAGE).as_posix() for path in TABLE_FILES] == [
         "_backends/tilelang/configs/matmul.json",
         "_backends/triton/configs/matmul.json",
+        "_backends/triton/configs/matmul_fp8.json",
         "_backends/triton/configs/paged_attention.json",
     ]
 
@@ -104,6 +105,28 @@ def test_every_triton_attention_tile_compiles_as_the_kernel_takes_it() -> None:
         rule = table.split
         assert min(rule.max_tokens, rule.programs_per_sm, rule.min_segment_keys, table.prefill_queries) >= 1, device
         assert power_of_two(rule.max_segments), device
+
+
+def test_every_triton_fp8_gemm_tile_compiles_as_the_kernel_takes_it() -> None:
+    """``matmul_fp8_tl``'s rows: tile sides powers of two of at least 16 (``tl.dot``), warps a power of two, two
+    stages or more; token buckets rising, the last one open (``max_m`` null), so that every count has a tile; each
+    table says where its rows come from."""
+    pytest.importorskip("triton")
+    from lazyops._backends.triton import matmul_fp8
+
+    path = PACKAGE / "_backends/triton/configs/matmul_fp8.json"
+    for device, table in read(path)["tables"].items():
+        assert "vllm" in table["source"] and "configs/N=" in table["source"], device
+        tiles = matmul_fp8.tile_table(device)
+        bounds = [tile.max_m for tile in tiles[:-1]]
+        assert tiles[-1].max_m is None and bounds == sorted(set(bounds)) and all(b >= 1 for b in bounds), device
+        for tile in tiles:
+            assert power_of_two(tile.block_m) and power_of_two(tile.block_n), (device, tile)
+            assert min(tile.block_m, tile.block_n) >= 16 and power_of_two(tile.num_warps), (device, tile)
+            assert isinstance(tile.num_stages, int) and tile.num_stages >= 2, (device, tile)
+        assert [matmul_fp8.tiling(m, tiles) for m in (1, bounds[0], bounds[0] + 1)] == [tiles[0], tiles[0], tiles[1]]
+        assert matmul_fp8.tiling(16384, tiles) == tiles[-1]
+    assert matmul_fp8.tile_table("NVIDIA GeForce RTX 4090") == matmul_fp8.tile_table("NVIDIA H200")
 
 
 def test_every_tilelang_tile_compiles_as_the_kernels_take_it() -> None:

@@ -319,3 +319,24 @@ def test_doctor_reports_a_decline_as_a_resolution_not_a_failure(ports, env):
     result = lazyops_cli("doctor", "--backend", "never,torch", "--dtype", "float32", env=ports.env())
     assert result.returncode == 0, result.stdout + result.stderr
     assert "declines" in result.stdout and "FAIL" not in result.stdout, result.stdout
+
+
+def test_tune_chooses_among_backends_for_the_fp8_gemm(env, tmp_path):
+    """``matmul_fp8_tl``'s configurations as ``bench_layer.py --build-only --fp8 block,channel`` traces them (each
+    scale kind): the torch backend and Triton (its interpreter here) each checked against the reference, timed, and
+    one of them chosen for each; none rejected."""
+    trace = tmp_path / "trace.jsonl"
+    configurations = ["256, 256, torch.bfloat16, 'block'", "256, 128, torch.bfloat16, 'rowwise'"]
+    configurations.append("128, 256, torch.float16, scales='tensor'")
+    trace.write_text("\n".join(record("matmul_fp8_tl", args) for args in configurations) + "\n")
+    out = tmp_path / "plan.json"
+    result = lazyops_cli(
+        "tune", "--from-trace", str(trace), "--backends", "torch,triton", "--tokens", "1,16",
+        "--rounds", "1", "--output", str(out), "--json", env={**env, "TRITON_INTERPRET": "1"},
+    )  # fmt: skip
+    assert result.returncode == 0, result.stdout + result.stderr
+    entries = _plan.load(out).entries
+    assert sorted(entry.config["scales"] for entry in entries) == ["block", "rowwise", "tensor"]
+    for entry in entries:
+        assert set(entry.candidates) == {"torch", "triton"} and not entry.rejected, entry
+        assert entry.choice in entry.candidates

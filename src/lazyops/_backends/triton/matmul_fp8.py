@@ -10,24 +10,59 @@ product by its 1x128 activation scale and its 128x128 weight block's scale. Then
 Triton's interpreter multiplies float8 tiles correctly (checked: ``tl.dot`` of e4m3 tiles equals the float32
 product of their values exactly), so, unlike bfloat16 in triton/fused_moe.py, no upcast is needed under it.
 
-The tiles are fixed (16 rows up to 16 tokens, else 64; 128 columns; the 128 slice), not tuned: a first port, for
-correctness on every scale kind; the H200 tiles are the GPU sweep's to choose.
+The tiles are data, one table per device in ``configs/matmul_fp8.json`` (rows and columns a tile, warps and stages,
+by token count; the slice of ``k`` is always the 128 block), seeded from vLLM's tuned block-fp8 tables
+(docs/decisions/014-fp8-client-and-gemm-tiles.md); :func:`tiling` picks a row from the call's token count alone, so a
+CUDA graph captured at one count replays the same launch.
 """
 
 from __future__ import annotations
 
+import bisect
+import functools
 from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
 
 import torch
 import triton
 import triton.language as tl
 
-from lazyops._backends.triton._common import cdiv, launch_device
+from lazyops._backends._tuned import device_table
+from lazyops._backends.triton._common import cdiv, interpreting, launch_device
 from lazyops._backends.triton._launch import Launcher
 from lazyops.specs.matmul_fp8 import BLOCK, MatmulFP8Config, spec
 
 #: scale kinds as the kernel's constexpr
 KINDS = {"tensor": 0, "rowwise": 1, "block": 2}
+#: The tiles' table (``configs/matmul_fp8.json``), one per device.
+TABLES = Path(__file__).with_name("configs") / "matmul_fp8.json"
+
+
+@dataclass(frozen=True)
+class FP8Tile:
+    """A row of ``configs/matmul_fp8.json``: the tile for calls of up to ``max_m`` tokens (None: any count)."""
+
+    max_m: int | None
+    block_m: int
+    block_n: int
+    num_warps: int
+    num_stages: int
+
+
+@functools.cache
+def tile_table(device: str | None = None) -> tuple[FP8Tile, ...]:
+    """The tiles for the GPU named ``device`` (``torch.cuda.get_device_name()``), or the default table's (None: no
+    device, as in Triton's interpreter), in the file's order; the last serves any token count."""
+    tiles = tuple(FP8Tile(**row) for row in device_table(TABLES, device)["tiles"])
+    if not tiles or [tile.max_m is None for tile in tiles] != [False] * (len(tiles) - 1) + [True]:
+        raise ValueError(f"{TABLES} ({device or 'default'}): only the last tile serves any token count (max_m null)")
+    return tiles
+
+
+def tiling(tokens: int, table: tuple[FP8Tile, ...]) -> FP8Tile:
+    """The first tile of ``table`` whose ``max_m`` is at least ``tokens`` (the launch inlines it: one frame less)."""
+    return table[bisect.bisect_left([tile.max_m for tile in table if tile.max_m is not None], tokens)]
 
 
 @triton.jit
@@ -87,15 +122,28 @@ def _matmul_fp8_kernel(
 
 @spec.implementation(device_type=launch_device(_matmul_fp8_kernel), strided_rows=True, writes_out=True)
 def matmul_fp8_tl(config: MatmulFP8Config) -> Callable[..., torch.Tensor]:
+    return build_matmul_fp8(
+        config, tile_table(None if interpreting(_matmul_fp8_kernel) else torch.cuda.get_device_name())
+    )
+
+
+def build_matmul_fp8(config: MatmulFP8Config, table: tuple[FP8Tile, ...]) -> Callable[..., torch.Tensor]:
+    """The launch ``matmul_fp8(a, b, scale_a, scale_b, bias, out)`` over ``table``'s tiles: the device's, or a
+    one-row table of a candidate (``benchmarks/bench_gemm.py --fp8 ... --sweep triton`` times them)."""
     n, k = config.n, config.k
     shapes = {"N": n, "K": k, "K_BLOCKS": config.k_blocks, "SCALES": KINDS[config.scales]}
-    tiles = {"BLOCK_N": 128, "BLOCK_K": BLOCK}
+    bounds, bisect_left = [tile.max_m for tile in table if tile.max_m is not None], bisect.bisect_left
+    column_tiles = {tile: cdiv(n, tile.block_n) for tile in table}
     launchers = {
-        (rows, bias): Launcher(_matmul_fp8_kernel, {**shapes, "HAS_BIAS": bias, "BLOCK_M": rows, **tiles})
-        for rows in (16, 64)
+        (tile, bias): Launcher(
+            _matmul_fp8_kernel,
+            {**shapes, "HAS_BIAS": bias, "BLOCK_M": tile.block_m, "BLOCK_N": tile.block_n, "BLOCK_K": BLOCK},
+            num_warps=tile.num_warps,
+            num_stages=tile.num_stages,
+        )
+        for tile in table
         for bias in (False, True)
     }
-    column_tiles = cdiv(n, 128)
 
     def matmul_fp8(
         a: torch.Tensor,
@@ -106,12 +154,12 @@ def matmul_fp8_tl(config: MatmulFP8Config) -> Callable[..., torch.Tensor]:
         out: torch.Tensor,
     ) -> torch.Tensor:
         tokens = a.shape[0]
-        rows = 16 if tokens <= 16 else 64
+        tile = table[bisect_left(bounds, tokens)]  # tiling(tokens, table), without its frame
         has_bias = bias is not None and bias.numel() > 0
         strides = scale_a.stride() if scale_a.dim() == 2 else (0, 0)
-        launch = launchers[rows, has_bias]
+        launch = launchers[tile, has_bias]
         launch(
-            (cdiv(tokens, rows), column_tiles),
+            (cdiv(tokens, tile.block_m), column_tiles[tile]),
             a,
             b,
             scale_a,
