@@ -91,7 +91,7 @@ def test_the_scale_is_refused_in_the_wrong_shape_and_per_tensor_dynamic_is_not_a
 
 
 @pytest.mark.parametrize("name", ["rmsnorm_fp8_tl", "add_rmsnorm_fp8_tl"])
-def test_tilelang_declines_dynamic_scales_and_keeps_the_static_one(name):
+def test_tilelang_serves_dynamic_scales_and_declines_groups_narrower_than_a_vector(name):
     pytest.importorskip("tilelang")
     from lazyops._backends import tilelang
 
@@ -100,5 +100,8 @@ def test_tilelang_declines_dynamic_scales_and_keeps_the_static_one(name):
 
     bound = spec(name).bind
     assert supports(bound(4096, torch.bfloat16)) is None
-    assert "static scale only" in supports(bound(4096, torch.bfloat16, scales="token"))
-    assert "static scale only" in supports(bound(4096, torch.bfloat16, scales="group", column_major=True))
+    assert supports(bound(4096, torch.bfloat16, scales="token")) is None
+    assert supports(bound(4096, torch.bfloat16, scales="group", column_major=True, ue8m0=True)) is None
+    # the float32 norm is quantized: 4 columns are a 16-byte vector
+    assert supports(bound(4096, torch.bfloat16, scales="group", group_size=4)) is None
+    assert "narrower than a 16-byte vector" in supports(bound(4096, torch.bfloat16, scales="group", group_size=2))

@@ -9,7 +9,7 @@ from typing import Any
 import tilelang.language as T
 
 from lazyops._backends.tilelang._rows import RowPlan, plan_rows, vector_elements
-from lazyops._backends.tilelang._runtime import F32, INDEX, compiled, launch_out_of_place, tl_dtype
+from lazyops._backends.tilelang._runtime import F32, FP8, INDEX, compiled, launch_out_of_place, tl_dtype
 from lazyops._backends.tilelang.rmsnorm import inverse_rms, weighted
 from lazyops.specs.add_rmsnorm import AddRMSNormConfig, spec
 
@@ -94,7 +94,7 @@ def add_rmsnorm_program(
 
     body = resident if plan.resident else streamed
 
-    if out_dtype == dtype:
+    if out_dtype != FP8:  # the norm in its own dtype, or in float32 (the fp8 norms' dynamic scales)
 
         @T.prim_func
         def main(
