@@ -67,8 +67,8 @@ def block_scale(amax: Any, ue8m0: bool) -> Any:
     scale = T.max(amax, T.float32(MIN_AMAX)) / T.float32(FP8_MAX)
     if not ue8m0:
         return scale
-    bits = T.reinterpret("uint32", scale)
-    return T.reinterpret(F32, (bits + T.uint32(0x7FFFFF)) & T.uint32(0x7F800000))
+    bits = T.reinterpret(scale, "uint32")
+    return T.reinterpret((bits + T.uint32(0x7FFFFF)) & T.uint32(0x7F800000), F32)
 
 
 def quant_program(
@@ -164,15 +164,15 @@ def quant_program(
                     factor[i] = scale[0]
             elif scales == "tensor" and variant == QUANTIZE:
                 for i in T.Parallel(rows):
-                    factor[i] = block_scale(T.reinterpret(F32, amax_bits[0]), False)
+                    factor[i] = block_scale(T.reinterpret(amax_bits[0], F32), False)
                 if block == 0:
-                    scale[0] = block_scale(T.reinterpret(F32, amax_bits[0]), False)
+                    scale[0] = block_scale(T.reinterpret(amax_bits[0], F32), False)
             else:
                 segment_amax(x, magnitude, factor, values, by, g)
                 if variant == REDUCE:
                     for i in T.Parallel(rows):
                         if by * rows + i < M:
-                            T.atomic_max(amax_bits[0], T.reinterpret("int32", factor[i]))
+                            T.atomic_max(amax_bits[0], T.reinterpret(factor[i], "int32"))
                 else:
                     for i in T.Parallel(rows):
                         amax = T.min(factor[i], ub[0]) if bounded else factor[i]

@@ -1,0 +1,177 @@
+"""Issue 35's TileLang fp8 programs lower to CUDA for Hopper (sm_90a) on a machine without a GPU.
+
+What CI can know of them: every variant a factory compiles builds for each scale kind, TileLang's passes accept it,
+and the CUDA shows what the design relies on: one kernel for every token count; the hardware's saturating float8
+conversion (``cvt.rn.satfinite``: ±448, NaN kept) stored as vectors, no clamp; a block-wide maximum that skips NaN for
+the dynamic scales; the scale's strides as kernel parameters (row- and column-major take one program); an integer
+``atomicMax`` for the per-tensor scale; the UE8M0 carry; and for the GEMM, TMA loads feeding fp8 ``wgmma`` with a
+float32 accumulator promoted every 128 slice. Whether the kernels compute the right numbers is the GPU's to check
+(``make gpu-tlfp8``): nothing here has run on one.
+"""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+tilelang = pytest.importorskip("tilelang")
+
+import torch  # noqa: E402
+from tvm.target import Target  # noqa: E402
+
+from lazyops._backends.tilelang import (  # noqa: E402
+    add_rmsnorm_fp8,
+    matmul_fp8,
+    quant_fp8,
+    rmsnorm_fp8,
+    silu_and_mul_fp8,
+)
+
+HOPPER = {"kind": "cuda", "arch": "sm_90a"}
+
+
+def lower(program) -> str:
+    target = Target(HOPPER)
+    with target:
+        source = tilelang.lower(program, target=target).kernel_source
+    assert "__global__" in source
+    return source
+
+
+def signature(source: str) -> str:
+    start = source.index("__global__")
+    return source[start : source.index("{", start)]
+
+
+def assert_dynamic_tokens(source: str) -> None:
+    assert re.search(r"\bint(64_t)? M\b", signature(source)), "the token count must be a kernel parameter"
+
+
+def assert_saturating_vector_stores(source: str) -> None:
+    assert "fp8_e4_t* __restrict__ y" in signature(source)
+    assert "__nv_cvt_float2_to_fp8x2" in source and "__NV_SATFINITE" in source
+    assert re.search(r"\*\(fp8_e4_(4|8)_t\*\)\(y \+ ", source), "the float8 values must be stored as vectors"
+    assert not re.search(r"\by\[[^\]]*\] = ", source), "no float8 value may be stored on its own"
+
+
+QUANT_CONFIGS = [
+    (4096, torch.bfloat16, "static", {}),
+    (4096, torch.float16, "tensor", {}),
+    (4096, torch.bfloat16, "token", {}),
+    (1000, torch.float32, "token", {}),
+    (40000, torch.bfloat16, "token", {}),
+    (4096, torch.bfloat16, "group", {}),
+    (7168, torch.bfloat16, "group", {"column_major": True, "ue8m0": True}),
+    (512, torch.float32, "group", {"group_size": 16}),
+]
+
+
+@pytest.mark.parametrize(("n", "dtype", "scales", "options"), QUANT_CONFIGS)
+@pytest.mark.parametrize("gated", [False, True])
+def test_quant_programs_lower_with_saturating_vector_stores(n, dtype, scales, options, gated) -> None:
+    module = silu_and_mul_fp8 if gated else quant_fp8
+    config = module.spec.bind(n, dtype, scales, **options)
+    variants = {name: lower(build()) for name, build in module.programs(config).items()}
+    assert set(variants) == {"main"} | {"token": {"bounded"}, "tensor": {"reduce"}}.get(scales, set())
+    for name, source in variants.items():
+        assert_dynamic_tokens(source)
+        if name == "reduce":  # the per-tensor scale's first launch: the block maxima into one int32 by atomicMax
+            assert "AtomicMax((&(amax_bits[0]))" in source and "fp8_e4_t" not in source.split("{", 1)[1]
+            continue
+        assert_saturating_vector_stores(source)
+        assert ("expf" in source) == gated
+    main = variants["main"]
+    dynamic = scales in ("token", "group")
+    # the dynamic scales' block maximum, NaN skipped (a NaN compares unequal to itself) before the reduction
+    # (a narrow group lies within one thread: no block reduction there)
+    assert ("tl::AllReduce<tl::MaxOp" in main) == (dynamic and options.get("group_size", 128) >= 128)
+    if dynamic:
+        assert " != " in main and "fabsf(" in main, "the maximum must skip NaN"
+        for stride in ("scale_row", "scale_group") if scales == "group" else ("scale_row",):
+            assert f"int64_t {stride}" in signature(main), "the scale's layout must be a run-time stride"
+    assert ("8388607" in main) == bool(options.get("ue8m0")), "UE8M0: the mantissa carried into the exponent"
+    if scales == "token":
+        assert "ub[0]" in variants["bounded"] and "ub[0]" not in main
+
+
+def test_a_gated_program_reads_the_gate_and_the_up_projection_in_vectors() -> None:
+    config = silu_and_mul_fp8.spec.bind(14336, torch.bfloat16, "group")
+    source = lower(quant_fp8.quant_program(config.n, "bfloat16", "group", 128, gated=True))
+    assert "x_stride" in signature(source)
+    assert len(re.findall(r"\*\(uint4\*\)\(x \+ ", source)) >= 2, "gate and up: a 16-byte vector each"
+
+
+@pytest.mark.parametrize("group_size", [1, 2])
+def test_groups_narrower_than_a_vector_are_declined_and_resolve_elsewhere(group_size: int) -> None:
+    config = quant_fp8.spec.bind(64, torch.float32, "group", group_size=group_size)
+    assert "narrower than a 16-byte vector" in quant_fp8.quant_fp8_tl.lazyops_supports(config)
+    assert (
+        quant_fp8.quant_fp8_tl.lazyops_supports(quant_fp8.spec.bind(64, torch.bfloat16, "group", group_size=8)) is None
+    )
+
+
+@pytest.mark.parametrize("module", [rmsnorm_fp8, add_rmsnorm_fp8])
+@pytest.mark.parametrize(("scales", "options"), [("token", {}), ("group", {"column_major": True, "ue8m0": True})])
+def test_fp8_norms_dynamic_scales_are_the_float32_norm_then_the_quantizing_program(module, scales, options) -> None:
+    config = module.spec.bind(4096, torch.bfloat16, 1e-6, scales=scales, **options)
+    assert module.unsupported(config) is None
+    variants = {name: lower(build()) for name, build in module.programs(config).items()}
+    assert set(variants) == {"norm", "quant_main"}  # no scale_ub for the norms: no bounded variant compiled
+    norm, quant = variants["norm"], variants["quant_main"]
+    assert "float* __restrict__ y" in signature(norm) and "scale" not in signature(norm)
+    assert "*(float4*)(y + " in norm, "the float32 norm is stored in 16-byte vectors"
+    assert "const float* __restrict__ x" in signature(quant)
+    assert_saturating_vector_stores(quant)
+    assert "tl::AllReduce<tl::MaxOp" in quant
+
+
+def test_the_static_fp8_norms_keep_their_program() -> None:
+    for module in (rmsnorm_fp8, add_rmsnorm_fp8):
+        config = module.spec.bind(4096, torch.bfloat16, 1e-6)
+        (name,) = module.programs(config)
+        assert name == "main" and "const float* __restrict__ scale" in signature(lower(module.programs(config)[name]()))
+
+
+GEMM_CONFIGS = [
+    (4096, 4096, torch.bfloat16, "tensor"),
+    (14336, 4096, torch.bfloat16, "rowwise"),
+    (4096, 14336, torch.float16, "block"),
+    (300, 129, torch.float32, "block"),
+    (17, 100, torch.bfloat16, "rowwise"),
+]
+
+
+@pytest.mark.parametrize(("n", "k", "dtype", "scales"), GEMM_CONFIGS)
+def test_matmul_fp8_feeds_fp8_wgmma_and_promotes_each_slice_to_float32(n, k, dtype, scales) -> None:
+    config = matmul_fp8.spec.bind(n, k, dtype, scales)
+    for name, build in matmul_fp8.programs(config).items():
+        tile = matmul_fp8.TILES[name]
+        source = lower(build())
+        assert_dynamic_tokens(source)
+        wgmma = re.findall(
+            r"wgmma_ss<tl::DataType::kFloat8_e4m3, tl::DataType::kFloat8_e4m3, tl::DataType::(\w+)", source
+        )
+        assert wgmma and set(wgmma) == {"kFloat32"}, "fp8 operands, float32 accumulation"
+        if k % 16 == 0:
+            assert "tma_load(a_desc" in source and "tma_load(b_desc" in source
+        # the tile's consumer warpgroups (TMA adds producer threads to them)
+        assert int(re.search(r"__launch_bounds__\((\d+)", source).group(1)) >= tile.threads
+        # the slice's product lands in a fragment of its own, read and added to the accumulator after every slice
+        promotion = source[source.index("wgmma_ss<") :]
+        for fragment in ("part", "acc"):
+            assert re.search(rf"\*\(float[24]\*\)\({fragment} \+ ", promotion), f"{fragment} read after the wgmma"
+        if scales == "block":
+            assert "int sa_row" in signature(source), "scale_a row- or column-major: its strides at run time"
+            assert "row_scales" in promotion and "scale_b[" in promotion
+        dtype_name = {torch.bfloat16: "bfloat16_t", torch.float16: "half_t", torch.float32: "float"}[dtype]
+        assert f"{dtype_name}* __restrict__ c" in signature(source)
+        assert "bias" in signature(source)
+
+
+def test_matmul_fp8_tiles_come_from_the_shapes_and_fit_a_hopper_block() -> None:
+    for tile in matmul_fp8.TILES.values():
+        assert tile.block_n == tile.block_k == 128, "the weight block: one block scale a tile and a slice"
+        assert tile.shared_bytes() <= 227 * 1024 - 8 * 1024
+        assert tile.threads == 128 * (tile.block_m // 64), "a warpgroup per 64 rows"
+    assert matmul_fp8.SMALL.block_m == matmul_fp8.SMALL_MAX_M
