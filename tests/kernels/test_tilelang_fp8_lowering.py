@@ -175,3 +175,53 @@ def test_matmul_fp8_tiles_come_from_the_shapes_and_fit_a_hopper_block() -> None:
         assert tile.shared_bytes() <= 227 * 1024 - 8 * 1024
         assert tile.threads == 128 * (tile.block_m // 64), "a warpgroup per 64 rows"
     assert matmul_fp8.SMALL.block_m == matmul_fp8.SMALL_MAX_M
+
+
+# --- the launches, with stand-in kernels on the CPU ----------------------------------------------------------------
+
+
+class _Recorder:
+    """Stands in for a compiled program: records each call's tensors under its variant's name."""
+
+    def __init__(self, calls: list[tuple[str, tuple[torch.Tensor, ...]]], name: str) -> None:
+        self.calls, self.name = calls, name
+
+    def __call__(self, *args: torch.Tensor) -> None:
+        self.calls.append((self.name, args))
+
+
+def _launch(config, names):
+    calls: list[tuple[str, tuple[torch.Tensor, ...]]] = []
+    return quant_fp8.quant_launch(config, {name: _Recorder(calls, name) for name in names}), calls
+
+
+def test_a_per_tensor_scale_reduces_into_a_zeroed_buffer_then_quantizes_with_it() -> None:
+    launch, calls = _launch(quant_fp8.spec.bind(64, torch.bfloat16, "tensor"), ("main", "reduce"))
+    x, scale, out = torch.zeros(3, 64, dtype=torch.bfloat16), torch.zeros(1), torch.empty(3, 64, dtype=torch.uint8)
+    launch(x, scale, None, out)
+    (first, reduce_args), (second, main_args) = calls
+    assert (first, second) == ("reduce", "main")
+    assert reduce_args[3] is main_args[3] and reduce_args[3].dtype == torch.int32, "one amax buffer for the pair"
+    launch(x, scale, None, out)
+    assert calls[2][1][3] is not reduce_args[3], "a fresh zeroed maximum every call"
+
+
+def test_scale_ub_takes_the_bounded_program_and_an_empty_one_does_not() -> None:
+    launch, calls = _launch(quant_fp8.spec.bind(64, torch.float32, "token"), ("main", "bounded"))
+    x, scale, out = torch.zeros(3, 64), torch.zeros(3, 1), torch.empty(3, 64, dtype=torch.uint8)
+    ub = torch.full((1,), 2.0)
+    launch(x, scale, ub, out)
+    launch(x, scale, torch.empty(0), out)
+    launch(x, scale, None, out)
+    assert [name for name, _ in calls] == ["bounded", "main", "main"]
+    assert calls[0][1][2] is ub and calls[1][1][2].shape == (1,) and calls[1][1][2].dtype == torch.float32
+    launch(x[:0], scale[:0], None, out[:0])
+    assert len(calls) == 3, "no launch without tokens"
+
+
+def test_column_major_scales_reach_the_program_as_the_callers_view() -> None:
+    launch, calls = _launch(quant_fp8.spec.bind(64, torch.bfloat16, "group", group_size=16, column_major=True), ["main"])
+    x, out = torch.zeros(5, 64, dtype=torch.bfloat16), torch.empty(5, 64, dtype=torch.uint8)
+    scale = torch.zeros(4, 5).t()  # written in place: its strides are the program's
+    launch(x, scale, None, out)
+    assert calls[0][1][1] is scale
