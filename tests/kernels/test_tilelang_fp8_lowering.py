@@ -220,7 +220,9 @@ def test_scale_ub_takes_the_bounded_program_and_an_empty_one_does_not() -> None:
 
 
 def test_column_major_scales_reach_the_program_as_the_callers_view() -> None:
-    launch, calls = _launch(quant_fp8.spec.bind(64, torch.bfloat16, "group", group_size=16, column_major=True), ["main"])
+    launch, calls = _launch(
+        quant_fp8.spec.bind(64, torch.bfloat16, "group", group_size=16, column_major=True), ["main"]
+    )
     x, out = torch.zeros(5, 64, dtype=torch.bfloat16), torch.empty(5, 64, dtype=torch.uint8)
     scale = torch.zeros(4, 5).t()  # written in place: its strides are the program's
     launch(x, scale, None, out)
