@@ -95,6 +95,24 @@ def test_quant_programs_lower_with_saturating_vector_stores(n, dtype, scales, op
         assert "ub[0]" in variants["bounded"] and "ub[0]" not in main
 
 
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda: quant_fp8.quant_program(4096, "bfloat16", "group", 128, ue8m0=True),
+        lambda: quant_fp8.quant_program(40000, "float16", "token", 128, bounded=True),
+        lambda: quant_fp8.quant_program(14336, "bfloat16", "static", 128, gated=True),
+    ],
+)
+def test_token_counts_and_row_strides_reach_the_quant_programs_in_64_bits(make) -> None:
+    """As every row program (issue 27, tests/kernels/test_tilelang_lowering.py): ``M`` and the row strides are 64-bit
+    parameters and no row index is computed from a 32-bit block index; the grid is one-dimensional (groups along it
+    too), so no 65535-block limit."""
+    source = lower(make())
+    for name in ("M", "x_stride", "y_stride"):
+        assert f"int64_t {name}" in signature(source)
+    assert "(int)blockIdx" not in source and "blockIdx.y" not in source
+
+
 def test_a_gated_program_reads_the_gate_and_the_up_projection_in_vectors() -> None:
     config = silu_and_mul_fp8.spec.bind(14336, torch.bfloat16, "group")
     source = lower(quant_fp8.quant_program(config.n, "bfloat16", "group", 128, gated=True))
