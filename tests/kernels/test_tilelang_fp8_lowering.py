@@ -130,15 +130,42 @@ def test_groups_narrower_than_a_vector_are_declined_and_resolve_elsewhere(group_
 
 
 @pytest.mark.parametrize("module", [rmsnorm_fp8, add_rmsnorm_fp8])
-@pytest.mark.parametrize(("scales", "options"), [("token", {}), ("group", {"column_major": True, "ue8m0": True})])
-def test_fp8_norms_dynamic_scales_are_the_float32_norm_then_the_quantizing_program(module, scales, options) -> None:
-    config = module.spec.bind(4096, torch.bfloat16, 1e-6, scales=scales, **options)
+@pytest.mark.parametrize(
+    ("n", "scales", "options"),
+    [
+        (4096, "token", {}),
+        (7168, "group", {"column_major": True, "ue8m0": True}),
+        (1000, "group", {"group_size": 8}),
+        (14336, "token", {}),
+    ],
+)
+def test_fp8_norms_dynamic_scales_of_resident_rows_are_one_pass(module, n, scales, options) -> None:
+    """The norm's float32 values staged in shared memory, re-read as segments, their NaN-free maxima reduced, the
+    scales written where the layout's strides say, the quotients stored with the saturating conversion: one
+    program, no float32 buffer."""
+    config = module.spec.bind(n, torch.bfloat16, 1e-6, scales=scales, **options)
     assert module.unsupported(config) is None
+    (name,) = module.programs(config)
+    source = lower(module.programs(config)[name]())
+    assert_dynamic_tokens(source)
+    assert_saturating_vector_stores(source)
+    assert "__shared__" in source or "buf_dyn_shmem" in source, "the norm is staged in shared memory"
+    assert source.count("tl::AllReduce<tl::SumOp") >= 1 and " != " in source and "fabsf(" in source
+    assert "int64_t scale_row" in signature(source)
+    if scales == "group" and n // options.get("group_size", 128) > 1:
+        assert "int64_t scale_group" in signature(source)
+    assert ("8388607" in source) == bool(options.get("ue8m0"))
+    if module is add_rmsnorm_fp8:
+        assert "residual" in signature(source)
+
+
+@pytest.mark.parametrize("module", [rmsnorm_fp8, add_rmsnorm_fp8])
+def test_fp8_norms_dynamic_scales_of_streamed_rows_are_the_float32_norm_then_the_quantizing_program(module) -> None:
+    config = module.spec.bind(40960, torch.bfloat16, 1e-6, scales="group", column_major=True)
     variants = {name: lower(build()) for name, build in module.programs(config).items()}
     assert set(variants) == {"norm", "quant_main"}  # no scale_ub for the norms: no bounded variant compiled
     norm, quant = variants["norm"], variants["quant_main"]
     assert "float* __restrict__ y" in signature(norm) and "scale" not in signature(norm)
-    assert "*(float4*)(y + " in norm, "the float32 norm is stored in 16-byte vectors"
     assert "const float* __restrict__ x" in signature(quant)
     assert_saturating_vector_stores(quant)
     assert "tl::AllReduce<tl::MaxOp" in quant

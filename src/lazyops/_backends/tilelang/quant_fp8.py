@@ -37,6 +37,7 @@ from typing import Any
 import tilelang.language as T
 import torch
 
+from lazyops._backends.tilelang._fp8 import block_scale
 from lazyops._backends.tilelang._rows import ITEMSIZE, VECTOR_BYTES, plan_rows, vector_elements
 from lazyops._backends.tilelang._runtime import (
     ALIGNMENT,
@@ -49,7 +50,7 @@ from lazyops._backends.tilelang._runtime import (
     refuse_unsupported,
     tl_dtype,
 )
-from lazyops.specs.quant_fp8 import FP8_MAX, MIN_AMAX, QuantFP8Config, spec
+from lazyops.specs.quant_fp8 import QuantFP8Config, spec
 
 #: the programs' variants: the per-tensor scale's first launch (``REDUCE``), and the quantizing one
 REDUCE, QUANTIZE = "reduce", "quantize"
@@ -58,17 +59,6 @@ REDUCE, QUANTIZE = "reduce", "quantize"
 def silu_product(gate: Any, up: Any) -> Any:
     """``silu(g) * u`` in float32 as ``silu_and_mul_tl``'s program writes it, so fused and unfused agree bit for bit."""
     return gate / (T.float32(1) + T.exp(-gate)) * up
-
-
-def block_scale(amax: Any, ue8m0: bool) -> Any:
-    """The scale of a block whose NaN-free absolute maximum is ``amax``: floored at ``MIN_AMAX``, over 448, and with
-    ``ue8m0`` rounded up to a power of two by carrying any mantissa bit into the exponent (scales are positive and
-    normal, so the carry is exact)."""
-    scale = T.max(amax, T.float32(MIN_AMAX)) / T.float32(FP8_MAX)
-    if not ue8m0:
-        return scale
-    bits = T.reinterpret(scale, "uint32")
-    return T.reinterpret((bits + T.uint32(0x7FFFFF)) & T.uint32(0x7F800000), F32)
 
 
 def quant_program(
