@@ -12,8 +12,11 @@ in registers (``n <= 16384``): one pass. The same program computes the norm as i
 it in shared memory and re-reads it as ``[rows * groups, group_size]`` segments, takes each segment's NaN-free
 maximum by a block reduction, writes the scale and stores ``norm / scale`` with the saturating conversion
 (:func:`lazyops._backends.tilelang._fp8.dynamic_store`): the float32 values and the arithmetic of the unfused pair
-(the norm in float32, then ``quant_fp8_tl``'s program), so the two agree bit for bit; 8 bytes an element fewer
-than that pair. Wider rows (streamed, read twice) are two launches, as Triton's (docs/decisions/013): the rmsnorm
+(the norm in float32, then ``quant_fp8_tl``'s program), so the two agree bit for bit where the sum of squares is
+added in the same order: float32 inputs. A 16-bit row is laid over the threads by its own 16-byte vectors, the
+float32 ``rmsnorm_tl`` of the upcast row by float32's, so there the sums differ by a few float32 ulps (``n *
+2**-24`` relative at most), the scales by as much, and a float8 value by one step only where the norm lies that
+close to a rounding boundary (``tests/kernels/test_fp8_norm_scales.py``). 8 bytes an element fewer than the pair. Wider rows (streamed, read twice) are two launches, as Triton's (docs/decisions/013): the rmsnorm
 program with a float32 output into an ``[M, n]`` buffer, then ``quant_fp8_tl``'s program on it. Groups narrower
 than a 16-byte float32 vector (4 columns) are declined, as ``quant_fp8_tl`` declines them.
 
