@@ -16,8 +16,9 @@ maximum by a block reduction, writes the scale and stores ``norm / scale`` with 
 added in the same order: float32 inputs. A 16-bit row is laid over the threads by its own 16-byte vectors, the
 float32 ``rmsnorm_tl`` of the upcast row by float32's, so there the sums differ by a few float32 ulps (``n *
 2**-24`` relative at most), the scales by as much, and a float8 value by one step only where the norm lies that
-close to a rounding boundary (``tests/kernels/test_fp8_norm_scales.py``). 8 bytes an element fewer than the pair. Wider rows (streamed, read twice) are two launches, as Triton's (docs/decisions/013): the rmsnorm
-program with a float32 output into an ``[M, n]`` buffer, then ``quant_fp8_tl``'s program on it. Groups narrower
+close to a rounding boundary (``tests/kernels/test_fp8_norm_scales.py``). 8 bytes an element fewer than the pair.
+Wider rows (streamed, read twice) are two launches, as Triton's (docs/decisions/013): the rmsnorm program with a
+float32 output into an ``[M, n]`` buffer, then ``quant_fp8_tl``'s program on it. Groups narrower
 than a 16-byte float32 vector (4 columns) are declined, as ``quant_fp8_tl`` declines them.
 
 What a GPU must still confirm (nothing here has run on one; CI lowers every program for sm_90a): the kit's dynamic
