@@ -11,9 +11,8 @@ export PYTHONPATH := $(if $(PYTHONPATH),$(PYTHONPATH):)$(CURDIR)/src
 	gpu-layer gpu-engine gpu-hf gpu-tune gpu-prune cpu-results gpu-attention-hf \
 	gpu-kernel-defects gpu-sampling gpu-fp8 gpu-fp8gemm \
 	gpu-fp8norms gpu-families gpu-fp8-check gpu-fp8-bench gpu-fp8gemm-check gpu-fp8gemm-bench \
-	gpu-fp8norms-check gpu-fp8norms-bench gpu-moe-check gpu-moe-bench gpu-sampling-check gpu-sampling-bench \
-	gpu-moe-layer
-	gpu-fp8layer gpu-fp8layer-check gpu-fp8layer-bench gpu-fp8tiles
+	gpu-fp8norms-check gpu-fp8norms-bench gpu-tlfp8 gpu-tlfp8-check gpu-tlfp8-bench gpu-moe-check gpu-moe-bench \
+	gpu-sampling-check gpu-sampling-bench gpu-moe-layer gpu-fp8layer gpu-fp8layer-check gpu-fp8layer-bench gpu-fp8tiles
 
 help:
 	@echo "make test           the whole test suite (CI: bash scripts/test.sh installs, lints, then runs it)"
@@ -29,6 +28,7 @@ help:
 	@echo "make gpu-fp8norms   the fp8 norms' dynamic scales checked on the GPU, then the norms' bandwidth (~2 min)"
 	@echo "make gpu-fp8layer   the example engine's fp8 mode on the GPU, then the fp8 layer against bf16 at prefill 8192 (~2 min)"
 	@echo "make gpu-fp8tiles   matmul_fp8_tl's candidate Triton tiles swept on the GPU (~3 min): GPU_OUT/sweeps/fp8_tiles.*"
+	@echo "make gpu-tlfp8      TileLang's fp8 kernels (issue 35): checks on the GPU, then their speed against Triton (~3 min)"
 	@echo "make gpu-hf         a Hugging Face Llama: stock, lazyops.transformers.patch, liger-kernel (one device call)"
 	@echo "make gpu-sampling   sample_tl's GPU checks, then bench_kernels.py --sampling (one device call, ~3 min)"
 	@echo "make gpu-families   the fp8, MoE and sampling kernels: every family's GPU checks, then their benchmarks (one call)"
@@ -256,6 +256,34 @@ gpu-fp8tiles:
 	-$(call limit,$(FP8TILES_S)) $(PYTHON) benchmarks/bench_gemm.py --fp8 rowwise,block --sweep triton --backend triton \
 	  --tokens 16,1024,8192 --shapes 4096x4096,14336x4096 --graph-max 16 --tiles '$(FP8TILES)' --name fp8_tiles \
 	  --out $(GPU_OUT)
+# TileLang's fp8 kernels (issue 35: quant_fp8_tl, silu_and_mul_fp8_tl, the fp8 norms' dynamic scales, matmul_fp8_tl),
+# which have never run on a GPU, in one device call of about 4 minutes on an H100 (a fresh machine compiles each
+# configuration in 10-20 s): the conformance kit over TileLang alone (one case per configuration class: every scale
+# kind, ragged M, n, k) and the fp8 kernels' own tests with --lazyops-backend tilelang (zero rows, NaN, saturation,
+# UE8M0, column-major scales, strided rows, fused against unfused bit for bit, block scales on their own blocks),
+# logged with the command, the date and the device in GPU_OUT/tlfp8-check.md; then the fp8 kernels' bandwidth
+# (TileLang against Triton and a copy of the same bytes: GPU_OUT/tlfp8_kernels.{md,json}) and the GEMM at the issue's
+# Llama-3-8B shapes (TileLang against Triton, torch._scaled_mm and bf16: GPU_OUT/tlfp8_gemm.{md,json}).
+# The warm-up compiles the fp8 kernels' conformance configurations only (LAZYOPS_GPU_AHEAD), 8 at a time; the kernel
+# tests compile theirs as they reach them, so the GEMM's come first and a cut-off check keeps what it finished.
+TLFP8_CHECK_S ?= 150
+TLFP8_BENCH_S ?= 30
+TLFP8_GEMM_S ?= 50
+gpu-tlfp8: gpu-tlfp8-check gpu-tlfp8-bench
+gpu-tlfp8-check: export LAZYOPS_GPU_AHEAD := $(FP8_KERNELS),matmul_fp8_tl
+gpu-tlfp8-check:
+	-$(call gpu_pytest_log,TileLang's fp8 kernels on the GPU,gpu-tlfp8,tlfp8-check.md,$(TLFP8_CHECK_S),\
+	  tests/kernels/test_gpu_conformance.py -k "tilelang and fp8" --lazyops-backend tilelang \
+	  tests/kernels/test_matmul_fp8.py tests/kernels/test_quant_fp8.py tests/kernels/test_fp8_norm_scales.py)
+gpu-tlfp8-bench:
+	@echo "== gpu-tlfp8: the fp8 kernels' bandwidth, TileLang against Triton (limit $(TLFP8_BENCH_S) s)"
+	-$(call limit,$(TLFP8_BENCH_S)) $(PYTHON) benchmarks/bench_kernels.py --kernels $(FP8_KERNELS) --backend tilelang,triton \
+	  --tokens 8192,32768 --graph-tokens 1024 --modes stream,graph --no-compile --name tlfp8_kernels --out $(GPU_OUT)
+	@echo "== gpu-tlfp8: matmul_fp8_tl, TileLang against Triton and torch._scaled_mm (limit $(TLFP8_GEMM_S) s)"
+	-$(call limit,$(TLFP8_GEMM_S)) $(PYTHON) benchmarks/bench_gemm.py --fp8 tensor,rowwise,block \
+	  --backend tilelang,triton --tokens 1,16,128,1024,4096,8192 --graph-max 16 \
+	  --shapes 4096x4096,14336x4096,4096x14336,6144x4096 --name tlfp8_gemm --out $(GPU_OUT)
+	@ls -l $(GPU_OUT)
 
 # The new kernel families (issues 35-37) in ONE device call of under 9 minutes: each family's GPU checks (logged in
 # GPU_OUT/<family>-check.md), then each one's benchmark, each part stopped at its limit (the checks first, so that a

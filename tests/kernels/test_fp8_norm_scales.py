@@ -1,6 +1,7 @@
 """``rmsnorm_fp8_tl`` and ``add_rmsnorm_fp8_tl`` with dynamic scales (issue 35's fused producers), in every backend
 that runs here: bit for bit the unfused pair (the norm in float32, then ``quant_fp8_tl`` in float32), scale and
-output; the static call as it was; TileLang declines what its program cannot store (the rest goes on to Triton)."""
+output (TileLang's 16-bit inputs: within the reduction order's bound); the static call as it was; TileLang declines
+what its program cannot store (the rest goes on to Triton)."""
 
 from __future__ import annotations
 
@@ -34,13 +35,14 @@ def assert_the_unfused_pair(kernels, fused, unfused, fused_scale, unfused_scale,
     kernel on a GPU only when both norms are one compiled program (``same_program``: a float32 input to
     ``rmsnorm_fp8_tl``). A 16-bit input, or the add fused in front, compiles another program whose blocked layout
     (8 bfloat16 or 4 float32 values a thread) reduces in another tree: the float32 norm may then move by an ulp or
-    two. Bound (docs/decisions/013): each scale within 4 float32 ulps (relative 2**-21), each output at most one
-    float8 step from the pair's, and equal where no tie lies between them."""
+    two; TileLang's norm of 16-bit inputs alike (its 16-byte vectors, src/lazyops/_backends/tilelang/rmsnorm_fp8.py).
+    Bound (docs/decisions/013): each scale within ``n * 2**-23`` relative (at least 4 float32 ulps), each output at
+    most one float8 step from the pair's, on under 5 % of the elements."""
     if kernels.device == "cpu" or kernels.backend == "torch" or same_program:
         assert torch.equal(fused.view(torch.uint8), unfused.view(torch.uint8))
         assert torch.equal(fused_scale, unfused_scale)
         return
-    torch.testing.assert_close(fused_scale, unfused_scale, rtol=2.0**-21, atol=0.0)
+    torch.testing.assert_close(fused_scale, unfused_scale, rtol=max(2.0**-21, fused.shape[-1] * 2.0**-23), atol=0.0)
     steps = (fused.view(torch.uint8).int() - unfused.view(torch.uint8).int()).abs()
     assert int(steps.max()) <= 1, "a fused output more than one float8 step from the unfused pair's"
     assert float((steps > 0).float().mean()) < 0.05, "more than 5 % of the fused outputs moved by a step"
@@ -111,7 +113,7 @@ def test_the_scale_is_refused_in_the_wrong_shape_and_per_tensor_dynamic_is_not_a
 
 
 @pytest.mark.parametrize("name", ["rmsnorm_fp8_tl", "add_rmsnorm_fp8_tl"])
-def test_tilelang_declines_dynamic_scales_and_keeps_the_static_one(name):
+def test_tilelang_serves_dynamic_scales_and_declines_groups_narrower_than_a_vector(name):
     pytest.importorskip("tilelang")
     from lazyops._backends import tilelang
 
@@ -120,5 +122,8 @@ def test_tilelang_declines_dynamic_scales_and_keeps_the_static_one(name):
 
     bound = spec(name).bind
     assert supports(bound(4096, torch.bfloat16)) is None
-    assert "static scale only" in supports(bound(4096, torch.bfloat16, scales="token"))
-    assert "static scale only" in supports(bound(4096, torch.bfloat16, scales="group", column_major=True))
+    assert supports(bound(4096, torch.bfloat16, scales="token")) is None
+    assert supports(bound(4096, torch.bfloat16, scales="group", column_major=True, ue8m0=True)) is None
+    # the float32 norm is quantized: 4 columns are a 16-byte vector
+    assert supports(bound(4096, torch.bfloat16, scales="group", group_size=4)) is None
+    assert "narrower than a 16-byte vector" in supports(bound(4096, torch.bfloat16, scales="group", group_size=2))

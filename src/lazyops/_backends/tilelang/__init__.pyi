@@ -7,11 +7,14 @@ from .gelu_and_mul import gelu_and_mul_tl as gelu_and_mul_tl
 from .kv_cache_write import kv_cache_write_tl as kv_cache_write_tl
 from .layernorm import layernorm_tl as layernorm_tl
 from .matmul import matmul_tl as matmul_tl
+from .matmul_fp8 import matmul_fp8_tl as matmul_fp8_tl
 from .paged_attention import paged_attention_tl as paged_attention_tl
+from .quant_fp8 import quant_fp8_tl as quant_fp8_tl
 from .rmsnorm import rmsnorm_tl as rmsnorm_tl
 from .rmsnorm_fp8 import rmsnorm_fp8_tl as rmsnorm_fp8_tl
 from .rope import rope_tl as rope_tl
 from .silu_and_mul import silu_and_mul_tl as silu_and_mul_tl
+from .silu_and_mul_fp8 import silu_and_mul_fp8_tl as silu_and_mul_fp8_tl
 from .softmax import softmax_tl as softmax_tl
 
 # Not kernels: the package's hooks lazyops calls, declared for type checkers.

@@ -8,8 +8,9 @@ from typing import Any
 
 import tilelang.language as T
 
+from lazyops._backends.tilelang._fp8 import dynamic_store, scale_tensor
 from lazyops._backends.tilelang._rows import RowPlan, plan_rows, vector_elements
-from lazyops._backends.tilelang._runtime import F32, INDEX, compiled, launch_out_of_place, tl_dtype
+from lazyops._backends.tilelang._runtime import F32, FP8, INDEX, compiled, launch_out_of_place, tl_dtype
 from lazyops.specs.rmsnorm import RMSNormConfig, spec
 
 
@@ -33,6 +34,7 @@ def rmsnorm_program(
     weight_dtype: str | None = None,
     offset: float = 0.0,
     out_dtype: str | None = None,
+    dynamic: tuple[int, bool] | None = None,
 ) -> Any:
     """The TileLang program ``main(x[M, n], weight[n], y[M, n])`` for a dynamic token count ``M``.
 
@@ -42,6 +44,10 @@ def rmsnorm_program(
     on sm_89 and newer, NVIDIA's emulation of it before): beyond ±448 it saturates, NaN stays NaN, as the spec
     asks; so no clamp is written here, and the store stays a vector (a clamp by comparisons made TileLang store
     one byte at a time).
+
+    With ``dynamic=(group_size, ue8m0)`` (``out_dtype=FP8``, rows held in registers) it is ``main(x, weight,
+    scale[M, n // group_size], y)``: the scales computed from the float32 norm in the same pass and written
+    (:func:`lazyops._backends.tilelang._fp8.dynamic_store`).
     """
     plan = plan or plan_rows(n, dtype)
     weight_dtype = weight_dtype or dtype
@@ -51,6 +57,11 @@ def rmsnorm_program(
     # Row strides: multiples of `vec` elements (the launch copies other layouts), so rows take 16-byte vectors.
     x_stride, y_stride = T.dynamic("x_stride, y_stride", INDEX)
     vec = vector_elements(n, dtype)
+    quantized = dynamic is not None
+    dynamic_scales: Any = None
+    if dynamic is not None:
+        assert plan.resident and out_dtype == FP8, "dynamic scales: rows held in registers, a float8 output"
+        dynamic_scales = dynamic_store(M, rows, cols, n, dynamic[0], offset, dynamic[1])
 
     @T.macro
     def resident(x: T.Tensor, weight: T.Tensor, scale: Any, y: T.Tensor):
@@ -65,11 +76,14 @@ def rmsnorm_program(
                 squares[i, j] = xs[i, j] * xs[i, j]
             T.reduce_sum(squares, factor, dim=1)
             for i in T.Parallel(rows):
-                factor[i] = inverse_rms(factor[i], n, eps, scale)
-            for i, j in T.Parallel(rows, cols):
-                row = block * rows + i
-                if row < M and j < n:
-                    y[row, j] = weighted(xs[i, j], factor[i], weight[j], offset, out_dtype)
+                factor[i] = inverse_rms(factor[i], n, eps, None if quantized else scale)
+            if quantized:
+                dynamic_scales(xs, factor, weight, scale, y, block)
+            else:
+                for i, j in T.Parallel(rows, cols):
+                    row = block * rows + i
+                    if row < M and j < n:
+                        y[row, j] = weighted(xs[i, j], factor[i], weight[j], offset, out_dtype)
 
     @T.macro
     def streamed(x: T.Tensor, weight: T.Tensor, scale: Any, y: T.Tensor):
@@ -92,8 +106,22 @@ def rmsnorm_program(
                         y[row, col] = weighted(T.cast(x[row, col], F32), factor[i], weight[col], offset, out_dtype)
 
     body = resident if plan.resident else streamed
+    if quantized:
 
-    if out_dtype == dtype:
+        @T.prim_func
+        def main(
+            x: T.StridedTensor((M, n), (x_stride, 1), dtype),
+            weight: T.Tensor((n,), weight_dtype),
+            scale: scale_tensor(M, n // dynamic[0]),
+            y: T.StridedTensor((M, n), (y_stride, 1), out_dtype),
+        ):
+            T.assume(x_stride % vec == 0)
+            T.assume(y_stride % vec == 0)
+            body(x, weight, scale, y)
+
+        return main
+
+    if out_dtype != FP8:  # the norm in its own dtype, or in float32 (the fp8 norms' dynamic scales)
 
         @T.prim_func
         def main(
@@ -121,8 +149,11 @@ def rmsnorm_program(
     return main
 
 
-def programs(config: RMSNormConfig, out_dtype: str | None = None) -> dict[str, Callable[[], Any]]:
-    """The programs the factory compiles for ``config``, by variant; ``out_dtype=FP8`` for the float8 form."""
+def programs(
+    config: RMSNormConfig, out_dtype: str | None = None, dynamic: tuple[int, bool] | None = None
+) -> dict[str, Callable[[], Any]]:
+    """The programs the factory compiles for ``config``, by variant; ``out_dtype=FP8`` for the float8 form
+    (``dynamic``: its scales computed in the same pass)."""
     return {
         "main": lambda: rmsnorm_program(
             config.n,
@@ -131,6 +162,7 @@ def programs(config: RMSNormConfig, out_dtype: str | None = None) -> dict[str, C
             weight_dtype=tl_dtype(config.weight_dtype),
             offset=config.weight_offset,
             out_dtype=out_dtype,
+            dynamic=dynamic,
         )
     }
 
