@@ -397,7 +397,7 @@ def bound(rows: list[dict[str, Any]], shape: Shape, tokens: int, copy: Any) -> d
     """The ceiling at a prefill workload: the fastest skeleton, the bound over torch.compile, the floor."""
     import torch
 
-    from lazyops.specs import spec
+    from lazyops.testing import examples
 
     workload = rows[0]["workload"]
     compile_us = next((row.get("us") for row in rows if row["impl"] == COMPILED), None)
@@ -409,7 +409,7 @@ def bound(rows: list[dict[str, Any]], shape: Shape, tokens: int, copy: Any) -> d
     moved = 0
     for role in MEMORY_BOUND:  # the bytes the layer's memory-bound kernels must move, from their specs
         kernel, args = shape.kernels(torch.bfloat16)[role]
-        moved += spec(kernel).traffic(spec(kernel).bind(*args), tokens, rope if role == "rope" else {}).bytes
+        moved += (of := examples(kernel)).traffic(of.spec.bind(*args), tokens, rope if role == "rope" else {}).bytes
     floor_us = fastest["us"] + moved / copy.rate / 1e3
     skeleton = {"fastest": fastest["impl"], "skeleton_us": fastest["us"], "bound": compile_us / fastest["us"]}
     floor = {"memory_bound_bytes": moved, "copy_gbs": copy.rate, "floor_us": floor_us, "floor": compile_us / floor_us}

@@ -15,6 +15,7 @@ import torch
 from lazyops import _bench
 from lazyops.specs import kernel_names, spec
 from lazyops.testing import Case, check_case
+from lazyops.testing.cases import examples
 
 KERNELS = kernel_names()
 TOKENS = (1, 3)
@@ -173,14 +174,14 @@ def test_same_bytes_copy_moves_what_the_kernel_moves_and_is_never_a_peer(kernel)
     ceilings = [impl for impl in impls if impl.kind == "ceiling"]
     chosen = _bench.example(kernel, small=True)
     config = spec(kernel).bind(*chosen.args, **chosen.kwargs)
-    if spec(kernel).traffic(config, 1, chosen.geometry).bound == "compute":
+    if examples(spec(kernel)).traffic(config, 1, chosen.geometry).bound == "compute":
         assert ceilings == []  # a GEMM's ceiling is its FLOPs, not a copy
         return
     assert [impl.name for impl in ceilings] == [_bench.SAME_BYTES_COPY]
     rows = _bench.measure(kernel, impls, (5,), device="cpu", small=True, rounds=1, round_s=0.001)
     _bench.rank(rows)
     (copy,) = [row for row in rows if row.kind == "ceiling"]
-    assert copy.error is None and copy.bytes == spec(kernel).traffic(config, 5, chosen.geometry).bytes
+    assert copy.error is None and copy.bytes == examples(spec(kernel)).traffic(config, 5, chosen.geometry).bytes
     # the copy's buffers hold those bytes, half read and half written (to within one bf16 element pair)
     peer = ceilings[0].build(chosen)
     inputs = _bench._input_sets(spec(kernel), config, chosen, 5, "cpu", 0)[0]

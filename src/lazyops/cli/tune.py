@@ -397,8 +397,9 @@ def traced_geometry(kernel: str, config: Any) -> dict[str, Any]:
     from lazyops import _plan
     from lazyops.cli.warmup import _integers
     from lazyops.specs import spec
+    from lazyops.testing.cases import examples
 
-    example = spec(kernel).benchmark(config.dtype)
+    example = examples(spec(kernel)).benchmark(config.dtype)
     theirs = max(_integers((*example.args, *example.kwargs.values())), default=None)
     ours = max(_integers(_plan.factory_arguments(config).values()), default=None)
     return {
@@ -531,6 +532,7 @@ def time_at(
     from lazyops import _bench
     from lazyops.specs import spec
     from lazyops.testing import Inputs, default_device
+    from lazyops.testing.cases import examples
 
     kernel_spec = spec(configuration.kernel)
     samplers: dict[str, Any] = {}
@@ -539,7 +541,9 @@ def time_at(
         device = default_device(backend)
         try:
             # inputs of its own (the same values): a kernel that updates its inputs in place changes no one else's
-            args = kernel_spec.example_inputs(configuration.config, tokens, Inputs(0, device), configuration.geometry)
+            args = examples(kernel_spec).example_inputs(
+                configuration.config, tokens, Inputs(0, device), configuration.geometry
+            )
             samplers[backend] = sampler(kernel, tuple(args), device, method)
         except Exception as error:  # noqa: BLE001 - one kernel failing is its rejection; the others are timed
             failed[backend] = _one_line(error)

@@ -135,7 +135,7 @@ def kernel_of(
     kernel.lazyops_config = config  # type: ignore[attr-defined]
     kernel.lazyops_backend = backend  # type: ignore[attr-defined]  # which implementation runs, for its caller
     # For tools and tests: the custom operators of this kernel, registered if they were not yet.
-    kernel.lazyops_operators = lambda: _ops.operators(spec, backend)  # type: ignore[attr-defined]
+    kernel.lazyops_operators = lambda: _ops.operators(spec, backend, config)  # type: ignore[attr-defined]
     return kernel
 
 

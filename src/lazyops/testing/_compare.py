@@ -10,6 +10,8 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from lazyops.testing.cases import examples
+
 if TYPE_CHECKING:
     from lazyops.testing._case import Case
 
@@ -315,7 +317,7 @@ def output_scales(spec: Any, config: Any, case: Case, max_elements: int) -> dict
     batch of :data:`SCALE_TOKENS` tokens drawn from the case's seed: the size of a typical output, which one call of
     a token or two cannot tell (its outputs may all be near zero, or one dot product that cancels). Every judge of
     a case (:func:`~lazyops.testing.check_case`, :func:`~lazyops.testing.check_large_offsets`) floors by these."""
-    tokens = rows(SCALE_TOKENS, spec.token_elements(config, case.geometry), max_elements)
-    drawn = spec.example_inputs(config, tokens, Inputs(case.seed, "cpu"), case.geometry)
+    tokens = rows(SCALE_TOKENS, examples(spec).token_elements(config, case.geometry), max_elements)
+    drawn = examples(spec).example_inputs(config, tokens, Inputs(case.seed, "cpu"), case.geometry)
     results = spec.reference(config, *map(float64, drawn))
     return {name: output_scale(result) for name, result in zip(spec.results, results, strict=True)}

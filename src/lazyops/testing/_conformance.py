@@ -36,6 +36,7 @@ from lazyops.testing._compare import (
 )
 from lazyops.testing._layout import lay_out
 from lazyops.testing._offsets import check_large_offsets
+from lazyops.testing.cases import examples
 
 PASSED = "passed"
 FAILED = "FAILED"
@@ -175,8 +176,8 @@ def judge_case(
             worst, worst_dtype = error, dtype
 
     for requested in case.tokens:
-        tokens = rows(requested, spec.token_elements(config, case.geometry), max_elements)
-        drawn = spec.example_inputs(config, tokens, draw, case.geometry)
+        tokens = rows(requested, examples(spec).token_elements(config, case.geometry), max_elements)
+        drawn = examples(spec).example_inputs(config, tokens, draw, case.geometry)
         expected = dict(zip(spec.results, spec.reference(config, *(float64(arg) for arg in drawn)), strict=True))
         before = {name: drawn[spec.inputs.index(name)].clone() for name in spec.mutates}
         call = lay_out(spec, config, drawn, case.layout, draw)

@@ -158,6 +158,7 @@ def judge_draws(
     """Judge ``case`` (see the module's docstring); raises ``ConformanceError`` on a failure. Returns ``(0.0,
     dtype)``: a sampler has no error to report, only a verdict."""
     from lazyops.specs import spec as spec_of_kernel
+    from lazyops.testing.cases import examples
 
     spec = spec_of_kernel(case.kernel)
     device = device or ("cuda" if torch.cuda.is_available() else "cpu")
@@ -169,7 +170,7 @@ def judge_draws(
         tokens = rows(requested, config.vocab, max_elements)
         if tokens == 0:
             continue
-        drawn = spec.example_inputs(config, tokens, draw, case.geometry)
+        drawn = examples(spec).example_inputs(config, tokens, draw, case.geometry)
         logits64 = drawn[0].double().cpu()
         temperature = drawn[1].cpu()
         params = tuple(t.cpu() for t in drawn[1:])
