@@ -1,4 +1,4 @@
-"""The timing engine (``lazyops._bench``) on the host: every specified kernel gets rows, with no benchmark code of
+"""The timing engine (``lazyops.bench.engine``) on the host: every specified kernel gets rows, with no benchmark code of
 its own; results are plain data; peers are passed in; implementations are interleaved and every figure carries its
 spread. Nothing here asserts a timing."""
 
@@ -12,7 +12,7 @@ import sys
 import pytest
 import torch
 
-from lazyops import _bench
+from lazyops.bench import engine as _bench
 from lazyops.specs import kernel_names, spec
 from lazyops.testing import Case, check_case
 from lazyops.testing.cases import examples
@@ -164,7 +164,7 @@ def test_a_backend_that_cannot_run_or_is_unknown_gets_error_rows():
 
 
 def test_import_lazyops_does_not_import_the_engine():
-    code = "import sys, lazyops; lazyops.kernels(); assert 'lazyops._bench' not in sys.modules"
+    code = "import sys, lazyops; lazyops.kernels(); assert 'lazyops.bench.engine' not in sys.modules"
     subprocess.run([sys.executable, "-c", code], check=True)
 
 
