@@ -26,12 +26,13 @@ import dataclasses
 import re
 import threading
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any, TypeAlias
 
 from lazyops._errors import KernelInputError
 
-if TYPE_CHECKING:
-    from lazyops.specs._spec import KernelSpec
+#: A kernel's spec (``lazyops.specs._spec.KernelSpec``), which imports this module: it is not imported back, not even
+#: for its type, so that the spec layer has no circle (``tests/core/test_house_limits.py`` counts typing imports).
+KernelSpec: TypeAlias = Any
 
 #: Schema spellings of the static configuration's value types.
 _SCHEMA_TYPES = {bool: "bool", int: "int", float: "float", str: "str"}
@@ -68,7 +69,8 @@ def config_values(config: Any) -> tuple[Any, ...]:
 
 
 def stem(spec: KernelSpec) -> str:
-    return spec.name.removesuffix("_tl")
+    name: str = spec.name
+    return name.removesuffix("_tl")
 
 
 def know(backend: str, spec: KernelSpec, factory: Callable[..., Any]) -> None:
