@@ -407,14 +407,14 @@ def _commit() -> str:
     """The code that ran, read from git when the run starts: ``HEAD``'s commit, its date, and ``+dirty`` naming the
     files that differ from it, untracked ones included (``-uno`` once hid a run's new modules: the commit printed was
     older than the code), then a digest of the source as it is on disk (:func:`source_digest`: compare it with the
-    checkout's, ``python benchmarks/bench_harness.py``). ``LAZYOPS_COMMIT`` overrides the git part."""
+    checkout's, ``python benchmarks/bench_harness.py``). ``BENCH_COMMIT`` overrides the git part."""
 
     def git(*args: str) -> str:
         return subprocess.run(["git", "-C", str(ROOT), *args], capture_output=True, text=True, check=True).stdout
 
     digest = f"source {source_digest()}"
-    if os.environ.get("LAZYOPS_COMMIT"):
-        return f"{os.environ['LAZYOPS_COMMIT']} (LAZYOPS_COMMIT), {digest}"
+    if os.environ.get("BENCH_COMMIT"):
+        return f"{os.environ['BENCH_COMMIT']} (BENCH_COMMIT), {digest}"
     try:
         head = git("log", "-1", "--format=%h %cI").strip()
         changed = [line[3:] for line in git("status", "--porcelain", "--untracked-files=all").splitlines()]

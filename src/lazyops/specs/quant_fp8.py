@@ -145,7 +145,9 @@ def dynamic_scale(amax: torch.Tensor, ue8m0: bool, scale_ub: torch.Tensor | None
     """The scale of a block whose absolute maximum is ``amax`` (the reference's, in ``amax``'s dtype)."""
     if scale_ub is not None:
         amax = torch.minimum(amax, scale_ub.to(amax.dtype))
-    scale = amax.clamp(min=MIN_AMAX) / FP8_MAX
+    # a tensor divisor on amax's device: CUDA turns a division by a Python number into a product with its
+    # reciprocal (one rounding more), and the scale must be ``amax / 448`` rounded once on every device
+    scale = amax.clamp(min=MIN_AMAX) / amax.new_full((1,), FP8_MAX)
     return torch.exp2(torch.ceil(torch.log2(scale))) if ue8m0 else scale
 
 

@@ -15,7 +15,7 @@ import torch
 
 from lazyops._backends.torch.quant_fp8 import quantize
 from lazyops._backends.torch.rmsnorm import inverse_rms, norm_weight
-from lazyops._backends.torch.rmsnorm_fp8 import quantize_on_device, rms_norm_float32
+from lazyops._backends.torch.rmsnorm_fp8 import float32_norm, quantize_on_device, rms_norm_float32
 from lazyops.specs.add_rmsnorm_fp8 import AddRMSNormFP8Config, spec
 from lazyops.specs.rmsnorm_fp8 import FP8_DTYPE, FP8_MAX
 
@@ -39,7 +39,7 @@ def add_rmsnorm_fp8_tl(config: AddRMSNormFP8Config) -> Callable[..., torch.Tenso
         total = upcast.add_(residual) if upcast is not x else torch.add(x, residual)
         residual.copy_(total)
         if dynamic:
-            return quantize(quant, rms_norm_float32(total, weight, inverse), scale)
+            return quantize(quant, float32_norm(total, weight, inverse, n, eps), scale)
         return rms_norm_float32(total, weight, inverse).div_(scale).clamp_(-FP8_MAX, FP8_MAX).to(FP8_DTYPE)
 
     return add_rmsnorm_fp8

@@ -11,7 +11,8 @@ upcast copy and extra op cost 1.7x its time at one token on an H200 (94 against 
 one), and rounding the norm to 16 bits before float8 moves the error by under 1 % of float8's own
 (``tests/kernels/test_fp8_routes.py``; the README's rounding table).
 
-Dynamic scales (``scales="token"``, ``"group"``), on every device: the float32 norm handed to ``quant_fp8_tl``'s
+Dynamic scales (``scales="token"``, ``"group"``), on every device: the float32 norm (as ``rmsnorm_tl`` computes it
+on that device: :func:`float32_norm`) handed to ``quant_fp8_tl``'s
 route (``lazyops._backends.torch.quant_fp8.quantize``), which writes the scales: the unfused pair, bit for bit.
 """
 
@@ -36,6 +37,17 @@ def rms_norm_float32(
     return torch.mul(upcast, inverse(upcast)).mul_(weight)
 
 
+def float32_norm(
+    x: torch.Tensor, weight: torch.Tensor, inverse: Callable[[torch.Tensor], torch.Tensor], n: int, eps: float
+) -> torch.Tensor:
+    """The float32 norm a dynamic scale is taken from, computed as ``rmsnorm_tl`` computes a float32 norm on ``x``'s
+    device (the unfused pair's first half, bit for bit): :func:`rms_norm_float32` on the CPU, ``torch.rms_norm``'s
+    fused kernel elsewhere (its rounding differs from the composition's)."""
+    if x.is_cpu:
+        return rms_norm_float32(x, weight, inverse)
+    return torch.rms_norm(x.float(), (n,), weight.float(), eps)
+
+
 def quantize_on_device(x: torch.Tensor, weight: torch.Tensor, scale: torch.Tensor, n: int, eps: float) -> torch.Tensor:
     """The route off the CPU (see the module's docstring): ``x[M, n]`` (rows may be strided), ``weight`` with its
     offset applied."""
@@ -57,7 +69,7 @@ def rmsnorm_fp8_tl(config: RMSNormFP8Config) -> Callable[..., torch.Tensor]:
         if offset:
             weight = norm_weight(weight, offset)
         if dynamic:
-            return quantize(quant, rms_norm_float32(x, weight, inverse), scale)
+            return quantize(quant, float32_norm(x, weight, inverse, n, eps), scale)
         if x.is_cpu:
             return rms_norm_float32(x, weight, inverse).div_(scale).clamp_(-FP8_MAX, FP8_MAX).to(FP8_DTYPE)
         return quantize_on_device(x, weight, scale, n, eps)

@@ -16,8 +16,11 @@ import triton.language as tl
 from lazyops._backends.triton._common import interpreting, launch_device, next_power_of_2, warps_for
 from lazyops._backends.triton._fp8 import FP8_MAX, to_fp8
 from lazyops._backends.triton._launch import Launcher
-from lazyops.specs.quant_fp8 import MIN_AMAX, QuantFP8Config, spec
+from lazyops.specs.quant_fp8 import MIN_AMAX as SPEC_MIN_AMAX
+from lazyops.specs.quant_fp8 import QuantFP8Config, spec
 
+#: the smallest maximum a scale is taken from (the spec's), as the compiler reads a global: a constexpr
+MIN_AMAX = tl.constexpr(SPEC_MIN_AMAX)
 #: what a program's scale comes from: given, the whole tensor's maximum (``amax_ptr``), its own segment's; and the
 #: first launch of a per-tensor scale, which only reduces
 STATIC, TENSOR, SEGMENT, REDUCE = 0, 1, 2, 3
@@ -81,7 +84,8 @@ def _quant_fp8_kernel(
             amax = _segment_amax(x_ptr, W, BLOCK, UP)
         if HAS_UB:
             amax = tl.minimum(amax, tl.load(ub_ptr))
-        scale = tl.maximum(amax, MIN_AMAX) / FP8_MAX
+        # div_rn: ``/`` on float32 compiles to an approximate division (div.full.f32), the scale must be rounded once
+        scale = tl.div_rn(tl.maximum(amax, MIN_AMAX), FP8_MAX)
         if UE8M0:  # up to a power of two: carry any mantissa bit into the exponent (scales are positive, normal)
             scale = ((scale.to(tl.uint32, bitcast=True) + 0x7FFFFF) & 0x7F800000).to(tl.float32, bitcast=True)
         if MODE == 1:
@@ -93,8 +97,8 @@ def _quant_fp8_kernel(
     for start in range(0, W, BLOCK):
         cols = start + tl.arange(0, BLOCK)
         x = _value(x_ptr, cols, W, UP)
-        # divided, as the torch backend and the peers do: x * (1 / scale) rounds twice
-        tl.store(y_ptr + cols, to_fp8(x / scale, 1.0, EXACT_ROUNDING), mask=cols < W)
+        # divided, as the torch backend and the peers do (x * (1 / scale) rounds twice), and correctly rounded
+        tl.store(y_ptr + cols, to_fp8(tl.div_rn(x, scale), 1.0, EXACT_ROUNDING), mask=cols < W)
 
 
 @spec.implementation(device_type=launch_device(_quant_fp8_kernel), strided_rows=True, writes_out=True)
