@@ -1,9 +1,9 @@
 """The one harness every benchmark script stands on: cases, timing, peers, inputs and the result files.
 
 A script is *cases* timed at *configs*: ``Case(name, kind, setup)``, ``setup(config) -> (fn, inputs)``;
-:func:`measure` times every case of a config interleaved, by the engine of ``lazyops bench`` (``lazyops._bench``);
+:func:`measure` times every case of a config interleaved, by the engine of ``lazyops bench`` (``lazyops.bench.engine``);
 :func:`write` makes the two result files (README.md, "How a figure is made"). Everything here reaches lazyops
-through its public API but :mod:`lazyops._bench` and the last section, "Inside lazyops".
+through its public API but :mod:`lazyops.bench.engine` and the last section, "Inside lazyops".
 """
 
 from __future__ import annotations
@@ -67,7 +67,7 @@ def measure(
     ``--smoke``: one round of few calls."""
     import torch
 
-    from lazyops import _bench
+    from lazyops.bench import engine as _bench
 
     if RUN["smoke"]:
         rounds, calls, round_s = 1, min(calls, 10), min(round_s, 0.002)
@@ -136,7 +136,7 @@ def measure(
 
 def engine() -> Any:
     """The timing engine of ``lazyops bench``: what the kernel benchmarks time with."""
-    from lazyops import _bench
+    from lazyops.bench import engine as _bench
 
     return _bench
 

@@ -250,14 +250,14 @@ def kernel_calls(name: str, device: str, smoke: bool) -> tuple[Any, tuple[Any, .
     import torch
 
     from lazyops.specs import spec
-    from lazyops.testing import Inputs
+    from lazyops.testing import Inputs, examples
 
     kernel_spec, short = spec(name), name.removesuffix("_tl")
     # on a CPU, a GEMM at the engine's size would time the arithmetic, not the call: clamped to 256
     small = smoke or (short == "matmul" and not device.startswith("cuda"))
     chosen = harness.engine().example(name, torch.bfloat16, small=small)
     config = kernel_spec.bind(*chosen.args, **chosen.kwargs)
-    args = tuple(kernel_spec.example_inputs(config, 1, Inputs(0, device), chosen.geometry))
+    args = tuple(examples(kernel_spec).example_inputs(config, 1, Inputs(0, device), chosen.geometry))
     noop = kernel_spec.implementation(
         lambda config: lambda *launched: None,
         device_type=device.split(":", maxsplit=1)[0],

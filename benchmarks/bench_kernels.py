@@ -134,12 +134,13 @@ def sampling_jobs(kernels: list[str], small: bool) -> list[tuple[str, str, Any, 
 def memory_bound() -> list[str]:
     """Every kernel whose spec's traffic model says it is bound by memory, by short name (``--sampling``'s apart)."""
     from lazyops.specs import kernel_names, spec
+    from lazyops.testing import examples
 
     found = []
     for name in kernel_names():
         chosen, kernel_spec = harness.engine().example(name), spec(name)
         config = kernel_spec.bind(*chosen.args, **chosen.kwargs)
-        if kernel_spec.traffic(config, 1, chosen.geometry).bound != "compute" and name[:-3] not in SAMPLING:
+        if examples(kernel_spec).traffic(config, 1, chosen.geometry).bound != "compute" and name[:-3] not in SAMPLING:
             found.append(name.removesuffix("_tl"))
     return found
 

@@ -331,7 +331,7 @@ def fp8_ops(backend: str, shape: Shape, dtype: Any, attention: Attention, fp8: s
 
     def quantised(weights: dict[str, Any]) -> dict[str, Any]:
         out = dict(weights)
-        for role in GEMMS:
+        for role in shape.gemms():
             n, k = weights[role].shape[1], weights[role].shape[0]
             w = weights[role].t() if fp8 == "channel" else weights[role].t().reshape(n // side, side, k // side, side)
             rows = w.contiguous() if fp8 == "channel" else w.permute(0, 2, 1, 3).reshape(-1, side * side).contiguous()
@@ -549,7 +549,7 @@ def bound(rows: list[dict[str, Any]], shape: Shape, tokens: int, copy: Any) -> d
     """The ceiling at a prefill workload: the fastest skeleton, the bound over torch.compile, the floor."""
     import torch
 
-    from lazyops.specs import spec
+    from lazyops.testing import examples
 
     workload = rows[0]["workload"]
     compile_us = next((row.get("us") for row in rows if row["impl"] == COMPILED), None)
@@ -562,7 +562,7 @@ def bound(rows: list[dict[str, Any]], shape: Shape, tokens: int, copy: Any) -> d
     kernels = shape.kernels(torch.bfloat16)
     for role in (role for role in MEMORY_BOUND if role in kernels):  # the bytes the memory-bound kernels must move
         kernel, args = kernels[role]
-        moved += spec(kernel).traffic(spec(kernel).bind(*args), tokens, rope if role == "rope" else {}).bytes
+        moved += (of := examples(kernel)).traffic(of.spec.bind(*args), tokens, rope if role == "rope" else {}).bytes
     floor_us = fastest["us"] + moved / copy.rate / 1e3
     skeleton = {"fastest": fastest["impl"], "skeleton_us": fastest["us"], "bound": compile_us / fastest["us"]}
     floor = {"memory_bound_bytes": moved, "copy_gbs": copy.rate, "floor_us": floor_us, "floor": compile_us / floor_us}

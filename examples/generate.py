@@ -21,7 +21,8 @@ layer is sparse (``decoder_sparse_step`` 1, no ``mlp_only_layers``).
 float8 e4m3 (:func:`quantise_weight`: 128x128 blocks or one scale an output channel), the activations quantised on
 the fly by the producers that feed each GEMM (``rmsnorm_fp8_tl``, ``add_rmsnorm_fp8_tl`` and
 ``silu_and_mul_fp8_tl`` with dynamic 1x128-group or per-token scales, ``quant_fp8_tl`` for attention's output), every
-GEMM through ``matmul_fp8_tl`` (the dense model only). It prints its tokens beside those of the float32 model on the dequantised weights.
+GEMM through ``matmul_fp8_tl`` (the dense model only). It prints its tokens beside those of the float32 model on
+the dequantised weights.
 """
 
 from __future__ import annotations

@@ -116,7 +116,7 @@ class InstalledUniverse:
 class _Configured:
     """``Namespace.configured``'s context manager (a class: ``contextlib`` costs milliseconds to import)."""
 
-    def __init__(self, namespace: Namespace, overrides: dict[str, Any]) -> None:
+    def __init__(self, namespace: _SettingsInForce, overrides: dict[str, Any]) -> None:
         self._namespace, self._overrides = namespace, overrides
         self._previous: dict[str, Any] = {}
 
@@ -129,7 +129,11 @@ class _Configured:
         self._namespace._restore(self._previous)
 
 
-class Namespace:
+class _Installed:
+    """What is installed: the backends, their kernels, whether one runs here; the state every part below shares
+    (its fields, its lock). The first part of :class:`Namespace`, whose concerns stack so: what is installed, the
+    settings (and the lines they print), tracing and wrapping, one configuration, then the attribute read."""
+
     def __init__(
         self,
         module_dict: MutableMapping[str, Any],
@@ -161,19 +165,6 @@ class Namespace:
         self.eager_error: BaseException | None = None
         fork_safe(self)
 
-    @property
-    def notices(self) -> Notices:
-        """The printed lines' once-per-process memory, made when the first line is printed."""
-        notices = self._notices
-        if notices is None:
-            from lazyops._notices import Notices  # before the lock: an import must never wait for a lock of ours
-
-            with self._lock:
-                if self._notices is None:
-                    self._notices = Notices()
-                notices = self._notices
-        return notices
-
     # -- what is installed -------------------------------------------------------------------------------------
     def universe(self) -> InstalledUniverse:
         universe = self._universe
@@ -202,6 +193,41 @@ class Namespace:
         except BackendError as error:
             return str(error)
         return f"backend {backend!r} cannot run here: {reason}" if reason else None
+
+    def _check_name(self, kernel: str) -> None:
+        # Private and unknown names fail before the configuration is read: tools probe such names (copy's
+        # __deepcopy__, IPython's canaries) and must get a plain AttributeError, whatever the environment holds.
+        if kernel.startswith("_"):
+            raise AttributeError(f"module 'lazyops' has no attribute {kernel!r}", name=kernel, obj=None)
+        universe = self.universe()
+        if kernel not in universe.known_kernels():
+            raise unknown_kernel_error(kernel, universe)
+
+    def _after_fork_in_child(self) -> None:
+        self._lock = _thread.allocate_lock()
+
+
+class _SettingsInForce(_Installed):
+    """The settings and the plan in force: read from the environment on first need, replaced by ``configure()``
+    (a new generation), put back by ``reset()``; and the lines printed once per process under them."""
+
+    @property
+    def notices(self) -> Notices:
+        """The printed lines' once-per-process memory, made when the first line is printed."""
+        notices = self._notices
+        if notices is None:
+            from lazyops._notices import Notices  # before the lock: an import must never wait for a lock of ours
+
+            with self._lock:
+                if self._notices is None:
+                    self._notices = Notices()
+                notices = self._notices
+        return notices
+
+    def announce(self, line: str) -> None:
+        """Print ``line`` once per process (rank 0 unless verbose)."""
+        settings = self.settings()
+        self.notices.emit(line, verbose=settings.verbose, rank=settings.rank)
 
     # -- settings --------------------------------------------------------------------------------------------
     def settings(self) -> Settings:
@@ -308,6 +334,72 @@ class Namespace:
                 self._plan, self._plan_generation = plan, generation
         return plan
 
+
+class _Wrapping(_SettingsInForce):
+    """What is put around a resolved factory: the trace, the notice of an inherited kernel, the summary line."""
+
+    def traced(self, factory: Any, resolution: Resolution) -> Any:
+        """``factory``, wrapped to trace its constructions where tracing is on."""
+        tracer = self._tracer
+        if tracer is None:
+            return factory
+        from lazyops._wrap import ResolvedFactory
+
+        return ResolvedFactory(factory, resolution, on_first_call=None, tracer=tracer)
+
+    def _wrap(self, factory: Any, resolution: Resolution, settings: Settings) -> Any:
+        """The object to store: ``factory`` itself, or a wrapper for a notice or tracing. Called with the lock held."""
+        announce = None
+        if resolution.reason == INHERITED:
+
+            def announce() -> None:  # at the first call, where no lock of ours is held: it may import _notices
+                from lazyops._notices import inherited_line
+
+                line = inherited_line(resolution.kernel, resolution.backend, resolution.lacking)
+                self.notices.emit(line, verbose=settings.verbose, rank=settings.rank)
+
+        self._start_tracing(settings)
+        if announce is None and self._tracer is None:
+            return factory
+        from lazyops._wrap import ResolvedFactory
+
+        return ResolvedFactory(factory, resolution, on_first_call=announce, tracer=self._tracer)
+
+    def _start_tracing(self, settings: Settings) -> None:
+        """The tracer of this generation, made on the first resolution that needs it. Called with the lock held."""
+        if settings.trace and self._tracer is None:
+            from lazyops._trace import Tracer
+
+            self._tracer = Tracer(settings.trace, settings.trace_args, settings.rank, self._report_trace_failure)
+
+    def _report_trace_failure(self, line: str) -> None:
+        self.notices.emit(line, verbose=True, rank=0)  # every rank: each writes its own file
+
+    def _summarise(self, generation: int, settings: Settings) -> None:
+        """The first resolution's lines: each misspelt variable, and how much of the chain is missing when the
+        chain is anything but the platform default alone."""
+        with self._lock:
+            if self._summarised or generation != self._generation:
+                return
+            self._summarised = True
+        lines: list[str | None] = []
+        unknown = unknown_variables(self._environ)
+        if unknown:
+            from lazyops._notices import unknown_variable_line
+
+            lines += [unknown_variable_line(name, nearest) for name, nearest in unknown]
+        if settings.chain is not None:  # else the platform default alone: nothing asked for can be missing
+            from lazyops._sources import build_sources
+
+            lines.append(build_sources(settings, self.universe()).summary_line())
+        for line in lines:
+            if line is not None:
+                self.notices.emit(line, verbose=settings.verbose, rank=settings.rank)
+
+
+class _PerConfiguration(_Wrapping):
+    """One configuration of a kernel: where it resolves (declines, plans) and the factory that resolves each one."""
+
     # -- resolution --------------------------------------------------------------------------------------------
     def which(self, kernel: str, *args: Any, **kwargs: Any) -> Resolution:
         if not isinstance(kernel, str):
@@ -392,20 +484,6 @@ class Namespace:
             return str(error)
         return None
 
-    def announce(self, line: str) -> None:
-        """Print ``line`` once per process (rank 0 unless verbose)."""
-        settings = self.settings()
-        self.notices.emit(line, verbose=settings.verbose, rank=settings.rank)
-
-    def traced(self, factory: Any, resolution: Resolution) -> Any:
-        """``factory``, wrapped to trace its constructions where tracing is on."""
-        tracer = self._tracer
-        if tracer is None:
-            return factory
-        from lazyops._wrap import ResolvedFactory
-
-        return ResolvedFactory(factory, resolution, on_first_call=None, tracer=tracer)
-
     def _per_configuration(self, kernel: str, factory: Any) -> bool:
         """Whether ``kernel``'s configurations may resolve elsewhere than ``factory``'s backend: its backend may
         decline one, or the plan in force names some. (Outside the lock: reading the plan reads a file.)"""
@@ -415,14 +493,9 @@ class Namespace:
                 return False
         return self.spec_of(kernel, factory) is not None
 
-    def _check_name(self, kernel: str) -> None:
-        # Private and unknown names fail before the configuration is read: tools probe such names (copy's
-        # __deepcopy__, IPython's canaries) and must get a plain AttributeError, whatever the environment holds.
-        if kernel.startswith("_"):
-            raise AttributeError(f"module 'lazyops' has no attribute {kernel!r}", name=kernel, obj=None)
-        universe = self.universe()
-        if kernel not in universe.known_kernels():
-            raise unknown_kernel_error(kernel, universe)
+
+class Namespace(_PerConfiguration):
+    """The state behind ``lazyops.__getattr__`` (the module's docstring): the attribute read, ``resolve_all()``."""
 
     def attribute(self, kernel: str) -> Any:
         """``lazyops.<kernel>`` on first access: resolve, load, wrap if needed, store."""
@@ -452,55 +525,6 @@ class Namespace:
                         self._dict[kernel] = self._wrap(factory, resolution, settings)
                     self._stored.add(kernel)
                 return self._dict[kernel]
-
-    def _wrap(self, factory: Any, resolution: Resolution, settings: Settings) -> Any:
-        """The object to store: ``factory`` itself, or a wrapper for a notice or tracing. Called with the lock held."""
-        announce = None
-        if resolution.reason == INHERITED:
-
-            def announce() -> None:  # at the first call, where no lock of ours is held: it may import _notices
-                from lazyops._notices import inherited_line
-
-                line = inherited_line(resolution.kernel, resolution.backend, resolution.lacking)
-                self.notices.emit(line, verbose=settings.verbose, rank=settings.rank)
-
-        self._start_tracing(settings)
-        if announce is None and self._tracer is None:
-            return factory
-        from lazyops._wrap import ResolvedFactory
-
-        return ResolvedFactory(factory, resolution, on_first_call=announce, tracer=self._tracer)
-
-    def _start_tracing(self, settings: Settings) -> None:
-        """The tracer of this generation, made on the first resolution that needs it. Called with the lock held."""
-        if settings.trace and self._tracer is None:
-            from lazyops._trace import Tracer
-
-            self._tracer = Tracer(settings.trace, settings.trace_args, settings.rank, self._report_trace_failure)
-
-    def _report_trace_failure(self, line: str) -> None:
-        self.notices.emit(line, verbose=True, rank=0)  # every rank: each writes its own file
-
-    def _summarise(self, generation: int, settings: Settings) -> None:
-        """The first resolution's lines: each misspelt variable, and how much of the chain is missing when the
-        chain is anything but the platform default alone."""
-        with self._lock:
-            if self._summarised or generation != self._generation:
-                return
-            self._summarised = True
-        lines: list[str | None] = []
-        unknown = unknown_variables(self._environ)
-        if unknown:
-            from lazyops._notices import unknown_variable_line
-
-            lines += [unknown_variable_line(name, nearest) for name, nearest in unknown]
-        if settings.chain is not None:  # else the platform default alone: nothing asked for can be missing
-            from lazyops._sources import build_sources
-
-            lines.append(build_sources(settings, self.universe()).summary_line())
-        for line in lines:
-            if line is not None:
-                self.notices.emit(line, verbose=settings.verbose, rank=settings.rank)
 
     def resolve_all(self) -> tuple[str, ...]:
         """Resolve every known kernel; when all resolved, enter the fast state. Returns the kernels that could not.
@@ -533,6 +557,3 @@ class Namespace:
     def eager_resolve(self) -> None:
         """``EAGER_IMPORT``: resolve every kernel now, so that any error surfaces at import (and the fast state)."""
         self.resolve_all()
-
-    def _after_fork_in_child(self) -> None:
-        self._lock = _thread.allocate_lock()

@@ -1,4 +1,4 @@
-"""The timing engine (``lazyops._bench``) on the host: every specified kernel gets rows, with no benchmark code of
+"""The timing engine (``lazyops.bench.engine``) on the host: every specified kernel gets rows, with no benchmark code of
 its own; results are plain data; peers are passed in; implementations are interleaved and every figure carries its
 spread. Nothing here asserts a timing."""
 
@@ -12,9 +12,10 @@ import sys
 import pytest
 import torch
 
-from lazyops import _bench
+from lazyops.bench import engine as _bench
 from lazyops.specs import kernel_names, spec
 from lazyops.testing import Case, check_case
+from lazyops.testing.cases import examples
 
 KERNELS = kernel_names()
 TOKENS = (1, 3)
@@ -163,7 +164,7 @@ def test_a_backend_that_cannot_run_or_is_unknown_gets_error_rows():
 
 
 def test_import_lazyops_does_not_import_the_engine():
-    code = "import sys, lazyops; lazyops.kernels(); assert 'lazyops._bench' not in sys.modules"
+    code = "import sys, lazyops; lazyops.kernels(); assert 'lazyops.bench.engine' not in sys.modules"
     subprocess.run([sys.executable, "-c", code], check=True)
 
 
@@ -173,14 +174,14 @@ def test_same_bytes_copy_moves_what_the_kernel_moves_and_is_never_a_peer(kernel)
     ceilings = [impl for impl in impls if impl.kind == "ceiling"]
     chosen = _bench.example(kernel, small=True)
     config = spec(kernel).bind(*chosen.args, **chosen.kwargs)
-    if spec(kernel).traffic(config, 1, chosen.geometry).bound == "compute":
+    if examples(spec(kernel)).traffic(config, 1, chosen.geometry).bound == "compute":
         assert ceilings == []  # a GEMM's ceiling is its FLOPs, not a copy
         return
     assert [impl.name for impl in ceilings] == [_bench.SAME_BYTES_COPY]
     rows = _bench.measure(kernel, impls, (5,), device="cpu", small=True, rounds=1, round_s=0.001)
     _bench.rank(rows)
     (copy,) = [row for row in rows if row.kind == "ceiling"]
-    assert copy.error is None and copy.bytes == spec(kernel).traffic(config, 5, chosen.geometry).bytes
+    assert copy.error is None and copy.bytes == examples(spec(kernel)).traffic(config, 5, chosen.geometry).bytes
     # the copy's buffers hold those bytes, half read and half written (to within one bf16 element pair)
     peer = ceilings[0].build(chosen)
     inputs = _bench._input_sets(spec(kernel), config, chosen, 5, "cpu", 0)[0]

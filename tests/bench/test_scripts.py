@@ -162,6 +162,8 @@ def test_the_moe_layer_is_judged_as_routed_but_only_to_the_routers_top_k():
     for wrong in ([[1, 2]], [[0, 0]]):
         with pytest.raises(ValueError, match="wrong result"):
             routing(logits, 2, torch.tensor(wrong))
+
+
 def test_layer_fp8(tmp_path):
     """``bench_layer.py --fp8 block,channel --no-compile`` (the make gpu-fp8layer run, tiny): the fp8 layers timed
     beside the bf16 ones, no torch.compile twin, each judged against the float32 layer, the goal's table written."""

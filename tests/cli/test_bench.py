@@ -1,4 +1,4 @@
-"""``lazyops bench``: the table, --json parsed back, --plot, and its exit statuses (the timing is lazyops._bench's).
+"""``lazyops bench``: the table, --json parsed back, --plot, and its exit statuses (the timing is lazyops.bench.engine's).
 
 Nothing here asserts a timing: the figures are whatever this machine gives; what is checked is their shape (a
 median inside its quartiles, every implementation sampled in every round), the marks and the output files.

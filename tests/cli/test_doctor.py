@@ -6,6 +6,8 @@ import json
 
 from cli_support import assert_one_line_error, assert_plain, lazyops_cli
 
+from lazyops.testing.cases import examples
+
 
 def tolerance_of(kernel: str) -> float:
     """The kernel's tolerance at float32: float32's, or its output's where it converts (float8 for the fp8 norms); a
@@ -16,7 +18,7 @@ def tolerance_of(kernel: str) -> float:
     from lazyops.specs import spec
 
     kernel_spec = spec(kernel)
-    example = kernel_spec.benchmark(torch.float32)
+    example = examples(kernel_spec).benchmark(torch.float32)
     out_dtype = kernel_spec.out_dtype(kernel_spec.bind(*example.args, **example.kwargs))
     return testing.TOLERANCE[out_dtype] if out_dtype.is_floating_point else float.fromhex("0x1p-1074")
 

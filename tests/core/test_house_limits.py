@@ -50,16 +50,17 @@ def is_type_checking(test: ast.expr) -> bool:
     )
 
 
-def imports(tree: ast.Module, name: str, is_package: bool) -> set[str]:
+def imports(tree: ast.Module, name: str, is_package: bool, typing_only: bool = False) -> set[str]:
     """Every module ``name`` imports, at import time or later inside a function (a deferred import closes a cycle
-    too, only later), except under ``if TYPE_CHECKING:`` (never run). ``from a import b`` names ``a`` and ``a.b``
-    (``b`` may be a module)."""
+    too, only later), except under ``if TYPE_CHECKING:`` (never run) unless ``typing_only`` (a type checker reads
+    them: a circle there is still two modules that cannot be read apart). ``from a import b`` names ``a`` and
+    ``a.b`` (``b`` may be a module)."""
     package = name if is_package else name.rpartition(".")[0]
     found: set[str] = set()
 
     def visit(node: ast.AST) -> None:
         for child in ast.iter_child_nodes(node):
-            if isinstance(child, ast.If) and is_type_checking(child.test):
+            if isinstance(child, ast.If) and is_type_checking(child.test) and not typing_only:
                 for statement in child.orelse:
                     visit(statement)
                 continue
@@ -78,12 +79,12 @@ def imports(tree: ast.Module, name: str, is_package: bool) -> set[str]:
     return found
 
 
-def import_graph() -> dict[str, set[str]]:
+def import_graph(typing_only: bool = False) -> dict[str, set[str]]:
     paths = sorted(PACKAGE.rglob("*.py"))
     modules = {module_name(path): path for path in paths}
     graph: dict[str, set[str]] = {}
     for name, path in modules.items():
-        imported = imports(ast.parse(path.read_text()), name, path.name == "__init__.py")
+        imported = imports(ast.parse(path.read_text()), name, path.name == "__init__.py", typing_only)
         # a package is initialised before its modules run, so a module naming its own package is no cycle
         ancestors = {name.rsplit(".", depth)[0] for depth in range(1, name.count(".") + 1)}
         graph[name] = {other for other in imported if other in modules and other != name and other not in ancestors}
@@ -138,6 +139,10 @@ def test_no_import_cycle_in_the_package() -> None:
     graph = import_graph()
     assert len(graph) > 50, "the package's modules were not found"
     assert cycles(graph) == [], "modules that import each other (pass what one needs from the other as an argument)"
+
+
+def test_no_import_cycle_counting_typing_only_imports() -> None:
+    assert cycles(import_graph(typing_only=True)) == [], "modules that name each other's types: move the shared type"
 
 
 def tracked_lines(folder: Path, suffixes: tuple[str, ...]) -> dict[str, int]:

@@ -19,6 +19,7 @@ from lazyops.specs import spec as kernel_spec  # noqa: E402
 from lazyops.specs._checks import overlap  # noqa: E402
 from lazyops.specs._engine import kernel_of  # noqa: E402
 from lazyops.testing._compare import Inputs  # noqa: E402
+from lazyops.testing.cases import examples  # noqa: E402
 
 #: the factory arguments of a small configuration, where the first positional one is not the width
 SMALL = {
@@ -88,7 +89,7 @@ GEOMETRY = {
 
 
 def engine_call(spec: Any, config: Any, tokens: int, seed: int) -> list[Any]:
-    return list(spec.example_inputs(config, tokens, Inputs(seed, "cpu"), GEOMETRY.get(spec.name, {})))
+    return list(examples(spec).example_inputs(config, tokens, Inputs(seed, "cpu"), GEOMETRY.get(spec.name, {})))
 
 
 def partner(spec: Any, args: list[Any]) -> int | None:

@@ -31,6 +31,7 @@ from hypothesis import HealthCheck, settings
 import lazyops
 from hypothesis_profiles import examples as scaled
 from lazyops import testing
+from lazyops.testing.cases import examples as examples_of
 
 
 @dataclass(frozen=True)
@@ -86,7 +87,7 @@ class Harness:
 
         def decorate(test: Callable[..., None]) -> Callable[[], None]:
             @self.settings(host_examples=host_examples, examples=examples)
-            @given(case=kernel_spec.cases())
+            @given(case=examples_of(kernel_spec).cases())
             def run(case: testing.Case) -> None:
                 from hypothesis import assume
 
@@ -94,9 +95,9 @@ class Harness:
 
                 assume(testing.strategies.declined(_api.kernel_factory(self.backend, kernel), case) is None)
                 config = kernel_spec.bind(*case.args, **case.kwargs)
-                count = testing.rows(tokens, kernel_spec.token_elements(config, case.geometry), 20_000)
+                count = testing.rows(tokens, examples_of(kernel_spec).token_elements(config, case.geometry), 20_000)
                 draw = testing.Inputs(case.seed, self.device)
-                args = kernel_spec.example_inputs(config, count, draw, case.geometry)
+                args = examples_of(kernel_spec).example_inputs(config, count, draw, case.geometry)
                 test(self.factory(kernel)(*case.args, **case.kwargs), args, case)
 
             return run
@@ -152,7 +153,7 @@ def tilelang_compiled_ahead() -> None:
         if kernel not in served or (only and kernel not in only):  # not ported to TileLang: its GPU tests skip it
             continue
         factory = _api.kernel_factory("tilelang", kernel)
-        example = spec(kernel).benchmark(torch.bfloat16)
+        example = examples_of(spec(kernel)).benchmark(torch.bfloat16)
         builds.append((factory, example.args, dict(example.kwargs)))
         builds += [(factory, case.args, dict(case.kwargs)) for case in testing.class_cases(kernel, factory)]
 

@@ -18,6 +18,7 @@ import torch
 import lazyops
 from lazyops import testing
 from lazyops.specs import spec
+from lazyops.testing.cases import examples
 
 PACKAGE = os.path.dirname(lazyops.__file__) + os.sep
 TORCH_BACKEND = os.path.join(PACKAGE, "_backends", "torch") + os.sep
@@ -60,13 +61,13 @@ def lazyops_frames(call: Any) -> list[str]:
 
 def engine_call(kernels: Any, name: str, tokens: int) -> tuple[Any, tuple[Any, ...]]:
     kernel_spec = spec(name)
-    example = kernel_spec.benchmark(torch.float32)
+    example = examples(kernel_spec).benchmark(torch.float32)
     args = example.args if name != "matmul_tl" else (64, 64, torch.float32)
     args = tuple(256 if isinstance(arg, int) and arg > 256 and name != "matmul_tl" else arg for arg in args)
     kernel = kernels.factory(name)(*args, **example.kwargs)
     config = kernel_spec.bind(*args, **example.kwargs)
     draw = testing.Inputs(0, kernels.device)
-    return kernel, kernel_spec.example_inputs(config, tokens, draw, example.geometry)
+    return kernel, examples(kernel_spec).example_inputs(config, tokens, draw, example.geometry)
 
 
 def test_the_engine_call_passes_through_few_lazyops_frames(kernels: Any, kernel: str) -> None:

@@ -31,6 +31,7 @@ from lazyops.specs import kernel_names, spec
 from lazyops.specs import rmsnorm as rmsnorm_spec
 from lazyops.testing import Case, Inputs, check_close, check_each, check_large_offsets
 from lazyops.testing._offsets import BEYOND_INT32
+from lazyops.testing.cases import examples
 
 GiB = 2**30
 
@@ -197,7 +198,7 @@ def _release_gpu_memory() -> Iterator[None]:
 
 def bf16_case(kernel: str, *args: Any, tokens: int = 2) -> Case:
     """``kernel`` at its spec's engine-sized configuration in bfloat16 (or at ``args``)."""
-    example = spec(kernel).benchmark(torch.bfloat16)
+    example = examples(spec(kernel)).benchmark(torch.bfloat16)
     return Case(kernel, args or example.args, {} if args else example.kwargs, (tokens,), 0, example.geometry)
 
 
@@ -272,7 +273,7 @@ def test_row_kernels_take_more_than_2_31_rows(backend: str, name: str) -> None:
     factory = gpu_factory(backend, name)
     kernel_spec = spec(name)
     config = kernel_spec.bind(2, torch.bfloat16)
-    fixed = list(kernel_spec.example_inputs(config, 1, Inputs(0, "cuda"), {}))
+    fixed = list(examples(kernel_spec).example_inputs(config, 1, Inputs(0, "cuda"), {}))
     rows = [kernel_spec.inputs.index(row_input) for row_input in kernel_spec.row_inputs]
     out_dtype = kernel_spec.out_dtype(config)
     out_bytes = MANY_ROWS * kernel_spec.out_shape(config, *fixed)[-1] * out_dtype.itemsize

@@ -11,6 +11,7 @@ import pytest
 import torch
 
 from lazyops.testing import Case, check_case
+from lazyops.testing.cases import examples
 
 
 @pytest.mark.parametrize("seed", [0, 2])
@@ -26,11 +27,12 @@ def test_rows_of_two_features_are_drawn_as_well_conditioned_as_wide_ones(kernels
     thousands of their own spreads, where float32's rounding of the mean alone errs by 6e-4 of the spread, and
     every backend (torch's ``layer_norm`` too, 3.7e-5) missed 1e-5. The examples now centre each row at
     ``MEAN_SHIFT`` of its own spread; this is that draw, for every backend, and the centre it now gets."""
-    from lazyops.specs.layernorm import MEAN_SHIFT, spec
+    from lazyops.specs.layernorm import spec
     from lazyops.testing import Inputs
+    from lazyops.testing.cases.layernorm import MEAN_SHIFT
 
     config = spec.bind(2, torch.float32, eps=1e-6)
-    x = spec.example_inputs(config, 35, Inputs(1, "cpu"), {})[0].double()
+    x = examples(spec).example_inputs(config, 35, Inputs(1, "cpu"), {})[0].double()
     torch.testing.assert_close(x.mean(-1), MEAN_SHIFT * x.std(-1, correction=0), rtol=1e-5, atol=1e-6)
     factory = kernels.factory("layernorm_tl")
     case = Case("layernorm_tl", (2, torch.float32), {"eps": 1e-6, "weight_dtype": None}, (35,), seed=1)

@@ -23,6 +23,7 @@ from lazyops import testing
 from lazyops._errors import KernelInputError
 from lazyops.specs import spec
 from lazyops.specs.paged_attention import paged_attention_reference
+from lazyops.testing.cases import examples
 
 ATTENTION = spec("paged_attention_tl")
 WRITE = spec("kv_cache_write_tl")
@@ -45,7 +46,7 @@ def attention_call(
     config = ATTENTION.bind(*args, **kwargs)
     tokens = sum(q for _, q in batch)
     geometry = {"batches": (batch,), "shuffle": True, "spare_blocks": 2, "table_fill": "minus_one"}
-    inputs = list(ATTENTION.example_inputs(config, tokens, testing.Inputs(seed, kernels.device), geometry))
+    inputs = list(examples(ATTENTION).example_inputs(config, tokens, testing.Inputs(seed, kernels.device), geometry))
     return kernels.factory("paged_attention_tl")(*args, **kwargs), inputs, config
 
 
@@ -525,13 +526,13 @@ def test_any_split_of_the_keys_merges_exactly(triton_kernels):
     from lazyops._backends.triton.paged_attention import Tiles, build_attention
 
     @settings(max_examples=6, deadline=None)
-    @given(case=ATTENTION.cases())
+    @given(case=examples(ATTENTION).cases())
     def check(case: testing.Case) -> None:
         config = ATTENTION.bind(*case.args, **case.kwargs)
         launch = build_attention(config, tiles=Tiles(16, 16, 4, 1), segments=8)
         for tokens in case.tokens:
             draw = testing.Inputs(case.seed, triton_kernels.device)
-            inputs = list(ATTENTION.example_inputs(config, tokens, draw, case.geometry))
+            inputs = list(examples(ATTENTION).example_inputs(config, tokens, draw, case.geometry))
             if not tokens:
                 continue
             width = config.num_heads * config.head_dim

@@ -1,6 +1,6 @@
 """softmax_tl on ``-inf`` (attention masks) in every width class: what ``torch.softmax`` gives, NaN rows included.
 
-The conformance examples draw masked rows too (``lazyops.specs.softmax.MASKS``); this pins each mask against
+The conformance examples draw masked rows too (``lazyops.testing.cases.softmax.MASKS``); this pins each mask against
 each way a backend walks a row: in one pass (narrow), and in blocks with an online maximum (past 16384 in Triton,
 past 16384 resident features in TileLang), where a first block of nothing but ``-inf`` once gave NaN everywhere.
 """
@@ -10,8 +10,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from lazyops.specs.softmax import MASKS
 from lazyops.testing import Case, check_case
+from lazyops.testing.cases.softmax import MASKS
 
 #: One pass, a narrow row packed with others, and rows walked block by block (with a ragged last block).
 WIDTHS = (100, 4096, 20000, 40000)

@@ -34,6 +34,7 @@ from lazyops._backends.tilelang import (  # noqa: E402
     softmax,
 )
 from lazyops._backends.tilelang._rows import MAX_RESIDENT, MAX_THREADS, plan_rows  # noqa: E402
+from lazyops.testing.cases import examples  # noqa: E402
 
 HOPPER = {"kind": "cuda", "arch": "sm_90a"}
 DTYPES = ("float32", "float16", "bfloat16")
@@ -76,7 +77,7 @@ def test_every_program_a_factory_compiles_lowers_for_any_token_count(name: str, 
     from lazyops.specs import spec
 
     kernel_spec = spec(name)
-    example = kernel_spec.benchmark(dtype)
+    example = examples(kernel_spec).benchmark(dtype)
     config = kernel_spec.bind(*example.args, **example.kwargs)
     module = importlib.import_module(f"lazyops._backends.tilelang.{name.removesuffix('_tl')}")
     declined = getattr(getattr(module, name), "lazyops_supports", lambda config: None)(config)

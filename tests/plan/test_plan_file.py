@@ -19,6 +19,7 @@ from plan_support import a_plan, origins, rmsnorm_config
 
 from lazyops import ConfigError, _plan
 from lazyops.specs import spec
+from lazyops.testing.cases import examples
 
 # -- configuration keys ------------------------------------------------------------------------------------------
 
@@ -64,7 +65,7 @@ def test_different_configurations_and_kernels_have_different_keys():
 @pytest.mark.parametrize("kernel", ["rmsnorm_tl", "rope_tl", "matmul_tl", "gelu_and_mul_tl", "layernorm_tl"])
 def test_a_stored_configuration_rebuilds_the_bound_one(kernel):
     """The fields are the factory's parameter names: the plan's configuration binds back to the same one."""
-    example = spec(kernel).benchmark(torch.float16)
+    example = examples(spec(kernel)).benchmark(torch.float16)
     config = spec(kernel).bind(*example.args, **example.kwargs)
     stored = json.loads(json.dumps(_plan.config_fields(config)))
     assert _plan.config_from_json(kernel, stored) == config

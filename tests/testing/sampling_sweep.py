@@ -18,6 +18,7 @@ from lazyops.specs import spec
 from lazyops.testing import _draws
 from lazyops.testing._compare import ConformanceError
 from lazyops.testing._draws import judge_draws
+from lazyops.testing.cases import examples
 
 #: The normal quantile of each level the sweep can run at.
 QUANTILES = {1e-4: 3.719, 1e-3: 3.090, 1e-2: 2.326}
@@ -41,7 +42,7 @@ def main() -> None:
 
     @settings(max_examples=args.cases, database=None, deadline=None, suppress_health_check=list(HealthCheck))
     @seed(args.seed)
-    @given(spec("sample_tl").cases())
+    @given(examples(spec("sample_tl")).cases())
     def sweep(case: Any) -> None:
         runs[0] += 1
         try:

@@ -11,6 +11,7 @@ from hypothesis import Phase, given, settings
 from fresh_interpreter import run_python
 from lazyops import testing
 from lazyops.specs import kernel_names, spec
+from lazyops.testing.cases import examples
 
 
 @pytest.mark.parametrize("kernel", kernel_names())
@@ -20,13 +21,13 @@ def test_drawing_a_kernels_inputs_warns_nothing(kernel):
     kernel_spec = spec(kernel)
 
     @settings(max_examples=5, database=None, deadline=None, phases=[Phase.generate], derandomize=True)
-    @given(case=kernel_spec.cases())
+    @given(case=examples(kernel_spec).cases())
     def draw(case: testing.Case) -> None:
         config = kernel_spec.bind(*case.args, **case.kwargs)
         for tokens in (0, 1, 3):
             with warnings.catch_warnings():
                 warnings.simplefilter("error")
-                kernel_spec.example_inputs(config, tokens, testing.Inputs(case.seed, "cpu"), case.geometry)
+                examples(kernel_spec).example_inputs(config, tokens, testing.Inputs(case.seed, "cpu"), case.geometry)
 
     draw()
 
@@ -50,11 +51,11 @@ FAKE_CALLS = """
 
         @settings(max_examples=3, database=None, deadline=None, phases=[Phase.generate], derandomize=True,
                   suppress_health_check=list(HealthCheck))
-        @given(case=kernel_spec.cases())
+        @given(case=examples(kernel_spec).cases())
         def trace(case):
             call = getattr(lazyops, kernel)(*case.args, **case.kwargs)
             config = call.lazyops_config
-            args = kernel_spec.example_inputs(config, 3, testing.Inputs(case.seed, "cpu"), case.geometry)
+            args = examples(kernel_spec).example_inputs(config, 3, testing.Inputs(case.seed, "cpu"), case.geometry)
             operator, operator_out = _ops.operators(kernel_spec, "torch", config)
             values = _ops.config_values(config)
             with FakeTensorMode() as mode:

@@ -2,7 +2,7 @@
 
 Times every kernel (or the KERNELs named) in every backend that can run here (or those of --backend), and torch
 eager (the spec's definition run in float32, as the kernels compute), with torch.compile of it under --compile,
-at each token count of --tokens. The timing engine is lazyops._bench, the one behind the GPU result files: on
+at each token count of --tokens. The timing engine is lazyops.bench.engine, the one behind the GPU result files: on
 CUDA triton.testing.do_bench with the L2 flushed, on the host torch.utils.benchmark's blocked_autorange, the
 implementations interleaved over --rounds rounds so that a busy spell of the machine falls on all of them. Each
 row gives the median and its spread (the interquartile range over the median); a row whose spread, or torch
@@ -101,7 +101,7 @@ def main(args: argparse.Namespace) -> int:
     kernels = _kernels(args.kernels)
     if args.backend is not None:  # checked before torch is imported: a typo costs no seconds
         _backends(args.backend, dict.fromkeys(lazyops.backends()))
-    from lazyops import _bench
+    from lazyops.bench import engine as _bench
 
     device = _bench.default_device(None)
     on_gpu = device.startswith("cuda")
@@ -220,7 +220,7 @@ def _device_name(device: str) -> str:
 def add_speedups(rows: list[Any]) -> None:
     """``x_eager`` of each row: its rate over torch eager's, same kernel, token count and dtype; ``ranked``: False
     where that ratio cannot be trusted, because this row's spread or eager's is too large."""
-    from lazyops._bench import EAGER
+    from lazyops.bench.engine import EAGER
 
     eager = {(r.kernel, r.tokens, r.dtype): r for r in rows if r.impl == EAGER and r.rate}
     for row in rows:

@@ -528,8 +528,9 @@ def small_case(kernel: str, dtype: str) -> Any:
 
     from lazyops.specs import spec
     from lazyops.testing import Case
+    from lazyops.testing.cases import examples
 
-    example = spec(kernel).benchmark(getattr(torch, dtype))
+    example = examples(spec(kernel)).benchmark(getattr(torch, dtype))
     return Case(
         kernel,
         tuple(_small(arg) for arg in example.args),
@@ -553,6 +554,7 @@ def drawn_cases(kernel: str, count: int) -> list[Any]:
     from hypothesis.configuration import set_hypothesis_home_dir
 
     from lazyops.specs import spec
+    from lazyops.testing.cases import examples
 
     found: list[Any] = []
 
@@ -564,7 +566,7 @@ def drawn_cases(kernel: str, count: int) -> list[Any]:
         suppress_health_check=list(hypothesis.HealthCheck),
         deadline=None,
     )
-    @hypothesis.given(spec(kernel).cases())
+    @hypothesis.given(examples(spec(kernel)).cases())
     def collect(case: Any) -> None:
         found.append(case)
 

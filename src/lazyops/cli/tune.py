@@ -236,7 +236,7 @@ def main(args: argparse.Namespace) -> int:
     known = lazyops.backends()
     wanted = _backends(args.backends, known)
     kernels = _kernels(args.kernels)
-    from lazyops import _bench
+    from lazyops.bench import engine as _bench
 
     device = _bench.default_device(None)
     on_gpu = device.startswith("cuda")
@@ -371,7 +371,7 @@ def benchmark_configurations(
     kernels: list[str] | None, dtype: str, *, small: bool
 ) -> tuple[list[Configuration], list[Skipped]]:
     """Every kernel's benchmark configuration (``small``: cut to 256 as ``lazyops bench`` does on the host)."""
-    from lazyops import _bench
+    from lazyops.bench import engine as _bench
     from lazyops.specs import kernel_names, spec
 
     configurations: dict[str, Configuration] = {}
@@ -397,8 +397,9 @@ def traced_geometry(kernel: str, config: Any) -> dict[str, Any]:
     from lazyops import _plan
     from lazyops.cli.warmup import _integers
     from lazyops.specs import spec
+    from lazyops.testing.cases import examples
 
-    example = spec(kernel).benchmark(config.dtype)
+    example = examples(spec(kernel)).benchmark(config.dtype)
     theirs = max(_integers((*example.args, *example.kwargs.values())), default=None)
     ours = max(_integers(_plan.factory_arguments(config).values()), default=None)
     return {
@@ -525,12 +526,13 @@ def check(factory: Any, configuration: Configuration, backend: str) -> float:
 def time_at(
     configuration: Configuration, kernels: Mapping[str, Callable[..., Any]], tokens: int, method: str, rounds: int
 ) -> dict[str, Any]:
-    """Each kernel's :class:`lazyops._bench.Timing` at ``tokens`` (or the error it failed with), interleaved."""
+    """Each kernel's :class:`lazyops.bench.engine.Timing` at ``tokens`` (or the error it failed with), interleaved."""
     import torch
 
-    from lazyops import _bench
+    from lazyops.bench import engine as _bench
     from lazyops.specs import spec
     from lazyops.testing import Inputs, default_device
+    from lazyops.testing.cases import examples
 
     kernel_spec = spec(configuration.kernel)
     samplers: dict[str, Any] = {}
@@ -539,7 +541,9 @@ def time_at(
         device = default_device(backend)
         try:
             # inputs of its own (the same values): a kernel that updates its inputs in place changes no one else's
-            args = kernel_spec.example_inputs(configuration.config, tokens, Inputs(0, device), configuration.geometry)
+            args = examples(kernel_spec).example_inputs(
+                configuration.config, tokens, Inputs(0, device), configuration.geometry
+            )
             samplers[backend] = sampler(kernel, tuple(args), device, method)
         except Exception as error:  # noqa: BLE001 - one kernel failing is its rejection; the others are timed
             failed[backend] = _one_line(error)
@@ -551,12 +555,12 @@ def time_at(
 
 
 def sampler(kernel: Callable[..., Any], args: tuple[Any, ...], device: str, method: str) -> Callable[[], list[float]]:
-    """What :func:`lazyops._bench.interleave` calls for one sample of ``kernel(*args)``, µs per call: per call in a
+    """What ``engine.interleave`` calls for one sample of ``kernel(*args)``, µs per call: per call in a
     CUDA graph, do_bench's stream time, or back-to-back calls timed on the host (``blocked_autorange`` for a kernel
     on the CPU; for one on a GPU, what the host pays per launch, one synchronize at the end)."""
     import torch
 
-    from lazyops import _bench
+    from lazyops.bench import engine as _bench
 
     with torch.inference_mode():
         kernel(*args)  # the first call compiles and specialises (Triton): outside every figure

@@ -182,10 +182,11 @@ def default_jobs(dtype: str) -> list[Job]:
 
     import lazyops
     from lazyops.specs import kernel_names, spec
+    from lazyops.testing.cases import examples
 
     jobs = []
     for kernel in kernel_names():
-        example = spec(kernel).benchmark(getattr(torch, dtype))
+        example = examples(spec(kernel)).benchmark(getattr(torch, dtype))
         text = ", ".join([repr(a) for a in example.args] + [f"{k}={v!r}" for k, v in example.kwargs.items()])
         resolved = lazyops.which(kernel).backend  # a ConfigError is the user's to fix first (exit 2)
         jobs.append(Job(kernel, resolved, tuple(example.args), dict(example.kwargs), text))
@@ -196,6 +197,7 @@ def oversized(job: Job, tokens: tuple[int, ...], limit: int) -> str | None:
     """Why ``job`` asks for more than ``limit`` elements, or None: a size it names, or (for a kernel with a spec) the
     tensors of one call at the largest token count, from the spec's traffic model. Nothing is built or allocated."""
     from lazyops.specs import has_spec, spec
+    from lazyops.testing.cases import examples
 
     largest = max(_integers((*job.args, *job.kwargs.values())), default=0)
     if largest > limit:
@@ -208,7 +210,7 @@ def oversized(job: Job, tokens: tuple[int, ...], limit: int) -> str | None:
     except Exception:  # noqa: BLE001 - arguments the factory refuses: building it says why, in the job's row
         return None
     shape = geometry(job, kernel_spec, config)
-    moved = kernel_spec.traffic(config, max(tokens), shape).bytes
+    moved = examples(kernel_spec).traffic(config, max(tokens), shape).bytes
     elements = moved // config.dtype.itemsize
     if elements > limit:
         return f"one call at M = {max(tokens)} moves about {elements:,} elements, over the limit of {limit:,}"
@@ -235,10 +237,11 @@ def _input_elements(kernel_spec: Any, config: Any, tokens: int, shape: dict[str,
     from torch._subclasses.fake_tensor import FakeTensorMode
 
     from lazyops.testing import Inputs
+    from lazyops.testing.cases import examples
 
     try:
         with FakeTensorMode(allow_non_fake_inputs=True):
-            drawn = kernel_spec.example_inputs(config, tokens, Inputs(0, "cpu"), shape)
+            drawn = examples(kernel_spec).example_inputs(config, tokens, Inputs(0, "cpu"), shape)
     except Exception:  # noqa: BLE001 - a spec whose drawing reads values back: not countable this way
         return 0
     return sum(value.numel() for value in drawn if isinstance(value, torch.Tensor))
@@ -258,10 +261,12 @@ def _integers(values: Any) -> list[int]:
 def geometry(job: Job, kernel_spec: Any, config: Any) -> dict[str, Any]:
     """The benchmark's geometry (rope's heads and cache), no size above the configuration's largest (rope's rotary
     part within its head)."""
+    from lazyops.testing.cases import examples
+
     largest = max(_integers(job.args), default=None)
     return {
         key: min(value, largest) if largest and isinstance(value, int) and not isinstance(value, bool) else value
-        for key, value in kernel_spec.benchmark(config.dtype).geometry.items()
+        for key, value in examples(kernel_spec).benchmark(config.dtype).geometry.items()
     }
 
 
@@ -292,6 +297,7 @@ def call(job: Job, kernel: Any, tokens: tuple[int, ...]) -> None:
 
     from lazyops.specs import has_spec, spec
     from lazyops.testing import Inputs, default_device
+    from lazyops.testing.cases import examples
 
     if not has_spec(job.kernel):
         return  # a third-party kernel without a spec: lazyops cannot make its inputs
@@ -301,7 +307,7 @@ def call(job: Job, kernel: Any, tokens: tuple[int, ...]) -> None:
     device = default_device(job.backend or "torch")
     with torch.inference_mode():
         for m in tokens:
-            kernel(*kernel_spec.example_inputs(config, m, Inputs(0, device), shape))
+            kernel(*examples(kernel_spec).example_inputs(config, m, Inputs(0, device), shape))
         if str(device).startswith("cuda"):
             torch.cuda.synchronize()
 

@@ -1,21 +1,18 @@
 """The kernels' contracts: one module per kernel (``lazyops.specs.rmsnorm``...), each with its ``spec``.
 
 A spec (:class:`KernelSpec`) holds everything about a kernel that is not a backend's own: the factory's signature,
-docstring and argument normalisation, the checks every call passes before anything is written, the float64
-reference, the conformance examples and the traffic model. Backends build their public factories from it with
-``spec.implementation``; the conformance kit, the tests, the benchmarks and the stub generator read the kernel list
-and everything else from here, so a new kernel is one spec module plus one module per backend.
+docstring and argument normalisation, the checks every call passes before anything is written and the float64
+reference. Backends build their public factories from it with ``spec.implementation``; the conformance kit, the
+tests, the benchmarks and the stub generator read the kernel list from here, and each kernel's examples from
+``lazyops.testing.cases``, so a new kernel is one spec module, one examples module and one module per backend.
 
-The kernel list is the torch backend's manifest (``lazyops/_backends/torch/__init__.pyi``): the reference
-implements every kernel, so the kernels it declares are the kernels there are, read without importing anything.
+The kernel list is ``lazyops.specs._kernels.KERNELS``, plain data the specs own, read without importing anything.
 """
 
 from __future__ import annotations
 
 import importlib
-import os
 
-from lazyops._manifest import read_manifest
 from lazyops.specs._arguments import RowConfig
 from lazyops.specs._params import Fixed, Other, Out, Rows
 from lazyops.specs._spec import Example, KernelSpec, Traffic  # no torch: only under TYPE_CHECKING there
@@ -35,16 +32,11 @@ __all__ = [
 ]
 
 
-_kernel_names: tuple[str, ...] | None = None  # the manifest is a file of the installed package: read once
-
-
 def kernel_names() -> tuple[str, ...]:
-    """Every kernel lazyops specifies, sorted: the names the torch backend declares in its stub."""
-    global _kernel_names
-    if _kernel_names is None:
-        stub = os.path.join(os.path.dirname(os.path.dirname(__file__)), "_backends", "torch", "__init__.pyi")
-        _kernel_names = tuple(sorted(read_manifest(stub)))
-    return _kernel_names
+    """Every kernel lazyops specifies, sorted (``lazyops.specs._kernels``)."""
+    from lazyops.specs._kernels import KERNELS
+
+    return KERNELS
 
 
 def has_spec(kernel: str) -> bool:

@@ -21,12 +21,13 @@ from __future__ import annotations
 
 import operator
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any, TypeAlias
 
 from lazyops._errors import KernelInputError
 
-if TYPE_CHECKING:
-    from lazyops.specs._spec import KernelSpec
+#: A kernel's spec (``lazyops.specs._spec.KernelSpec``), which imports this module: it is not imported back, not even
+#: for its type, so that the spec layer has no circle (``tests/core/test_house_limits.py`` counts typing imports).
+KernelSpec: TypeAlias = Any
 
 
 def implementation(
@@ -135,7 +136,7 @@ def kernel_of(
     kernel.lazyops_config = config  # type: ignore[attr-defined]
     kernel.lazyops_backend = backend  # type: ignore[attr-defined]  # which implementation runs, for its caller
     # For tools and tests: the custom operators of this kernel, registered if they were not yet.
-    kernel.lazyops_operators = lambda: _ops.operators(spec, backend)  # type: ignore[attr-defined]
+    kernel.lazyops_operators = lambda: _ops.operators(spec, backend, config)  # type: ignore[attr-defined]
     return kernel
 
 

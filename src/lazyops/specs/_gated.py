@@ -9,7 +9,7 @@ from typing import Any
 import torch
 
 from lazyops.specs._params import Out, Rows
-from lazyops.specs._spec import Example, KernelSpec
+from lazyops.specs._spec import KernelSpec
 
 
 class GatedSpec(KernelSpec):
@@ -25,11 +25,3 @@ class GatedSpec(KernelSpec):
     def reference(self, config: Any, x: torch.Tensor) -> tuple[torch.Tensor]:  # type: ignore[override]
         n = config.n
         return (self.activation(config, x[..., :n]) * x[..., n:],)
-
-    def cases(self) -> Any:
-        from lazyops.testing import strategies
-
-        return strategies.row_cases(self.name)
-
-    def benchmark(self, dtype: torch.dtype) -> Example:
-        return Example((4096, dtype))

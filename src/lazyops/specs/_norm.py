@@ -13,7 +13,7 @@ import torch
 
 from lazyops._errors import KernelInputError
 from lazyops.specs import _arguments as arguments
-from lazyops.specs._params import Fixed, Rows
+from lazyops.specs._params import Fixed
 from lazyops.specs._spec import Example, KernelSpec
 
 #: The norms' learned scale: ``weight[n]`` in ``weight_dtype`` (float32 under 16-bit activations for Gemma-style
@@ -78,11 +78,11 @@ class NormSpec(KernelSpec):
         )
 
     def cases(self) -> Any:
-        from lazyops.testing import strategies
+        """The family's conformance cases, for the fp8 norms' own ``cases()`` (``super().cases()``), which move to
+        ``lazyops.testing.cases`` next; the kit reads ``lazyops.testing.cases.rmsnorm`` for the others."""
+        from lazyops.testing.strategies import norm_cases  # allowed until the fp8 norms' examples move
 
-        # the rows normalised are the sum of the row inputs (add_rmsnorm: x and a residual drawn 4 times wider)
-        mean_square = sum(param.scale**2 for param in self.params if isinstance(param, Rows))
-        return strategies.row_cases(self.name, strategies.epsilons(mean_square), **strategies.norm_options())
+        return norm_cases(self)
 
-    def benchmark(self, dtype: torch.dtype) -> Example:
+    def benchmark(self, dtype: torch.dtype) -> Example:  # the fp8 norms' too, until their examples move
         return Example((4096, dtype))

@@ -26,12 +26,13 @@ import dataclasses
 import re
 import threading
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any, TypeAlias
 
 from lazyops._errors import KernelInputError
 
-if TYPE_CHECKING:
-    from lazyops.specs._spec import KernelSpec
+#: A kernel's spec (``lazyops.specs._spec.KernelSpec``), which imports this module: it is not imported back, not even
+#: for its type, so that the spec layer has no circle (``tests/core/test_house_limits.py`` counts typing imports).
+KernelSpec: TypeAlias = Any
 
 #: Schema spellings of the static configuration's value types.
 _SCHEMA_TYPES = {bool: "bool", int: "int", float: "float", str: "str"}
@@ -68,7 +69,8 @@ def config_values(config: Any) -> tuple[Any, ...]:
 
 
 def stem(spec: KernelSpec) -> str:
-    return spec.name.removesuffix("_tl")
+    name: str = spec.name
+    return name.removesuffix("_tl")
 
 
 def know(backend: str, spec: KernelSpec, factory: Callable[..., Any]) -> None:
@@ -125,7 +127,7 @@ def ensure_operators(backend: str, kernel: str) -> int:
     (the attribute below is what ``torch._dynamo.assume_constant_result`` sets), and the operator it registers is
     then looked up by name as any ``torch.ops`` operator is. Its arguments are strings only: the compiler passes
     them as constants, and torch 2.11's cannot pass a frozen dataclass (a configuration) so."""
-    operators(_factories[(backend, kernel)][0], backend, _example_configs.get((backend, kernel)))
+    operators(_factories[(backend, kernel)][0], backend, _example_configs[(backend, kernel)])
     return 1
 
 
@@ -158,19 +160,16 @@ def operator_route(spec: KernelSpec, config: Any, backend: str) -> Callable[[tup
     return through_operator
 
 
-def operators(spec: KernelSpec, backend: str, example_config: Any = None) -> tuple[Any, Any]:
+def operators(spec: KernelSpec, backend: str, example_config: Any) -> tuple[Any, Any]:
     """The registered operators of ``spec`` in ``backend``: the kernel's, and (for a kernel that returns a new
     tensor) its ``out=`` form; registered on first request, idempotent. ``example_config`` gives the schema's
-    scalar types (any configuration of the kernel will do; the benchmark's is used when none is given)."""
+    scalar types (any configuration of the kernel will do: the one a kernel was built with)."""
     key = (backend, spec.name)
     with _lock:
         if key in _registered:
             return _registered[key]
         import torch
 
-        if example_config is None:
-            example = spec.benchmark(torch.float32)
-            example_config = spec.bind(*example.args, **example.kwargs)
         factory = _factories[key][1]
         namespace = namespace_of(backend)
         library = _libraries.get(namespace)

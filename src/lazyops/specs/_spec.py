@@ -2,11 +2,12 @@
 
 A spec says what a kernel *is*, apart from how any backend computes it: the factory's signature and docstring
 (:meth:`KernelSpec.bind`, which normalises the factory's arguments into the kernel's static configuration), the
-call's parameters (``params``, ``out``: ``lazyops.specs._params``), the float64 :meth:`~KernelSpec.reference`, the
-conformance :meth:`~KernelSpec.cases` and the engine-sized :meth:`~KernelSpec.benchmark` configuration. Everything
-else is derived from the declared parameters: the checks every call passes before anything is written, the layout
-the engine's fast path recognises, the examples the conformance kit draws, the bytes a benchmark counts. A kernel
-whose parameters are more than rows and fixed tensors (rope, attention) overrides what the declarations cannot say.
+call's parameters (``params``, ``out``: ``lazyops.specs._params``) and the float64 :meth:`~KernelSpec.reference`.
+Everything else is derived from the declared parameters: the checks every call passes before anything is written,
+the layout the engine's fast path recognises, the output's shape. A kernel whose parameters are more than rows and
+fixed tensors (rope, attention) overrides what the declarations cannot say. What a kernel is tried on (the
+conformance cases, the inputs of one call, the traffic model, the benchmark's configuration) is not the contract:
+it lives in ``lazyops.testing.cases.<kernel>``, which reads the spec; the spec never imports it.
 
 A backend module keeps only what is its own (layout, launch, the kernel body) and turns it into the public factory
 with :meth:`KernelSpec.implementation` (the engine that builds the call is ``lazyops.specs._engine``):
@@ -38,15 +39,13 @@ from lazyops.specs._params import Fixed, Out, Param, Rows, dtype_of, size_of
 
 if TYPE_CHECKING:
     import torch
-    from hypothesis import strategies as st
-
-    from lazyops.testing._case import Case
-    from lazyops.testing._compare import Inputs
 
 
 @dataclass(frozen=True)
 class Traffic:
-    """What one call moves and computes: bytes (each input read once, each output written once) and FLOPs.
+    """What one call moves and computes: bytes (each input read once, each output written once) and FLOPs. A record
+    of the examples (``lazyops.testing.cases``), kept here with :class:`Example` so that specs and tools name them
+    without importing the examples.
 
     ``bound`` names the one that limits the kernel, so a benchmark reports GB/s or TFLOP/s accordingly.
     """
@@ -67,7 +66,7 @@ class Example:
 
 class KernelSpec:
     """The contract of one kernel. A subclass declares ``name``, ``kernel_type``, ``params`` and ``out``, and writes
-    :meth:`bind`, :meth:`reference`, :meth:`cases` and :meth:`benchmark`; the rest follows from the declarations.
+    :meth:`bind` and :meth:`reference`; the rest follows from the declarations.
 
     Derived once per class from ``params`` and ``out`` (what the conformance kit, the engine and the tools read):
     ``inputs`` (the parameters' names, in call order), ``row_inputs`` (the token-indexed ones), ``mutates`` (those
@@ -138,18 +137,10 @@ class KernelSpec:
         """The definition: :attr:`results`, computed in the inputs' dtype (float64 when testing)."""
         raise NotImplementedError
 
-    def cases(self) -> st.SearchStrategy[Case]:
-        """Hypothesis strategy of whole conformance examples."""
-        raise NotImplementedError
-
     def tolerance(self, config: Any) -> float | None:
         """The relative tolerance the returned tensor is judged by, where its dtype's (``testing._compare.TOLERANCE``)
         is not what a correct kernel reaches (a GEMM's grows with ``k``); None: the dtype's."""
         return None
-
-    def benchmark(self, dtype: torch.dtype) -> Example:
-        """The engine-sized configuration benchmarks time (hidden 4096, Llama-shaped heads)."""
-        raise NotImplementedError
 
     # -- the public factory ----------------------------------------------------------------------------------------
     def implementation(
@@ -248,14 +239,6 @@ class KernelSpec:
         keeps the derived :meth:`check` says how (the fp8 norms' ``scale``, whose shape follows ``scales=``)."""
         raise NotImplementedError(f"{type(self).__name__}.check: {param!r} is checked by the spec itself")
 
-    def draw_other(self, config: Any, param: Param, tokens: int, draw: Inputs, geometry: Mapping[str, Any]) -> Any:
-        """:meth:`example_inputs`' value of an ``Other`` parameter (drawn in the parameters' order)."""
-        raise NotImplementedError(f"{type(self).__name__}.example_inputs: {param!r} is drawn by the spec")
-
-    def other_bytes(self, config: Any, param: Param, tokens: int) -> int:
-        """:meth:`traffic`'s bytes of an ``Other`` parameter."""
-        raise NotImplementedError(f"{type(self).__name__}.traffic: {param!r} is counted by the spec")
-
     def plain_layout(self, config: Any) -> tuple[checks.PlainInput, ...] | None:
         """How the call engines make on every step looks, one entry per parameter (dense rows ``[tokens, width]``,
         fixed tensors of their exact shape), or None where a parameter is neither (the spec then writes
@@ -284,49 +267,6 @@ class KernelSpec:
         written = tuple(sorted(self.inputs.index(name) for name in self.mutates))
         accepts: Callable[[tuple[Any, ...]], bool] = checks.plain_call(layout, written, device_type)
         return accepts
-
-    def example_inputs(self, config: Any, tokens: int, draw: Inputs, geometry: Mapping[str, Any]) -> tuple[Any, ...]:
-        """The call's arguments for ``tokens`` tokens, drawn with ``draw`` (seeded: reproducible)."""
-        drawn: list[Any] = []
-        for param in self.params:
-            if isinstance(param, (Rows, Fixed)) and param.draw is not None:
-                drawn.append(param.draw(draw, config, tokens, geometry))
-                continue
-            dtype = dtype_of(getattr(param, "dtype", None), config)
-            if isinstance(param, Rows):
-                width = size_of(param.width, config)
-                drawn.append(draw.randn(tokens, width, dtype=dtype, scale=param.scale))
-            elif isinstance(param, Fixed):
-                drawn.append(draw.randn(*(size_of(size, config) for size in param.shape), dtype=dtype))
-            else:
-                drawn.append(self.draw_other(config, param, tokens, draw, geometry))
-        return tuple(drawn)
-
-    def token_elements(self, config: Any, geometry: Mapping[str, Any]) -> int:
-        """Elements of the widest per-token input: the kit cuts the token count so that inputs stay small."""
-        return max((size_of(param.width, config) for param in self.params if isinstance(param, Rows)), default=1)
-
-    def traffic(self, config: Any, tokens: int, geometry: Mapping[str, Any]) -> Traffic:
-        """Bytes one call must move: each input read once, each input updated in place written once more, the
-        output written once."""
-        moved = 0
-        widths: dict[str, int] = {}
-        for param in self.params:
-            if isinstance(param, Rows):
-                widths[param.name] = size_of(param.width, config)
-                itemsize = dtype_of(param.dtype, config).itemsize
-                moved += tokens * widths[param.name] * itemsize * (2 if param.mutated else 1)
-            elif isinstance(param, Fixed):
-                itemsize = dtype_of(param.dtype, config).itemsize
-                moved += math.prod(size_of(size, config) for size in param.shape) * itemsize
-            else:
-                moved += self.other_bytes(config, param, tokens)
-        width = self.out_width(config)
-        if width is None and self.out is not None and self.out.like is not None:
-            width = widths[self.out.like]
-        if width is not None:
-            moved += tokens * width * self.out_dtype(config).itemsize
-        return Traffic(bytes=moved)
 
     # -- the output ------------------------------------------------------------------------------------------------
     def out_width(self, config: Any) -> int | None:

@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Protocol
 
 import torch
 
 from lazyops._errors import KernelInputError
 from lazyops.specs import _arguments as arguments
 from lazyops.specs._gated import GatedSpec
-from lazyops.specs._spec import Example
 
 #: GELU's two forms, as ``torch.nn.functional.gelu`` names them: the exact erf form and the tanh approximation.
 APPROXIMATIONS = ("none", "tanh")
@@ -100,16 +99,6 @@ class GeluAndMulSpec(GatedSpec):
             return gate * torch.sigmoid(gate * (TANH_LINEAR + TANH_CUBIC * gate * gate))
         complement: torch.Tensor = torch.special.erfc(gate * -SQRT_HALF)  # 1 + erf(g / sqrt 2)
         return 0.5 * gate * complement
-
-    def cases(self) -> Any:
-        from hypothesis import strategies as st
-
-        from lazyops.testing import strategies
-
-        return strategies.row_cases(self.name, approximate=st.sampled_from(APPROXIMATIONS))
-
-    def benchmark(self, dtype: torch.dtype) -> Example:
-        return Example((4096, dtype), {"approximate": "tanh"})
 
 
 spec = GeluAndMulSpec()

@@ -10,23 +10,14 @@ activations, as LayerNorm checkpoints often keep them (FlashInfer's ``layernorm`
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Protocol
 
 import torch
 
 from lazyops.specs import _arguments as arguments
 from lazyops.specs._norm import norm_label, weight_options
 from lazyops.specs._params import Fixed, Out, Rows
-from lazyops.specs._spec import Example, KernelSpec
-
-#: How far off zero the examples' rows are centred, in standard deviations: far enough that a variance taken as
-#: ``mean(x**2) - mean(x)**2`` in float32 loses about four bits (a relative error near 6e-6 at n = 40000, against
-#: float32's tolerance of 1e-5; 4e-7 when centred first), so the examples see a kernel that takes that shortcut.
-#: Each row is centred at this many of *its own* standard deviations: a narrow row's spread can be far below the
-#: distribution's (two draws 0.0015 apart at n = 2), and shifted by the distribution's 8 it would be centred off
-#: zero by thousands of its own, where float32's rounding of the mean alone errs by 6e-4 relative to the spread:
-#: an input no float32 kernel computes within 1e-5 (torch's ``layer_norm`` erred by 3.7e-5 on one), not a defect.
-MEAN_SHIFT = 8.0
+from lazyops.specs._spec import KernelSpec
 
 
 class LayerNormKernel(Protocol):
@@ -57,22 +48,11 @@ def layernorm_reference(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tenso
     return centred * torch.rsqrt(variance + eps) * weight.to(x.dtype) + bias.to(x.dtype)
 
 
-def off_centre_rows(draw: Any, config: LayerNormConfig, tokens: int, geometry: Any) -> torch.Tensor:
-    """Activations off zero mean (as a residual stream is): the variance must survive the centring. Each row
-    centred at :data:`MEAN_SHIFT` of its own spread, so every row is as hard as the next and none harder."""
-    x = draw.randn(tokens, config.n, dtype=torch.float32)
-    if tokens:  # (no rows, nothing to centre: std() over none warns that its degrees of freedom are <= 0)
-        spread = x.std(dim=-1, correction=0, keepdim=True)
-        x = x - x.mean(dim=-1, keepdim=True) + MEAN_SHIFT * spread
-    rows: torch.Tensor = x.to(config.dtype)
-    return rows
-
-
 class LayerNormSpec(KernelSpec):
     name = "layernorm_tl"
     kernel_type = LayerNormKernel
     params = (
-        Rows("x", draw=off_centre_rows),
+        Rows("x"),
         Fixed("weight", shape=("n",), dtype="weight_dtype"),
         Fixed("bias", shape=("n",), dtype="weight_dtype"),
     )
@@ -104,15 +84,6 @@ class LayerNormSpec(KernelSpec):
         self, config: LayerNormConfig, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor
     ) -> tuple[torch.Tensor]:
         return (layernorm_reference(x, weight, bias, config.eps),)
-
-    def cases(self) -> Any:
-        from lazyops.testing import strategies
-
-        weight_dtypes = strategies.norm_options()["weight_dtype"]
-        return strategies.row_cases(self.name, strategies.epsilons(), weight_dtype=weight_dtypes)
-
-    def benchmark(self, dtype: torch.dtype) -> Example:
-        return Example((4096, dtype))
 
 
 spec = LayerNormSpec()

@@ -1,8 +1,4 @@
-"""RMSNorm: ``y = x / sqrt(mean(x**2) + eps) * (weight_offset + weight)`` over the last dimension, math in float32.
-
-``weight_offset=1.0`` is Gemma's RMSNorm (its checkpoints store ``weight - 1``); ``weight_dtype`` lets the weight
-be float32 under 16-bit activations, as Gemma and LayerNorm checkpoints keep their norm parameters.
-"""
+"""RMSNorm over the last dimension, math in float32; ``weight_offset=1.0`` and a float32 weight for Gemma."""
 
 from __future__ import annotations
 
@@ -10,11 +6,9 @@ from typing import Protocol
 
 import torch
 
-from lazyops.specs._norm import WEIGHT, NormConfig, NormSpec, rmsnorm_reference
+from lazyops.specs._norm import WEIGHT, NormSpec, rmsnorm_reference
+from lazyops.specs._norm import NormConfig as RMSNormConfig
 from lazyops.specs._params import Out, Rows
-
-#: the configuration of ``rmsnorm_tl`` (the family's)
-RMSNormConfig = NormConfig
 
 
 class RMSNormKernel(Protocol):
@@ -23,7 +17,6 @@ class RMSNormKernel(Protocol):
     def __call__(self, x: torch.Tensor, weight: torch.Tensor, /, *, out: torch.Tensor | None = None) -> torch.Tensor:
         """``y[..., n] = x / sqrt(mean(x**2) + eps) * (weight_offset + weight[n])`` for ``x[..., n]``, in the
         factory's dtype; written into ``out`` when given (``out`` may be ``x`` itself)."""
-        ...
 
 
 class RMSNormSpec(NormSpec):
@@ -40,7 +33,7 @@ class RMSNormSpec(NormSpec):
     params = (Rows("x"), WEIGHT)
     out = Out(like="x", may_alias="x")
 
-    def reference(self, config: NormConfig, x: torch.Tensor, weight: torch.Tensor) -> tuple[torch.Tensor]:  # type: ignore[override]
+    def reference(self, config: RMSNormConfig, x: torch.Tensor, weight: torch.Tensor) -> tuple[torch.Tensor]:  # type: ignore[override]
         return (rmsnorm_reference(x, weight, config.eps, config.weight_offset),)
 
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -13,7 +13,7 @@ from lazyops._errors import KernelInputError
 from lazyops.specs import _arguments as arguments
 from lazyops.specs import _checks as checks
 from lazyops.specs._params import Other, Rows
-from lazyops.specs._spec import Example, KernelSpec, Traffic
+from lazyops.specs._spec import KernelSpec
 
 
 class RopeKernel(Protocol):
@@ -282,66 +282,6 @@ class RopeSpec(KernelSpec):
             return turned.reshape(x.shape)
 
         return rotated(query), rotated(key)
-
-    def cases(self) -> Any:
-        from hypothesis import strategies as st
-
-        from lazyops.testing import strategies
-        from lazyops.testing._case import Case
-
-        @st.composite
-        def cases(draw: st.DrawFn) -> Case:
-            head_dim = draw(st.sampled_from([2, 6, 64, 80, 128, 256]) | st.integers(2, 160))
-            # r even, from 2 up to the whole head: partial rotary (r < head_dim) is where a port forgets the tail.
-            whole, quarter = head_dim - head_dim % 2, head_dim // 4 * 2 or 2
-            rotary = draw(st.sampled_from([whole, quarter]) | st.integers(1, head_dim // 2).map(lambda h: 2 * h))
-            query_heads = draw(st.integers(1, 32))
-            geometry = {
-                "rotary_dim": rotary,
-                "query_heads": query_heads,
-                "key_heads": draw(st.integers(1, query_heads)),
-                "cache_rows": draw(st.integers(1, 4096)),
-                "cache_dtype": draw(st.sampled_from(["float32", "dtype"])),
-                "positions_dtype": draw(st.sampled_from([torch.int32, torch.int64])),
-            }
-            args = (head_dim, draw(strategies.dtypes()))
-            kwargs = {"is_neox": draw(st.booleans())}
-            return Case(self.name, args, kwargs, draw(strategies.token_sequences()), draw(strategies.seeds()), geometry)
-
-        return cases()
-
-    def example_inputs(
-        self, config: RopeConfig, tokens: int, draw: Any, geometry: Mapping[str, Any]
-    ) -> tuple[Any, ...]:
-        g = geometry
-        cache_dtype = torch.float32 if g["cache_dtype"] == "float32" else config.dtype
-        cache = draw.randn(g["cache_rows"], g["rotary_dim"], dtype=cache_dtype)
-        positions = draw.randint(g["cache_rows"], tokens, dtype=g["positions_dtype"])
-        query = draw.randn(tokens, g["query_heads"] * config.head_dim, dtype=config.dtype)
-        key = draw.randn(tokens, g["key_heads"] * config.head_dim, dtype=config.dtype)
-        return positions, query, key, cache
-
-    def token_elements(self, config: RopeConfig, geometry: Mapping[str, Any]) -> int:
-        return int(geometry["query_heads"] + geometry["key_heads"]) * config.head_dim
-
-    def traffic(self, config: RopeConfig, tokens: int, geometry: Mapping[str, Any]) -> Traffic:
-        g = geometry
-        size = config.dtype.itemsize
-        features = (g["query_heads"] + g["key_heads"]) * g["rotary_dim"]
-        # the rotated features of query and key read and written, a cache row and a position read per token
-        moved = tokens * (2 * features * size + g["rotary_dim"] * 4 + 8)
-        return Traffic(bytes=moved)
-
-    def benchmark(self, dtype: torch.dtype) -> Example:
-        geometry = {
-            "rotary_dim": 128,
-            "query_heads": 32,
-            "key_heads": 8,
-            "cache_rows": 32768,
-            "cache_dtype": "float32",
-            "positions_dtype": torch.int64,
-        }
-        return Example((128, dtype), {"is_neox": True}, geometry)
 
 
 spec = RopeSpec()

@@ -16,10 +16,8 @@ class SiluAndMulKernel(Protocol):
     def __call__(self, x: torch.Tensor, /, *, out: torch.Tensor | None = None) -> torch.Tensor:
         """``y[M, n] = silu(x[:, :n]) * x[:, n:]`` for ``x[..., 2n]``, in the factory's dtype;
         written into ``out`` when given."""
-        ...
 
 
-#: The configuration of ``silu_and_mul_tl``: the width ``n`` of the gate (and of the output), the dtype.
 SiluAndMulConfig = RowConfig
 
 

@@ -2,18 +2,13 @@
 
 from __future__ import annotations
 
-from typing import Any, Protocol
+from typing import Protocol
 
 import torch
 
 from lazyops.specs._arguments import RowConfig, row_config
 from lazyops.specs._params import Out, Rows
-from lazyops.specs._spec import Example, KernelSpec
-
-#: How the conformance examples mask logits with ``-inf`` (attention masks do this routinely): nowhere, one entry,
-#: a span, the whole first ``block`` entries (the first pass of a looping kernel), all but one entry, the whole row
-#: (whose softmax is NaN, as torch gives). Masked rows alternate with unmasked ones.
-MASKS = ("none", "one", "span", "block", "all-but-one", "all")
+from lazyops.specs._spec import KernelSpec
 
 
 class SoftmaxKernel(Protocol):
@@ -29,32 +24,10 @@ class SoftmaxKernel(Protocol):
 SoftmaxConfig = RowConfig
 
 
-def masked_logits(draw: Any, config: SoftmaxConfig, tokens: int, geometry: Any) -> torch.Tensor:
-    """Logits of spread 3, every other row masked with ``-inf`` as ``geometry["mask"]`` says (:data:`MASKS`)."""
-    x = draw.randn(tokens, config.n, dtype=torch.float32, scale=3.0, device="cpu")
-    mask = geometry.get("mask", "none")
-    n = config.n
-    for row in range(0, tokens, 2):
-        if mask == "one":
-            x[row, int(draw.randint(n, dtype=torch.int64, device="cpu"))] = float("-inf")
-        elif mask == "span":
-            start, length = (int(v) for v in draw.randint(n, 2, dtype=torch.int64, device="cpu"))
-            x[row, start : start + length + 1] = float("-inf")
-        elif mask == "block":
-            x[row, : geometry["block"]] = float("-inf")
-        elif mask == "all-but-one":
-            keep = int(draw.randint(n, dtype=torch.int64, device="cpu"))
-            x[row, :keep] = x[row, keep + 1 :] = float("-inf")
-        elif mask == "all":
-            x[row] = float("-inf")
-    logits: torch.Tensor = x.to(config.dtype).to(draw.device)
-    return logits
-
-
 class SoftmaxSpec(KernelSpec):
     name = "softmax_tl"
     kernel_type = SoftmaxKernel
-    params = (Rows("x", draw=masked_logits),)
+    params = (Rows("x"),)
     out = Out(like="x", may_alias="x")
 
     def bind(self, n: int, dtype: torch.dtype | str) -> RowConfig:
@@ -68,17 +41,6 @@ class SoftmaxSpec(KernelSpec):
 
     def reference(self, config: SoftmaxConfig, x: torch.Tensor) -> tuple[torch.Tensor]:  # type: ignore[override]
         return (torch.softmax(x, dim=-1),)
-
-    def cases(self) -> Any:
-        from hypothesis import strategies as st
-
-        from lazyops.testing import strategies
-
-        masks = st.fixed_dictionaries({"mask": st.sampled_from(MASKS), "block": st.sampled_from([1024, 4096, 16384])})
-        return strategies.row_cases(self.name, geometry=masks)
-
-    def benchmark(self, dtype: torch.dtype) -> Example:
-        return Example((4096, dtype))
 
 
 spec = SoftmaxSpec()

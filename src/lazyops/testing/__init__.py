@@ -48,6 +48,7 @@ from lazyops.testing._conformance import (
     signature_mismatch,
 )
 from lazyops.testing._offsets import check_large_offsets
+from lazyops.testing.cases import examples
 
 __all__ = [
     "DTYPES",
@@ -66,6 +67,7 @@ __all__ = [
     "class_cases",
     "classes_of",
     "default_device",
+    "examples",
     "poison",
     "reference",
     "relative_error",

@@ -312,12 +312,14 @@ def float64(value: Any) -> Any:
 SCALE_TOKENS = 64
 
 
-def output_scales(spec: Any, config: Any, case: Case, max_elements: int) -> dict[str, float]:
+def output_scales(kernel_examples: Any, config: Any, case: Case, max_elements: int) -> dict[str, float]:
     """The scale of each result of ``case``'s configuration (its :func:`output_scale`), from the reference over a
     batch of :data:`SCALE_TOKENS` tokens drawn from the case's seed: the size of a typical output, which one call of
     a token or two cannot tell (its outputs may all be near zero, or one dot product that cancels). Every judge of
-    a case (:func:`~lazyops.testing.check_case`, :func:`~lazyops.testing.check_large_offsets`) floors by these."""
-    tokens = rows(SCALE_TOKENS, spec.token_elements(config, case.geometry), max_elements)
-    drawn = spec.example_inputs(config, tokens, Inputs(case.seed, "cpu"), case.geometry)
+    a case (:func:`~lazyops.testing.check_case`, :func:`~lazyops.testing.check_large_offsets`) floors by these.
+    ``kernel_examples``: the kernel's (``lazyops.testing.cases.examples``)."""
+    spec = kernel_examples.spec
+    tokens = rows(SCALE_TOKENS, kernel_examples.token_elements(config, case.geometry), max_elements)
+    drawn = kernel_examples.example_inputs(config, tokens, Inputs(case.seed, "cpu"), case.geometry)
     results = spec.reference(config, *map(float64, drawn))
     return {name: output_scale(result) for name, result in zip(spec.results, results, strict=True)}

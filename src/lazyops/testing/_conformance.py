@@ -36,6 +36,7 @@ from lazyops.testing._compare import (
 )
 from lazyops.testing._layout import lay_out
 from lazyops.testing._offsets import check_large_offsets
+from lazyops.testing.cases import examples
 
 PASSED = "passed"
 FAILED = "FAILED"
@@ -163,7 +164,7 @@ def judge_case(
     config = spec.bind(*case.args, **case.kwargs)
     kernel = case.build(factory)
     draw = Inputs(case.seed, device)
-    scales = output_scales(spec, config, case, max_elements)
+    scales = output_scales(examples(spec), config, case, max_elements)
     worst = 0.0
     worst_dtype = spec.out_dtype(config) if spec.returns == "out" else config.dtype
 
@@ -175,8 +176,8 @@ def judge_case(
             worst, worst_dtype = error, dtype
 
     for requested in case.tokens:
-        tokens = rows(requested, spec.token_elements(config, case.geometry), max_elements)
-        drawn = spec.example_inputs(config, tokens, draw, case.geometry)
+        tokens = rows(requested, examples(spec).token_elements(config, case.geometry), max_elements)
+        drawn = examples(spec).example_inputs(config, tokens, draw, case.geometry)
         expected = dict(zip(spec.results, spec.reference(config, *(float64(arg) for arg in drawn)), strict=True))
         before = {name: drawn[spec.inputs.index(name)].clone() for name in spec.mutates}
         call = lay_out(spec, config, drawn, case.layout, draw)

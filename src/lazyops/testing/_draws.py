@@ -166,6 +166,7 @@ def judge_draws(
     """Judge ``case`` (see the module's docstring); raises ``ConformanceError`` on a failure. Returns ``(0.0,
     dtype)``: a sampler has no error to report, only a verdict."""
     from lazyops.specs import spec as spec_of_kernel
+    from lazyops.testing.cases import examples
 
     spec = spec_of_kernel(case.kernel)
     device = device or ("cuda" if torch.cuda.is_available() else "cpu")
@@ -177,7 +178,7 @@ def judge_draws(
         tokens = rows(requested, config.vocab, max_elements)
         if tokens == 0:
             continue
-        drawn_all = spec.example_inputs(config, tokens, draw, case.geometry)
+        drawn_all = examples(spec).example_inputs(config, tokens, draw, case.geometry)
         drawn, buffers = drawn_all[:7], drawn_all[7:]  # the logits and parameters; the log-probabilities' buffers
         logits64 = drawn[0].double().cpu()
         temperature = drawn[1].cpu()

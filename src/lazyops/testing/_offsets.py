@@ -56,6 +56,7 @@ def check_large_offsets(
     failed and how. ``rows_apart``: whether to lay rows ``pitch`` apart too (None: where the device has
     :data:`LARGE_MEMORY` free). Returns the worst relative error of each layout checked, by its name."""
     from lazyops.specs import spec as spec_of_kernel
+    from lazyops.testing.cases import examples
 
     spec = spec_of_kernel(case.kernel)
     if spec.judgement == "draws":  # a sampler: its judge (``_draws``) takes strided rows; 2**31 apart is not done
@@ -65,7 +66,7 @@ def check_large_offsets(
     kernel = case.build(factory)
     # judged with check_case's floors: one row's outputs alone cannot tell their typical size (a dot product of
     # random terms may cancel to 1e-3 of it, where float32's rounding of the terms is all its error)
-    scales = output_scales(spec, config, case, default_max_elements(device))
+    scales = output_scales(examples(spec), config, case, default_max_elements(device))
     checked: dict[str, float] = {}
     layouts: list[tuple[str, int, Callable[..., tuple[tuple[Any, ...], Any, list[Any]]]]] = [
         ("one row", 1, _one_row),
@@ -75,7 +76,7 @@ def check_large_offsets(
         layouts.append(("rows 2**31 apart" if pitch >= 2**31 else "rows apart", 2, _rows_apart))
     for name, tokens, lay_out in layouts:
         draw = Inputs(case.seed, device)
-        drawn = spec.example_inputs(config, tokens, draw, case.geometry)
+        drawn = examples(spec).example_inputs(config, tokens, draw, case.geometry)
         expected = dict(zip(spec.results, spec.reference(config, *map(float64, drawn)), strict=True))
         args, out, guards = lay_out(spec, config, drawn, pitch)
         what = f"{case.kernel}, {name} (stride {pitch})"

@@ -12,6 +12,7 @@ from typing import Any
 import torch
 from hypothesis import strategies as st
 
+from lazyops.specs._params import Rows
 from lazyops.testing._case import Case, Layout
 from lazyops.testing._compare import DTYPES
 
@@ -58,6 +59,14 @@ def norm_options() -> dict[str, st.SearchStrategy]:
         "weight_dtype": st.sampled_from([None, torch.float32]),
         "weight_offset": st.sampled_from([0.0, 1.0]),
     }
+
+
+def norm_cases(spec: Any) -> st.SearchStrategy[Case]:
+    """The RMSNorm family's cases: widths, dtypes, epsilons and the weight options. The rows normalised are the sum
+    of the row inputs (add_rmsnorm: x and a residual drawn 4 times wider), so epsilons are drawn at their mean
+    square."""
+    mean_square = sum(param.scale**2 for param in spec.params if isinstance(param, Rows))
+    return row_cases(spec.name, epsilons(mean_square), **norm_options())
 
 
 def row_cases(
@@ -111,8 +120,11 @@ def cases(kernel: str, factory: Any = None) -> st.SearchStrategy[Case]:
     from dataclasses import replace
 
     from lazyops.specs import spec
+    from lazyops.testing.cases import examples
 
-    drawn = st.builds(lambda case, layout: replace(case, layout=layout), spec(kernel).cases(), layouts(kernel))
+    drawn = st.builds(
+        lambda case, layout: replace(case, layout=layout), examples(spec(kernel)).cases(), layouts(kernel)
+    )
     return drawn if factory is None else drawn.filter(lambda case: declined(factory, case) is None)
 
 

@@ -1,9 +1,10 @@
 """The timing engine behind ``lazyops bench`` and the benchmark scripts: every kernel, from its spec.
 
-Everything a measurement needs about a kernel comes from its spec (``lazyops.specs``): the engine-sized
-configuration (``spec.benchmark(dtype)``), the inputs (``spec.example_inputs``), the bytes and FLOPs one call moves
-(``spec.traffic``), and the definition that the generic peers run. So a new kernel is benchmarked, against
-torch eager and ``torch.compile``, the day its spec exists, with no benchmark code of its own.
+Everything a measurement needs about a kernel comes from its spec (``lazyops.specs``) and its examples
+(``lazyops.testing.cases``): the engine-sized configuration (``examples(spec).benchmark(dtype)``), the inputs
+(``example_inputs``), the bytes and FLOPs one call moves (``traffic``), and the definition that the generic peers run.
+So a new kernel is benchmarked, against torch eager and ``torch.compile``, the day its spec exists, with no
+benchmark code of its own.
 
 What is timed (:func:`implementations`): each lazyops backend by name (third-party ones too), ``torch eager`` (the
 spec's definition run in float32), ``torch.compile`` (the same, compiled), any peers the caller passes in (the
@@ -48,6 +49,7 @@ import torch
 
 from lazyops.specs import kernel_names
 from lazyops.specs import spec as spec_of
+from lazyops.testing.cases import examples
 
 __all__ = [
     "COMPILED",
@@ -224,7 +226,7 @@ def configured(kernel: str, chosen: Callable[[Any], Any]) -> Iterator[None]:
 
 
 def example(kernel: str, dtype: Any = "bfloat16", *, small: bool = False) -> Any:
-    """The configuration benchmarks time: ``spec.benchmark(dtype)``; ``small`` clamps its sizes to 256.
+    """The configuration benchmarks time: ``examples(spec).benchmark(dtype)``; ``small`` clamps its sizes to 256.
 
     The clamp is for checking logic on the host (Triton's interpreter takes 10 s for one 4096 x 4096 GEMM); a
     clamped configuration that the spec refuses falls back to the full one.
@@ -233,7 +235,7 @@ def example(kernel: str, dtype: Any = "bfloat16", *, small: bool = False) -> Any
 
     name = kernel_name(kernel)
     spec = spec_of(name)
-    full = _chosen[name](_dtype(dtype)) if name in _chosen else spec.benchmark(_dtype(dtype))
+    full = _chosen[name](_dtype(dtype)) if name in _chosen else examples(spec).benchmark(_dtype(dtype))
     if not small:
         return full
 
@@ -292,7 +294,7 @@ def implementations(
         impls.append(Impl(peer_name, "peer", _peer(spec, build)))
     if same_bytes_copy:
         chosen = example(name)
-        if spec.traffic(_bind(spec, chosen), 1, chosen.geometry).bound != "compute":
+        if examples(spec).traffic(_bind(spec, chosen), 1, chosen.geometry).bound != "compute":
             impls.append(Impl(SAME_BYTES_COPY, "ceiling", lambda chosen: _same_bytes_copy(spec, chosen)))
     return impls
 
@@ -315,7 +317,7 @@ def _same_bytes_copy(spec: Any, chosen: Any) -> Peer:
     token_input = spec.inputs.index(spec.row_inputs[0])
 
     def buffers(*args: Any) -> tuple[Any, Any]:
-        moved = spec.traffic(config, args[token_input].shape[0], chosen.geometry).bytes
+        moved = examples(spec).traffic(config, args[token_input].shape[0], chosen.geometry).bytes
         source = torch.zeros(max(1, moved // 4), dtype=torch.bfloat16, device=args[token_input].device)
         return source, torch.empty_like(source)
 
@@ -526,7 +528,7 @@ def measure(
     rotate = (ROTATE_BYTES if device.startswith("cuda") else 0) if rotate_bytes is None else rotate_bytes
     rows: list[Row] = []
     for m in tokens:
-        traffic = spec.traffic(config, m, chosen.geometry)
+        traffic = examples(spec).traffic(config, m, chosen.geometry)
         compute = traffic.bound == "compute"
         sets = _input_sets(spec, config, chosen, m, device, rotate)
         current = {}
@@ -827,7 +829,7 @@ def _input_sets(spec: Any, config: Any, chosen: Any, tokens: int, device: str, r
     from lazyops.testing import Inputs
 
     def draw(seed: int) -> tuple[Any, ...]:
-        return tuple(spec.example_inputs(config, tokens, Inputs(seed, device), chosen.geometry))
+        return tuple(examples(spec).example_inputs(config, tokens, Inputs(seed, device), chosen.geometry))
 
     first = draw(0)
     size = sum(t.numel() * t.element_size() for t in first if isinstance(t, torch.Tensor)) or 1

@@ -1,0 +1,63 @@
+"""The contract never imports its examples: no module under ``lazyops/specs/`` imports hypothesis or
+``lazyops.testing`` (at import time, inside a function, or for types only); ``lazyops.testing.cases`` reads the
+specs, never the reverse."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import lazyops
+
+SPECS = Path(lazyops.__file__).parent / "specs"
+#: Specs that still carry their own examples: the sampling, fp8 and MoE families, whose examples move to
+#: ``lazyops.testing.cases`` next (their specs were being edited when the others moved; silu_and_mul_fp8 and
+#: add_rmsnorm_fp8 inherit theirs), and the RMSNorm family's base, whose ``cases()`` the fp8 norms'
+#: ``super().cases()`` reads until then. Remove each as it moves.
+NOT_YET_MOVED = {
+    "_norm",
+    "apply_penalties",
+    "fused_moe",
+    "matmul_fp8",
+    "moe_route",
+    "quant_fp8",
+    "rmsnorm_fp8",
+    "sample",
+}
+FORBIDDEN = ("hypothesis", "lazyops.testing")
+
+
+def imported(source: str) -> set[str]:
+    """Every module ``source`` names in an import statement, wherever the statement is."""
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            found.add(node.module)
+    return found
+
+
+def reaches_up(path: Path) -> set[str]:
+    return {
+        name
+        for name in imported(path.read_text())
+        if name.split(".")[0] == "hypothesis" or name.startswith(FORBIDDEN[1])
+    }
+
+
+def test_no_spec_imports_hypothesis_or_the_testing_package() -> None:
+    offenders = {
+        path.stem: sorted(reaches_up(path)) for path in sorted(SPECS.glob("*.py")) if path.stem not in NOT_YET_MOVED
+    }
+    assert {stem: names for stem, names in offenders.items() if names} == {}
+
+
+def test_the_allow_list_holds_only_specs_that_still_reach_up() -> None:
+    """A spec whose examples moved leaves the list in the same change, so that it stays held."""
+    assert {stem for stem in NOT_YET_MOVED if not reaches_up(SPECS / f"{stem}.py")} == set()
+
+
+def test_the_finder_sees_deferred_and_typing_only_imports() -> None:
+    code = "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    import hypothesis\ndef f():\n    from lazyops.testing import x\n"
+    assert {"hypothesis", "lazyops.testing"} <= imported(code)
