@@ -285,6 +285,14 @@ gpu-tlfp8-bench:
 	  --shapes 4096x4096,14336x4096,4096x14336,6144x4096 --name tlfp8_gemm --out $(GPU_OUT)
 	@ls -l $(GPU_OUT)
 
+# The families' checks warm TileLang up for their own kernels only: the whole warm-up (every TileLang kernel's
+# configurations, 10-20 s each on a fresh machine) outlasted each check's limit on an H100 (2026-12-06), which then
+# reported nothing.
+gpu-fp8-check gpu-fp8norms-check: export LAZYOPS_GPU_AHEAD := $(FP8_KERNELS)
+gpu-fp8gemm-check: export LAZYOPS_GPU_AHEAD := matmul_fp8_tl
+gpu-moe-check: export LAZYOPS_GPU_AHEAD := moe_route_tl,moe_align_tl,fused_moe_tl
+gpu-sampling-check: export LAZYOPS_GPU_AHEAD := sample_tl,apply_penalties_tl
+
 # The new kernel families (issues 35-37) in ONE device call of under 9 minutes: each family's GPU checks (logged in
 # GPU_OUT/<family>-check.md), then each one's benchmark, each part stopped at its limit (the checks first, so that a
 # cut-off call still says whether the kernels are right on the device).

@@ -44,6 +44,7 @@ FAKE_CALLS = """
     import lazyops
     from lazyops import testing
     from lazyops.specs import _ops, kernel_names, spec
+    from lazyops.testing.cases import examples
 
     warnings.simplefilter("error")
     for kernel in kernel_names():

@@ -16,6 +16,7 @@ KERNELS = (
     "layernorm_tl",
     "matmul_fp8_tl",
     "matmul_tl",
+    "moe_align_tl",
     "moe_route_tl",
     "paged_attention_tl",
     "quant_fp8_tl",

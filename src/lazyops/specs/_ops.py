@@ -105,12 +105,23 @@ def schema(spec: KernelSpec, config: Any, *, with_out: bool = False) -> str:
     if with_out:
         tensors.append(f"Tensor({next(aliases)}!) out")
     scalars = []
+    declared = {field.name: str(field.type) for field in dataclasses.fields(config)}
     for name in static_fields(config):
         value = getattr(config, name)
+        # an optional field (``int | None``) is ``int?`` whatever the example configuration holds: the schema is
+        # made once per kernel, from whichever configuration built it first
+        optional = [part.strip() for part in declared[name].split("|") if part.strip() != "None"]
+        nullable = len(optional) < len(declared[name].split("|"))
+        if value is None and len(optional) == 1:
+            value = {"int": 0, "float": 0.0, "bool": False, "str": ""}.get(optional[0])
         kind = "ScalarType" if isinstance(value, torch.dtype) else _SCHEMA_TYPES.get(type(value))
+        if kind is not None and nullable:
+            kind += "?"
         if kind is None:
             raise TypeError(f"{spec.name}: config field {name}={value!r} has no operator schema type")
-        scalars.append(f"{kind} {name}")
+        # a factory flag may share its name with the call's tensor it announces (moe_route_tl's correction_bias):
+        # the schema's names must differ, and the operator takes its arguments by position
+        scalars.append(f"{kind} {name}_config" if name in spec.inputs else f"{kind} {name}")
     returns = "Tensor" if spec.returns == "out" and not with_out else "()"
     return f"{stem(spec) + ('_out' if with_out else '')}({', '.join(tensors + scalars)}) -> {returns}"
 

@@ -53,7 +53,12 @@ class MoeAlignConfig:
     top_k: int
     block_size: int
     label: str
-    dtype: torch.dtype = torch.int32
+
+    @property
+    def dtype(self) -> torch.dtype:
+        """The ids' dtype, what code reading any configuration's ``dtype`` gets; a property, not a field, so that
+        the custom operator's schema (one argument a field) takes what the factory takes."""
+        return torch.int32
 
     def sizes(self, tokens: int) -> tuple[int, int]:
         """``(len(sorted_token_ids), len(expert_ids))`` for ``tokens`` tokens: :func:`sizes`."""

@@ -60,7 +60,8 @@ def rmsnorm_program(
     quantized = dynamic is not None
     dynamic_scales: Any = None
     if dynamic is not None:
-        assert plan.resident and out_dtype == FP8, "dynamic scales: rows held in registers, a float8 output"
+        if not (plan.resident and out_dtype == FP8):  # the factory's supports= declines the rest before this
+            raise ValueError("dynamic scales need rows held in registers and a float8 output")
         dynamic_scales = dynamic_store(M, rows, cols, n, dynamic[0], offset, dynamic[1])
 
     @T.macro
