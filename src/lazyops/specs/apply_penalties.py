@@ -283,9 +283,10 @@ class ApplyPenaltiesSpec(KernelSpec):
     def traffic(self, config: RowConfig, tokens: int, geometry: Mapping[str, Any]) -> Traffic:
         """The derived bytes, plus ``K`` bias entries (8 bytes each) and the bitmask a row where the geometry asks
         for them."""
-        from lazyops.testing.cases._base import Examples  # the derived count (this spec's examples move next)
+        # the derived count, this spec's other_bytes included (its examples move to testing/cases next)
+        from lazyops.testing.cases._base import Examples, SpecExamples
 
-        moved = Examples(self).traffic(config, tokens, geometry).bytes
+        moved = Examples.traffic(SpecExamples(self), config, tokens, geometry).bytes
         moved += tokens * 8 * int(geometry.get("bias", 0))
         moved += tokens * 4 * -(-config.n // 32) if geometry.get("mask") else 0
         return Traffic(bytes=moved)

@@ -326,6 +326,8 @@ def _check_kernel(
         result.examples += 1
         # Compared as a share of each dtype's tolerance: a bfloat16 error of 1e-3 is closer to passing than a
         # float32 one of 1e-5 is.
+        if dtype not in TOLERANCE:  # integer results (moe_align_tl's ids) are judged exactly: nothing to rank
+            return
         if result.worst_dtype is None or error / TOLERANCE[dtype] > result.worst_error / TOLERANCE[result.worst_dtype]:
             result.worst_error, result.worst_dtype = error, dtype
 
