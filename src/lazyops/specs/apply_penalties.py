@@ -257,17 +257,18 @@ class ApplyPenaltiesSpec(KernelSpec):
 
         int32, tensor, is_grad_enabled = torch.int32, torch.Tensor, torch.is_grad_enabled
 
-        def absent(arg: Any, dtype: torch.dtype) -> bool:  # None, or the empty tensor that stands for it
-            return arg is None or (
-                type(arg) is tensor
-                and arg.dtype is dtype
-                and not arg.numel()
-                and not (arg.requires_grad and is_grad_enabled())
-            )
-
         def accepts(args: tuple[Any, ...]) -> bool:
-            if len(args) != 9 or not (absent(args[6], int32) and absent(args[7], f32) and absent(args[8], int32)):
+            if len(args) != 9:
                 return False
+            # each keyword absent: None, or the empty tensor that stands for it (inline: one frame a call)
+            for arg, dtype in ((args[6], int32), (args[7], f32), (args[8], int32)):
+                if arg is not None and not (
+                    type(arg) is tensor
+                    and arg.dtype is dtype
+                    and not arg.numel()
+                    and not (arg.requires_grad and is_grad_enabled())
+                ):
+                    return False
             return bool(rows_only(args[:6]))
 
         return accepts
