@@ -91,7 +91,9 @@ def _moe_route_kernel(
             pick = tl.min(tl.where(open_groups & (ranks == best[:, None]), group_cols, BLOCK_G), axis=1)
             chosen = chosen | (group_cols == pick[:, None])
             open_groups = open_groups & (group_cols != pick[:, None])
-        allowed = cols < 0
+        # [ROWS, BLOCK_E] from the start: a loop-carried value keeps its shape in compiled Triton (the interpreter
+        # broadcasts silently)
+        allowed = in_row & (cols < 0)
         for group in range(GROUPS):
             picked = tl.max((chosen & (group_cols == group)).to(tl.int32), axis=1) > 0
             member = (cols >= group * SIZE) & (cols < group * SIZE + SIZE)
