@@ -126,7 +126,7 @@ gpu-sampling-check:
 	-$(call gpu_pytest_log,sample_tl and apply_penalties_tl on the GPU,gpu-sampling,sampling-check.md,$(SAMPLING_CHECK_S),\
 	  tests/kernels/test_gpu_conformance.py -k "sample or penalties" tests/kernels/test_sample.py tests/kernels/test_penalties.py)
 gpu-sampling-bench:
-	$(call limit,$(SAMPLING_S)) $(PYTHON) benchmarks/bench_kernels.py --sampling --backend torch,triton,tilelang --out $(GPU_OUT)
+	-$(call limit,$(SAMPLING_S)) $(PYTHON) benchmarks/bench_kernels.py --sampling --backend torch,triton,tilelang --out $(GPU_OUT)
 
 LAYER_S ?= 540
 # `make gpu-layer LAYER="--moe qwen3-30b-a3b"`: a MoE layer instead (issue 36)
@@ -163,7 +163,7 @@ gpu-moe-check:
 	-$(call gpu_pytest_log,The MoE kernels on the GPU,gpu-moe,moe-check.md,$(MOE_CHECK_S),\
 	  tests/kernels/test_gpu_conformance.py -k moe tests/kernels/test_moe_host_reads.py)
 gpu-moe-bench:
-	$(call limit,$(MOE_S)) $(PYTHON) benchmarks/bench_kernels.py --kernels moe_route_tl,moe_align_tl,fused_moe_tl --name moe \
+	-$(call limit,$(MOE_S)) $(PYTHON) benchmarks/bench_kernels.py --kernels moe_route_tl,moe_align_tl,fused_moe_tl --name moe \
 		--tokens 64,4096 --graph-tokens 1,8,64 --no-compile --out $(GPU_OUT)
 
 # The example engine's decode step (4 Llama-3-8B layers, random weights) in CUDA graphs against Hugging Face's
