@@ -1,0 +1,129 @@
+"""TileLang's MoE router (issue 36) without a GPU: every program lowers to CUDA for Hopper
+(sm_90a), and the same programs built for TileLang's C target (``_dialect.CPU``: thread-private tiles, serial loops)
+run on the CPU against the torch backend, ids exactly, weights to float32 rounding.
+
+The CPU runs check the programs' arithmetic, indexing and tie-breaking on the spec's drawn inputs (ties, NaN rows,
+groups); not what only CUDA has (the layouts
+TileLang infers, its barriers, its block-wide reductions), which the conformance kit checks on a GPU
+(``make gpu-moe-check``). The C target has no 16-bit floats, so the CPU runs take float32 logits; the spec draws
+halves, exact in every dtype, and the 16-bit programs differ only in the load's conversion.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import pytest
+
+tilelang = pytest.importorskip("tilelang")
+
+import torch  # noqa: E402
+from tvm.target import Target  # noqa: E402
+
+from lazyops._backends.tilelang import moe_route  # noqa: E402
+from lazyops._backends.tilelang._dialect import CPU  # noqa: E402
+from lazyops._backends.torch import moe_route as torch_moe_route  # noqa: E402
+from lazyops._errors import KernelInputError  # noqa: E402
+from lazyops.testing import Inputs  # noqa: E402
+from lazyops.testing.cases import examples  # noqa: E402
+
+HOPPER = {"kind": "cuda", "arch": "sm_90a"}
+DEEPSEEK = {"scoring": "sigmoid", "n_group": 8, "topk_group": 4, "correction_bias": True, "routed_scaling_factor": 2.5}
+
+
+def lower(program: Any) -> str:
+    target = Target(HOPPER)
+    with target:
+        source = tilelang.lower(program, target=target).kernel_source
+    assert "__global__" in source
+    return source
+
+
+def signature(source: str) -> str:
+    start = source.index("__global__")
+    return source[start : source.index("{", start)]
+
+
+def assert_dynamic_tokens(source: str) -> None:
+    assert "int64_t M" in signature(source), "the token count must be a 64-bit kernel parameter"
+
+
+def quiet_compile(program: Any) -> Any:
+    from lazyops._backends.tilelang._runtime import quiet_tilelang
+
+    with quiet_tilelang():
+        return tilelang.compile(program, target=CPU.target)
+
+
+# --- moe_route ---------------------------------------------------------------------------------------------------
+
+ROUTES = [
+    ((8, 2, torch.bfloat16), {}),
+    ((128, 8, torch.bfloat16), {}),
+    ((60, 4, torch.float16), {"renormalize": False}),
+    ((1, 1, torch.float32), {}),
+    ((40, 40, torch.float32), {}),
+    ((256, 8, torch.bfloat16), DEEPSEEK),
+    ((16, 4, torch.float32), {**DEEPSEEK, "n_group": 16, "topk_group": 8}),
+    ((1024, 16, torch.bfloat16), {"scoring": "sigmoid", "n_group": 16, "topk_group": 2}),
+]
+
+
+@pytest.mark.parametrize(("args", "kwargs"), ROUTES, ids=str)
+def test_moe_route_lowers(args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+    """One kernel for every token count; block-wide maxima and minima (the tie rule: the lowest column holding the
+    maximum); the bias read only where configured; sigmoid by ``expf``, softmax by ``exp2f``; no atomics."""
+    config = moe_route.spec.bind(*args, **kwargs)
+    (build,) = moe_route.programs(config).values()
+    source = lower(build())
+    assert_dynamic_tokens(source)
+    assert ("bias" in signature(source)) == config.correction_bias
+    assert "tl::AllReduce<tl::MaxOp" in source and "tl::AllReduce<tl::MinOp" in source
+    assert ("exp2f" in source) == (config.scoring == "softmax")
+    assert ("expf(" in source) == (config.scoring == "sigmoid")
+    body = source[source.index("{", source.index("__global__")) :]
+    assert re.search(r"topk_ids(\[| \+)", body) and re.search(r"topk_weights(\[| \+)", body), "both outputs written"
+    assert "atomic" not in source.lower()
+
+
+def test_moe_route_declines_more_experts_than_a_block_holds() -> None:
+    assert moe_route.unsupported(moe_route.spec.bind(1024, 8)) is None
+    config = moe_route.spec.bind(1025, 8)
+    assert "1024 experts" in (moe_route.unsupported(config) or "")
+    with pytest.raises(KernelInputError, match="does not serve it"):
+        moe_route.programs(config)
+    with pytest.raises(KernelInputError, match="does not serve this configuration"):
+        moe_route.moe_route_tl(1025, 8)
+
+
+#: CPU runs: Mixtral's, with NaN rows; no renormalisation; DeepSeek-V3's; groups of one expert with a bias (a
+#: group's rank is its one key); groups without a bias; sigmoid without groups, k = E; a single expert.
+CPU_ROUTES = [
+    ((8, 2), {}, True),
+    ((60, 4), {"renormalize": False}, True),
+    ((256, 8), DEEPSEEK, True),
+    ((16, 4), {**DEEPSEEK, "n_group": 16, "topk_group": 8}, False),
+    ((24, 5), {"scoring": "sigmoid", "n_group": 4, "topk_group": 2, "renormalize": False}, True),
+    ((3, 3), {"scoring": "sigmoid"}, False),
+    ((1, 1), {}, False),
+]
+
+
+@pytest.mark.parametrize(("args", "kwargs", "nan"), CPU_ROUTES, ids=str)
+def test_moe_route_program_on_the_cpu_equals_the_torch_backend(
+    args: tuple[int, int], kwargs: dict[str, Any], nan: bool
+) -> None:
+    config = moe_route.spec.bind(*args, torch.float32, **kwargs)
+    launch = moe_route.route_launch(config, quiet_compile(moe_route.moe_route_program(config, CPU)))
+    reference = torch_moe_route.moe_route_tl(*args, torch.float32, **kwargs)
+    for tokens, seed in ((1, 0), (17, 1), (300, 2)):
+        logits, weights, ids, bias = examples(moe_route.spec).example_inputs(
+            config, tokens, Inputs(seed, "cpu"), {"nan": nan}
+        )
+        expected_weights, expected_ids = reference(logits, weights.clone(), ids.clone(), correction_bias=bias)
+        launch(logits, weights, ids, bias if config.correction_bias else None)
+        assert torch.equal(ids, expected_ids), f"{config.label}, {tokens} tokens: ids differ"
+        torch.testing.assert_close(weights, expected_weights, equal_nan=True, msg=f"{config.label}, {tokens} tokens")
+        if nan:
+            assert weights.isnan().any(dim=-1).sum() > 0, "the draw holds NaN rows"
