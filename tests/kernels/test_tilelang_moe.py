@@ -1,9 +1,9 @@
-"""TileLang's MoE router (issue 36) without a GPU: every program lowers to CUDA for Hopper
+"""TileLang's MoE router and token alignment (issue 36) without a GPU: every program lowers to CUDA for Hopper
 (sm_90a), and the same programs built for TileLang's C target (``_dialect.CPU``: thread-private tiles, serial loops)
 run on the CPU against the torch backend, ids exactly, weights to float32 rounding.
 
 The CPU runs check the programs' arithmetic, indexing and tie-breaking on the spec's drawn inputs (ties, NaN rows,
-groups); not what only CUDA has (the layouts
+one expert taking every token, absent experts, block sizes from 1 to 130); not what only CUDA has (the layouts
 TileLang infers, its barriers, its block-wide reductions), which the conformance kit checks on a GPU
 (``make gpu-moe-check``). The C target has no 16-bit floats, so the CPU runs take float32 logits; the spec draws
 halves, exact in every dtype, and the 16-bit programs differ only in the load's conversion.
@@ -12,6 +12,7 @@ halves, exact in every dtype, and the 16-bit programs differ only in the load's 
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -21,8 +22,9 @@ tilelang = pytest.importorskip("tilelang")
 import torch  # noqa: E402
 from tvm.target import Target  # noqa: E402
 
-from lazyops._backends.tilelang import moe_route  # noqa: E402
+from lazyops._backends.tilelang import moe_align, moe_route  # noqa: E402
 from lazyops._backends.tilelang._dialect import CPU  # noqa: E402
+from lazyops._backends.torch import moe_align as torch_moe_align  # noqa: E402
 from lazyops._backends.torch import moe_route as torch_moe_route  # noqa: E402
 from lazyops._errors import KernelInputError  # noqa: E402
 from lazyops.testing import Inputs  # noqa: E402
@@ -127,3 +129,67 @@ def test_moe_route_program_on_the_cpu_equals_the_torch_backend(
         torch.testing.assert_close(weights, expected_weights, equal_nan=True, msg=f"{config.label}, {tokens} tokens")
         if nan:
             assert weights.isnan().any(dim=-1).sum() > 0, "the draw holds NaN rows"
+
+
+# --- moe_align ---------------------------------------------------------------------------------------------------
+
+ALIGNS = [(128, 8, 64), (1, 1, 1), (256, 8, 16), (1024, 8, 128), (60, 4, 130)]
+
+
+@pytest.mark.parametrize("args", ALIGNS, ids=str)
+@pytest.mark.parametrize("variant", moe_align.VARIANTS)
+def test_moe_align_programs_lower(args: tuple[int, int, int], variant: str) -> None:
+    """Each of the three launches: one kernel for every token count, no atomics (the order within an expert is the
+    assignments' order, as the spec says), and each writes what it owns: the padding and the counts, the prefix (one
+    block), the placed ids and the blocks' experts."""
+    config = moe_align.spec.bind(*args)
+    source = lower(moe_align.programs(config)[variant]())
+    assert_dynamic_tokens(source)
+    assert "atomic" not in source.lower()
+    body = source[source.index("{", source.index("__global__")) :]
+    owned = {
+        "count": ("sorted_token_ids", "counts"),
+        "prefix": ("counts", "bounds", "num_tokens_post_padded"),
+        "place": ("sorted_token_ids", "expert_ids"),
+    }[variant]
+    stores = [line.split(" = ")[0] for line in body.splitlines() if " = " in line]
+    for name in owned:
+        assert any(re.search(rf"\b{name}\b", store) for store in stores), f"{variant} never writes {name}"
+    assert ("blockIdx" in body) == (variant != "prefix")
+
+
+def test_moe_align_declines_more_experts_than_a_block_counts() -> None:
+    assert moe_align.unsupported(moe_align.spec.bind(1024, 8, 16)) is None
+    config = moe_align.spec.bind(1025, 8, 16)
+    assert "1024 experts" in (moe_align.unsupported(config) or "")
+    with pytest.raises(KernelInputError, match="does not serve it"):
+        moe_align.programs(config)
+
+
+def cpu_aligner(config: Any) -> Callable[..., Any]:
+    kernels = {variant: quiet_compile(moe_align.BUILDERS[variant](config, CPU)) for variant in moe_align.VARIANTS}
+    return moe_align.align_launch(config, kernels)
+
+
+#: Qwen3-30B-A3B's (128 experts, 8 a token, blocks of 64); a single expert in blocks of one row; odd sizes with
+#: blocks wider than any expert's share.
+CPU_ALIGNS = [(128, 8, 64), (1, 1, 1), (40, 3, 130)]
+
+
+@pytest.mark.parametrize("args", CPU_ALIGNS, ids=str)
+def test_moe_align_programs_on_the_cpu_equal_the_torch_backend(args: tuple[int, int, int]) -> None:
+    """Every output element for element (each starts as -7, so an element no program writes shows), over token
+    counts that fill one chunk partly and several, with every token sent to expert 0 first and with absent (-1)
+    experts."""
+    config = moe_align.spec.bind(*args)
+    launch = cpu_aligner(config)
+    reference = torch_moe_align.moe_align_tl(*args)
+    draws = [(1, {}), (37, {"absent": True}), (129, {"one_expert": True}), (1000, {"one_expert": True, "absent": True})]
+    for seed, (tokens, geometry) in enumerate(draws):
+        inputs = examples(moe_align.spec).example_inputs(config, tokens, Inputs(seed, "cpu"), geometry)
+        expected = reference(inputs[0], *(output.clone() for output in inputs[1:]))
+        got = launch(*inputs)
+        for name, out, want in zip(
+            ("sorted_token_ids", "expert_ids", "num_tokens_post_padded"), got, expected, strict=True
+        ):
+            assert torch.equal(out, want), f"{config.label}, {tokens} tokens, {geometry}: {name} differs"
