@@ -193,3 +193,30 @@ def test_moe_align_programs_on_the_cpu_equal_the_torch_backend(args: tuple[int, 
             ("sorted_token_ids", "expert_ids", "num_tokens_post_padded"), got, expected, strict=True
         ):
             assert torch.equal(out, want), f"{config.label}, {tokens} tokens, {geometry}: {name} differs"
+
+
+# --- the engine's call ---------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", ["moe_route_tl", "moe_align_tl"])
+def test_the_engine_call_passes_through_the_frames_test_call_depth_allows(name: str) -> None:
+    """tests/kernels/test_call_depth.py counts TileLang's frames on a GPU only; here the same count, the engine's
+    kernel (``spec.implementation``'s routes) around the launch of the programs built for the C target (what a GPU
+    launches instead is the compiled executable, no lazyops frame)."""
+    from test_call_depth import PLAIN_FRAMES, UNTRIMMED_FRAMES, lazyops_frames
+
+    from lazyops.specs import spec
+    from lazyops.specs._engine import kernel_of
+
+    kernel_spec = spec(name)
+    config = kernel_spec.bind(*examples(kernel_spec).benchmark(torch.float32).args)
+    if name == "moe_route_tl":
+        launch = moe_route.route_launch(config, quiet_compile(moe_route.moe_route_program(config, CPU)))
+    else:
+        launch = cpu_aligner(config)
+    kernel = kernel_of(kernel_spec, config, launch, "tilelang", None, strided_rows=False, writes_out=False)
+    inputs = examples(kernel_spec).example_inputs(config, 1, Inputs(0, "cpu"), {})
+    with torch.inference_mode():
+        kernel(*inputs)
+        frames = lazyops_frames(lambda: kernel(*inputs))
+    assert len(frames) <= UNTRIMMED_FRAMES.get((name, "tilelang"), PLAIN_FRAMES), frames

@@ -229,7 +229,7 @@ def align_launch(
     def launch(
         topk_ids: torch.Tensor, sorted_ids: torch.Tensor, expert_ids: torch.Tensor, post_padded: torch.Tensor
     ) -> None:
-        chunks = chunks_of(topk_ids.numel())
+        chunks = (topk_ids.numel() + CHUNK - 1) // CHUNK
         counts = torch.empty(chunks, experts, dtype=torch.int32, device=topk_ids.device)
         bounds = torch.empty(2, experts, dtype=torch.int32, device=topk_ids.device)
         count(topk_ids, sorted_ids, counts)
@@ -242,11 +242,15 @@ def align_launch(
         expert_ids: torch.Tensor,
         num_tokens_post_padded: torch.Tensor,
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        args = (topk_ids, sorted_token_ids, expert_ids, num_tokens_post_padded)
-        if any(arg.data_ptr() % ALIGNMENT for arg in args):
-            launch_with_copies(launch, args, written=(1, 2, 3))
+        if (
+            topk_ids.data_ptr() % ALIGNMENT
+            or sorted_token_ids.data_ptr() % ALIGNMENT
+            or expert_ids.data_ptr() % ALIGNMENT
+            or num_tokens_post_padded.data_ptr() % ALIGNMENT
+        ):
+            launch_with_copies(launch, (topk_ids, sorted_token_ids, expert_ids, num_tokens_post_padded), (1, 2, 3))
         else:
-            launch(*args)
+            launch(topk_ids, sorted_token_ids, expert_ids, num_tokens_post_padded)
         return sorted_token_ids, expert_ids, num_tokens_post_padded
 
     return moe_align

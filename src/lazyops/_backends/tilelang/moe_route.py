@@ -224,11 +224,15 @@ def route_launch(config: MoeRouteConfig, kernel: Any) -> Callable[..., tuple[tor
         bias = correction_bias if config.correction_bias else placeholders.get(logits.device)
         if bias is None:  # never read: one element, made once a device
             bias = placeholders[logits.device] = torch.zeros(1, dtype=torch.float32, device=logits.device)
-        args = (logits, topk_weights, topk_ids, bias)
-        if any(arg.data_ptr() % ALIGNMENT for arg in args):
-            launch_with_copies(kernel, args, written=(1, 2))
+        if (
+            logits.data_ptr() % ALIGNMENT
+            or topk_weights.data_ptr() % ALIGNMENT
+            or topk_ids.data_ptr() % ALIGNMENT
+            or bias.data_ptr() % ALIGNMENT
+        ):
+            launch_with_copies(kernel, (logits, topk_weights, topk_ids, bias), written=(1, 2))
         else:
-            kernel(*args)
+            kernel(logits, topk_weights, topk_ids, bias)
         return topk_weights, topk_ids
 
     return moe_route
