@@ -1,12 +1,13 @@
-"""TileLang's MoE router and token alignment (issue 36) without a GPU: every program lowers to CUDA for Hopper
+"""TileLang's MoE router, token alignment and experts (issue 36) without a GPU: every program lowers to CUDA for Hopper
 (sm_90a), and the same programs built for TileLang's C target (``_dialect.CPU``: thread-private tiles, serial loops)
 run on the CPU against the torch backend, ids exactly, weights to float32 rounding.
 
 The CPU runs check the programs' arithmetic, indexing and tie-breaking on the spec's drawn inputs (ties, NaN rows,
-one expert taking every token, absent experts, block sizes from 1 to 130); not what only CUDA has (the layouts
+one expert taking every token, absent experts, block sizes from 1 to 130, expert maps, odd widths); not what only CUDA has (the layouts
 TileLang infers, its barriers, its block-wide reductions), which the conformance kit checks on a GPU
-(``make gpu-moe-check``). The C target has no 16-bit floats, so the CPU runs take float32 logits; the spec draws
-halves, exact in every dtype, and the 16-bit programs differ only in the load's conversion.
+(``make gpu-moe-check``). The C target has no 16-bit floats, so the CPU runs take float32: the router's logits are
+halves, exact in every dtype, and its 16-bit programs differ only in the load's conversion; the experts' float32
+programs run both ways the GPU does, ``T.gemm`` (the 16-bit programs' product) and multiply-adds (float32's).
 """
 
 from __future__ import annotations
@@ -22,8 +23,9 @@ tilelang = pytest.importorskip("tilelang")
 import torch  # noqa: E402
 from tvm.target import Target  # noqa: E402
 
-from lazyops._backends.tilelang import moe_align, moe_route  # noqa: E402
+from lazyops._backends.tilelang import fused_moe, moe_align, moe_route  # noqa: E402
 from lazyops._backends.tilelang._dialect import CPU  # noqa: E402
+from lazyops._backends.torch import fused_moe as torch_fused_moe  # noqa: E402
 from lazyops._backends.torch import moe_align as torch_moe_align  # noqa: E402
 from lazyops._backends.torch import moe_route as torch_moe_route  # noqa: E402
 from lazyops._errors import KernelInputError  # noqa: E402
@@ -195,10 +197,89 @@ def test_moe_align_programs_on_the_cpu_equal_the_torch_backend(args: tuple[int, 
             assert torch.equal(out, want), f"{config.label}, {tokens} tokens, {geometry}: {name} differs"
 
 
+# --- fused_moe ---------------------------------------------------------------------------------------------------
+
+EXPERTS = [
+    ((2048, 768, 128, 8, torch.bfloat16), {}),
+    ((4096, 14336, 8, 2, torch.float16), {"activation": "gelu"}),
+    ((17, 15, 3, 2, torch.bfloat16), {}),
+    ((64, 100, 8, 2, torch.float32), {"global_experts": 20}),
+]
+
+
+@pytest.mark.parametrize(("args", "kwargs"), EXPERTS, ids=str)
+@pytest.mark.parametrize("variant", ["gate_up", "down"])
+def test_fused_moe_gemms_lower(args: tuple[Any, ...], kwargs: dict[str, Any], variant: str) -> None:
+    """Both grouped GEMMs: one kernel for every token count; in half precision ``wgmma``, the weight's tiles by TMA
+    where its rows are whole 16-byte vectors (else element loads, no TMA); float32 on CUDA cores, no tensor-core
+    instruction (TF32 would round the operands); the rows read through the sorted ids, no atomics."""
+    config = fused_moe.spec.bind(*args, **kwargs)
+    source = lower(fused_moe.programs(config)[variant]())
+    assert_dynamic_tokens(source)
+    weight, width = ("w13", config.hidden) if variant == "gate_up" else ("w2", config.intermediate)
+    if config.dtype == torch.float32:
+        assert "mma" not in source.replace("mbarrier", "")
+    else:
+        assert "wgmma" in source
+        assert (f"tma_load({weight}_desc" in source) == fused_moe.aligned_rows(width, fused_moe.tl_dtype(config.dtype))
+    assert "sorted_token_ids" in signature(source) and "expert_ids" in signature(source)
+    assert "atomic" not in source.lower()
+
+
+def test_fused_moe_compiles_the_alignment_with_its_row_blocks_and_declines_what_it_declines() -> None:
+    config = fused_moe.spec.bind(2048, 768, 128, 8, torch.bfloat16)
+    assert list(fused_moe.programs(config)) == [*moe_align.VARIANTS, "gate_up", "down"]
+    assert fused_moe.align_config(config).block_size == fused_moe.BLOCK_M
+    declined = fused_moe.spec.bind(16, 16, 1025, 2, torch.bfloat16)
+    assert "1024 experts" in (fused_moe.unsupported(declined) or "")
+    with pytest.raises(KernelInputError, match="does not serve this configuration"):
+        fused_moe.fused_moe_tl(16, 16, 1025, 2, torch.bfloat16)
+
+
+def cpu_experts(config: Any, tensor_cores: bool) -> Callable[..., Any]:
+    alignment = fused_moe.align_config(config)
+    kernels = {variant: quiet_compile(moe_align.BUILDERS[variant](alignment, CPU)) for variant in moe_align.VARIANTS}
+    kernels["gate_up"] = quiet_compile(fused_moe.gate_up_program(config, CPU, tensor_cores))
+    kernels["down"] = quiet_compile(fused_moe.down_program(config, CPU, tensor_cores))
+    return fused_moe.fused_moe_launch(config, kernels)
+
+
+#: CPU runs: weights of whole 16-byte rows (the TMA copies) with both products; odd widths (element loads) with
+#: GELU; an expert map with absent experts.
+CPU_EXPERTS = [
+    ((64, 100, 8, 2), {}, True),
+    ((64, 100, 8, 2), {}, False),
+    ((17, 15, 3, 2), {"activation": "gelu"}, True),
+    ((16, 32, 4, 3), {"global_experts": 9}, True),
+]
+
+
+@pytest.mark.parametrize(("args", "kwargs", "tensor_cores"), CPU_EXPERTS, ids=str)
+def test_fused_moe_programs_on_the_cpu_equal_the_torch_backend(
+    args: tuple[int, ...], kwargs: dict[str, Any], tensor_cores: bool
+) -> None:
+    """float32 to its rounding, over token counts of one block and of many, with every token sent to expert 0 first
+    (one expert's many blocks) and without."""
+    config = fused_moe.spec.bind(*args, torch.float32, **kwargs)
+    launch = cpu_experts(config, tensor_cores)
+    reference = torch_fused_moe.fused_moe_tl(*args, torch.float32, **kwargs)
+    for seed, (tokens, geometry) in enumerate([(1, {}), (37, {"one_expert": True}), (200, {})]):
+        x, w13, w2, weights, ids, expert_map = examples(fused_moe.spec).example_inputs(
+            config, tokens, Inputs(seed, "cpu"), geometry
+        )
+        expert_map = expert_map if config.global_experts else None
+        expected = reference(x, w13, w2, weights, ids, expert_map=expert_map)
+        got = launch(x, w13, w2, weights, ids, expert_map)
+        # float32 sums in another order: to its rounding at the scale of the outputs (hundreds here)
+        scale = float(expected.abs().max())
+        message = f"{config.label}, {tokens} tokens, {geometry}"
+        torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-6 * scale, msg=message)
+
+
 # --- the engine's call ---------------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("name", ["moe_route_tl", "moe_align_tl"])
+@pytest.mark.parametrize("name", ["moe_route_tl", "moe_align_tl", "fused_moe_tl"])
 def test_the_engine_call_passes_through_the_frames_test_call_depth_allows(name: str) -> None:
     """tests/kernels/test_call_depth.py counts TileLang's frames on a GPU only; here the same count, the engine's
     kernel (``spec.implementation``'s routes) around the launch of the programs built for the C target (what a GPU
@@ -212,8 +293,11 @@ def test_the_engine_call_passes_through_the_frames_test_call_depth_allows(name: 
     config = kernel_spec.bind(*examples(kernel_spec).benchmark(torch.float32).args)
     if name == "moe_route_tl":
         launch = moe_route.route_launch(config, quiet_compile(moe_route.moe_route_program(config, CPU)))
-    else:
+    elif name == "moe_align_tl":
         launch = cpu_aligner(config)
+    else:  # Qwen3-30B-A3B's experts cut to 256 wide, as test_call_depth cuts them
+        config = kernel_spec.bind(256, 256, 128, 8, torch.float32)
+        launch = cpu_experts(config, tensor_cores=False)
     kernel = kernel_of(kernel_spec, config, launch, "tilelang", None, strided_rows=False, writes_out=False)
     inputs = examples(kernel_spec).example_inputs(config, 1, Inputs(0, "cpu"), {})
     with torch.inference_mode():

@@ -3,6 +3,7 @@
 from .add_rmsnorm import add_rmsnorm_tl as add_rmsnorm_tl
 from .add_rmsnorm_fp8 import add_rmsnorm_fp8_tl as add_rmsnorm_fp8_tl
 from .apply_penalties import apply_penalties_tl as apply_penalties_tl
+from .fused_moe import fused_moe_tl as fused_moe_tl
 from .gelu_and_mul import gelu_and_mul_tl as gelu_and_mul_tl
 from .kv_cache_write import kv_cache_write_tl as kv_cache_write_tl
 from .layernorm import layernorm_tl as layernorm_tl
