@@ -153,8 +153,9 @@ gpu-moe-layer:
 	  echo "exit status $$? after $$SECONDS s"; } 2>&1 | tee $(GPU_OUT)/moe-layer.log
 
 # Issue 36's MoE kernels (moe_route_tl, moe_align_tl, fused_moe_tl): their GPU conformance (Triton, TileLang where
-# it has them) and the whole Triton layer captured in a CUDA graph under set_sync_debug_mode("error") (Qwen3-30B-A3B
-# and DeepSeek-V3 routing, with and without an expert map), then each backend against torch's loop in bench_kernels
+# it has them: the route and the alignment) and the whole Triton layer captured in a CUDA graph under
+# set_sync_debug_mode("error") (Qwen3-30B-A3B and DeepSeek-V3 routing, with and without an expert map; TileLang's
+# route and alignment too, against Triton's), then each backend against torch's loop in bench_kernels
 # (decode 1, 8, 64 tokens in CUDA graphs, prefill 4096): GPU_OUT/moe.{md,json}. 3 to 5 minutes on an H100.
 MOE_CHECK_S ?= 100
 MOE_S ?= 180

@@ -1,11 +1,12 @@
-"""The MoE kernels' Triton path reads nothing on the host, so a CUDA graph can capture it (issue 36).
+"""The MoE kernels' Triton and TileLang paths read nothing on the host, so a CUDA graph can capture them (issue 36).
 
 ``torch.cuda.set_sync_debug_mode`` needs a GPU; here the host side of each call (the spec's checks, the
 allocations, the gathers, the launches) runs on the CPU under a dispatch mode that fails on every torch operator
 that hands a tensor's values to the host (``.item()``, ``nonzero``, ``unique``, ``bincount``, a boolean mask...),
 with ``tolist``/``item``/``cpu``/``numpy`` patched to fail too, and the Triton launches replaced by a recorder: no
 kernel runs, only what the host does around them is seen. The recorded grids must also be the same for any
-routing of the same shapes: sizes from ``T``, ``k``, ``E`` and the block size alone.
+routing of the same shapes: sizes from ``T``, ``k``, ``E`` and the block size alone. TileLang's alignment runs here
+on its programs built for TileLang's C target; on a GPU its route and alignment are captured in a graph.
 """
 
 from __future__ import annotations
@@ -201,3 +202,94 @@ def test_a_cuda_graph_captures_the_moe_layer(tokens, mapped, deepseek):
         layer()
         torch.cuda.synchronize()
     assert torch.equal(replayed, out)
+
+
+def test_tilelang_moe_align_reads_nothing_on_the_host():
+    """TileLang's three launches and their scratch, around the programs built for TileLang's C target (which run:
+    their results are tests/kernels/test_tilelang_moe.py's to judge)."""
+    tilelang = pytest.importorskip("tilelang")
+    from lazyops._backends.tilelang import moe_align as tilelang_moe_align
+    from lazyops._backends.tilelang._dialect import CPU
+
+    experts, top_k, block = 8, 2, 16
+    config = tilelang_moe_align.spec.bind(experts, top_k, block)
+    programs = {name: build(config, CPU) for name, build in tilelang_moe_align.BUILDERS.items()}
+    kernel = tilelang_moe_align.align_launch(
+        config, {name: tilelang.compile(p, target="c") for name, p in programs.items()}
+    )
+    for tokens in (1, 300):
+        padded, blocks = sizes(tokens, top_k, experts, block)
+        for ids in routings(tokens, top_k, experts):
+            outputs = (torch.empty(padded, dtype=torch.int32), torch.empty(blocks, dtype=torch.int32))
+            with NoHostReads():
+                kernel(ids, *outputs, torch.empty(1, dtype=torch.int32))
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="a CUDA graph needs a CUDA device")
+@pytest.mark.parametrize("tokens", [1, 4096])
+@pytest.mark.parametrize("deepseek", [False, True], ids=["Qwen3-30B-A3B", "DeepSeek-V3 routing"])
+def test_a_cuda_graph_captures_tilelangs_route_and_alignment(tokens, deepseek):
+    """TileLang's moe_route_tl and moe_align_tl at Qwen3-30B-A3B's shapes (or DeepSeek-V3's router) under
+    ``set_sync_debug_mode("error")``, captured in one CUDA graph and replayed on new logits: the replay equals an
+    eager call, and Triton's route and alignment of the same logits (ids exactly). The logits are halves (the spec's
+    draw), so both backends' keys are exact and their choices the same."""
+    from lazyops import _api
+    from lazyops._backends.triton.moe_route import moe_route_tl as triton_route
+
+    reason = _api.unavailable_reason("tilelang")
+    if reason:
+        pytest.skip(reason)
+    from lazyops._backends.tilelang.moe_align import moe_align_tl
+    from lazyops._backends.tilelang.moe_route import moe_route_tl
+
+    experts, top_k, block, dtype = 256 if deepseek else 128, 8, 64, torch.bfloat16
+    grouped = {"scoring": "sigmoid", "n_group": 8, "topk_group": 4, "correction_bias": True}
+    options = {**grouped, "routed_scaling_factor": 2.5} if deepseek else {}
+    route, align = moe_route_tl(experts, top_k, dtype, **options), moe_align_tl(experts, top_k, block)
+    low = 0 if deepseek else -8
+
+    def halves() -> torch.Tensor:
+        return (torch.randint(low, 9, (tokens, experts), device="cuda") / 2).to(dtype)
+
+    bias = torch.randint(0, 2, (experts,), device="cuda").float() * -0.5 if deepseek else None
+    logits = halves()
+    weights = torch.empty(tokens, top_k, device="cuda")
+    ids = torch.empty(tokens, top_k, device="cuda", dtype=torch.int32)
+    padded, blocks = sizes(tokens, top_k, experts, block)
+    aligned = (
+        torch.empty(padded, device="cuda", dtype=torch.int32),
+        torch.empty(blocks, device="cuda", dtype=torch.int32),
+        torch.empty(1, device="cuda", dtype=torch.int32),
+    )
+
+    def step() -> None:
+        route(logits, weights, ids, correction_bias=bias)
+        align(ids, *aligned)
+
+    with torch.inference_mode():
+        step()
+        torch.cuda.synchronize()
+        torch.cuda.set_sync_debug_mode("error")
+        try:
+            step()
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph):
+                step()
+        finally:
+            torch.cuda.set_sync_debug_mode(0)
+        logits.copy_(halves())
+        graph.replay()
+        replayed = [tensor.clone() for tensor in (weights, ids, *aligned)]
+        step()
+        triton_weights, triton_ids = torch.empty_like(weights), torch.empty_like(ids)
+        triton_route(experts, top_k, dtype, **options)(logits, triton_weights, triton_ids, correction_bias=bias)
+        triton_aligned = [torch.empty_like(tensor) for tensor in aligned]
+        triton_moe_align.moe_align_tl(experts, top_k, block)(triton_ids, *triton_aligned)
+        torch.cuda.synchronize()
+    for got, want in zip(replayed, (weights, ids, *aligned), strict=True):
+        assert torch.equal(got, want)
+    assert torch.equal(ids, triton_ids)
+    torch.testing.assert_close(weights, triton_weights, rtol=1e-5, atol=1e-6)  # two float32 exps
+    for got, want in zip(aligned, triton_aligned, strict=True):
+        assert torch.equal(got, want)

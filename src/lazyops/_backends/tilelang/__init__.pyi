@@ -3,11 +3,14 @@
 from .add_rmsnorm import add_rmsnorm_tl as add_rmsnorm_tl
 from .add_rmsnorm_fp8 import add_rmsnorm_fp8_tl as add_rmsnorm_fp8_tl
 from .apply_penalties import apply_penalties_tl as apply_penalties_tl
+from .fused_moe import fused_moe_tl as fused_moe_tl
 from .gelu_and_mul import gelu_and_mul_tl as gelu_and_mul_tl
 from .kv_cache_write import kv_cache_write_tl as kv_cache_write_tl
 from .layernorm import layernorm_tl as layernorm_tl
 from .matmul import matmul_tl as matmul_tl
 from .matmul_fp8 import matmul_fp8_tl as matmul_fp8_tl
+from .moe_align import moe_align_tl as moe_align_tl
+from .moe_route import moe_route_tl as moe_route_tl
 from .paged_attention import paged_attention_tl as paged_attention_tl
 from .quant_fp8 import quant_fp8_tl as quant_fp8_tl
 from .rmsnorm import rmsnorm_tl as rmsnorm_tl
