@@ -19,7 +19,9 @@ the torch backend's) except where a sum or an exponential rounds differently: th
 mass is summed lane by lane here and block by block in Triton, and ``exp``/``log`` are CUDA's ``exp2f``/``logf``
 against Triton's approximate instructions, so a top-p or min-p boundary, or two races, within a rounding of each
 other can part them (``tests/kernels/test_sample.py::test_the_backends_draw_the_same_tokens`` holds them equal
-on its fixed draw).
+on its fixed draw). One difference is deliberate: a row without top-p keeps every token whatever the other rows
+of its block ask, where Triton's program bisects all its rows once one asks, which can cut a top-p-free row's
+tokens too small to change a float32 sum of its mass (its draw would then depend on the batch around it).
 
 Log-probabilities (``logprobs=True``): the first pass also sums ``exp(x - max)`` of the raw logits per lane
 (rescaled as the lane's maximum grows), the sampled token's logit is read once more, and the top ``n`` are found in
@@ -271,8 +273,11 @@ def sample_program(vocab: int, dtype: str, logprob: bool = False, top_n: int = 0
                         hi[i] = T.if_then_else(below, T.cast(mid[i], "int64"), hi[i])
                         lo[i] = T.if_then_else(below, lo[i], T.cast(mid[i], "int64") + 1)
             for i in T.Parallel(rows):
-                threshold[i] = T.max(T.cast(lo[i], "int32"), k_key[i])
                 request = T.min(block * rows + i, M - 1)
+                # a row without top-p keeps every token whatever the block's other rows ask: bisected with them, the
+                # tokens too small to change a float32 sum of its mass would be cut
+                top_p_key = T.if_then_else(top_p[request] < T.float32(1), T.cast(lo[i], "int32"), INT32_MIN)
+                threshold[i] = T.max(top_p_key, k_key[i])
                 first = _mix(T.cast(offsets[request] >> 32, "uint32") ^ T.uint32(OFFSET_SALT))
                 first = _mix(T.cast(offsets[request], "uint32") ^ first)
                 first = _mix(T.cast(seeds[request] >> 32, "uint32") ^ first)
