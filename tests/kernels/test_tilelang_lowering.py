@@ -246,6 +246,7 @@ HASH_PRODUCTS = ("2146121005", "2221713035")
         (262144, "bfloat16", True, 20),  # the widest vocabulary issue 37 asks for
         (1000, "float16", True, 3),  # four rows a block
         (5, "float32", False, 1),  # a row a thread: no reduction across threads
+        (100, "bfloat16", False, 0),  # 32 rows a block, no log-probabilities (a layout of its own before)
     ],
 )
 def test_sample_lowers(vocab: int, dtype: str, logprob: bool, top_n: int) -> None:
@@ -262,6 +263,11 @@ def test_sample_lowers(vocab: int, dtype: str, logprob: bool, top_n: int) -> Non
     assert "asks_top_k != 0" in body and "asks_top_p != 0" in body, "a block that asks for neither skips them"
     assert ("logprob_out[" in body) == logprob
     assert ("top_values[" in body) == ("top_ids[" in body) == bool(top_n)
+    plan = sample.plan_sampling(vocab)
+    lanes = re.findall(r"(?:float|int) lane_\w+\[(\d+)\];", body)
+    assert lanes and {int(n) for n in lanes} == {plan.rows * plan.cols // plan.threads}, (
+        "each thread its share of lanes"
+    )
     if vocab >= 1000:  # a row spread over the block: the argmax's lowest id and the sums are block reductions
         assert "tl::AllReduce<tl::MinOp" in body and "tl::AllReduce<tl::SumOp" in body
 

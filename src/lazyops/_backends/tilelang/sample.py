@@ -92,6 +92,20 @@ def plan_sampling(vocab: int) -> SamplePlan:
     return SamplePlan(rows, cols, threads, -(-vocab // cols))
 
 
+def lane_layout(plan: SamplePlan, vec: int) -> Any:
+    """Where the block's ``[rows, cols]`` lanes live: runs of ``vec`` tokens of a row (16 bytes of the logits) dealt
+    to the threads in turn, so that a pass reads each row in vectors, coalesced. Fixed, not inferred: left to
+    TileLang 0.1.15, the layout of a program without log-probabilities put a whole row in every thread when a block
+    holds several rows."""
+    from tilelang.layout import Fragment
+
+    def forward(i: Any, j: Any) -> tuple[Any, Any]:
+        flat = i * plan.cols + j
+        return (flat // vec) % plan.threads, flat // (vec * plan.threads) * vec + flat % vec
+
+    return Fragment((plan.rows, plan.cols), forward_fn=forward)
+
+
 @T.macro
 def _mix(x: Any) -> Any:
     """The spec's lowbias32 in uint32: a product wraps at 2**32 where torch and Triton mask an int64 one."""
@@ -122,6 +136,7 @@ def sample_program(vocab: int, dtype: str, logprob: bool = False, top_n: int = 0
     x_stride = T.dynamic("x_stride", INDEX)
     vec = vector_elements(vocab, dtype)
     neg_inf = -T.infinity(F32)
+    layout = lane_layout(plan, vec)
 
     def logit(logits: Any, request: Any, col: Any) -> Any:
         # a lane past the row reads nothing and holds -inf
@@ -165,6 +180,15 @@ def sample_program(vocab: int, dtype: str, logprob: bool = False, top_n: int = 0
             reduced_id = T.alloc_fragment((rows,), "int32")
             key1 = T.alloc_fragment((rows,), "uint32")
             key2 = T.alloc_fragment((rows,), "uint32")
+            if top_n:
+                lane_key = T.alloc_fragment((rows, cols), "int32")
+                previous_key = T.alloc_fragment((rows,), "int32")
+                previous_id = T.alloc_fragment((rows,), "int32")
+                reduced_key = T.alloc_fragment((rows,), "int32")
+            lanes = {lane_value: layout, lane_id: layout, lane_sum: layout}
+            if top_n:
+                lanes[lane_key] = layout
+            T.annotate_layout(lanes)
             asks_top_k = T.alloc_var("int32", init=0)
             asks_top_p = T.alloc_var("int32", init=0)
 
@@ -174,13 +198,6 @@ def sample_program(vocab: int, dtype: str, logprob: bool = False, top_n: int = 0
                     asks_top_k = 1
                 if top_p[request] < T.float32(1):
                     asks_top_p = 1
-            for i in T.Parallel(rows):
-                request = T.min(block * rows + i, M - 1)
-                t = temperature[request]
-                inv_t[i] = T.float32(1) / T.if_then_else(t > T.float32(0), t, T.float32(1))
-                asked = top_k[request]
-                k[i] = T.if_then_else(asked <= 0 or asked > vocab, vocab + 1, T.cast(asked, "int32"))
-                floor[i] = min_p[request]
 
             # pass 1: the greedy token (ties to the lowest id), the row's maximum, and each lane's sum of exp(x - max)
             T.fill(lane_value, neg_inf)
@@ -211,10 +228,21 @@ def sample_program(vocab: int, dtype: str, logprob: bool = False, top_n: int = 0
             for i, j in T.Parallel(rows, cols):
                 lane_id[i, j] = T.if_then_else(lane_value[i, j] == best[i], lane_id[i, j], vocab)
             T.reduce_min(lane_id, best_id, dim=1)
+            # the row's parameters, in the loop over the reduced maximum: so laid out as it is, where each row's lanes
+            # are (read first, their layout would be inferred alone, and could hold a whole row in each thread)
             for i in T.Parallel(rows):
+                request = T.min(block * rows + i, M - 1)
+                t = temperature[request]
+                inv_t[i] = T.float32(1) / T.if_then_else(t > T.float32(0), t, T.float32(1))
+                asked = top_k[request]
+                k[i] = T.if_then_else(asked <= 0 or asked > vocab, vocab + 1, T.cast(asked, "int32"))
+                floor[i] = min_p[request]
                 z_max[i] = best[i] * inv_t[i]  # max(x * s) exactly: rounding x * s is monotonic in x for s > 0
                 lo[i] = INT32_MIN
                 hi[i] = T.cast(_key(z_max[i]), "int64")
+                if top_n:  # before the first of the top n: every token
+                    previous_key[i] = INT32_MAX
+                    previous_id[i] = -1
 
             # top-k: the smallest key t with fewer than k tokens above it (no row asks: the lowest key, all kept)
             if asks_top_k != 0:
@@ -316,13 +344,6 @@ def sample_program(vocab: int, dtype: str, logprob: bool = False, top_n: int = 0
 
             if top_n:
                 # each pass the largest (key, lowest id) strictly after the previous one in that order
-                lane_key = T.alloc_fragment((rows, cols), "int32")
-                previous_key = T.alloc_fragment((rows,), "int32")
-                previous_id = T.alloc_fragment((rows,), "int32")
-                reduced_key = T.alloc_fragment((rows,), "int32")
-                for i in T.Parallel(rows):
-                    previous_key[i] = INT32_MAX
-                    previous_id[i] = -1
                 for rank in T.serial(top_n):
                     T.fill(lane_key, INT32_MIN)
                     T.fill(lane_id, vocab)
