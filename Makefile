@@ -114,7 +114,7 @@ gpu-kernels:
 	$(call limit,$(KERNELS_S)) $(PYTHON) benchmarks/bench_kernels.py --out $(GPU_OUT)
 
 # Sampling (issue 37): sample_tl and apply_penalties_tl: the conformance kit on the device (one case per configuration class), its kernel tests
-# (log-probabilities, logit bias and token bitmask included; TileLang's penalties too), then bench_kernels.py
+# (log-probabilities, logit bias and token bitmask included; TileLang's sampler and penalties too), then bench_kernels.py
 # --sampling (B = 1, 16, 64, 256 at V = 128256 and 151936, float32 and bf16, against vLLM's torch path,
 # torch.compile of the spec's definition at V = 128256 and torch.multinomial; sample_tl with top-5 log-probabilities
 # and apply_penalties_tl with a logit bias and a bitmask in bf16): GPU_OUT/sampling.{md,json} and

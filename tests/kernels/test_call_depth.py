@@ -157,10 +157,10 @@ def test_the_triton_launchers_direct_path_is_one_frame() -> None:
 
 def test_tilelangs_launches_are_one_frame() -> None:
     """A TileLang kernel's launch calls the compiled executable (C, through TVM's FFI) from the closure the kernel
-    calls: one lazyops frame for the row kernels and rope where every argument is taken as it lies. The stand-in
-    is the executable."""
+    calls: one lazyops frame for the row kernels, rope and the sampler where every argument is taken as it lies. The
+    stand-in is the executable."""
     pytest.importorskip("tilelang")
-    from lazyops._backends.tilelang import rope
+    from lazyops._backends.tilelang import rope, sample
     from lazyops._backends.tilelang._runtime import launch_out_of_place
     from lazyops.specs.rmsnorm import spec as rmsnorm_spec
 
@@ -177,4 +177,12 @@ def test_tilelangs_launches_are_one_frame() -> None:
     positions, cache = torch.zeros(1, dtype=torch.int64), torch.ones(16, 128)
     query, key = torch.ones(1, 32 * 128, dtype=torch.bfloat16), torch.ones(1, 8 * 128, dtype=torch.bfloat16)
     assert lazyops_frames(lambda: rotate(positions, query, key, cache)) == ["_backends/tilelang/rope.py:rope"]
-    assert launched == [3, 4], "both launched the executable"
+
+    draw = sample.sample_launch(sample.spec.bind(16, torch.bfloat16), {(False, False): executable})
+    logits, ints = torch.ones(1, 16, dtype=torch.bfloat16), torch.zeros(1, dtype=torch.int64)
+    params = (torch.ones(1), ints, torch.ones(1), torch.zeros(1), ints, ints)
+    tokens = torch.zeros(1, dtype=torch.int64)
+    assert lazyops_frames(lambda: draw(logits, *params, None, None, None, tokens)) == [
+        "_backends/tilelang/sample.py:sample"
+    ]
+    assert launched == [3, 4, 11], "each launched the executable"

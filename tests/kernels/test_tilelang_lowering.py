@@ -30,6 +30,7 @@ from lazyops._backends.tilelang import (  # noqa: E402
     rmsnorm,
     rmsnorm_fp8,
     rope,
+    sample,
     silu_and_mul,
     softmax,
 )
@@ -227,6 +228,112 @@ def test_apply_penalties_lowers(n: int, dtype: str, bias: bool, mask: bool) -> N
     body = source[source.index("{", source.index("__global__")) :]
     assert ("k < K" in body) == bias
     assert ("allowed[" in body) == mask
+
+
+# --- sampling (issue 37) -----------------------------------------------------------------------------------------
+
+#: The spec's lowbias32 multipliers (0x7FEB352D, 0x846CA68B) as the CUDA source writes its uint32 products.
+HASH_PRODUCTS = ("2146121005", "2221713035")
+
+
+@pytest.mark.parametrize(
+    ("vocab", "dtype", "logprob", "top_n"),
+    [
+        (128256, "bfloat16", False, 0),
+        (128256, "bfloat16", True, 0),
+        (128256, "float16", False, 5),
+        (151936, "float32", True, 5),
+        (262144, "bfloat16", True, 20),  # the widest vocabulary issue 37 asks for
+        (1000, "float16", True, 3),  # four rows a block
+        (5, "float32", False, 1),  # a row a thread: no reduction across threads
+        (100, "bfloat16", False, 0),  # 32 rows a block, no log-probabilities (a layout of its own before)
+    ],
+)
+def test_sample_lowers(vocab: int, dtype: str, logprob: bool, top_n: int) -> None:
+    """Every variant of sample_tl's program: one kernel for any request count, the logits at a 64-bit row stride,
+    the spec's hash as uint32 products, top-k's and top-p's bisections behind the block's flags, each buffer stored
+    only by the variant that writes it. (TileLang's ``target="c"`` cannot run it on the CPU: 0.1.15 lowers no block
+    reduction of a fragment there.)"""
+    source = lower(sample.sample_program(vocab, dtype, logprob, top_n))
+    signature = kernel_signature(source)
+    assert "int64_t M" in signature and "int64_t x_stride" in signature, signature
+    assert "(int)blockIdx" not in source, "a block index is used in 32 bits"
+    body = source[source.index("{", source.index("__global__")) :]
+    assert all(product in body for product in HASH_PRODUCTS), "the uniforms' hash must be the spec's"
+    assert "asks_top_k != 0" in body and "asks_top_p != 0" in body, "a block that asks for neither skips them"
+    assert ("logprob_out[" in body) == logprob
+    assert ("top_values[" in body) == ("top_ids[" in body) == bool(top_n)
+    plan = sample.plan_sampling(vocab)
+    lanes = re.findall(r"(?:float|int) lane_\w+\[(\d+)\];", body)
+    assert lanes and {int(n) for n in lanes} == {plan.rows * plan.cols // plan.threads}, (
+        "each thread its share of lanes"
+    )
+    if vocab >= 1000:  # a row spread over the block: the argmax's lowest id and the sums are block reductions
+        assert "tl::AllReduce<tl::MinOp" in body and "tl::AllReduce<tl::SumOp" in body
+
+
+def test_sample_compiles_a_variant_for_each_buffer_a_call_may_leave_out() -> None:
+    from lazyops._errors import KernelInputError
+
+    plain = sample.spec.bind(128256, torch.bfloat16)
+    assert list(sample.programs(plain)) == [(False, False)]
+    logprob = sample.spec.bind(100, torch.float32, logprobs=True)
+    assert list(sample.programs(logprob)) == [(False, False), (True, False)]
+    top = sample.spec.bind(100, torch.float32, logprobs=True, top_n=5)
+    assert set(sample.programs(top)) == {(False, False), (False, True), (True, False), (True, True)}
+    wide = sample.spec.bind(2**24 + 1, torch.float32)
+    assert "2**24" in (sample.unsupported(wide) or "")
+    with pytest.raises(KernelInputError, match="does not serve it"):
+        sample.programs(wide)
+
+
+def test_sample_launch_passes_placeholders_and_copies_what_the_program_cannot_take() -> None:
+    """A buffer left out is a placeholder of its dtype and shape; misaligned logits and a strided ``out`` go through
+    copies, ``out`` written back, and the placeholders made from the copies (never copied back over a result)."""
+    config = sample.spec.bind(16, torch.bfloat16, logprobs=True, top_n=2)
+    seen: dict[tuple[bool, bool], tuple[torch.Tensor, ...]] = {}
+
+    def recorder(variant: tuple[bool, bool]) -> Any:
+        def kernel(*args: torch.Tensor) -> None:
+            seen[variant] = args
+            args[7].fill_(3)
+
+        return kernel
+
+    launch = sample.sample_launch(config, {variant: recorder(variant) for variant in sample.variants(config)})
+    rows = 4
+    logits = torch.zeros(rows, 16, dtype=torch.bfloat16)
+    params = (
+        torch.ones(rows),
+        torch.zeros(rows, dtype=torch.int64),
+        torch.ones(rows),
+        torch.zeros(rows),
+        torch.zeros(rows, dtype=torch.int64),
+        torch.zeros(rows, dtype=torch.int64),
+    )
+    out = torch.zeros(rows, dtype=torch.int64)
+    launch(logits, *params, None, None, None, out)
+    args = seen[False, False]
+    assert args[0] is logits and args[7] is out and bool((out == 3).all())
+    assert args[8] is params[0]
+    assert (args[9].shape, args[9].dtype, args[10].shape, args[10].dtype) == (
+        (rows, 1),
+        torch.float32,
+        (rows, 1),
+        torch.int64,
+    )
+
+    logprob, top, ids = torch.empty(rows), torch.empty(rows, 2), torch.empty(rows, 2, dtype=torch.int64)
+    launch(logits, *params, logprob, top, ids, out)
+    assert all(given is passed for given, passed in zip((logprob, top, ids), seen[True, True][8:], strict=True))
+
+    shifted = torch.zeros(rows * 16 + 1, dtype=torch.bfloat16)[1:].view(rows, 16)
+    strided_out = torch.zeros(rows, 2, dtype=torch.int64)[:, 0]
+    launch(shifted, *params, None, None, None, strided_out)
+    args = seen[False, False]
+    assert args[0] is not shifted and args[0].data_ptr() % 64 == 0
+    assert args[7] is not strided_out and args[7].is_contiguous() and bool((strided_out == 3).all())
+    assert args[10].data_ptr() == args[7].data_ptr(), "the top_ids placeholder is the copy of out"
 
 
 @pytest.mark.parametrize("tanh", (False, True))

@@ -16,6 +16,7 @@ from .quant_fp8 import quant_fp8_tl as quant_fp8_tl
 from .rmsnorm import rmsnorm_tl as rmsnorm_tl
 from .rmsnorm_fp8 import rmsnorm_fp8_tl as rmsnorm_fp8_tl
 from .rope import rope_tl as rope_tl
+from .sample import sample_tl as sample_tl
 from .silu_and_mul import silu_and_mul_tl as silu_and_mul_tl
 from .silu_and_mul_fp8 import silu_and_mul_fp8_tl as silu_and_mul_fp8_tl
 from .softmax import softmax_tl as softmax_tl
