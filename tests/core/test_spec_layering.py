@@ -11,15 +11,14 @@ import lazyops
 
 SPECS = Path(lazyops.__file__).parent / "specs"
 #: Specs that still carry their own examples: the sampling, fp8 and MoE families, whose examples move to
-#: ``lazyops.testing.cases`` next (their specs were being edited when the others moved; moe_align came after;
-#: silu_and_mul_fp8 inherits quant_fp8's). Remove each as it moves.
+#: ``lazyops.testing.cases`` next (their specs were being edited when the others moved; moe_align came after).
+#: Remove each as it moves.
 NOT_YET_MOVED = {
     "apply_penalties",
     "fused_moe",
     "matmul_fp8",
     "moe_align",
     "moe_route",
-    "quant_fp8",
     "sample",
 }
 FORBIDDEN = ("hypothesis", "lazyops.testing")

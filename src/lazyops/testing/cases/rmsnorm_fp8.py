@@ -10,8 +10,9 @@ import torch
 from hypothesis import strategies as st
 
 from lazyops.specs._params import Param
-from lazyops.specs.quant_fp8 import scale_shape, written_scale
+from lazyops.specs.quant_fp8 import scale_shape
 from lazyops.specs.rmsnorm_fp8 import NormFP8Config, spec
+from lazyops.testing.cases.quant_fp8 import written_scale
 from lazyops.testing.cases.rmsnorm import NormExamples
 
 
