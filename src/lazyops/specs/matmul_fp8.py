@@ -37,6 +37,7 @@ from lazyops.specs import _arguments as arguments
 from lazyops.specs import _checks as checks
 from lazyops.specs._params import Fixed, Other, Out, Rows
 from lazyops.specs._spec import Example, KernelSpec, Traffic
+from lazyops.specs._tolerance import TOLERANCE
 from lazyops.specs.rmsnorm_fp8 import FP8_DTYPE, FP8_MAX
 
 #: the scale kinds
@@ -178,8 +179,6 @@ class MatmulFP8Spec(KernelSpec):
 
     def tolerance(self, config: MatmulFP8Config) -> float:
         """The output dtype's tolerance plus float32 accumulation over ``k`` (see the module's docstring)."""
-        from lazyops.testing._compare import TOLERANCE
-
         return TOLERANCE[config.dtype] + ACCUMULATION * math.sqrt(config.k)
 
     def check(self, config: MatmulFP8Config, *args: Any) -> None:
