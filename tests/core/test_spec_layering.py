@@ -16,7 +16,6 @@ SPECS = Path(lazyops.__file__).parent / "specs"
 NOT_YET_MOVED = {
     "apply_penalties",
     "fused_moe",
-    "matmul_fp8",
     "moe_align",
     "moe_route",
     "sample",
