@@ -18,7 +18,6 @@ NOT_YET_MOVED = {
     "fused_moe",
     "moe_align",
     "moe_route",
-    "sample",
 }
 FORBIDDEN = ("hypothesis", "lazyops.testing")
 
