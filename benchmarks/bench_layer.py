@@ -20,11 +20,12 @@ CUDA graph); each layer first checked against torch's in float32. Goals: >= 1.15
 at decode. ``--plan FILE``: also the layer of lazyops' namespace under ``LAZYOPS_PLAN=FILE LAZYOPS_PLAN_STRICT=1``;
 ``--build-only``: build those kernels and stop (the trace for ``bench_tune.py``). ``--ceiling``: at prefill, the layer's
 *skeleton* per GEMM provider (GEMMs and attention only): torch.compile over the fastest is the *bound* of any lazyops
-layer; the *floor* adds the memory-bound kernels' bytes (``spec.traffic``) at the device's copy rate. ``--hf``: a
-Hugging Face ``LlamaForCausalLM`` of these shapes, 4 layers, bf16: stock (SDPA), ``lazyops.transformers.patch`` and
-liger-kernel's ``apply_liger_kernel_to_llama``, interleaved: prefill 2048 (stream time), an eager decode step at batch 1
-and 32 over 512 cached tokens (host time: eager decode is host-bound), and ``generate_batch`` (tokens/s; stock with
-each paged attention transformers has here), each first checked against stock's logits (results ``hf.{md,json}``).
+layer; the *floor* adds the memory-bound kernels' bytes (``examples(spec).traffic``) at the device's copy rate.
+``--hf``: a Hugging Face ``LlamaForCausalLM`` of these shapes, 4 layers, bf16: stock (SDPA),
+``lazyops.transformers.patch`` and liger-kernel's ``apply_liger_kernel_to_llama``, interleaved: prefill 2048 (stream
+time), an eager decode step at batch 1 and 32 over 512 cached tokens (host time: eager decode is host-bound), and
+``generate_batch`` (tokens/s; stock with each paged attention transformers has here), each first checked against stock's
+logits (results ``hf.{md,json}``).
 ``--moe mixtral-8x7b|qwen3-30b-a3b`` (issue 36): that model's attention shapes (no Qwen3 q/k norms) and a sparse MoE
 block for the MLP: the router's GEMM, the top-k (``moe_route_tl``; torch: softmax, ``topk``, renormalised) and the
 experts (``fused_moe_tl``; torch: ``torch._grouped_mm`` over the assignments sorted by expert, no host read, so a

@@ -118,7 +118,7 @@ PeerBuilder = Callable[[Any], Any]
 @dataclass(frozen=True)
 class Impl:
     """One implementation of one kernel: ``build(example) -> call`` (or a :class:`Peer`), ``example`` being the
-    factory arguments (a ``lazyops.specs.Example``: what ``spec.benchmark`` gives).
+    factory arguments (a ``lazyops.specs.Example``: what ``examples(spec).benchmark`` gives).
 
     ``kind`` is ``"lazyops"`` for a backend's kernel, ``"peer"`` for anything it is compared against,
     ``"ceiling"`` for what bounds them all (never ranked as a peer).
@@ -216,7 +216,7 @@ _chosen: dict[str, Callable[[Any], Any]] = {}
 @contextlib.contextmanager
 def configured(kernel: str, chosen: Callable[[Any], Any]) -> Iterator[None]:
     """Inside the block, benchmarks of ``kernel`` time ``chosen(dtype)`` (an ``Example``) instead of
-    ``spec.benchmark(dtype)``: ``bench_kernels.py --sampling``'s vocabularies and options."""
+    ``examples(spec).benchmark(dtype)``: ``bench_kernels.py --sampling``'s vocabularies and options."""
     name = kernel_name(kernel)
     _chosen[name] = chosen
     try:
@@ -514,8 +514,8 @@ def measure(
 ) -> list[Row]:
     """Stream time of each implementation at each token count: one :class:`Row` each.
 
-    Every implementation gets the same inputs (``spec.example_inputs``, seeded); on CUDA the calls cycle through
-    enough input sets to hold ``rotate_bytes`` (default :data:`ROTATE_BYTES`), on the host one set serves. The
+    Every implementation gets the same inputs (``examples(spec).example_inputs``, seeded); on CUDA the calls cycle
+    through enough input sets to hold ``rotate_bytes`` (default :data:`ROTATE_BYTES`), on the host one set serves. The
     implementations are interleaved (:func:`interleave`), ``round_s`` of calls each a round. ``first_call_s`` is
     the first call's wall time (compiles included).
     """

@@ -1,7 +1,7 @@
 """What the RMSNorm family shares: ``rmsnorm_tl``, ``add_rmsnorm_tl`` and their float8 forms take one configuration
-(``n``, ``dtype``, ``eps``, ``weight_dtype``, ``weight_offset``), one weight parameter, one definition of the norm
-and the same conformance cases. A member declares its parameters, its output and its reference; this base writes
-the factory's arguments once.
+(``n``, ``dtype``, ``eps``, ``weight_dtype``, ``weight_offset``), one weight parameter and one definition of the
+norm (and the same conformance cases: ``lazyops.testing.cases.rmsnorm``). A member declares its parameters, its
+output and its reference; this base writes the factory's arguments once.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import torch
 from lazyops._errors import KernelInputError
 from lazyops.specs import _arguments as arguments
 from lazyops.specs._params import Fixed
-from lazyops.specs._spec import Example, KernelSpec
+from lazyops.specs._spec import KernelSpec
 
 #: The norms' learned scale: ``weight[n]`` in ``weight_dtype`` (float32 under 16-bit activations for Gemma-style
 #: checkpoints).
@@ -76,13 +76,3 @@ class NormSpec(KernelSpec):
         return NormConfig(
             n, dtype, eps, weight_dtype, weight_offset, norm_label(factory, n, dtype, eps, weight_dtype, weight_offset)
         )
-
-    def cases(self) -> Any:
-        """The family's conformance cases, for the fp8 norms' own ``cases()`` (``super().cases()``), which move to
-        ``lazyops.testing.cases`` next; the kit reads ``lazyops.testing.cases.rmsnorm`` for the others."""
-        from lazyops.testing.strategies import norm_cases  # allowed until the fp8 norms' examples move
-
-        return norm_cases(self)
-
-    def benchmark(self, dtype: torch.dtype) -> Example:  # the fp8 norms' too, until their examples move
-        return Example((4096, dtype))

@@ -1,8 +1,9 @@
 """A kernel call's parameters, declared once: ``Rows("x")``, ``Fixed("weight", shape=("n",))``, ``Out(like="x")``.
 
 A spec lists what its kernel call takes and gives; everything that follows from that list is derived from it in
-one place (``_spec.KernelSpec``): the checks every call passes, the fast path's layout, the examples the conformance
-kit draws, the bytes a benchmark counts. A fact about a shape is written here once, never three times.
+one place (``_spec.KernelSpec``): the checks every call passes, the fast path's layout, the output's shape; and, in
+the kernel's examples (``lazyops.testing.cases``), the inputs the conformance kit draws and the bytes a benchmark
+counts. A fact about a shape is written here once, never three times.
 
 Sizes and dtypes refer to the kernel's static configuration by field name (``width="n"``, ``dtype="weight_dtype"``)
 or are given as they are (an int, a ``torch.dtype``); a size may also be a function of the configuration
@@ -45,8 +46,8 @@ class Rows:
     the spec checks the width itself (rope's query holds any number of heads).
 
     ``mutated``: the call updates it in place (``add_rmsnorm``'s residual). ``scale``: the spread of the values the
-    examples draw for it (a residual stream is wider than the activation added to it); ``draw(inputs, config,
-    tokens, geometry)`` makes them instead where normal values would not test the kernel (masked logits).
+    examples draw for it (a residual stream is wider than the activation added to it); where normal values would not
+    test the kernel (masked logits) the examples draw it themselves (``Examples.draws``).
     """
 
     name: str
@@ -54,21 +55,15 @@ class Rows:
     dtype: DType = "dtype"
     mutated: bool = False
     scale: float = 1.0
-    draw: Callable[[Any, Any, int, Any], Any] | None = None
 
 
 @dataclass(frozen=True)
 class Fixed:
-    """An input not indexed by token (a weight, a per-tensor scale): exactly ``shape``, dense.
-
-    ``draw(inputs, config, tokens, geometry)`` makes its example value where standard normal values would not do
-    (a float8 scale).
-    """
+    """An input not indexed by token (a weight, a per-tensor scale): exactly ``shape``, dense."""
 
     name: str
     shape: tuple[Size, ...]
     dtype: DType = "dtype"
-    draw: Callable[[Any, Any, int, Any], Any] | None = None
 
 
 @dataclass(frozen=True)
@@ -85,8 +80,8 @@ class Out:
 
 @dataclass(frozen=True)
 class Other:
-    """A parameter whose spec checks, lays out and draws it itself (rope's positions, attention's block table): a
-    spec that declares one overrides what the declarations cannot derive for it.
+    """A parameter whose spec checks and lays out itself (rope's positions, attention's block table): a spec that
+    declares one overrides what the declarations cannot derive for it, and its examples draw and count it.
 
     ``keyword``: a keyword-only tensor the call may leave out (an fp8 cache's ``k_scale=``); declared after every
     positional parameter. Inside lazyops it travels as the last positional arguments, ``None`` when left out (the

@@ -138,7 +138,7 @@ class KernelSpec:
         raise NotImplementedError
 
     def tolerance(self, config: Any) -> float | None:
-        """The relative tolerance the returned tensor is judged by, where its dtype's (``testing._compare.TOLERANCE``)
+        """The relative tolerance the returned tensor is judged by, where its dtype's (``specs._tolerance.TOLERANCE``)
         is not what a correct kernel reaches (a GEMM's grows with ``k``); None: the dtype's."""
         return None
 

@@ -24,7 +24,7 @@ requests, and a CUDA graph captured once serves any values.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from typing import Any, Protocol
 
 import torch
@@ -33,7 +33,7 @@ from lazyops._errors import KernelInputError
 from lazyops.specs import _checks as checks
 from lazyops.specs._arguments import RowConfig, row_config
 from lazyops.specs._params import Other, Param, Rows
-from lazyops.specs._spec import Example, KernelSpec, Traffic
+from lazyops.specs._spec import KernelSpec
 
 
 class ApplyPenaltiesKernel(Protocol):
@@ -63,27 +63,6 @@ class ApplyPenaltiesKernel(Protocol):
 
 #: The configuration of ``apply_penalties_tl``: the vocabulary ``n`` and the logits' dtype.
 ApplyPenaltiesConfig = RowConfig
-
-
-def _counts(draw: Any, config: RowConfig, tokens: int, geometry: Any) -> torch.Tensor:
-    """Counts of 0 (most tokens), 1 and a few: a request's generated tokens so far."""
-    counts = draw.randint(8, tokens, config.n, dtype=torch.int32, device="cpu")
-    counts = torch.where(counts > 4, counts - 4, torch.zeros_like(counts))
-    return counts.to(draw.device)
-
-
-def _mask(draw: Any, config: RowConfig, tokens: int, geometry: Any) -> torch.Tensor:
-    return (draw.randint(4, tokens, config.n, dtype=torch.int32, device="cpu") == 0).to(draw.device)  # type: ignore[no-any-return]
-
-
-def _column(low: float, high: float) -> Any:
-    def draw_column(draw: Any, config: RowConfig, tokens: int, geometry: Any) -> torch.Tensor:
-        values = torch.rand(tokens, 1, generator=draw.generator) * (high - low) + low
-        off = torch.rand(tokens, 1, generator=draw.generator) < 0.25  # a quarter of the requests leave it off
-        values = torch.where(off, torch.full_like(values, 1.0 if low >= 1 else 0.0), values)
-        return values.to(draw.device)
-
-    return draw_column
 
 
 def given(tensor: torch.Tensor | None) -> bool:
@@ -134,45 +113,16 @@ def penalised(
     return x
 
 
-def _bias(draw: Any, config: RowConfig, tokens: int, geometry: Mapping[str, Any]) -> tuple[torch.Tensor, ...]:
-    """``K`` bias entries a request, a few of them padding (-1) and a repeated id, values of a few units; empty
-    (left out) unless ``geometry["bias"]``."""
-    count = int(geometry.get("bias", 0))
-    if not count:
-        empty = torch.empty(0, dtype=torch.int32, device=draw.device)
-        return empty, torch.empty(0, dtype=torch.float32, device=draw.device)
-    g = draw.generator
-    ids = torch.randint(-1, config.n, (tokens, count), generator=g, dtype=torch.int32)
-    if count > 1:
-        ids[:, -1] = ids[:, 0]  # a repeated id: the values add
-    values = torch.randn(tokens, count, generator=g) * 4
-    return ids.to(draw.device), values.to(draw.device)
-
-
-def _allowed(draw: Any, config: RowConfig, tokens: int, geometry: Mapping[str, Any]) -> torch.Tensor:
-    """A bitmask allowing about ``geometry["mask"]`` of the tokens, one row with every bit set (no mask); empty
-    (left out) unless it is given."""
-    share = float(geometry.get("mask", 0.0))
-    if not share:
-        return torch.empty(0, dtype=torch.int32, device=draw.device)
-    words = -(-config.n // 32)
-    bits = torch.rand(tokens, words * 32, generator=draw.generator) < share
-    bits[:1] = True  # a request without a mask: every bit set
-    weights = torch.tensor([1 << i for i in range(32)], dtype=torch.int64)
-    packed = (bits.view(tokens, words, 32).long() * weights).sum(dim=-1)
-    return torch.where(packed >= 2**31, packed - 2**32, packed).to(torch.int32).to(draw.device)
-
-
 class ApplyPenaltiesSpec(KernelSpec):
     name = "apply_penalties_tl"
     kernel_type = ApplyPenaltiesKernel
     params = (
         Rows("logits", mutated=True, scale=3.0),
-        Rows("output_counts", dtype=torch.int32, draw=_counts),
-        Rows("prompt_mask", dtype=torch.bool, draw=_mask),
-        Rows("repetition", width=1, dtype=torch.float32, draw=_column(1.0, 2.0)),
-        Rows("frequency", width=1, dtype=torch.float32, draw=_column(-0.5, 1.0)),
-        Rows("presence", width=1, dtype=torch.float32, draw=_column(-0.5, 1.0)),
+        Rows("output_counts", dtype=torch.int32),
+        Rows("prompt_mask", dtype=torch.bool),
+        Rows("repetition", width=1, dtype=torch.float32),
+        Rows("frequency", width=1, dtype=torch.float32),
+        Rows("presence", width=1, dtype=torch.float32),
         Other("bias_ids", keyword=True),
         Other("bias_values", keyword=True),
         Other("allowed", keyword=True),
@@ -273,42 +223,10 @@ class ApplyPenaltiesSpec(KernelSpec):
 
         return accepts
 
-    def draw_other(self, config: RowConfig, param: Param, tokens: int, draw: Any, geometry: Mapping[str, Any]) -> Any:
-        if param.name == "allowed":
-            return _allowed(draw, config, tokens, geometry)
-        return _bias(draw, config, tokens, geometry)[0 if param.name == "bias_ids" else 1]
-
-    def other_bytes(self, config: RowConfig, param: Param, tokens: int) -> int:
-        return 0  # counted by traffic(), which knows the geometry
-
-    def traffic(self, config: RowConfig, tokens: int, geometry: Mapping[str, Any]) -> Traffic:
-        """The derived bytes, plus ``K`` bias entries (8 bytes each) and the bitmask a row where the geometry asks
-        for them."""
-        # the derived count, this spec's other_bytes included (its examples move to testing/cases next)
-        from lazyops.testing.cases._base import Examples, SpecExamples
-
-        moved = Examples.traffic(SpecExamples(self), config, tokens, geometry).bytes
-        moved += tokens * 8 * int(geometry.get("bias", 0))
-        moved += tokens * 4 * -(-config.n // 32) if geometry.get("mask") else 0
-        return Traffic(bytes=moved)
-
     def reference(self, config: RowConfig, logits: torch.Tensor, *rest: Any) -> tuple[torch.Tensor]:  # type: ignore[override]
         rows = logits.reshape(-1, config.n)
         flat = tuple(t.reshape(rows.shape[0], -1) if isinstance(t, torch.Tensor) and t.numel() else t for t in rest)
         return (penalised(rows, *flat).reshape(logits.shape),)
-
-    def cases(self) -> Any:
-        from hypothesis import strategies as st
-
-        from lazyops.testing import strategies
-
-        geometry = st.fixed_dictionaries(
-            {"bias": st.sampled_from([0, 0, 1, 5]), "mask": st.sampled_from([0.0, 0.0, 0.5, 0.02])}
-        )
-        return strategies.row_cases(self.name, geometry=geometry)
-
-    def benchmark(self, dtype: torch.dtype) -> Example:
-        return Example((128256, dtype))
 
 
 spec = ApplyPenaltiesSpec()

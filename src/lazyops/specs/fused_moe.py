@@ -12,7 +12,7 @@ absent expert contributes nothing (vLLM's ``expert_map``).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -22,15 +22,9 @@ from lazyops._errors import KernelInputError
 from lazyops.specs import _arguments as arguments
 from lazyops.specs import _checks as checks
 from lazyops.specs._params import Fixed, Other, Out, Rows
-from lazyops.specs._spec import Example, KernelSpec, Traffic
+from lazyops.specs._spec import KernelSpec
 
-#: Hidden and intermediate sizes: below, at and past the tile sides (16 to 128), and odd ones.
-SIZES = (1, 8, 15, 16, 17, 32, 64, 100, 128)
-#: Expert counts from one (a dense MLP) to DeepSeek-V3's 256.
-EXPERTS = (1, 2, 3, 8, 16, 60, 128, 256)
 ACTIVATIONS = ("silu", "gelu")
-#: A token is charged its products / this many elements of the budget: 3k GEMMs a token, fewer tokens than matmul (30).
-PRODUCTS_PER_ELEMENT = 6
 
 
 class FusedMoeKernel(Protocol):
@@ -77,25 +71,6 @@ def activate(activation: str, gate: torch.Tensor) -> torch.Tensor:
     return torch.nn.functional.gelu(gate, approximate="tanh")
 
 
-def draw_ids(inputs: Any, config: FusedMoeConfig, tokens: int, geometry: Mapping[str, Any]) -> torch.Tensor:
-    """``k`` distinct experts a token (global ones under an expert map), from a skewed preference: a few experts
-    take most tokens and some none (the imbalance that breaks the per-expert blocks); ``geometry["one_expert"]``
-    sends every token to expert 0 first."""
-    generator = inputs.generator
-    experts = config.global_experts or config.num_experts
-    popularity = torch.empty(experts).exponential_(generator=generator) * 4
-    scores = torch.rand(tokens, experts, generator=generator) + popularity
-    if geometry.get("one_expert"):
-        scores[:, 0] = float("inf")
-    ids = scores.argsort(dim=-1, descending=True, stable=True)[:, : config.top_k]
-    return ids.to(torch.int32).to(inputs.device)
-
-
-def draw_weights(inputs: Any, config: FusedMoeConfig, tokens: int, geometry: Mapping[str, Any]) -> torch.Tensor:
-    weights = torch.rand(tokens, config.top_k, generator=inputs.generator)
-    return (weights / weights.sum(-1, keepdim=True)).to(inputs.device)
-
-
 class FusedMoeSpec(KernelSpec):
     name = "fused_moe_tl"
     kernel_type = FusedMoeKernel
@@ -103,8 +78,8 @@ class FusedMoeSpec(KernelSpec):
         Rows("x", width="hidden"),
         Fixed("w13", shape=("num_experts", "gate_up", "hidden")),
         Fixed("w2", shape=("num_experts", "hidden", "intermediate")),
-        Rows("topk_weights", width="top_k", dtype=torch.float32, draw=draw_weights),
-        Rows("topk_ids", width="top_k", dtype=torch.int32, draw=draw_ids),
+        Rows("topk_weights", width="top_k", dtype=torch.float32),
+        Rows("topk_ids", width="top_k", dtype=torch.int32),
         Other("expert_map", keyword=True),
     )
     out = Out(width="hidden")
@@ -191,12 +166,6 @@ class FusedMoeSpec(KernelSpec):
             args = (*args[:-1], args[0].new_empty(0, dtype=torch.int32))
         super().check_out(config, out, *args)
 
-    def draw_other(self, config: FusedMoeConfig, param: Any, tokens: int, draw: Any, geometry: Any) -> Any:
-        """A map of each local expert from one random global one, the rest -1; empty (left out) without one."""
-        if config.global_experts is None:
-            return torch.empty(0, dtype=torch.int32, device=draw.device)
-        return draw_expert_map(config.num_experts, config.global_experts, draw.generator).to(draw.device)
-
     def plain_predicate(
         self, config: FusedMoeConfig, *, strided_rows: bool, device_type: str | None
     ) -> Callable[[tuple[Any, ...]], bool]:
@@ -238,57 +207,6 @@ class FusedMoeSpec(KernelSpec):
             down = rounded(activate(config.activation, gate) * up) @ w2[expert].T
             out.index_add_(0, token, down * weights[token, slot, None])
         return (out.reshape(*x.shape[:-1], config.hidden),)
-
-    def cases(self) -> Any:
-        from hypothesis import strategies as st
-
-        from lazyops.testing import strategies
-        from lazyops.testing._case import Case
-
-        @st.composite
-        def draw_case(draw: st.DrawFn) -> Case:
-            experts = draw(st.sampled_from(EXPERTS) | st.integers(1, 20))
-            top_k = draw(st.integers(1, min(8, experts)))
-            args = (
-                draw(st.sampled_from(SIZES) | st.integers(1, 80)),
-                draw(st.sampled_from(SIZES) | st.integers(1, 80)),
-                experts,
-                top_k,
-                draw(strategies.dtypes()),
-            )
-            geometry = {"one_expert": draw(st.booleans())}
-            kwargs: dict[str, Any] = {"activation": draw(st.sampled_from(ACTIVATIONS))}
-            if draw(st.integers(0, 3)) == 0:  # expert parallelism: this rank holds some of the experts
-                kwargs["global_experts"] = experts + draw(st.integers(0, 2 * experts))
-            tokens, seed = draw(strategies.token_sequences()), draw(strategies.seeds())
-            return Case(self.name, args, kwargs, tokens, seed, geometry)
-
-        return draw_case()
-
-    def token_elements(self, config: FusedMoeConfig, geometry: Mapping[str, Any]) -> int:
-        products = 3 * config.top_k * config.hidden * config.intermediate
-        return max(config.hidden, products // PRODUCTS_PER_ELEMENT)
-
-    def traffic(self, config: FusedMoeConfig, tokens: int, geometry: Mapping[str, Any]) -> Traffic:
-        """The experts a call reads are at most ``tokens * k`` of them: counted so, not the whole weight stack."""
-        used = min(config.num_experts, tokens * config.top_k)
-        itemsize = config.dtype.itemsize
-        weights = used * 3 * config.intermediate * config.hidden * itemsize
-        rows = tokens * (2 * config.hidden * itemsize + config.top_k * 8)
-        flops = 6 * tokens * config.top_k * config.hidden * config.intermediate
-        return Traffic(bytes=weights + rows, flops=flops, bound="compute" if tokens * config.top_k > 512 else "memory")
-
-    def benchmark(self, dtype: torch.dtype) -> Example:
-        """Qwen3-30B-A3B's experts: 128 of 2048 to 768, 8 a token."""
-        return Example((2048, 768, 128, 8, dtype))
-
-
-def draw_expert_map(local: int, experts: int, generator: torch.Generator) -> torch.Tensor:
-    """``expert_map[experts]`` (int32): each of ``local`` experts from one random global one, the others -1."""
-    chosen = torch.randperm(experts, generator=generator)[:local]
-    expert_map = torch.full((experts,), -1, dtype=torch.int32)
-    expert_map[chosen] = torch.arange(local, dtype=torch.int32)
-    return expert_map
 
 
 def with_keyword(

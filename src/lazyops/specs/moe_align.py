@@ -12,7 +12,6 @@ in no block. A call without tokens launches nothing, as every lazyops kernel: it
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -22,12 +21,7 @@ from lazyops._errors import KernelInputError
 from lazyops.specs import _arguments as arguments
 from lazyops.specs import _checks as checks
 from lazyops.specs._params import Other, Rows
-from lazyops.specs._spec import Example, KernelSpec, Traffic
-
-#: Block sizes the kit draws besides any small one: the GEMM tiles vLLM's configurations use.
-BLOCK_SIZES = (16, 32, 64, 128)
-#: Expert counts from one to DeepSeek-V3's 256, with odd ones between.
-EXPERTS = (1, 2, 3, 8, 16, 60, 64, 128, 256)
+from lazyops.specs._spec import KernelSpec
 
 
 class MoeAlignKernel(Protocol):
@@ -98,27 +92,12 @@ def align(config: MoeAlignConfig, ids: torch.Tensor) -> tuple[torch.Tensor, torc
     return sorted_ids[:padded_len], expert_ids, ends[-1:].clone()
 
 
-def draw_ids(inputs: Any, config: Any, tokens: int, geometry: Mapping[str, Any]) -> torch.Tensor:
-    """``k`` distinct experts a token, from a skewed preference: a few experts take most tokens and some none;
-    ``geometry["one_expert"]`` sends every token to expert 0 first, ``geometry["absent"]`` marks about a quarter of
-    the assignments -1 (experts of another rank)."""
-    generator = inputs.generator
-    popularity = torch.empty(config.num_experts).exponential_(generator=generator) * 4
-    scores = torch.rand(tokens, config.num_experts, generator=generator) + popularity
-    if geometry.get("one_expert"):
-        scores[:, 0] = float("inf")
-    ids = scores.argsort(dim=-1, descending=True, stable=True)[:, : config.top_k].to(torch.int32)
-    if geometry.get("absent"):
-        ids[torch.rand(ids.shape, generator=generator) < 0.25] = -1
-    return ids.to(inputs.device)
-
-
 class MoeAlignSpec(KernelSpec):
     name = "moe_align_tl"
     kernel_type = MoeAlignKernel
     judgement = "exact"
     params = (
-        Rows("topk_ids", width="top_k", dtype=torch.int32, draw=draw_ids),
+        Rows("topk_ids", width="top_k", dtype=torch.int32),
         Other("sorted_token_ids", mutated=True),
         Other("expert_ids", mutated=True),
         Other("num_tokens_post_padded", mutated=True),
@@ -149,16 +128,6 @@ class MoeAlignSpec(KernelSpec):
         shape = {"sorted_token_ids": padded, "expert_ids": blocks, "num_tokens_post_padded": 1}[param.name]
         checks.check_tensor(config.label, param.name, arg, shape=(shape,), dtype=torch.int32, device=args[0].device)
 
-    def draw_other(self, config: MoeAlignConfig, param: Any, tokens: int, draw: Any, geometry: Any) -> Any:
-        """Each output full of -7 (no valid value): an element the kernel forgets stays visibly wrong."""
-        padded, blocks = config.sizes(tokens)
-        size = {"sorted_token_ids": padded, "expert_ids": blocks, "num_tokens_post_padded": 1}[param.name]
-        return torch.full((size,), -7, dtype=torch.int32, device=draw.device)
-
-    def other_bytes(self, config: MoeAlignConfig, param: Any, tokens: int) -> int:
-        padded, blocks = config.sizes(tokens)
-        return 4 * {"sorted_token_ids": padded, "expert_ids": blocks, "num_tokens_post_padded": 1}[param.name]
-
     def plain_layout(self, config: MoeAlignConfig) -> None:
         return None  # the outputs' sizes follow the token count: every call takes the full checks
 
@@ -173,36 +142,6 @@ class MoeAlignSpec(KernelSpec):
         if topk_ids.numel() == 0:  # no tokens: nothing launched, nothing written
             return sorted_token_ids, expert_ids, num_tokens_post_padded
         return tuple(result.to(torch.int32) for result in align(config, topk_ids))  # type: ignore[return-value]
-
-    def token_elements(self, config: MoeAlignConfig, geometry: Mapping[str, Any]) -> int:
-        """An assignment is compared with every expert (the Triton count): charged ``k * E / 4``
-        (Triton's interpreter: under 30 s for the conformance run)."""
-        return max(config.top_k, config.top_k * config.num_experts // 4)
-
-    def traffic(self, config: MoeAlignConfig, tokens: int, geometry: Mapping[str, Any]) -> Traffic:
-        padded, blocks = config.sizes(tokens)
-        return Traffic(bytes=4 * (tokens * config.top_k + padded + blocks + 1))
-
-    def cases(self) -> Any:
-        from hypothesis import strategies as st
-
-        from lazyops.testing import strategies
-        from lazyops.testing._case import Case
-
-        @st.composite
-        def draw_case(draw: st.DrawFn) -> Case:
-            experts = draw(st.sampled_from(EXPERTS) | st.integers(1, 40))
-            top_k = draw(st.integers(1, min(8, experts)))
-            block = draw(st.sampled_from(BLOCK_SIZES) | st.integers(1, 130))
-            geometry = {"one_expert": draw(st.booleans()), "absent": draw(st.booleans())}
-            tokens = draw(strategies.token_sequences(max_tokens=3000))
-            return Case(self.name, (experts, top_k, block), {}, tokens, draw(strategies.seeds()), geometry)
-
-        return draw_case()
-
-    def benchmark(self, dtype: torch.dtype) -> Example:
-        """Qwen3-30B-A3B's routing: 8 of 128 experts, vLLM's 64-row blocks."""
-        return Example((128, 8, 64))
 
 
 spec = MoeAlignSpec()

@@ -20,7 +20,7 @@ from the token count alone, so an engine allocates them once.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -30,11 +30,9 @@ from lazyops._errors import KernelInputError
 from lazyops.specs import _arguments as arguments
 from lazyops.specs import _checks as checks
 from lazyops.specs._params import Other, Rows
-from lazyops.specs._spec import Example, KernelSpec
+from lazyops.specs._spec import KernelSpec
 
 SCORINGS = ("softmax", "sigmoid")
-#: Expert counts from one to DeepSeek-V3's 256, with the odd ones between.
-EXPERTS = (1, 2, 3, 8, 16, 60, 64, 128, 256)
 
 
 class MoeRouteKernel(Protocol):
@@ -71,31 +69,6 @@ class MoeRouteConfig:
     @property
     def group_size(self) -> int:
         return self.num_experts // self.n_group
-
-
-def draw_logits(inputs: Any, config: MoeRouteConfig, tokens: int, geometry: Mapping[str, Any]) -> torch.Tensor:
-    """Halves between -4 and 4: exact in every dtype, so ties are frequent and the same in every backend; a few
-    rows all equal (every expert tied); ``geometry["nan"]``: a NaN in some rows.
-
-    Sigmoid scoring takes the halves from 0 to 4 only: there no two pairs of scores that differ as real numbers come
-    within 1.2e-4 of each other or of a difference of 1/2 (checked over the grid), so a group's rank never rests on
-    float32 rounding, which differs between backends; sigmoid(a) + sigmoid(-a) = 1 would make exact ties of
-    different sums."""
-    low = 0 if config.scoring == "sigmoid" else -8
-    halves = torch.randint(low, 9, (tokens, config.num_experts), generator=inputs.generator) / 2
-    halves[:: max(1, tokens // 3)] = 0.5
-    if geometry.get("nan") and tokens:
-        rows = torch.arange(0, tokens, 2)
-        halves[rows, torch.randint(0, config.num_experts, rows.shape, generator=inputs.generator)] = float("nan")
-    return halves.to(config.dtype).to(inputs.device)
-
-
-def draw_bias(config: MoeRouteConfig, generator: torch.Generator) -> torch.Tensor:
-    """0 or -1/2 an expert. A score in [1/2, 1) plus either is exact in float32, so two groups whose top two keys
-    are the same two scores with the biases swapped tie exactly in every backend (the lower group wins), where
-    larger or finer biases would make that tie float32's rounding, which differs between backends (seen: 1 case in
-    300 with distinct multiples of 1/2)."""
-    return torch.randint(0, 2, (config.num_experts,), generator=generator).float() * -0.5
 
 
 def select(
@@ -136,7 +109,7 @@ class MoeRouteSpec(KernelSpec):
     name = "moe_route_tl"
     kernel_type = MoeRouteKernel
     params = (
-        Rows("logits", width="num_experts", draw=draw_logits),
+        Rows("logits", width="num_experts"),
         Rows("topk_weights", width="top_k", dtype=torch.float32, mutated=True),
         Rows("topk_ids", width="top_k", dtype=torch.int32, mutated=True),
         Other("correction_bias", keyword=True),
@@ -239,14 +212,6 @@ class MoeRouteSpec(KernelSpec):
             args = (*args[:-1], args[0].new_empty(0, dtype=torch.float32))
         super().check_aliasing(config, *args)
 
-    def draw_other(self, config: MoeRouteConfig, param: Any, tokens: int, draw: Any, geometry: Any) -> Any:
-        if not config.correction_bias:
-            return torch.empty(0, dtype=torch.float32, device=draw.device)
-        return draw_bias(config, draw.generator).to(draw.device)
-
-    def other_bytes(self, config: MoeRouteConfig, param: Any, tokens: int) -> int:
-        return 4 * config.num_experts if config.correction_bias else 0
-
     def plain_predicate(
         self, config: MoeRouteConfig, *, strided_rows: bool, device_type: str | None
     ) -> Callable[[tuple[Any, ...]], bool]:
@@ -272,36 +237,6 @@ class MoeRouteSpec(KernelSpec):
     ) -> tuple[torch.Tensor, torch.Tensor]:
         weights, ids = select(config, logits, correction_bias)
         return weights.to(topk_weights.dtype), ids.to(topk_ids.dtype)
-
-    def cases(self) -> Any:
-        from hypothesis import strategies as st
-
-        from lazyops.testing import strategies
-        from lazyops.testing._case import Case
-
-        @st.composite
-        def draw_case(draw: st.DrawFn) -> Case:
-            experts = draw(st.sampled_from(EXPERTS) | st.integers(1, 40))
-            kwargs: dict[str, Any] = {"renormalize": draw(st.booleans())}
-            top_k = draw(st.integers(1, min(8, experts)))
-            if draw(st.booleans()):  # DeepSeek-V3's scoring
-                groups = [n for n in (1, 2, 4, 8, 16) if experts % n == 0]
-                n_group = draw(st.sampled_from(groups))
-                topk_group = draw(st.integers(1, n_group))
-                top_k = min(top_k, topk_group * (experts // n_group))
-                kwargs.update(scoring="sigmoid", n_group=n_group, topk_group=topk_group)
-                kwargs.update(correction_bias=draw(st.booleans()))
-                kwargs.update(routed_scaling_factor=draw(st.sampled_from([1.0, 2.5])))
-            args = (experts, top_k, draw(strategies.dtypes()))
-            geometry = {"nan": draw(st.sampled_from([False, False, True]))}
-            tokens = draw(strategies.token_sequences(max_tokens=2000))
-            return Case(self.name, args, kwargs, tokens, draw(strategies.seeds()), geometry)
-
-        return draw_case()
-
-    def benchmark(self, dtype: torch.dtype) -> Example:
-        """Qwen3-30B-A3B's router: 8 of 128 experts."""
-        return Example((128, 8, dtype))
 
 
 spec = MoeRouteSpec()

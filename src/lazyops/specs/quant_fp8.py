@@ -21,8 +21,7 @@ floored at ``1e-10``, the peers' ``eps``): positive and finite, so ``x / scale``
 
 from __future__ import annotations
 
-import math
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, ClassVar, Protocol
 
@@ -32,7 +31,7 @@ from lazyops._errors import KernelInputError
 from lazyops.specs import _arguments as arguments
 from lazyops.specs import _checks as checks
 from lazyops.specs._params import Other, Out, Rows
-from lazyops.specs._spec import Example, KernelSpec, Traffic
+from lazyops.specs._spec import KernelSpec
 
 #: The output's dtype, and the largest finite value it holds (``torch.finfo(torch.float8_e4m3fn).max``); also
 #: ``lazyops.specs.rmsnorm_fp8``'s names for them.
@@ -128,14 +127,6 @@ def check_scale(config: QuantFP8Config, label: str, rows: int, device: torch.dev
             raise KernelInputError(f"{label}: scale must be {layout}; its strides are {scale.stride()}")
 
 
-def written_scale(config: QuantFP8Config, tokens: int, device: Any) -> torch.Tensor:
-    """An example's ``scale`` for a dynamic configuration: its shape and layout, filled with -1 (the call writes
-    it)."""
-    if config.column_major:
-        return torch.full((config.groups, tokens), -1.0, device=device).t()
-    return torch.full(scale_shape(config, tokens), -1.0, device=device)
-
-
 def absolute_max(x: torch.Tensor) -> torch.Tensor:
     """``|x|``'s maximum over the last dimension, NaN skipped (0 for a row of NaN), kept as a dimension."""
     return torch.nan_to_num(x.abs(), nan=0.0).amax(dim=-1, keepdim=True)
@@ -181,31 +172,12 @@ def silu_and_mul_reference(x: torch.Tensor, n: int) -> torch.Tensor:
     return torch.nn.functional.silu(x[..., :n]) * x[..., n:]
 
 
-def draw_x(draw: Any, config: QuantFP8Config, tokens: int, geometry: Mapping[str, Any]) -> torch.Tensor:
-    """Rows that break quantizers: normal values with (by the example's geometry) a zero row, a single huge outlier,
-    values at ±448 and beyond (a static scale of 1 and wide rows), float8's subnormals beside the outlier, NaN."""
-    width = config.x_width
-    x = draw.randn(tokens, width, dtype=torch.float32, scale=float(geometry.get("spread", 1.0)), device="cpu")
-    cpu = draw.generator
-    if tokens and geometry.get("zero_row"):
-        x[int(torch.randint(tokens, (1,), generator=cpu))] = 0.0
-    if tokens and geometry.get("outlier"):
-        row, col = int(torch.randint(tokens, (1,), generator=cpu)), int(torch.randint(width, (1,), generator=cpu))
-        x[row, col] = 3e4 if config.dtype is not torch.float16 else 6e4
-    if tokens and geometry.get("nan"):
-        x[int(torch.randint(tokens, (1,), generator=cpu)), int(torch.randint(width, (1,), generator=cpu))] = math.nan
-    if config.gated:  # exp(-g) overflows below -88: a GPU gives silu = -0 there, Triton's interpreter warns (numpy)
-        x[:, : config.n].clamp_(min=-80.0)
-    drawn: torch.Tensor = x.to(draw.device, config.dtype)
-    return drawn
-
-
 class QuantFP8Spec(KernelSpec):
     name = "quant_fp8_tl"
     kernel_type = QuantFP8Kernel
     #: the configuration's class (``silu_and_mul_fp8_tl``'s says its ``x`` is a gated activation's input)
     config_type: ClassVar[type[QuantFP8Config]] = QuantFP8Config
-    params = (Rows("x", width="x_width", draw=draw_x), Other("scale", mutated=True), Other("scale_ub", keyword=True))
+    params = (Rows("x", width="x_width"), Other("scale", mutated=True), Other("scale_ub", keyword=True))
     out = Out(width="n", dtype=FP8_DTYPE)
 
     def bind(
@@ -280,52 +252,6 @@ class QuantFP8Spec(KernelSpec):
         """``(what the float8 conversion receives, the scale after the call)``."""
         bound = None if scale_ub is None or not scale_ub.numel() else scale_ub
         return quant_reference(config, x, scale, bound)
-
-    def cases(self) -> Any:
-        from hypothesis import strategies as st
-
-        from lazyops.testing import strategies
-        from lazyops.testing._case import Case
-
-        @st.composite
-        def cases(draw: st.DrawFn) -> Case:
-            scales = draw(st.sampled_from(SCALES))
-            group_size = draw(st.sampled_from([128, 128, 16, 8])) if scales == "group" else 128
-            n = group_size * draw(st.integers(1, 4)) if scales == "group" else draw(strategies.feature_sizes())
-            kwargs: dict[str, Any] = {"scales": scales}
-            if scales == "group":
-                kwargs.update(group_size=group_size, column_major=draw(st.booleans()), ue8m0=draw(st.booleans()))
-            geometry = {
-                "spread": draw(st.sampled_from([1.0, 1.0, 300.0, 1e-3])),
-                "zero_row": draw(st.booleans()),
-                "outlier": draw(st.booleans()),
-                "nan": draw(st.sampled_from([False, False, True])),
-                "scale_ub": scales == "token" and draw(st.booleans()),
-            }
-            tokens = draw(strategies.token_sequences(max_tokens=40))
-            return Case(self.name, (n, draw(strategies.dtypes())), kwargs, tokens, draw(strategies.seeds()), geometry)
-
-        return cases()
-
-    def example_inputs(
-        self, config: QuantFP8Config, tokens: int, draw: Any, geometry: Mapping[str, Any]
-    ) -> tuple[Any, ...]:
-        x = draw_x(draw, config, tokens, geometry)
-        if config.scales == "static":  # 1: values of 300 and the outlier saturate; 1e-3 ones are subnormal
-            scale = torch.ones(1, dtype=torch.float32, device=draw.device)
-        else:
-            scale = written_scale(config, tokens, draw.device)
-        scale_ub = torch.empty(0, device=draw.device)
-        if geometry.get("scale_ub"):
-            scale_ub = torch.full((1,), 2.0, device=draw.device)
-        return x, scale, scale_ub
-
-    def traffic(self, config: QuantFP8Config, tokens: int, geometry: Mapping[str, Any]) -> Traffic:
-        scales = math.prod(scale_shape(config, tokens)) * 4
-        return Traffic(bytes=tokens * (config.x_width * config.dtype.itemsize + config.n) + scales)
-
-    def benchmark(self, dtype: torch.dtype) -> Example:
-        return Example((4096, dtype, "token"))
 
 
 def plain_quant(config: QuantFP8Config, device_type: str | None) -> Callable[[tuple[Any, ...]], bool]:

@@ -13,7 +13,6 @@ the fused kernel is, bit for bit, the float32 norm handed to ``quant_fp8_tl`` in
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass
 from functools import cached_property
 from typing import Any, Protocol
@@ -32,8 +31,6 @@ from lazyops.specs.quant_fp8 import (
     check_scale,
     quant_reference,
     scale_options,
-    scale_shape,
-    written_scale,
 )
 
 __all__ = ["FP8_DTYPE", "FP8_MAX", "NormFP8Config", "RMSNormFP8Config", "RMSNormFP8Spec", "spec"]
@@ -81,15 +78,8 @@ def quantize_reference(y: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
     return (y / scale).clamp(-FP8_MAX, FP8_MAX)
 
 
-def draw_scale(draw: Any, config: Any, tokens: int, geometry: Any) -> torch.Tensor:
-    """A static scale around 0.02, spread over a few octaves: normed values of about ±1 to ±20 land in float8's
-    normal range, the largest ones saturate at ±448 in some examples, a few small ones reach its subnormals."""
-    octaves = draw.randn(1, dtype=torch.float32, device="cpu")
-    return (0.02 * torch.exp2(octaves)).to(draw.device)
-
-
 #: A per-tensor static scale: one float32 element beside the activations.
-SCALE = Fixed("scale", shape=(1,), dtype=torch.float32, draw=draw_scale)
+SCALE = Fixed("scale", shape=(1,), dtype=torch.float32)
 #: The fp8 norms' ``scale``: as :data:`SCALE` (read) under ``scales="static"``, else written, shaped by the scales.
 SCALES = Other("scale", mutated=True)
 #: The float8 output, shaped like ``x``.
@@ -98,7 +88,8 @@ FP8_OUT = Out(like="x", dtype=FP8_DTYPE)
 
 class NormFP8Spec(NormSpec):
     """A float8 member of the RMSNorm family: its factory takes the scales' options too (``quant_fp8_tl``'s, less the
-    per-tensor dynamic scale), and ``scale``, the last parameter, is checked, drawn and counted by them."""
+    per-tensor dynamic scale), and ``scale``, the last parameter, is checked by them (drawn and counted by the
+    examples, ``lazyops.testing.cases.rmsnorm_fp8``)."""
 
     #: a dynamic scale is the float32 norm's maximum / 448: as close to float64's as the float32 norm is
     derived_results = ("scale",)
@@ -136,16 +127,6 @@ class NormFP8Spec(NormSpec):
             n, dtype, eps, weight_dtype, weight_offset, label, scales, group_size, bool(column_major), bool(ue8m0)
         )
 
-    def cases(self) -> Any:
-        from hypothesis import strategies as st
-
-        def with_scales(case: Any) -> Any:
-            extra = scale_kwargs(case.args[0])
-            return extra.map(lambda kwargs: dataclasses.replace(case, kwargs={**case.kwargs, **kwargs}))
-
-        # static scales (the cases as they were before the dynamic ones), or per token, or per group
-        return st.one_of(super().cases(), super().cases().flatmap(with_scales))
-
     def check_other(self, config: NormFP8Config, param: Param, arg: Any, args: tuple[Any, ...]) -> None:
         x = args[0]
         if config.scales == "static":
@@ -166,17 +147,6 @@ class NormFP8Spec(NormSpec):
                     "either): pass separate tensors"
                 )
 
-    def draw_other(self, config: NormFP8Config, param: Param, tokens: int, draw: Any, geometry: Any) -> Any:
-        if config.scales == "static":
-            return draw_scale(draw, config, tokens, geometry)
-        return written_scale(config.quant, tokens, draw.device)
-
-    def other_bytes(self, config: NormFP8Config, param: Param, tokens: int) -> int:
-        count = 1
-        for size in scale_shape(config.quant, tokens):
-            count *= size
-        return 4 * count
-
     def plain_layout(self, config: NormFP8Config) -> tuple[checks.PlainInput, ...] | None:
         """The static call's (its scale one float32 element); None under dynamic scales: every call is checked."""
         if config.scales != "static":
@@ -196,24 +166,6 @@ class NormFP8Spec(NormSpec):
         if config.scales == "static":
             return quantize_reference(y, scale), scale
         return quant_reference(config.quant, y, scale)
-
-
-def scale_kwargs(n: int) -> Any:
-    """The dynamic scales' factory arguments for rows of ``n``: per token, or per group (1, 2 or 4 groups a row, as
-    ``n`` allows: Triton's interpreter runs a program per group, so a wide row of narrow groups would take minutes),
-    row- or column-major, UE8M0 or not."""
-    from hypothesis import strategies as st
-
-    sizes = [n // groups for groups in (1, 2, 4) if n % groups == 0]
-    group = st.fixed_dictionaries(
-        {
-            "scales": st.just("group"),
-            "group_size": st.sampled_from(sizes),
-            "column_major": st.booleans(),
-            "ue8m0": st.booleans(),
-        }
-    )
-    return st.one_of(st.just({"scales": "token"}), group)
 
 
 class RMSNormFP8Spec(NormFP8Spec):

@@ -30,7 +30,7 @@ the filters. An engine that penalises the logits in place first (``apply_penalti
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -40,7 +40,7 @@ from lazyops._errors import KernelInputError
 from lazyops.specs import _arguments as arguments
 from lazyops.specs import _checks as checks
 from lazyops.specs._params import Other, Out, Rows
-from lazyops.specs._spec import Example, KernelSpec, Traffic
+from lazyops.specs._spec import KernelSpec
 
 #: The per-request parameters, after the logits, in call order, with their dtypes.
 REQUEST_PARAMS: tuple[tuple[str, torch.dtype], ...] = (
@@ -350,34 +350,6 @@ class SampleSpec(KernelSpec):
         )
         one_hot = torch.nn.functional.one_hot(greedy(rows), rows.shape[-1]).to(probs.dtype)
         return (torch.where((temperature == 0)[:, None], one_hot, probs),)
-
-    def example_inputs(self, config: Any, tokens: int, draw: Any, geometry: Mapping[str, Any]) -> tuple[Any, ...]:
-        from lazyops.testing._draws import sampler_inputs
-
-        drawn = sampler_inputs(config, tokens, draw, geometry)
-        n, device = config.top_n if config.logprobs else 0, draw.device
-        if not config.logprobs:
-            return (*drawn, *(torch.empty(0, dtype=dtype, device=device) for _, dtype in LOGPROB_BUFFERS))
-        logprob = torch.full((tokens,), float("nan"), device=device)  # an element not written stays NaN
-        top = torch.full((tokens, n), float("nan"), device=device)
-        return (*drawn, logprob, top, torch.full((tokens, n), -1, dtype=torch.int64, device=device))
-
-    def token_elements(self, config: Any, geometry: Mapping[str, Any]) -> int:
-        return int(config.vocab)
-
-    def traffic(self, config: Any, tokens: int, geometry: Mapping[str, Any]) -> Traffic:
-        """One read of the logits (the goal's yardstick), the parameters, the tokens and log-probabilities
-        written."""
-        written = 8 + (4 + 12 * config.top_n if config.logprobs else 0)
-        return Traffic(bytes=tokens * (config.vocab * config.dtype.itemsize + 6 * 8 + written))
-
-    def cases(self) -> Any:
-        from lazyops.testing._draws import sampler_cases
-
-        return sampler_cases(self.name)
-
-    def benchmark(self, dtype: torch.dtype) -> Example:
-        return Example((128256, dtype), geometry={"params": "mixed"})
 
 
 spec = SampleSpec()

@@ -14,8 +14,8 @@ the yardstick every backend is measured against. Nothing in this package re-impl
   more apart: what a kernel computing offsets in 32 bits gets wrong (the kit runs it after each kernel's cases).
 - :data:`REFERENCES` maps each kernel to its float64 reference; :mod:`lazyops.testing.strategies` holds the
   hypothesis strategies (shapes, dtypes, token counts, whole cases).
-- Each kernel's cases, reference and traffic live in its spec (``lazyops.specs.rmsnorm``...): the kit holds the
-  judging, the specs what is judged.
+- Each kernel's reference lives in its spec (``lazyops.specs.rmsnorm``...), its cases, inputs and traffic in its
+  examples (``lazyops.testing.cases.rmsnorm``...): the kit holds the judging, the specs what is judged.
 
 This package imports torch and hypothesis (``pip install 'lazyops[test]'``); ``import lazyops`` never imports it.
 """

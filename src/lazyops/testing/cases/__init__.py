@@ -12,7 +12,7 @@ import importlib.util
 
 from lazyops.specs import spec as spec_named
 from lazyops.specs._spec import Example, KernelSpec, Traffic
-from lazyops.testing.cases._base import Examples, SpecExamples
+from lazyops.testing.cases._base import Examples
 
 __all__ = ["Example", "Examples", "Traffic", "examples"]
 
@@ -21,14 +21,18 @@ _found: dict[str, Examples] = {}
 
 def examples(kernel: str | KernelSpec) -> Examples:
     """The examples of ``kernel`` (a name, ``"rmsnorm_tl"``, or its spec): the ``examples`` object of
-    ``lazyops.testing.cases.<kernel>``, read once. A spec that still carries its own examples (``cases()`` on the
-    spec class: the sampling, fp8 and MoE families until they move here) is read through :class:`SpecExamples`;
-    a spec object other than the registered one (a test's variant) gets its kernel's examples class around it."""
+    ``lazyops.testing.cases.<kernel>``, read once; a spec object other than the registered one (a test's variant)
+    gets its kernel's examples class around it. A kernel without that module is a ``LookupError`` naming it."""
     spec = spec_named(kernel) if isinstance(kernel, str) else kernel
     found = _found.get(spec.name)
     if found is None:
         module = f"{__name__}.{spec.name.removesuffix('_tl')}"
-        known = importlib.util.find_spec(module) is not None
-        found = importlib.import_module(module).examples if known else SpecExamples(spec)
+        if importlib.util.find_spec(module) is None:
+            raise LookupError(
+                f"{spec.name} has no examples: no module {module}; write one with an `examples` object (an "
+                "Examples subclass around the spec: cases() and benchmark() at least), as CONTRIBUTING.md's "
+                "'Adding a kernel' says"
+            )
+        found = importlib.import_module(module).examples
         _found[spec.name] = found
     return found if found.spec is spec else type(found)(spec)

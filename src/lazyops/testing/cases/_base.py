@@ -65,7 +65,7 @@ class Examples:
         """The call's arguments for ``tokens`` tokens, drawn with ``draw`` (seeded: reproducible)."""
         drawn: list[Any] = []
         for param in self.spec.params:
-            custom = self.draws.get(param.name) or getattr(param, "draw", None)
+            custom = self.draws.get(param.name)
             if custom is not None:
                 drawn.append(custom(draw, config, tokens, geometry))
                 continue
@@ -106,35 +106,3 @@ class Examples:
         if width is not None:
             moved += tokens * width * spec.out_dtype(config).itemsize
         return Traffic(bytes=moved)
-
-
-class SpecExamples(Examples):
-    """The examples of a spec that still carries its own (``cases``, ``benchmark``... on the spec class): the
-    families moved last (sampling, fp8, MoE) until their examples modules exist. What the spec does not write
-    itself is derived here as for every other kernel."""
-
-    def cases(self) -> st.SearchStrategy[Case]:
-        return self.spec.cases()  # type: ignore[attr-defined,no-any-return]
-
-    def benchmark(self, dtype: torch.dtype) -> Example:
-        return self.spec.benchmark(dtype)  # type: ignore[attr-defined,no-any-return]
-
-    def draw_other(self, config: Any, param: Param, tokens: int, draw: Inputs, geometry: Mapping[str, Any]) -> Any:
-        return self.spec.draw_other(config, param, tokens, draw, geometry)  # type: ignore[attr-defined]
-
-    def other_bytes(self, config: Any, param: Param, tokens: int) -> int:
-        return self.spec.other_bytes(config, param, tokens)  # type: ignore[attr-defined,no-any-return]
-
-    def example_inputs(self, config: Any, tokens: int, draw: Inputs, geometry: Mapping[str, Any]) -> tuple[Any, ...]:
-        own = getattr(self.spec, "example_inputs", None)
-        if own is not None:
-            return own(config, tokens, draw, geometry)  # type: ignore[no-any-return]
-        return super().example_inputs(config, tokens, draw, geometry)
-
-    def token_elements(self, config: Any, geometry: Mapping[str, Any]) -> int:
-        own = getattr(self.spec, "token_elements", None)
-        return own(config, geometry) if own is not None else super().token_elements(config, geometry)
-
-    def traffic(self, config: Any, tokens: int, geometry: Mapping[str, Any]) -> Traffic:
-        own = getattr(self.spec, "traffic", None)
-        return own(config, tokens, geometry) if own is not None else super().traffic(config, tokens, geometry)
