@@ -1,0 +1,108 @@
+"""Triton kernels that the interpreter runs but compiled Triton might refuse, compiled for sm_90 on the host.
+
+Triton's interpreter (how CI runs the Triton kernels) broadcasts a loop-carried value whose shape changes inside a
+``range`` loop; the compiler refuses it. ``moe_route_tl``'s grouped top-k passed the whole CPU suite that way and
+failed its first GPU check (H100, 2026-12-06: "Loop-carried variable allowed has initial type <['1', '64'], int1>
+but is re-assigned to <['16', '64'], int1>"). Triton's own compiler (and ptxas) needs no GPU, so each kernel here
+is compiled for sm_90 in a fresh interpreter without ``TRITON_INTERPRET``, at the configurations whose code paths
+differ: the ones a GPU would compile first.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("triton.backends.nvidia")
+
+#: Compiles ``module.kernel`` for sm_90 with the constexprs and argument types given as JSON (argv); prints
+#: the PTX's line count.
+COMPILE = r"""
+import importlib, json, sys
+import triton
+from triton.backends.compiler import GPUTarget
+from triton.compiler import ASTSource
+module, name, constants, types, warps = sys.argv[1], sys.argv[2], json.loads(sys.argv[3]), json.loads(sys.argv[4]), int(sys.argv[5])
+kernel = getattr(importlib.import_module(module), name)
+signature = {arg: "constexpr" if arg in constants else types[arg] for arg in kernel.arg_names}
+built = triton.compile(ASTSource(kernel, signature, constants), target=GPUTarget("cuda", 90, 32), options={"num_warps": warps})
+print(json.dumps({"ptx_lines": built.asm["ptx"].count("\n")}))
+"""
+
+
+def compile_for_sm90(module: str, kernel: str, constants: dict, types: dict, warps: int = 4) -> dict:
+    root = Path(__file__).resolve().parents[2]
+    env = {key: value for key, value in os.environ.items() if key != "TRITON_INTERPRET"}
+    env["PYTHONPATH"] = os.pathsep.join([str(root / "src"), os.environ.get("PYTHONPATH", "")])
+    env["TRITON_DEFAULT_FP_FUSION"] = "1"
+    arguments = [module, kernel, json.dumps(constants), json.dumps(types), str(warps)]
+    result = subprocess.run(
+        [sys.executable, "-c", COMPILE, *arguments], capture_output=True, text=True, env=env, timeout=600
+    )
+    assert result.returncode == 0, f"{module}.{kernel} {constants}: {result.stderr[-3000:]}"
+    return json.loads(result.stdout.strip().splitlines()[-1])
+
+
+ROUTE_TYPES = {
+    "logits_ptr": "*bf16",
+    "weights_ptr": "*fp32",
+    "ids_ptr": "*i32",
+    "bias_ptr": "*fp32",
+    "M": "i32",
+    "logits_stride": "i64",
+    "weights_stride": "i64",
+    "ids_stride": "i64",
+    "scaling": "fp32",
+}
+ROUTE_PLAIN = {"E": 128, "K": 8, "BLOCK_E": 128, "BLOCK_K": 8, "ROWS": 16, "RENORMALIZE": True, "SIGMOID": False}
+ROUTE_GROUPED = {"E": 256, "K": 8, "BLOCK_E": 256, "BLOCK_K": 8, "ROWS": 16, "RENORMALIZE": True, "SIGMOID": True}
+
+
+@pytest.mark.parametrize(
+    "constants",
+    [
+        {**ROUTE_PLAIN, "HAS_BIAS": False, "GROUPS": 1, "TOPK_GROUP": 1, "BLOCK_G": 1},
+        # DeepSeek-V3: sigmoid, a correction bias, 4 of 8 groups (the path that failed on the H100)
+        {**ROUTE_GROUPED, "HAS_BIAS": True, "GROUPS": 8, "TOPK_GROUP": 4, "BLOCK_G": 8},
+    ],
+    ids=["softmax", "grouped"],
+)
+def test_moe_route_compiles_for_sm90(constants: dict) -> None:
+    assert compile_for_sm90("lazyops._backends.triton.moe_route", "_moe_route_kernel", constants, ROUTE_TYPES)[
+        "ptx_lines"
+    ]
+
+
+SAMPLE_TYPES = {
+    "logits_ptr": "*fp32",
+    "temperature_ptr": "*fp32",
+    "top_k_ptr": "*i64",
+    "top_p_ptr": "*fp32",
+    "min_p_ptr": "*fp32",
+    "seeds_ptr": "*i64",
+    "offsets_ptr": "*i64",
+    "out_ptr": "*i64",
+    "logprob_ptr": "*fp32",
+    "top_values_ptr": "*fp32",
+    "top_ids_ptr": "*i64",
+    "M": "i32",
+    "row_stride": "i64",
+}
+
+
+@pytest.mark.parametrize(
+    ("vocab", "block", "rows", "logprob", "top_n", "warps"),
+    [(128256, 4096, 1, False, 0, 8), (1000, 1024, 4, True, 5, 4)],
+    ids=["llama3-vocab", "narrow-rows-logprobs"],
+)
+def test_sample_compiles_for_sm90(vocab: int, block: int, rows: int, logprob: bool, top_n: int, warps: int) -> None:
+    from lazyops._backends.triton import sample
+
+    constants = {"V": vocab, "BLOCK_V": block, "ROWS": rows, "LOGPROB": logprob, "TOP_N": top_n}
+    assert sample._sample_kernel.arg_names[-len(constants) :] == list(constants)
+    assert compile_for_sm90("lazyops._backends.triton.sample", "_sample_kernel", constants, SAMPLE_TYPES, warps)
