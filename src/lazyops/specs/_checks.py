@@ -377,32 +377,6 @@ def _row_form(tensor: torch.Tensor) -> tuple[int, int] | None:
     return None if stride is None else (stride, width)
 
 
-def rows_apart(a: torch.Tensor, b: torch.Tensor, *dense: torch.Tensor) -> bool:
-    """Whether the row tensors ``a`` and ``b`` (``[rows, width]``, unit last stride: rope's query and key, as
-    ``_engine_call`` accepted them) share no element with each other or with the ``dense`` tensors: the fast path's
-    aliasing test, exact for two slices of one packed buffer, in one frame (:func:`overlap` is the general one).
-    """
-    size = a.element_size()
-    a_rows, a_width = a.shape
-    b_rows, b_width = b.shape
-    a_step, b_step = a.stride(0), b.stride(0)
-    a_start, b_start = a.data_ptr(), b.data_ptr()
-    a_end = a_start + ((a_rows - 1) * a_step + a_width) * size
-    b_end = b_start + ((b_rows - 1) * b_step + b_width) * size
-    if a_start < b_end and b_start < a_end:  # interleaved: apart only as distinct columns of one row stride
-        if a_step != b_step or a_rows != b_rows or a_step < a_width or b.element_size() != size:
-            return False
-        period = a_step * size
-        if _arcs_intersect(a_start % period, a_width * size, b_start % period, b_width * size, period):
-            return False
-    for other in dense:
-        start = other.data_ptr()
-        end = start + other.nbytes
-        if (start < a_end and a_start < end) or (start < b_end and b_start < end):
-            return False
-    return True
-
-
 def _arcs_intersect(a: int, a_len: int, b: int, b_len: int, period: int) -> bool:
     d = (b - a) % period
     return d < a_len or (period - d) < b_len
