@@ -399,15 +399,6 @@ def tensor_type() -> Any:
     return _TENSOR
 
 
-def same_size(kernel: str, what: str, sizes: dict[str, int]) -> None:
-    """Check that a varying size (the token count, say) agrees across arguments."""
-    # Compared, not hashed: under torch.compile the sizes are symbolic, and a symbolic size has no hash.
-    values = list(sizes.values())
-    if any(value != values[0] for value in values[1:]):
-        found = ", ".join(f"{arg}: {size}" for arg, size in sizes.items())
-        raise KernelInputError(f"{kernel}: {what} differs between arguments ({found}); they must be equal")
-
-
 class PlainInput(NamedTuple):
     """How one input of a plain call looks (see :func:`plain_call`; made by the functions below)."""
 
