@@ -492,10 +492,17 @@ def plain_call(
     first = layout[first_index]
     first_rank = 1 if first.kind == "tokens" else 2
     first_strided = strided_rows and first.layout == "strided"
-    rows = tuple(
-        (index, each.dtype, -1 if each.head else each.width, each.head, strided_rows and each.layout == "strided")
+    rows = tuple(  # the other token-indexed inputs, [tokens, width] or [tokens]
+        (
+            index,
+            each.dtype,
+            2 if each.kind == "rows" else 1,
+            -1 if each.head else each.width,
+            each.head,
+            strided_rows and each.layout == "strided",
+        )
         for index, each in enumerate(layout)
-        if each.kind == "rows" and index != first_index
+        if each.kind in ("rows", "tokens") and index != first_index
     )
     fixed = tuple((index, each.dtype, each.shape) for index, each in enumerate(layout) if each.kind == "fixed")
     slots = {TOKENS: 0}
@@ -564,13 +571,15 @@ def plain_call(
             if count == 1:
                 return True
             device = token_input.device
-            for index, want, width, head, strided in rows:
+            for index, want, rank, width, head, strided in rows:
                 arg = args[index]
                 dtype = arg.dtype
                 if dtype is not want and (type(want) is not tuple or dtype not in want):
                     return False
                 sizes = arg.shape
-                if len(sizes) != 2 or sizes[0] != tokens or (sizes[1] != width and (not head or sizes[1] % head)):
+                if len(sizes) != rank or sizes[0] != tokens:
+                    return False
+                if rank == 2 and sizes[1] != width and (not head or sizes[1] % head):
                     return False
                 if (grad and arg.requires_grad) or arg.device != device:
                     return False

@@ -73,8 +73,3 @@ SCALES = (
     Tensor("k_scale", (1,), torch.float32, keyword=True, present=_fp8, why=_SCALES_WHY),
     Tensor("v_scale", (1,), torch.float32, keyword=True, present=_fp8, why=_SCALES_WHY),
 )
-
-
-def absent(scale: Any) -> bool:
-    """An absent scale: None, or an empty tensor (the operator's and the kit's spelling of None)."""
-    return scale is None or (isinstance(scale, torch.Tensor) and scale.numel() == 0)

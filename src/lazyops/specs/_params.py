@@ -143,10 +143,10 @@ class Out:
 
 @dataclass(frozen=True)
 class Other:
-    """A parameter whose spec checks, lays out and draws it itself (rope's positions, attention's block table): a
+    """A parameter whose spec checks, lays out and draws it itself (where a :class:`Tensor` does not say enough): a
     spec that declares one overrides what the declarations cannot derive for it.
 
-    ``keyword``: a keyword-only tensor the call may leave out (an fp8 cache's ``k_scale=``); declared after every
+    ``keyword``: a keyword-only tensor the call may leave out (a bias); declared after every
     positional parameter. Inside lazyops it travels as the last positional arguments, ``None`` when left out (the
     custom operator's ``Tensor?``)."""
 

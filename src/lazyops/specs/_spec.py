@@ -239,22 +239,10 @@ class KernelSpec:
             if isinstance(param, Fixed):
                 shape = tuple(size_of(size, config) for size in param.shape)
                 checks.check_tensor(label, name, arg, shape=shape, dtype=dtype_of(param.dtype, config), device=device)
-            elif isinstance(param, Tensor) and param.shape[:1] != (TOKEN_DIMS,):
+            elif isinstance(param, Tensor) and not _token_indexed(param):
                 if param.keyword and not _given(label, config, param, arg):
                     continue
-                declared = tuple(_declared(size, config) for size in param.shape)
-                dtype = dtype_of(param.dtype, config)
-                checks.check_shaped(
-                    label,
-                    name,
-                    arg,
-                    shape=declared,
-                    dtype=dtype,
-                    device=device,
-                    layout=param.layout,
-                    bound=bound,
-                    fixed=_fixed(param.dtype),
-                )
+                _check_declared(label, config, param, arg, device, bound)
             elif isinstance(param, Rows | Tensor):  # token-indexed
                 if isinstance(param, Rows) and param.head is None:  # (rows, as most kernels take: one frame less)
                     width, dtype = size_of(param.width, config), dtype_of(param.dtype, config)
@@ -506,27 +494,26 @@ def _given(label: str, config: Any, param: Tensor, arg: Any) -> bool:
     return not left_out
 
 
+def _check_declared(
+    label: str, config: Any, param: Tensor, arg: Any, device: Any, bound: checks.Bound, tokens: int = 0
+) -> None:
+    """``_checks.check_shaped`` of a :class:`Tensor` (``tokens``: the leading dimensions its ``"*T"`` stands for)."""
+    sizes = (None,) * tokens + tuple(_declared(size, config) for size in param.shape[1 if tokens else 0 :])
+    dtype, fixed = dtype_of(param.dtype, config), _fixed(param.dtype)
+    checks.check_shaped(
+        label, param.name, arg, shape=sizes, dtype=dtype, device=device, layout=param.layout, bound=bound, fixed=fixed
+    )
+
+
 def _check_tokens(
     label: str, config: Any, param: Rows | Tensor, arg: Any, device: Any, lead: int, bound: checks.Bound
 ) -> int:
     """Check a token-indexed input of heads, or a ``"*T"`` tensor, given ``lead`` token dimensions (those of the call's
     first token-indexed input; 1 for the first); returns how many of its trailing dimensions are not tokens."""
-    dtype = dtype_of(param.dtype, config)
-    if isinstance(param, Tensor):  # ``("*T", ...)``: any leading dimensions, then its own sizes
-        rest = tuple(_declared(size, config) for size in param.shape[1:])
-        leading = max(1, len(getattr(arg, "shape", ())) - len(rest))
-        checks.check_shaped(
-            label,
-            param.name,
-            arg,
-            shape=(None,) * leading + rest,
-            dtype=dtype,
-            device=device,
-            layout=param.layout,
-            bound=bound,
-            fixed=_fixed(param.dtype),
-        )
-        return len(rest)
+    if isinstance(param, Tensor):  # ``("*T", ...)``: any leading dimensions (at least one), then its own sizes
+        rest = len(param.shape) - 1
+        _check_declared(label, config, param, arg, device, bound, max(1, len(getattr(arg, "shape", ())) - rest))
+        return rest
     return checks.check_head_rows(
         label,
         param.name,
@@ -534,7 +521,7 @@ def _check_tokens(
         width=None if param.width is None else size_of(param.width, config),
         head=size_of(param.head, config),
         head_name=param.head if isinstance(param.head, str) else "head",
-        dtype=dtype,
+        dtype=dtype_of(param.dtype, config),
         device=device,
         lead=lead,
     )
