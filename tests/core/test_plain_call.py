@@ -281,3 +281,133 @@ def test_a_layout_without_token_indexed_inputs_is_refused_with_the_way_out() -> 
 
     with pytest.raises(ValueError, match=r"no token-indexed input.*Rows.*return None"):
         plain_call((fixed_input((4,), torch.float32),))
+
+
+# -- declared tensors (``Tensor``): caches, index tensors, keyword scales, token-indexed positions ----------------
+#: the kernels whose parameters are declared tensors besides rows, and the factory options drawn for each (an fp8
+#: cache, whose scales are required keyword tensors; without it they must be left out)
+DECLARED = {
+    "paged_attention_tl": ({}, {"cache_dtype": torch.float8_e4m3fn}),
+    "kv_cache_write_tl": ({}, {"cache_dtype": torch.float8_e4m3fn}),
+    "rope_tl": ({},),
+}
+
+TENSOR_DEFECTS = (
+    None,
+    "first size grown",
+    "last size grown",
+    "index value large",
+    "index value negative",
+    "keyword flipped",
+    "dtype",
+    "last dimension strided",
+    "rows strided",
+    "meta device",
+    "requires grad",
+    "written is another input",
+    "not a tensor",
+)
+
+
+def with_tensor_defect(spec: Any, args: list[Any], defect: str | None, index: int) -> list[Any]:
+    """``args`` with ``defect`` applied to declared input ``index`` (or where the defect applies)."""
+    from lazyops.specs import Tensor
+
+    args = list(args)
+    arg = args[index]
+    declared = spec.params[index]
+    if defect == "keyword flipped" and getattr(declared, "keyword", False):
+        args[index] = torch.ones(1) if arg is None or not arg.numel() else None
+        return args
+    if arg is None:
+        return args
+    if defect == "first size grown" and arg.dim():
+        args[index] = torch.zeros(arg.shape[0] + 1, *arg.shape[1:], dtype=arg.dtype)
+    elif defect == "last size grown" and arg.dim():
+        args[index] = torch.zeros(*arg.shape[:-1], arg.shape[-1] + 1, dtype=arg.dtype)
+    elif defect in ("index value large", "index value negative") and not arg.is_floating_point() and arg.numel():
+        args[index] = arg.clone()
+        args[index].view(-1)[0 if defect.endswith("large") else -1] = 1 << 20 if defect.endswith("large") else -1
+    elif defect == "dtype":
+        args[index] = arg.to(torch.float16 if arg.dtype is not torch.float16 else torch.float32)
+    elif defect == "last dimension strided" and arg.dim() and arg.shape[-1] > 1:
+        holder = torch.zeros(*arg.shape[:-1], 2 * arg.shape[-1], dtype=arg.dtype)
+        holder[..., ::2] = arg
+        args[index] = holder[..., ::2]
+    elif defect == "rows strided" and arg.dim() >= 2:
+        holder = torch.zeros(*arg.shape[:-1], arg.shape[-1] + 3, dtype=arg.dtype)
+        holder[..., : arg.shape[-1]] = arg
+        args[index] = holder[..., : arg.shape[-1]]
+    elif defect == "meta device":
+        args[index] = arg.to("meta")
+    elif defect == "requires grad" and arg.is_floating_point():
+        args[index] = arg.detach().clone().requires_grad_(True)
+    elif defect == "written is another input" and spec.mutates:
+        written = spec.inputs.index(spec.mutates[0])
+        same = [
+            i
+            for i, other in enumerate(args)
+            if i != written and other is not None and other.dtype is args[written].dtype
+        ]
+        if same and isinstance(spec.params[written], Tensor):
+            args[same[0]] = args[written]
+    elif defect == "not a tensor":
+        args[index] = arg.tolist() if arg.numel() < 64 else 1.0
+    return args
+
+
+@settings(max_examples=400, deadline=None)
+@given(
+    name=st.sampled_from(sorted(DECLARED)),
+    variant=st.integers(0, 1),
+    dtype=st.sampled_from([torch.float32, torch.bfloat16]),
+    tokens=st.integers(1, 4),
+    defect=st.sampled_from(TENSOR_DEFECTS),
+    index=st.integers(0, 7),
+    strided_rows=st.booleans(),
+    seed=st.integers(0, 2**16),
+)
+def test_the_predicate_never_accepts_what_the_checks_refuse_of_declared_tensors(
+    name: str, variant: int, dtype: Any, tokens: int, defect: str | None, index: int, strided_rows: bool, seed: int
+) -> None:
+    """One defect at a time on a declared tensor (a size a symbol binds, an index value, a keyword scale given where
+    it must be left out or left out where it is needed, a layout), drawn against the full checks: the fast path may
+    refuse what they accept, never accept what they refuse."""
+    spec = kernel_spec(name)
+    options = DECLARED[name][variant % len(DECLARED[name])]
+    config = spec.bind(*SMALL.get(name, (16,)), dtype, **SMALL_OPTIONS.get(name, {}), **options)
+    args = list(examples(spec).example_inputs(config, tokens, Inputs(seed, "cpu"), GEOMETRY.get(name, {})))
+    args = with_tensor_defect(spec, args, defect, index % len(args))
+    accepted = spec.plain_predicate(config, strided_rows=strided_rows, device_type=None)(tuple(args))
+    if defect is None:
+        assert accepted, "the engine call must take the fast path"
+    if not accepted:
+        return
+    try:
+        spec.check(config, *args)
+        spec.check_aliasing(config, *args)
+    except KernelInputError as error:
+        pytest.fail(f"the predicate accepted a call the checks refuse ({defect} at {index}): {error}")
+    assert not any(arg is not None and arg.requires_grad for arg in args)
+
+
+@pytest.mark.parametrize("name", ["paged_attention_tl", "kv_cache_write_tl"])
+@pytest.mark.parametrize("strided_rows", [False, True])
+def test_the_paged_kernels_take_a_packed_qkv_on_the_fast_path_only_where_the_launch_takes_strided_rows(
+    name: str, strided_rows: bool
+) -> None:
+    """An engine's query, key and value are row-strided slices of one packed ``qkv``: a launch that indexes rows by
+    stride takes them as they are; for one that does not, the predicate refuses them and the full path copies."""
+    spec = kernel_spec(name)
+    config = small_config(spec, torch.bfloat16)
+    args = engine_call(spec, config, 3, seed=2)
+    rows = [spec.inputs.index(each) for each in spec.row_inputs]
+    packed = torch.zeros(3, sum(args[i].shape[1] for i in rows) + 8, dtype=torch.bfloat16)
+    start = 0
+    for i in rows:
+        width = args[i].shape[1]
+        args[i] = packed[:, start : start + width]
+        start += width
+    assert not any(args[i].is_contiguous() for i in rows)
+    assert spec.plain_predicate(config, strided_rows=strided_rows, device_type=None)(tuple(args)) is strided_rows
+    spec.check(config, *args)

@@ -1,9 +1,8 @@
-"""Rope's check accepts the engine call on a few reads (``_engine_call``); it must never accept what the full
-checks refuse. Drawn calls, valid and not, go through both."""
+"""Rope's fast path, derived from its declarations (a ``"*T"`` tensor, rows of any number of heads, a cache whose
+rotary dimension is a range), accepts the engine call on a few reads; it must never accept what the full checks
+refuse. Drawn calls, valid and not, go through both."""
 
 from __future__ import annotations
-
-from unittest import mock
 
 import pytest
 
@@ -22,6 +21,8 @@ DEFECTS = (
     "positions float",
     "positions 2-D",
     "positions strided",
+    "position past the cache",
+    "position negative",
     "no tokens",
     "rows differ",
     "width not heads",
@@ -51,6 +52,9 @@ def calls(draw: st.DrawFn) -> tuple:
     )
     if defect == "positions 2-D":
         positions = positions.reshape(1, tokens)
+    if defect in ("position past the cache", "position negative") and tokens:
+        positions = positions.clone()
+        positions[-1] = 16 if defect == "position past the cache" else -1  # the cache below has 16 rows
     heads_q, heads_k = draw(st.integers(1, 3)), draw(st.integers(1, 2))
     width_q = heads_q * HEAD_DIM + (3 if defect == "width not heads" else 0)
     width_k = heads_k * HEAD_DIM
@@ -83,13 +87,13 @@ def calls(draw: st.DrawFn) -> tuple:
 def test_the_fast_accept_never_accepts_a_refused_call(drawn: tuple) -> None:
     defect, call = drawn
     config = rope.spec.bind(HEAD_DIM, torch.float32)
-    fast = rope._engine_call(config, *call)
-    with mock.patch.object(rope, "_engine_call", lambda *args: False):
-        try:
-            rope.spec.check(config, *call)
-            refused = False
-        except KernelInputError:
-            refused = True
+    fast = rope.spec.plain_predicate(config, strided_rows=True, device_type=None)(call)
+    try:
+        rope.spec.check(config, *call)
+        rope.spec.check_aliasing(config, *call)
+        refused = False
+    except KernelInputError:
+        refused = True
     assert not (fast and refused), (defect, [(tuple(t.shape), t.stride(), t.dtype) for t in call])
     if defect is None:
         assert fast and not refused  # the drawn engine call itself takes the fast path
@@ -99,5 +103,5 @@ def test_the_engine_call_takes_the_fast_accept() -> None:
     config = rope.spec.bind(128, torch.bfloat16)
     qkv = torch.zeros(4, 48 * 128, dtype=torch.bfloat16)
     call = (torch.arange(4), qkv[:, : 32 * 128], qkv[:, 32 * 128 : 40 * 128], torch.zeros(64, 128))
-    assert rope._engine_call(config, *call)
+    assert rope.spec.plain_predicate(config, strided_rows=True, device_type=None)(call)
     rope.spec.check(config, *call)

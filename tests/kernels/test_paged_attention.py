@@ -22,7 +22,6 @@ from hypothesis import given, settings
 from lazyops import testing
 from lazyops._errors import KernelInputError
 from lazyops.specs import spec
-from lazyops.specs.paged_attention import paged_attention_reference
 from lazyops.testing.cases import examples
 
 ATTENTION = spec("paged_attention_tl")
@@ -167,16 +166,18 @@ def test_the_fp8_cache_round_trips_through_attention(kernels):
     starts = torch.tensor([0, 3], dtype=torch.int32, device=device)
     query = torch.randn(3, 64, generator=generator).half().to(device)
     out = attention(query, caches[0], caches[1], table, lengths, starts, k_scale=k_scale, v_scale=v_scale)
-    expected = paged_attention_reference(
+    config = ATTENTION.bind(4, 2, 16, torch.float16, block_size=4, cache_dtype=fp8)
+    assert config.scale == 0.25
+    (expected,) = ATTENTION.reference(
+        config,
         query.double(),
         caches[0].double(),
         caches[1].double(),
         table,
         lengths,
         starts,
-        scale=0.25,
-        k_scale=k_scale.double(),
-        v_scale=v_scale.double(),
+        k_scale.double(),
+        v_scale.double(),
     )
     testing.check_close(out, expected, torch.float16)
     with pytest.raises(KernelInputError, match="an fp8 cache needs k_scale"):

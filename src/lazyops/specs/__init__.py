@@ -14,7 +14,7 @@ from __future__ import annotations
 import importlib
 
 from lazyops.specs._arguments import RowConfig
-from lazyops.specs._params import Fixed, Other, Out, Rows
+from lazyops.specs._params import Fixed, Other, Out, Rows, Tensor
 from lazyops.specs._spec import Example, KernelSpec, Traffic  # no torch: only under TYPE_CHECKING there
 
 __all__ = [
@@ -25,6 +25,7 @@ __all__ = [
     "Out",
     "RowConfig",
     "Rows",
+    "Tensor",
     "Traffic",
     "has_spec",
     "kernel_names",

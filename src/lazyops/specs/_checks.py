@@ -8,8 +8,7 @@ what was found and what was expected, so the fix is obvious from the message alo
 
 from __future__ import annotations
 
-import math
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from lazyops._errors import KernelInputError
 
@@ -87,6 +86,129 @@ def check_rows(
             "features are contiguous (last stride 1), leading dimensions that collapse into one row stride, and "
             f"rows that do not overlap; pass {arg}.contiguous()"
         )
+
+
+def check_head_rows(
+    kernel: str,
+    arg: str,
+    tensor: Any,
+    *,
+    width: int | None,
+    head: int,
+    head_name: str,
+    dtype: torch.dtype | tuple[torch.dtype, ...],
+    device: torch.device | None,
+    lead: int,
+) -> int:
+    """A token-indexed tensor of heads of ``head`` features: rows ``[*T, width]`` (:func:`check_rows`; ``width=None``:
+    any number of heads), or the heads as a dimension of their own, ``[*T, H, head]``, where it has ``lead + 2``
+    dimensions (``lead``: how many token dimensions the call's token-indexed inputs have), the heads of a token
+    contiguous and tokens one row stride apart. Returns how many of its trailing dimensions are features (2 or 1)."""
+    shape: Any = getattr(tensor, "shape", ())
+    if len(shape) == lead + 2 and (width is None or (shape[-1] == head and shape[-2] * head == width)):
+        check_kind(kernel, arg, tensor, dtype, device)
+        if shape[-1] != head:
+            raise KernelInputError(
+                f"{kernel}: {arg} has shape {tuple(shape)}; a [*T, H, {head_name}] {arg} has {head_name}={head} last"
+            )
+        heads, (head_step, feature_step) = shape[-2], tensor.stride()[-2:]
+        if (
+            (head > 1 and feature_step != 1)
+            or (heads > 1 and head_step != head)
+            or row_stride((*shape[:-2], heads * head), (*tensor.stride()[:-2], 1)) is None
+        ):
+            raise KernelInputError(
+                f"{kernel}: {arg} of shape {tuple(shape)} has strides {tensor.stride()}: the heads of a token must be "
+                f"contiguous (stride {head} between heads) and tokens one row stride apart; pass {arg}.contiguous()"
+            )
+        return 2
+    check_rows(kernel, arg, tensor, width=width, dtype=dtype, device=device)
+    if width is None and tensor.shape[-1] % head:
+        raise KernelInputError(
+            f"{kernel}: {arg} has {tensor.shape[-1]} features per token, not a multiple of {head_name}={head}"
+        )
+    return 1
+
+
+#: A declared size as :func:`check_shaped` takes it: an int, a ``range`` of the sizes allowed, None (any size), or a
+#: ``(symbol, offset)`` the call binds.
+Declared = int | range | tuple[str, int] | None
+#: The sizes a call has bound: ``{symbol: (size, the tensor that bound it, its shape)}``.
+Bound = dict[str, tuple[int, str, tuple[int, ...]]]
+
+
+def check_shaped(
+    kernel: str,
+    arg: str,
+    tensor: Any,
+    *,
+    shape: tuple[Declared, ...],
+    dtype: torch.dtype | tuple[torch.dtype, ...],
+    device: torch.device | None,
+    layout: str,
+    bound: Bound,
+    fixed: bool,
+) -> None:
+    """A tensor of a declared shape (``_params.Tensor``): each size as declared, a symbol bound by the first tensor
+    that has it (recorded in ``bound``) and equal in every other, the layout ``"dense"`` (contiguous) or ``"rows"``
+    (the last dimension contiguous). ``fixed``: a dtype no factory argument changes (:func:`check_kind`)."""
+    check_kind(kernel, arg, tensor, dtype, device, fixed=fixed)
+    sizes = tensor.shape
+    if len(sizes) != len(shape):
+        _wrong_shape(kernel, arg, sizes, tuple(map(_declared_text, shape)))
+    for position, (got, want) in enumerate(zip(sizes, shape, strict=True)):
+        if want is None or got == want:
+            continue
+        if isinstance(want, tuple):
+            symbol, offset = want
+            if symbol not in bound:
+                bound[symbol] = (got - offset, arg, tuple(sizes))
+                continue
+            value, binder, binder_sizes = bound[symbol]
+            if got != value + offset:
+                meaning = " (T: the call's token count)" if symbol == "T" else ""
+                raise KernelInputError(
+                    f"{kernel}: {arg} has shape {tuple(sizes)} and {binder} {binder_sizes}: {_declared_text(want)} is "
+                    f"{got} in {arg} and {value + offset} in {binder}{meaning}; they must agree"
+                )
+        elif isinstance(want, range):  # by arithmetic: a size under torch.compile is symbolic, not an int
+            if not (want.start <= got < want.stop and (got - want.start) % want.step == 0):
+                raise KernelInputError(
+                    f"{kernel}: {arg} has shape {tuple(sizes)}; its dimension {position} must be one of "
+                    f"{_declared_text(want)}"
+                )
+        else:
+            _wrong_shape(kernel, arg, sizes, tuple(map(_declared_text, shape)))
+    if layout == "dense" and not tensor.is_contiguous():
+        raise KernelInputError(
+            f"{kernel}: {arg} is not contiguous (strides {tensor.stride()}); pass {arg}.contiguous()"
+        )
+    if layout == "rows" and sizes and sizes[-1] > 1 and tensor.stride(-1) != 1:
+        raise KernelInputError(
+            f"{kernel}: {arg} of shape {tuple(sizes)} has strides {tensor.stride()}: its last dimension must be "
+            f"contiguous; pass {arg}.contiguous()"
+        )
+
+
+def _declared_text(size: Declared) -> str:
+    if size is None:
+        return "any"
+    if isinstance(size, tuple):
+        return size[0] + (f"+{size[1]}" if size[1] else "")
+    if isinstance(size, range):
+        shown = [str(each) for each in size[:2]]
+        return ", ".join([*shown, "...", str(size[-1])] if len(size) > 3 else [str(each) for each in size])
+    return str(size)
+
+
+def reads_values(tensor: Any, validate: bool) -> bool:
+    """Whether a call's index values are read (``KernelSpec.check_values``): on the host always (reading them there
+    costs nothing), elsewhere when the factory was given ``validate=True`` (the read synchronises the device, which an
+    engine's decode step must not do, nor a CUDA graph's capture); never for tensors without values (meta, the fake
+    tensors ``torch.compile`` traces with)."""
+    if tensor.is_meta or _is_fake(tensor):
+        return False
+    return tensor.device.type == "cpu" or validate
 
 
 def row_stride(sizes: Any, strides: Any) -> int | None:
@@ -255,32 +377,6 @@ def _row_form(tensor: torch.Tensor) -> tuple[int, int] | None:
     return None if stride is None else (stride, width)
 
 
-def rows_apart(a: torch.Tensor, b: torch.Tensor, *dense: torch.Tensor) -> bool:
-    """Whether the row tensors ``a`` and ``b`` (``[rows, width]``, unit last stride: rope's query and key, as
-    ``_engine_call`` accepted them) share no element with each other or with the ``dense`` tensors: the fast path's
-    aliasing test, exact for two slices of one packed buffer, in one frame (:func:`overlap` is the general one).
-    """
-    size = a.element_size()
-    a_rows, a_width = a.shape
-    b_rows, b_width = b.shape
-    a_step, b_step = a.stride(0), b.stride(0)
-    a_start, b_start = a.data_ptr(), b.data_ptr()
-    a_end = a_start + ((a_rows - 1) * a_step + a_width) * size
-    b_end = b_start + ((b_rows - 1) * b_step + b_width) * size
-    if a_start < b_end and b_start < a_end:  # interleaved: apart only as distinct columns of one row stride
-        if a_step != b_step or a_rows != b_rows or a_step < a_width or b.element_size() != size:
-            return False
-        period = a_step * size
-        if _arcs_intersect(a_start % period, a_width * size, b_start % period, b_width * size, period):
-            return False
-    for other in dense:
-        start = other.data_ptr()
-        end = start + other.nbytes
-        if (start < a_end and a_start < end) or (start < b_end and b_start < end):
-            return False
-    return True
-
-
 def _arcs_intersect(a: int, a_len: int, b: int, b_len: int, period: int) -> bool:
     d = (b - a) % period
     return d < a_len or (period - d) < b_len
@@ -303,118 +399,284 @@ def tensor_type() -> Any:
     return _TENSOR
 
 
-def same_size(kernel: str, what: str, sizes: dict[str, int]) -> None:
-    """Check that a varying size (the token count, say) agrees across arguments."""
-    # Compared, not hashed: under torch.compile the sizes are symbolic, and a symbolic size has no hash.
-    values = list(sizes.values())
-    if any(value != values[0] for value in values[1:]):
-        found = ", ".join(f"{arg}: {size}" for arg, size in sizes.items())
-        raise KernelInputError(f"{kernel}: {what} differs between arguments ({found}); they must be equal")
+class PlainInput(NamedTuple):
+    """How one input of a plain call looks (see :func:`plain_call`; made by the functions below)."""
+
+    #: ``"rows"`` (``[tokens, width]``), ``"tokens"`` (``[tokens]``), ``"fixed"`` (exactly ``shape``, dense) or
+    #: ``"shaped"`` (``shape``'s sizes as :func:`shaped_input` says)
+    kind: str
+    #: a ``torch.dtype``, or a tuple of those taken
+    dtype: Any
+    width: int = 0
+    #: rows of any multiple of ``head`` (``width`` then ignored); 0: of ``width``
+    head: int = 0
+    shape: tuple[Any, ...] = ()
+    #: rows: ``"strided"`` (a row-strided view, where the launch takes one) or ``"dense"``; shaped: ``"dense"`` or
+    #: ``"rows"`` (the last dimension contiguous)
+    layout: str = "dense"
+    #: a keyword tensor: ``"required"``, ``"absent"`` (None, or empty and of its dtype) or ``"optional"``; ``""``: not
+    presence: str = ""
 
 
-#: How one input of a plain call looks (see :func:`plain_call`): its dtype, and either ``width`` (a token-indexed
-#: input, ``[tokens, width]``) or ``shape`` (any other input, exactly that shape).
-PlainInput = tuple[Any, int | None, tuple[int, ...] | None]
+def rows_input(width: int, dtype: Any, *, head: int = 0, strided: bool = False) -> PlainInput:
+    """A token-indexed input of a plain call: ``[tokens, width]`` (``head``: any multiple of it), dense, or strided
+    rows (last stride 1, one row stride) where the launch takes them."""
+    return PlainInput("rows", dtype, width, head, layout="strided" if strided else "dense")
 
 
-def rows_input(width: int, dtype: torch.dtype) -> PlainInput:
-    """A token-indexed input of a plain call: ``[tokens, width]``, dense."""
-    return (dtype, width, None)
+def tokens_input(dtype: Any) -> PlainInput:
+    """A token-indexed input without features (rope's positions): ``[tokens]``, dense."""
+    return PlainInput("tokens", dtype)
 
 
-def fixed_input(shape: tuple[int, ...], dtype: torch.dtype) -> PlainInput:
+def fixed_input(shape: tuple[int, ...], dtype: Any) -> PlainInput:
     """An input of a plain call that is not indexed by token (a weight, a scale): exactly ``shape``, dense."""
-    return (dtype, None, shape)
+    return PlainInput("fixed", dtype, shape=shape)
 
 
-def plain_call(layout: tuple[PlainInput, ...], written: tuple[int, ...] = (), device_type: str | None = None) -> Any:
+def shaped_input(shape: tuple[Any, ...], dtype: Any, *, layout: str = "dense", presence: str = "") -> PlainInput:
+    """An input of declared sizes (``_params.Tensor``): each an int, a ``range`` of those allowed, None (any), or a
+    symbol (``"B"``, ``"B+1"``; ``"T"``: the token count) that the first input having it binds and the others
+    equal."""
+    return PlainInput("shaped", dtype, shape=shape, layout=layout, presence=presence)
+
+
+def plain_call(
+    layout: tuple[PlainInput, ...],
+    written: tuple[int, ...] = (),
+    device_type: str | None = None,
+    *,
+    strided_rows: bool = False,
+    values: Any = None,
+    validate: bool = False,
+) -> Any:
     """A predicate over a call's packed arguments that recognises, in a few attribute reads, the call engines make
-    on every step: every input a dense tensor of its dtype on the first input's device, none requiring grad while
-    grad mode is on, the token-indexed ones ``[tokens, width]`` with the same ``tokens > 0``, the others of their
-    exact shape, each ``written`` input sharing no byte with any other input (whatever its dtype) and writable here
-    (not an inference tensor outside ``torch.inference_mode()``), and the device one of ``device_type`` (the
-    current one, for CUDA: a launch goes to the current device).
+    on every step: every input a tensor of its dtype on the first input's device, none requiring grad while grad
+    mode is on, the token-indexed ones ``[tokens, width]`` (or ``[tokens]``) with the same ``tokens > 0``, dense
+    (rows strided where the layout says so and ``strided_rows``: the launch indexes rows by their stride), the others
+    of their declared shape and layout, each ``written`` input sharing no element with any other input (whatever its
+    dtype) and writable here (not an inference tensor outside ``torch.inference_mode()``), and the device one of
+    ``device_type`` (the current one, for CUDA: a launch goes to the current device). ``values(*args)``: the index
+    values' check (``KernelSpec.check_values``), run where they are read: on the host, and with ``validate`` on a
+    device too.
 
     It is the kernel's fast path, its layout declared by the spec's parameters: where it answers True, the full
-    checks would accept the call and the launch needs no adaptation; where it answers False (or raises, for a
-    non-tensor), the call takes the full checks, which accept it or say what is wrong. So it may refuse what the
-    checks accept (a strided view, a 3-D input), never the reverse; ``tests/core/test_plain_call.py`` holds it to that.
+    checks would accept the call and the launch needs no adaptation; where it answers False (a non-tensor, a wrong
+    count, an index value the checks refuse included), the call takes the full checks, which accept it or say what
+    is wrong. So it may refuse what the checks accept (a 3-D input), never the reverse:
+    ``tests/core/test_plain_call.py`` holds it to that.
 
-    Its cost is the kernel's host cost on every step, so it reads each attribute once and loops over nothing it can
-    unroll: the first token-indexed input is read on its own, the others and the fixed inputs in two loops over
-    ``(position, dtype, width or shape)``.
+    Its cost is the kernel's host cost on every step, so it runs in one frame, reads each attribute once and loops
+    only over what a kernel declares: the first token-indexed input on its own, then the other rows, the fixed
+    inputs and the shaped ones in one loop each.
     """
     import torch
+
+    from lazyops.specs._params import TOKENS, symbol_of
 
     is_grad_enabled = torch.is_grad_enabled
     inference_mode = torch.is_inference_mode_enabled
     current_device = torch.cuda.current_device
     count = len(layout)
-    rows = tuple((index, dtype, width) for index, (dtype, width, _) in enumerate(layout) if width is not None)
-    fixed = tuple((index, dtype, shape) for index, (dtype, width, shape) in enumerate(layout) if width is None)
-    if not rows:
+    token_inputs = [
+        index
+        for index, each in enumerate(layout)
+        if each.kind in ("rows", "tokens") or (each.kind == "shaped" and TOKENS in each.shape)
+    ]
+    if not token_inputs or layout[token_inputs[0]].kind == "shaped":
         raise ValueError(
             f"plain_call{layout!r}: no token-indexed input to count the tokens by; declare one with Rows, or let "
             "the spec's plain_layout return None (no fast path)"
         )
-    (first_index, first_dtype, first_width), other_rows = rows[0], rows[1:]
-    # Each input's byte count once its shape is checked, ``tokens * per_token + fixed``: dense tensors span exactly
-    # that many bytes, so the overlap test reads no ``nbytes``.
-    spans = tuple(
-        ((width or 0) * dtype.itemsize, 0 if width is not None else math.prod(shape or ()) * dtype.itemsize)
-        for dtype, width, shape in layout
+    first_index = token_inputs[0]
+    first = layout[first_index]
+    first_rank = 1 if first.kind == "tokens" else 2
+    first_strided = strided_rows and first.layout == "strided"
+    rows = tuple(  # the other token-indexed inputs, [tokens, width] or [tokens]
+        (
+            index,
+            each.dtype,
+            2 if each.kind == "rows" else 1,
+            -1 if each.head else each.width,
+            each.head,
+            strided_rows and each.layout == "strided",
+        )
+        for index, each in enumerate(layout)
+        if each.kind in ("rows", "tokens") and index != first_index
     )
-    written_against = tuple(
-        (index, *spans[index], tuple((other, *spans[other]) for other in range(count) if other != index))
+    fixed = tuple((index, each.dtype, each.shape) for index, each in enumerate(layout) if each.kind == "fixed")
+    slots = {TOKENS: 0}
+    declared: dict[tuple[Any, ...], int] = {}
+    shaped = []
+    for index, each in enumerate(layout):
+        if each.kind != "shaped":
+            continue
+        exact = each.shape if all(type(size) is int for size in each.shape) else None
+        like = declared.get(each.shape, -1) if None not in each.shape else -1
+        dims: list[tuple[int, int, Any, int]] = []
+        for position, size in enumerate(each.shape):
+            symbol = symbol_of(size)
+            if symbol is not None:  # 0: compared with a bound size, 1: binding it
+                binds = symbol[0] not in slots
+                slot = slots.setdefault(symbol[0], len(slots))
+                dims.append((position, 1 if binds else 0, slot, symbol[1]))
+            elif isinstance(size, range):
+                dims.append((position, 2, size, 0))
+            elif size is not None:
+                dims.append((position, 3, size, 0))
+        if not each.presence:
+            declared.setdefault(each.shape, index)
+        rank = len(each.shape)
+        shaped.append((index, each.dtype, rank, exact, like, tuple(dims), each.layout == "rows", each.presence))
+    symbols = len(slots)
+    first_dtype, first_width, first_head = first.dtype, -1 if first.head else first.width, first.head
+    # each written input against every other input, each pair once
+    pairs = tuple(
+        (index, tuple(other for other in range(count) if other != index and not (other in written and other < index)))
         for index in written
     )
     on_cuda = device_type == "cuda"
     other_kind = device_type if device_type not in (None, "cuda") else None
 
     def accepts(args: tuple[Any, ...]) -> bool:
-        if len(args) != count:
-            return False
-        first = args[first_index]
-        grad = is_grad_enabled()
-        if first.dtype is not first_dtype or not first.is_contiguous() or (grad and first.requires_grad):
-            return False
-        sizes = first.shape
-        if len(sizes) != 2 or sizes[1] != first_width:
-            return False
-        tokens = sizes[0]
-        if tokens <= 0:
-            return False
-        if on_cuda:  # ``is_cuda``: a flag read, where ``device.type`` builds a device object
-            if not first.is_cuda or first.get_device() != current_device():
+        try:
+            if len(args) != count:
                 return False
-        elif other_kind is not None and first.device.type != other_kind:
-            return False
-        if count == 1:
-            return True
-        device = first.device
-        for index, dtype, width in other_rows:
-            arg = args[index]
-            if arg.dtype is not dtype or not arg.is_contiguous() or (grad and arg.requires_grad):
+            grad = is_grad_enabled()
+            token_input = args[first_index]
+            dtype = token_input.dtype
+            if dtype is not first_dtype and (type(first_dtype) is not tuple or dtype not in first_dtype):
                 return False
-            sizes = arg.shape
-            if len(sizes) != 2 or sizes[1] != width or sizes[0] != tokens or arg.device != device:
+            if grad and token_input.requires_grad:
                 return False
-        for index, dtype, shape in fixed:
-            arg = args[index]
-            if arg.dtype is not dtype or not arg.is_contiguous() or (grad and arg.requires_grad):
+            sizes = token_input.shape
+            if len(sizes) != first_rank:
                 return False
-            if arg.shape != shape or arg.device != device:
+            if first_rank == 2 and sizes[1] != first_width and (not first_head or sizes[1] % first_head):
                 return False
-        for index, per_token, fixed_bytes, others in written_against:  # dense tensors: one byte range each
-            target = args[index]
-            if target.is_inference() and not inference_mode():
-                return False  # written under torch.inference_mode() by the checked path
-            start = target.data_ptr()
-            end = start + tokens * per_token + fixed_bytes
-            for other, other_per_token, other_fixed_bytes in others:
-                other_start = args[other].data_ptr()
-                if start < other_start + tokens * other_per_token + other_fixed_bytes and other_start < end:
+            tokens = sizes[0]
+            if tokens <= 0:
+                return False
+            if not token_input.is_contiguous():
+                if not first_strided:
                     return False
-        return True
+                row_step, step = token_input.stride()
+                if (step != 1 and sizes[1] > 1) or (tokens > 1 and row_step < sizes[1]):
+                    return False
+            if on_cuda:  # ``is_cuda``: a flag read, where ``device.type`` builds a device object
+                if not token_input.is_cuda or token_input.get_device() != current_device():
+                    return False
+            elif other_kind is not None and token_input.device.type != other_kind:
+                return False
+            if count == 1:
+                return True
+            device = token_input.device
+            for index, want, rank, width, head, strided in rows:
+                arg = args[index]
+                dtype = arg.dtype
+                if dtype is not want and (type(want) is not tuple or dtype not in want):
+                    return False
+                sizes = arg.shape
+                if len(sizes) != rank or sizes[0] != tokens:
+                    return False
+                if rank == 2 and sizes[1] != width and (not head or sizes[1] % head):
+                    return False
+                if (grad and arg.requires_grad) or arg.device != device:
+                    return False
+                if not arg.is_contiguous():
+                    if not strided:
+                        return False
+                    row_step, step = arg.stride()
+                    if (step != 1 and sizes[1] > 1) or (tokens > 1 and row_step < sizes[1]):
+                        return False
+            for index, want, shape in fixed:
+                arg = args[index]
+                if arg.dtype is not want or not arg.is_contiguous() or (grad and arg.requires_grad):
+                    return False
+                if arg.shape != shape or arg.device != device:
+                    return False
+            if shaped:
+                bound = [tokens, *(None,) * (symbols - 1)]
+                for index, want, rank, exact, like, dims, rows_layout, presence in shaped:
+                    arg = args[index]
+                    if presence:
+                        if arg is None or (not arg.numel() and arg.dtype is want):  # left out
+                            if presence == "required" or (grad and arg is not None and arg.requires_grad):
+                                return False
+                            continue
+                        if presence == "absent":
+                            return False
+                    dtype = arg.dtype
+                    if dtype is not want and (type(want) is not tuple or dtype not in want):
+                        return False
+                    if (grad and arg.requires_grad) or arg.device != device:
+                        return False
+                    sizes = arg.shape
+                    if exact is not None:
+                        if sizes != exact:
+                            return False
+                    elif like >= 0:
+                        if sizes != args[like].shape:
+                            return False
+                    elif len(sizes) != rank:
+                        return False
+                    else:
+                        for position, kind, size, offset in dims:
+                            got = sizes[position]
+                            if kind == 0:
+                                if got != bound[size] + offset:
+                                    return False
+                            elif kind == 1:
+                                bound[size] = got - offset
+                            elif kind == 2:
+                                if got not in size:
+                                    return False
+                            elif got != size:
+                                return False
+                    if not arg.is_contiguous() and (not rows_layout or (sizes[-1] > 1 and arg.stride(-1) != 1)):
+                        return False
+            if pairs:
+                if not inference_mode():
+                    for index, _ in pairs:
+                        if args[index].is_inference():
+                            return False  # written under torch.inference_mode() by the checked path
+                extents = []  # each input's byte range [start, end), once
+                for arg in args:
+                    if arg is None:  # a keyword tensor left out
+                        extents.append((0, 0))
+                        continue
+                    start = arg.data_ptr()
+                    if arg.is_contiguous():
+                        extents.append((start, start + arg.nbytes))
+                    else:  # checked: rows, one stride apart
+                        (height, width), step = arg.shape, arg.stride(0)
+                        extents.append((start, start + ((height - 1) * step + width) * arg.element_size()))
+                for index, others in pairs:
+                    start, end = extents[index]
+                    for other_index in others:
+                        other_start, other_end = extents[other_index]
+                        if start >= other_end or other_start >= end or start == end or other_start == other_end:
+                            continue
+                        # interleaved byte ranges: apart only as distinct columns of one row stride (the slices of
+                        # a packed qkv), as ``overlap`` finds
+                        target, other = args[index], args[other_index]
+                        if target.dim() != 2 or other.dim() != 2:
+                            return False
+                        (_, width), (_, other_width) = target.shape, other.shape
+                        (step, unit), (other_step, other_unit) = target.stride(), other.stride()
+                        size = target.element_size()
+                        if step != other_step or step < width or step < other_width or other.element_size() != size:
+                            return False
+                        if (unit != 1 and width > 1) or (other_unit != 1 and other_width > 1):
+                            return False
+                        period = step * size
+                        apart = (other_start - start) % period
+                        if apart < width * size or period - apart < other_width * size:
+                            return False
+            if values is not None and (token_input.is_cpu or (validate and not token_input.is_meta)):
+                values(*args)  # reads the index values: a refusal is the full checks' to word
+            return True
+        except (AttributeError, TypeError, ValueError, KernelInputError):  # a non-tensor, a refused index value...
+            return False
 
     return accepts

@@ -1,13 +1,15 @@
-"""A kernel call's parameters, declared once: ``Rows("x")``, ``Fixed("weight", shape=("n",))``, ``Out(like="x")``.
+"""A kernel call's parameters, declared once: ``Rows("x")``, ``Fixed("weight", shape=("n",))``,
+``Tensor("block_table", ("B", None), torch.int32)``, ``Out(like="x")``.
 
 A spec lists what its kernel call takes and gives; everything that follows from that list is derived from it in
-one place (``_spec.KernelSpec``): the checks every call passes, the fast path's layout, the output's shape; and, in
-the kernel's examples (``lazyops.testing.cases``), the inputs the conformance kit draws and the bytes a benchmark
-counts. A fact about a shape is written here once, never three times.
+one place (``_spec.KernelSpec``): the checks every call passes, the fast path, the output's shape; and, in the
+kernel's examples (``lazyops.testing.cases``), the inputs the conformance kit draws and the bytes a benchmark counts.
+A fact about a shape is written here once, never three times.
 
 Sizes and dtypes refer to the kernel's static configuration by field name (``width="n"``, ``dtype="weight_dtype"``)
 or are given as they are (an int, a ``torch.dtype``); a size may also be a function of the configuration
-(``width=lambda config: 2 * config.n`` for a gated activation's ``[M, 2n]`` input).
+(``width=lambda config: 2 * config.n`` for a gated activation's ``[M, 2n]`` input). A :class:`Tensor`'s sizes may
+also be bound by the call: an uppercase symbol (``"B"``, ``"B+1"``), see there.
 """
 
 from __future__ import annotations
@@ -17,9 +19,14 @@ from dataclasses import dataclass
 from typing import Any
 
 #: A size: a fixed int, the name of a configuration field, or a function of the configuration.
-Size = int | str | Callable[[Any], int]
+Size = int | str | Callable[[Any], Any]
 #: A dtype: the name of a configuration field (``"dtype"``, ``"weight_dtype"``) or a ``torch.dtype``.
 DType = Any
+
+
+#: The call's token count as a :class:`Tensor` size (``kv_cache_write``'s ``slot_mapping[T]``), and, first in a shape,
+#: the call's token dimensions themselves, whatever their number (``rope``'s ``positions[*T]``).
+TOKENS, TOKEN_DIMS = "T", "*T"
 
 
 def size_of(size: Size | None, config: Any) -> int:
@@ -34,16 +41,39 @@ def size_of(size: Size | None, config: Any) -> int:
     return size
 
 
+def allowed_of(size: Size, config: Any) -> int | range:
+    """:func:`size_of`, where a function of the configuration may give a ``range`` of the sizes allowed (rope's rotary
+    dimension: ``range(2, head_dim + 1, 2)``)."""
+    value = size(config) if callable(size) else size_of(size, config)
+    return value if isinstance(value, range) else int(value)
+
+
 def dtype_of(dtype: DType, config: Any) -> Any:
-    """``dtype`` for ``config``: the field it names, or the ``torch.dtype`` itself."""
+    """``dtype`` for ``config``: the field it names, or the ``torch.dtype`` itself; a tuple of them, each (any of them
+    is taken)."""
+    if isinstance(dtype, tuple):
+        resolved = tuple(dict.fromkeys(dtype_of(each, config) for each in dtype))
+        return resolved[0] if len(resolved) == 1 else resolved
     return getattr(config, dtype) if isinstance(dtype, str) else dtype
+
+
+def symbol_of(size: Any) -> tuple[str, int] | None:
+    """``(symbol, offset)`` of a size the call binds (``"B+1"``: ``("B", 1)``), None for one the configuration gives."""
+    if isinstance(size, str) and size[:1].isupper():
+        symbol, _, offset = size.partition("+")
+        return symbol, int(offset or 0)
+    return None
 
 
 @dataclass(frozen=True)
 class Rows:
     """A token-indexed input ``[..., width]``: any leading (token) dimensions, rows that may be strided (a slice of a
-    packed buffer), the last dimension contiguous. A launch receives it as a ``[rows, width]`` view. ``width=None``:
-    the spec checks the width itself (rope's query holds any number of heads).
+    packed buffer), the last dimension contiguous. A launch receives it as a ``[rows, width]`` view. ``width=None``
+    (without ``head``): the spec checks the width itself.
+
+    ``head``: the rows are heads of this size (attention's query ``[*T, H*D]``), which a call may also give as a
+    dimension of their own, ``[*T, H, D]`` (the heads of a token contiguous, tokens one stride apart); with
+    ``width=None`` a row holds any number of them (rope's query and key).
 
     ``mutated``: the call updates it in place (``add_rmsnorm``'s residual). ``scale``: the spread of the values the
     examples draw for it (a residual stream is wider than the activation added to it); where normal values would not
@@ -55,6 +85,7 @@ class Rows:
     dtype: DType = "dtype"
     mutated: bool = False
     scale: float = 1.0
+    head: Size | None = None
 
 
 @dataclass(frozen=True)
@@ -64,6 +95,33 @@ class Fixed:
     name: str
     shape: tuple[Size, ...]
     dtype: DType = "dtype"
+
+
+@dataclass(frozen=True)
+class Tensor:
+    """An input with a shape of its own: a cache, an index tensor, a scale. Each entry of ``shape`` is a size the
+    configuration gives (as above; a function may give a ``range`` of the sizes allowed), None (any size), or a size
+    the call binds: an uppercase symbol, ``"B"``, or one past it, ``"B+1"``. The first tensor that has a symbol binds
+    it; every other must agree. ``"T"`` is the call's token count, and ``"*T"``, first, the token dimensions
+    themselves: the tensor is then token-indexed (rope's ``positions[*T]``).
+
+    ``dtype``: one, or a tuple of those taken. ``layout``: ``"dense"`` (contiguous), or ``"rows"`` (the last dimension
+    contiguous only: a block table sliced from a wider one). ``mutated``: written in place.
+
+    ``keyword``: keyword-only (declared after every positional parameter), left out as None; an empty tensor of its
+    dtype stands for None (the custom operator's ``Tensor?``, the kit's drawn arguments). ``present(config)``: whether
+    the configuration needs it (then it must be given) or not (then it must be left out); ``why`` says which
+    configuration needs it, in both refusals (an fp8 cache's scales).
+    """
+
+    name: str
+    shape: tuple[Size | None, ...]
+    dtype: DType = "dtype"
+    layout: str = "dense"
+    mutated: bool = False
+    keyword: bool = False
+    present: Callable[[Any], bool] | None = None
+    why: str = ""
 
 
 @dataclass(frozen=True)
@@ -80,10 +138,10 @@ class Out:
 
 @dataclass(frozen=True)
 class Other:
-    """A parameter whose spec checks and lays out itself (rope's positions, attention's block table): a spec that
+    """A parameter whose spec checks and lays out itself (where a :class:`Tensor` does not say enough): a spec that
     declares one overrides what the declarations cannot derive for it, and its examples draw and count it.
 
-    ``keyword``: a keyword-only tensor the call may leave out (an fp8 cache's ``k_scale=``); declared after every
+    ``keyword``: a keyword-only tensor the call may leave out (a bias); declared after every
     positional parameter. Inside lazyops it travels as the last positional arguments, ``None`` when left out (the
     custom operator's ``Tensor?``)."""
 
@@ -92,4 +150,4 @@ class Other:
     keyword: bool = False
 
 
-Param = Rows | Fixed | Other
+Param = Rows | Fixed | Tensor | Other

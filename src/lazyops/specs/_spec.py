@@ -35,7 +35,19 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from lazyops._errors import KernelInputError
 from lazyops.specs import _checks as checks
-from lazyops.specs._params import Fixed, Out, Param, Rows, dtype_of, size_of
+from lazyops.specs._params import (
+    TOKEN_DIMS,
+    TOKENS,
+    Fixed,
+    Out,
+    Param,
+    Rows,
+    Tensor,
+    allowed_of,
+    dtype_of,
+    size_of,
+    symbol_of,
+)
 
 if TYPE_CHECKING:
     import torch
@@ -69,10 +81,11 @@ class KernelSpec:
     :meth:`bind` and :meth:`reference`; the rest follows from the declarations.
 
     Derived once per class from ``params`` and ``out`` (what the conformance kit, the engine and the tools read):
-    ``inputs`` (the parameters' names, in call order), ``row_inputs`` (the token-indexed ones), ``mutates`` (those
-    updated in place), ``out_aliases`` (what ``out=`` may be), ``returns`` (``"out"``, or the names of the inputs the
-    call updates and returns, rope's ``("query", "key")``) and ``results`` (what :meth:`reference` returns, in
-    order: ``"out"`` first if there is one, then each updated input).
+    ``inputs`` (the parameters' names, in call order), ``row_inputs`` (the token-indexed ones: rows, and tensors
+    whose shape starts with ``"*T"``), ``mutates`` (those updated in place), ``out_aliases`` (what ``out=`` may be),
+    ``returns`` (``"out"``, or the names of the inputs the call updates and returns, rope's ``("query", "key")``),
+    ``results`` (what :meth:`reference` returns, in order: ``"out"`` first if there is one, then each updated input)
+    and ``free_widths`` (tensors whose last size nothing fixes: a block table's).
     """
 
     #: the factory's public name (``rmsnorm_tl``)
@@ -98,8 +111,9 @@ class KernelSpec:
     #: fp8 norms' dynamic scales, from the float32 norm's maximum): the kit judges each element of them to its
     #: dtype's relative tolerance, not to one unit in the last place
     derived_results: ClassVar[tuple[str, ...]] = ()
-    #: keyword-only parameters the call may leave out (``Other(..., keyword=True)``), the last of :attr:`inputs`
+    #: keyword-only parameters the call may leave out (``Tensor(..., keyword=True)``), the last of :attr:`inputs`
     keywords: ClassVar[tuple[str, ...]] = ()
+    free_widths: ClassVar[tuple[str, ...]] = ()
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -110,15 +124,17 @@ class KernelSpec:
         mutates = tuple(param.name for param in params if getattr(param, "mutated", False))
         derived = {
             "inputs": tuple(param.name for param in params),
-            "row_inputs": tuple(param.name for param in params if isinstance(param, Rows)),
+            "row_inputs": tuple(param.name for param in params if _token_indexed(param)),
             "mutates": mutates,
             "out_aliases": (out.may_alias,) if out is not None and out.may_alias else (),
             "returns": "out" if out is not None else mutates,
             "results": ("out", *mutates) if out is not None else mutates,
+            "free_widths": tuple(p.name for p in params if isinstance(p, Tensor) and p.shape and p.shape[-1] is None),
         }
         for name, value in derived.items():
-            if name not in cls.__dict__:  # a spec may say more than its declarations (rope's positions are rows)
+            if name not in cls.__dict__:  # a spec may say more than its declarations
                 setattr(cls, name, value)
+        _refuse_tokens_before_rows(cls)
         keywords = tuple(param.name for param in params if getattr(param, "keyword", False))
         if keywords and cls.inputs[-len(keywords) :] != keywords:
             raise TypeError(f"{cls.__qualname__}: keyword parameters ({', '.join(keywords)}) must be declared last")
@@ -206,33 +222,58 @@ class KernelSpec:
     # -- derived from the declarations -----------------------------------------------------------------------------
     def check(self, config: Any, *args: Any) -> None:
         """Refuse a call the kernel cannot serve, before anything is written (``KernelInputError``): each declared
-        parameter's kind, dtype, device and shape, and the token-indexed ones' agreeing leading dimensions."""
+        parameter's kind, dtype, device, shape and layout, the sizes the call binds agreeing, the token-indexed
+        inputs' leading dimensions equal; then, where they are read, the index values (:meth:`check_values`)."""
         label = config.label
         if len(args) != len(self.params):
+            keywords = "".join(f", {name}=" for name in self.keywords)
             raise KernelInputError(
-                f"{label}: takes {len(self.params)} tensors ({', '.join(self.inputs)}), got {len(args)}"
+                f"{label}: takes {len(self.params) - len(self.keywords)} tensors "
+                f"({', '.join(self.inputs[: len(self.params) - len(self.keywords)])}){keywords}; got {len(args)}"
             )
         device = None
         leading = first = None
+        bound: checks.Bound = {}
         for param, arg in zip(self.params, args, strict=True):
-            if isinstance(param, Rows):
-                width, dtype = size_of(param.width, config), dtype_of(param.dtype, config)
-                checks.check_rows(label, param.name, arg, width=width, dtype=dtype, device=device)
-                if leading is None:
-                    leading, first = arg.shape[:-1], param.name
-                elif arg.shape[:-1] != leading:
-                    raise KernelInputError(
-                        f"{label}: {first} has leading (token) dimensions {tuple(leading)} and {param.name} "
-                        f"{tuple(arg.shape[:-1])}; they must be equal"
-                    )
-            elif isinstance(param, Fixed):
+            name = param.name
+            if isinstance(param, Fixed):
                 shape = tuple(size_of(size, config) for size in param.shape)
-                dtype = dtype_of(param.dtype, config)
-                checks.check_tensor(label, param.name, arg, shape=shape, dtype=dtype, device=device)
+                checks.check_tensor(label, name, arg, shape=shape, dtype=dtype_of(param.dtype, config), device=device)
+            elif isinstance(param, Tensor) and not _token_indexed(param):
+                if param.keyword and not _given(label, config, param, arg):
+                    continue
+                _check_declared(label, config, param, arg, device, bound)
+            elif isinstance(param, Rows | Tensor):  # token-indexed
+                if isinstance(param, Rows) and param.head is None:  # (rows, as most kernels take: one frame less)
+                    width, dtype = size_of(param.width, config), dtype_of(param.dtype, config)
+                    checks.check_rows(label, name, arg, width=width, dtype=dtype, device=device)
+                    features = 1
+                else:
+                    lead = 1 if leading is None else len(leading)
+                    features = _check_tokens(label, config, param, arg, device, lead, bound)
+                token_dims = arg.shape[: arg.dim() - features]
+                if leading is None:
+                    leading, first = token_dims, name
+                    bound[TOKENS] = (math.prod(token_dims), name, tuple(arg.shape))
+                elif token_dims != leading:
+                    raise KernelInputError(
+                        f"{label}: {first} has leading (token) dimensions {tuple(leading)} and {name} "
+                        f"{tuple(token_dims)}; they must be equal"
+                    )
             else:
                 self.check_other(config, param, arg, args)
             if device is None:
                 device = arg.device
+        if type(self).check_values is not KernelSpec.check_values and checks.reads_values(
+            args[0], getattr(config, "validate", False)
+        ):
+            self.check_values(config, *args)
+
+    def check_values(self, config: Any, *args: Any) -> None:
+        """Refuse index values a launch would trust (block ids, lengths, slots, positions): what only reading them
+        shows, so it runs where they are read, on the host always and on a device only with the factory's
+        ``validate=True`` (a synchronising read), never for tensors without values (``_checks.reads_values``). Called
+        by :meth:`check` and by the fast path, with the call's arguments; a spec with index tensors writes it."""
 
     def check_other(self, config: Any, param: Param, arg: Any, args: tuple[Any, ...]) -> None:
         """:meth:`check` of an ``Other`` parameter, ``arg`` among the call's ``args``: a spec that declares one and
@@ -240,16 +281,30 @@ class KernelSpec:
         raise NotImplementedError(f"{type(self).__name__}.check: {param!r} is checked by the spec itself")
 
     def plain_layout(self, config: Any) -> tuple[checks.PlainInput, ...] | None:
-        """How the call engines make on every step looks, one entry per parameter (dense rows ``[tokens, width]``,
-        fixed tensors of their exact shape), or None where a parameter is neither (the spec then writes
-        :meth:`plain_predicate` itself, or every call takes the full checks)."""
+        """How the call engines make on every step looks, one entry per parameter (rows ``[tokens, width]``, dense or
+        row-strided; fixed tensors of their exact shape; tensors of their declared sizes), or None where a parameter
+        is none of these (an ``Other``: the spec then writes :meth:`plain_predicate` itself, or every call takes the
+        full checks)."""
         layout = []
         for param in self.params:
-            if isinstance(param, Rows) and param.width is not None:
-                layout.append(checks.rows_input(size_of(param.width, config), dtype_of(param.dtype, config)))
+            if isinstance(param, Rows) and (param.width is not None or param.head is not None):
+                width = 0 if param.width is None else size_of(param.width, config)
+                head = size_of(param.head, config) if param.width is None else 0
+                layout.append(checks.rows_input(width, dtype_of(param.dtype, config), head=head, strided=True))
             elif isinstance(param, Fixed):
                 shape = tuple(size_of(size, config) for size in param.shape)
                 layout.append(checks.fixed_input(shape, dtype_of(param.dtype, config)))
+            elif isinstance(param, Tensor) and param.shape == (TOKEN_DIMS,):
+                layout.append(checks.tokens_input(dtype_of(param.dtype, config)))
+            elif isinstance(param, Tensor) and param.shape[:1] != (TOKEN_DIMS,):
+                presence = ""
+                if param.keyword:
+                    presence = (
+                        "optional" if param.present is None else "required" if param.present(config) else "absent"
+                    )
+                sizes = tuple(size if symbol_of(size) else _declared(size, config) for size in param.shape)
+                dtype = dtype_of(param.dtype, config)
+                layout.append(checks.shaped_input(sizes, dtype, layout=param.layout, presence=presence))
             else:
                 return None
         return tuple(layout)
@@ -258,14 +313,23 @@ class KernelSpec:
         self, config: Any, *, strided_rows: bool, device_type: str | None
     ) -> Callable[[tuple[Any, ...]], bool] | None:
         """The kernel's fast path: a predicate over a call's packed arguments that answers True only for a call the
-        full checks accept (grad mode, aliasing and inference tensors included) and the launch takes as it is (rows
-        ``[tokens, width]`` with tokens, dense, on one device of ``device_type``, the current one for CUDA). None:
-        every call takes the full checks. Derived from :meth:`plain_layout` (``_checks.plain_call``)."""
+        full checks accept (grad mode, aliasing, inference tensors and index values included) and the launch takes
+        as it is (rows ``[tokens, width]`` with tokens, dense or, where the launch takes them, row-strided, on one
+        device of ``device_type``, the current one for CUDA). None: every call takes the full checks. Derived from
+        :meth:`plain_layout` (``_checks.plain_call``)."""
         layout = self.plain_layout(config)
         if layout is None:
             return None
         written = tuple(sorted(self.inputs.index(name) for name in self.mutates))
-        accepts: Callable[[tuple[Any, ...]], bool] = checks.plain_call(layout, written, device_type)
+        reads = type(self).check_values is not KernelSpec.check_values
+        accepts: Callable[[tuple[Any, ...]], bool] = checks.plain_call(
+            layout,
+            written,
+            device_type,
+            strided_rows=strided_rows,
+            values=functools.partial(self.check_values, config) if reads else None,
+            validate=bool(getattr(config, "validate", False)),
+        )
         return accepts
 
     # -- the output ------------------------------------------------------------------------------------------------
@@ -298,40 +362,78 @@ class KernelSpec:
 
     def tokens(self, config: Any, *args: Any) -> int:
         """The call's token count: the product of the first token-indexed input's leading dimensions (an input
-        ``[1, 64, 256]`` is 64 tokens); a spec whose token-indexed inputs end in more than one feature dimension
-        (attention's ``[T, H, D]``) or in none (rope's positions ``[*T]``) overrides it."""
-        first = args[self.inputs.index(self.row_inputs[0])] if self.row_inputs else args[0]
-        return math.prod(first.shape[:-1])
+        ``[1, 64, 256]`` is 64 tokens; a query ``[T, H, D]``, T; positions ``[B, S]``, ``B * S``)."""
+        if not self.row_inputs:
+            return math.prod(args[0].shape[:-1])
+        return math.prod(self._leading(config, args))
+
+    def _leading(self, config: Any, args: tuple[Any, ...]) -> tuple[int, ...]:
+        """The first token-indexed input's leading (token) dimensions."""
+        index = self.inputs.index(self.row_inputs[0])
+        arg = args[index]
+        return tuple(arg.shape[: arg.dim() - _features(config, self.params[index], arg, 1)])
 
     def rows(self, config: Any, *args: Any) -> tuple[Any, ...]:
-        """The call's arguments as a launch receives them: each token-indexed input as a ``[rows, width]`` view."""
+        """The call's arguments as a launch receives them: each token-indexed input as a ``[rows, width]`` view
+        (heads given as a dimension of their own folded into the row), or ``[rows]`` (rope's positions)."""
+        leading = self._leading(config, args)
+        tokens, lead = math.prod(leading), len(leading)
         return tuple(
-            checks.rows_of(arg) if name in self.row_inputs else arg for name, arg in zip(self.inputs, args, strict=True)
+            arg.view(tokens, *((math.prod(arg.shape[lead:]),) if arg.dim() > lead else ()))
+            if name in self.row_inputs
+            else arg
+            for name, arg in zip(self.inputs, args, strict=True)
         )
 
     def out_rows(self, config: Any, out: torch.Tensor) -> torch.Tensor:
-        """``out`` as the ``[rows, width]`` view a launch writes (itself when 2-D); a spec whose output has more
-        than one trailing dimension (attention's ``[T, H, D]``) says how its rows collapse."""
-        return out if out.dim() == 2 else out.view(-1, out.shape[-1])
+        """``out`` as the ``[rows, width]`` view a launch writes (itself when 2-D), heads folded into the row."""
+        if out.dim() == 2:
+            return out
+        like = self._out_like()
+        if like is not None and like.head is not None and like.width is not None:
+            return out.view(-1, size_of(like.width, config))
+        return out.view(-1, out.shape[-1])
+
+    def _out_like(self) -> Rows | None:
+        """The token-indexed input the output is shaped like, if any."""
+        out = self.out
+        if out is None or out.like is None:
+            return None
+        param = self.params[self.inputs.index(out.like)]
+        return param if isinstance(param, Rows) else None
 
     def flat_ranks(self) -> tuple[tuple[int, int], ...]:
-        """``(position, rank)`` of each token-indexed input as a launch receives it (2: ``[rows, width]``); a spec
-        whose launch takes another rank for one of them (rope's positions ``[tokens]``) overrides it."""
-        return tuple((index, 2) for index, name in enumerate(self.inputs) if name in self.row_inputs)
+        """``(position, rank)`` of each token-indexed input as a launch receives it: 2 for rows (``[rows, width]``),
+        a token-indexed tensor's own (rope's positions ``[tokens]``: 1)."""
+        return tuple(
+            (index, len(param.shape) if isinstance(param, Tensor) else 2)
+            for index, param in enumerate(self.params)
+            if param.name in self.row_inputs
+        )
 
     def check_out(self, config: Any, out: Any, *args: Any) -> None:
-        """Refuse an ``out=`` the kernel cannot write: its shape, dtype, device and layout, and any overlap with an
-        input other than an exact alias the math allows (:attr:`out_aliases`)."""
+        """Refuse an ``out=`` the kernel cannot write: its shape, dtype, device and layout (as the input it is shaped
+        like, heads and all), and any overlap with an input other than an exact alias the math allows
+        (:attr:`out_aliases`)."""
         label = config.label
         expected = self.out_shape(config, *args)
-        checks.check_rows(label, "out", out, width=None, dtype=self.out_dtype(config), device=args[0].device)
+        dtype, device = self.out_dtype(config), args[0].device
+        like = self._out_like()
+        if like is not None and like.head is not None:
+            width = None if like.width is None else size_of(like.width, config)
+            head = size_of(like.head, config)
+            checks.check_head_rows(
+                label, "out", out, width=width, head=head, head_name="head", dtype=dtype, device=device, lead=1
+            )
+        else:
+            checks.check_rows(label, "out", out, width=None, dtype=dtype, device=device)
         if tuple(out.shape) != tuple(expected):
             raise KernelInputError(
                 f"{label}: out has shape {tuple(out.shape)}; this call writes {tuple(expected)} (pass out=None to "
                 "have the kernel allocate it)"
             )
         for name, arg in zip(self.inputs, args, strict=True):
-            if checks.overlap(out, arg):
+            if arg is not None and checks.overlap(out, arg):  # (an empty tensor overlaps nothing)
                 if name in self.out_aliases and checks.same_view(out, arg):
                     continue
                 allowed = f"; it may be {name} itself" if name in self.out_aliases else ""
@@ -343,9 +445,10 @@ class KernelSpec:
     def check_aliasing(self, config: Any, *args: Any) -> None:
         """Refuse a call whose in-place inputs share memory with another input (rope's query and key are two slices
         of one packed buffer: distinct columns of it are fine, the same elements are not), whatever either's dtype:
-        a ``view(dtype)`` of an input is the same memory, and writing it changes what the other reads."""
+        a ``view(dtype)`` of an input is the same memory, and writing it changes what the other reads. A keyword
+        tensor left out (None, or empty) shares nothing."""
         for written, other in self.aliasing_pairs():
-            if checks.overlap(args[written], args[other]):
+            if args[other] is not None and args[written] is not None and checks.overlap(args[written], args[other]):
                 inputs = self.inputs
                 raise KernelInputError(
                     f"{config.label}: {inputs[written]} overlaps {inputs[other]} in memory; {inputs[written]} is "
@@ -362,6 +465,94 @@ class KernelSpec:
             for other, name in enumerate(inputs)
             if name != written and name not in self.mutates[:position]
         )
+
+
+def _declared(size: Any, config: Any) -> checks.Declared:
+    """A :class:`Tensor`'s size for ``config``: None (any), the ``(symbol, offset)`` the call binds, or the int (or
+    ``range``) the configuration gives."""
+    if size is None:
+        return None
+    return symbol_of(size) or allowed_of(size, config)
+
+
+def _fixed(dtype: Any) -> bool:
+    """A dtype no factory argument changes (none named by a configuration field): ``_checks.check_kind``'s hint."""
+    return not any(isinstance(each, str) for each in (dtype if isinstance(dtype, tuple) else (dtype,)))
+
+
+def _given(label: str, config: Any, param: Tensor, arg: Any) -> bool:
+    """Whether the keyword tensor ``param`` is given (neither None nor an empty tensor of its dtype); refuses one the
+    configuration needs and the call left out, or one it must not have (``Tensor.present``)."""
+    dtype = dtype_of(param.dtype, config)
+    dtypes = dtype if isinstance(dtype, tuple) else (dtype,)
+    left_out = arg is None or (isinstance(arg, checks.tensor_type()) and not arg.numel() and arg.dtype in dtypes)
+    needed = None if param.present is None else param.present(config)
+    if left_out and needed:
+        raise KernelInputError(f"{label}: {param.name} is {'None' if arg is None else 'empty'}; {param.why}")
+    if not left_out and needed is False:
+        raise KernelInputError(f"{label}: {param.name} is given; {param.why}: pass {param.name}=None")
+    return not left_out
+
+
+def _check_declared(
+    label: str, config: Any, param: Tensor, arg: Any, device: Any, bound: checks.Bound, tokens: int = 0
+) -> None:
+    """``_checks.check_shaped`` of a :class:`Tensor` (``tokens``: the leading dimensions its ``"*T"`` stands for)."""
+    sizes = (None,) * tokens + tuple(_declared(size, config) for size in param.shape[1 if tokens else 0 :])
+    dtype, fixed = dtype_of(param.dtype, config), _fixed(param.dtype)
+    checks.check_shaped(
+        label, param.name, arg, shape=sizes, dtype=dtype, device=device, layout=param.layout, bound=bound, fixed=fixed
+    )
+
+
+def _check_tokens(
+    label: str, config: Any, param: Rows | Tensor, arg: Any, device: Any, lead: int, bound: checks.Bound
+) -> int:
+    """Check a token-indexed input of heads, or a ``"*T"`` tensor, given ``lead`` token dimensions (those of the call's
+    first token-indexed input; 1 for the first); returns how many of its trailing dimensions are not tokens."""
+    if isinstance(param, Tensor):  # ``("*T", ...)``: any leading dimensions (at least one), then its own sizes
+        rest = len(param.shape) - 1
+        _check_declared(label, config, param, arg, device, bound, max(1, len(getattr(arg, "shape", ())) - rest))
+        return rest
+    return checks.check_head_rows(
+        label,
+        param.name,
+        arg,
+        width=None if param.width is None else size_of(param.width, config),
+        head=size_of(param.head, config),
+        head_name=param.head if isinstance(param.head, str) else "head",
+        dtype=dtype_of(param.dtype, config),
+        device=device,
+        lead=lead,
+    )
+
+
+def _features(config: Any, param: Param, arg: Any, lead: int) -> int:
+    """How many trailing dimensions of a checked token-indexed ``arg`` are not tokens (``lead``: as for
+    :func:`_check_tokens`)."""
+    if isinstance(param, Tensor):
+        return len(param.shape) - 1
+    if isinstance(param, Rows) and param.head is not None and arg.dim() == lead + 2:
+        head, shape = size_of(param.head, config), arg.shape
+        if shape[-1] == head and (param.width is None or shape[-2] * head == size_of(param.width, config)):
+            return 2
+    return 1
+
+
+def _token_indexed(param: Param) -> bool:
+    return isinstance(param, Rows) or (isinstance(param, Tensor) and param.shape[:1] == (TOKEN_DIMS,))
+
+
+def _refuse_tokens_before_rows(cls: type[KernelSpec]) -> None:
+    """``"T"``, the token count, is the first token-indexed input's: a tensor sized by it comes after that input."""
+    for param in cls.params:
+        if _token_indexed(param):
+            return
+        if isinstance(param, Tensor) and any((symbol_of(size) or ("",))[0] == TOKENS for size in param.shape):
+            raise TypeError(
+                f"{cls.__qualname__}: {param.name} is sized by T, the token count, before any token-indexed input "
+                "(Rows, or a Tensor whose shape starts with '*T'): declare one first"
+            )
 
 
 def _factory_named(bind: Callable[..., Any]) -> Callable[..., Any]:
@@ -401,9 +592,9 @@ def _refuse_the_old_form(cls: type) -> None:
     if old:
         raise TypeError(
             f"{cls.__module__}.{cls.__qualname__} is written for lazyops 0.1's KernelSpec ({', '.join(old)}): since "
-            "0.2 a spec declares its call's parameters in `params` (Rows, Fixed, Other from lazyops.specs) and its "
-            "output in `out` (Out), and normalises the factory's arguments in `bind` (0.1's `configure`); see the "
-            "README, 'Adding a kernel', and CHANGELOG.md"
+            "0.2 a spec declares its call's parameters in `params` (Rows, Fixed, Tensor, Other from lazyops.specs) "
+            "and its output in `out` (Out), and normalises the factory's arguments in `bind` (0.1's `configure`); see "
+            "the README, 'Adding a kernel', and CHANGELOG.md"
         )
 
 

@@ -3,7 +3,7 @@
 One ``index_copy_`` per cache into its ``[num_blocks * block_size, Hk, D]`` view, from the rows as they lie (strided
 slices of a packed ``qkv`` need no copy). Padding tokens (negative slots) are dropped first: that selection reads
 the slots on the host, which on a GPU synchronises (this backend is the GPU's last fallback; the GPU backends skip
-padding without a host read, and are what a CUDA graph captures). Having read them, it checks them on every device.
+padding without a host read, and are what a CUDA graph captures). Having read them, it checks them on a device too.
 An fp8 cache stores ``fp8(clamp(x / scale, ±448))``, divided in float32, converted once; its rows are copied as
 bytes (``index_copy_`` has no float8 kernel). On the meta device (an engine tracing shapes) it writes nothing.
 """
@@ -15,14 +15,13 @@ from collections.abc import Callable
 import torch
 
 from lazyops.specs._paged import FP8_DTYPE, FP8_MAX
-from lazyops.specs.kv_cache_write import KVCacheWriteConfig, check_slot_values, spec
+from lazyops.specs.kv_cache_write import KVCacheWriteConfig, spec
 
 
 @spec.implementation(strided_rows=True)
 def kv_cache_write_tl(config: KVCacheWriteConfig) -> Callable[..., None]:
-    heads, head_dim, label = config.num_kv_heads, config.head_dim, config.label
+    heads, head_dim = config.num_kv_heads, config.head_dim
     fp8 = config.cache_dtype is FP8_DTYPE
-    block_size = config.block_size
 
     def write(
         key: torch.Tensor,
@@ -35,7 +34,8 @@ def kv_cache_write_tl(config: KVCacheWriteConfig) -> Callable[..., None]:
     ) -> None:
         if slot_mapping.is_meta:  # shapes only (an engine tracing on the meta device): nothing to write
             return
-        check_slot_values(label, slot_mapping, key_cache.shape[0] * block_size)
+        if not slot_mapping.is_cpu:  # on the host the spec's checks have read them
+            spec.check_values(config, key, value, key_cache, value_cache, slot_mapping)
         keep = slot_mapping >= 0
         slots = slot_mapping
         if not bool(keep.all()):

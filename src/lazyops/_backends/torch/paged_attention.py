@@ -30,7 +30,7 @@ import torch
 import torch.nn.functional as F
 
 from lazyops.specs._paged import FP8_DTYPE
-from lazyops.specs.paged_attention import PagedAttentionConfig, check_index_values, spec
+from lazyops.specs.paged_attention import PagedAttentionConfig, spec
 
 
 @spec.implementation(strided_rows=True, writes_out=True)
@@ -129,7 +129,7 @@ def paged_attention_tl(config: PagedAttentionConfig) -> Callable[..., None]:
         # the spec's checks read them already on the host or with validate (a kernel never sees fake tensors); this
         # route reads them anyway, to loop over the sequences, so it checks them first
         if not (seq_lens.is_cpu or config.validate):
-            check_index_values(config, tokens, key_cache.shape[0], block_table, seq_lens, cu_seqlens_q)
+            spec.check_values(config, query, key_cache, value_cache, block_table, seq_lens, cu_seqlens_q)
         starts, lengths = cu_seqlens_q.tolist(), seq_lens.tolist()
         rows = out.view(tokens, heads, head_dim)
         if len(lengths) > 1 and tokens == len(lengths) and starts == list(range(tokens + 1)):

@@ -12,9 +12,9 @@ cache (see ``CPU_BLOCK_ELEMENTS``). On a GPU (this backend as the last fallback)
 complex64 number in a float32 copy, one multiplication by ``cos + i sin`` turns it, and the store rounds once.
 (Why that rotation and not the others tried: ``docs/decisions``, "the torch backend's rope on a GPU".)
 
-Positions are range-checked on the CPU (``index_select`` refuses an index outside the cache, before anything is
-written); on a GPU, out-of-range tokens are left unrotated without reading the positions on the host, as the GPU
-backends do.
+Positions are range-checked on the CPU (the spec's ``check_values``, before anything is written; ``index_select``
+would refuse an index outside the cache too); on a GPU, out-of-range tokens are left unrotated without reading the
+positions on the host, as the GPU backends do.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from typing import Any
 
 import torch
 
-from lazyops.specs.rope import RopeConfig, check_positions_in_cache, spec
+from lazyops.specs.rope import RopeConfig, spec
 
 #: Elements of rotary features a CPU block holds: 2 MiB of float32, so that a block's upcast copy and its rotation
 #: stay in cache between the four passes, while each op is still large enough to split over torch's threads.
@@ -66,7 +66,7 @@ def turn_all(pairs_of: tuple[torch.Tensor, ...], turn: torch.Tensor, pair_dim: i
 
 @spec.implementation(strided_rows=True)
 def rope_tl(config: RopeConfig) -> Callable[..., tuple[torch.Tensor, torch.Tensor]]:
-    head_dim, is_neox, label = config.head_dim, config.is_neox, config.label
+    head_dim, is_neox = config.head_dim, config.is_neox
     # neox: [..., 2, r/2] (the two halves); GPT-J: [..., r/2, 2] (interleaved neighbours)
     pair_dim = -2 if is_neox else -1
 
@@ -86,7 +86,7 @@ def rope_tl(config: RopeConfig) -> Callable[..., tuple[torch.Tensor, torch.Tenso
                 cos_sin = cos_sin_cache.index_select(0, positions)
             except IndexError:
                 # On the host the values are at hand: an index outside the cache is refused, not read.
-                check_positions_in_cache(label, positions, rows)
+                spec.check_values(config, positions, query, key, cos_sin_cache)
                 raise
             # float32 (itself for a float32 cache), [tokens, 1, rotary_dim] cut in halves: each a view
             cos, sin = cos_sin.float().unsqueeze(1).chunk(2, -1)

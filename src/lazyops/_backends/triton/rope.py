@@ -11,7 +11,7 @@ import triton.language as tl
 from lazyops._backends._grid import MAX_GRID_X, refuse_rows
 from lazyops._backends.triton._common import interpreting, launch_device, next_power_of_2, warps_for
 from lazyops._backends.triton._launch import Launcher
-from lazyops.specs.rope import RopeConfig, check_positions_in_cache, spec
+from lazyops.specs.rope import RopeConfig, spec
 
 
 @triton.jit
@@ -143,11 +143,11 @@ def rope_tl(config: RopeConfig) -> Callable[..., tuple[torch.Tensor, torch.Tenso
             refuse_rows(label, "query", m, MAX_GRID_X, "a program per token")
         cache_rows = cos_sin_cache.shape[0]
         if interpret and m and not positions.is_meta:
-            # The range is read here, and check_positions_in_cache (which says what is wrong) called only to
+            # The range is read here, and spec.check_values (which says what is wrong) called only to
             # refuse: a call on every launch would be a Python frame on every step.
             low, high = positions.aminmax()
             if not 0 <= low <= high < cache_rows:
-                check_positions_in_cache(label, positions, cache_rows)
+                spec.check_values(config, positions, query, key, cos_sin_cache)
         geometry = (cos_sin_cache.shape[1] // 2, query.shape[1] // head_dim, key.shape[1] // head_dim)
         launch = launchers.get(geometry)
         if launch is None:
