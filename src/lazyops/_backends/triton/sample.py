@@ -163,7 +163,7 @@ def _sample_kernel(
     base = row[:, None] * row_stride
 
     # pass 1: the greedy token (ties to the lowest id), the largest z, and the counts above top-k's first pivots
-    # (top-k's search may start before the largest z is known: see _narrow)
+    # (top-k's search needs no largest z: it starts at every key; see the comment on the searches)
     asks_k = tl.min(k) <= V  # no row of the program asks for top-k: its threshold stays the lowest key
     lo = tl.full([ROWS, 1], -(2**31), tl.int64)
     hi = tl.full([ROWS, 1], 2**31 - 1, tl.int64)
@@ -189,7 +189,7 @@ def _sample_kernel(
     z_max = z_max[:, None]
     top = _key(z_max).to(tl.int64)
 
-    # top-k: the smallest key t with fewer than k tokens above it (the pivots a row has not reached count 0 < k)
+    # top-k: the smallest key t with fewer than k tokens above it
     lo, hi = _narrow(lo, hi, _pivots(lo, hi, WAYS), (above < k[:, None]), WAYS)
     for _search in range(KEY_PASSES - 1 if asks_k else 0):
         above = tl.zeros([ROWS, WAYS], tl.int32)
@@ -200,10 +200,10 @@ def _sample_kernel(
         lo, hi = _narrow(lo, hi, _pivots(lo, hi, WAYS), (above < k[:, None]), WAYS)
     k_key = lo
 
-    # top-p, searched from k_key to one past the largest key: the smallest key t whose kept mass above it is below top_p
-    # of the kept mass. Its first pass sums the kept mass too (the mass above its pivot 0, k_key - 1); a program
-    # whose rows ask for no top-p (1.0 keeps every token of positive mass), or whose interval is one key, reads
-    # nothing more.
+    # top-p, searched from k_key to one past the largest key: the smallest key t whose kept mass above it is below
+    # top_p of the kept mass. Its first pass sums the kept mass too (the mass above its pivot 0, k_key - 1); a
+    # program whose rows ask for no top-p (1.0 keeps every token of positive mass), or whose intervals are one key
+    # each, reads the row no more.
     hi = tl.where(tl.min(p) < 1.0, tl.minimum(top + 1, 2**31 - 1), lo)
     limit = tl.full([ROWS, 1], -1.0, tl.float32)  # negative until the first pass sets it
     while tl.max(hi - lo) > 0:
