@@ -71,6 +71,33 @@ def test_the_backends_draw_the_same_tokens(kernels):
     assert torch.equal(got, want)
 
 
+def test_the_many_way_search_keeps_the_bisections_keys(kernels, monkeypatch):
+    """Triton's 16-way search for the top-k and top-p thresholds ends on the keys its 2-way form (``SEARCH_BITS =
+    1``, a bisection) ends on, so the two draw the same tokens: tied, masked and wide logits, top-k and top-p mixed,
+    two blocks a row."""
+    if kernels.backend != "triton":
+        pytest.skip("Triton's search")
+    from lazyops._backends.triton import sample as triton_sample
+
+    generator = torch.Generator().manual_seed(5)
+    logits = torch.randn(48, 300, generator=generator) * 3
+    logits[16:32] = torch.randint(-3, 3, (16, 300), generator=generator).float()
+    logits[32:] = logits[32:].masked_fill(torch.rand(16, 300, generator=generator) < 0.8, float("-inf"))
+    temperature = torch.tensor([0.5, 1.0, 2.0]).repeat(16)
+    top_k = torch.tensor([0, 1, 3, 50, 299, 400]).repeat(8)
+    top_p = torch.tensor([1.0, 0.9, 0.5, 0.05]).repeat(12)
+    min_p = torch.tensor([0.0, 0.0, 0.1]).repeat(16)
+    seeds = torch.randint(0, 2**62, (48,), generator=generator)
+    args = tuple(arg.to(kernels.device) for arg in (logits, temperature, top_k, top_p, min_p, seeds, torch.arange(48)))
+    monkeypatch.setattr(triton_sample, "TILE", 256)  # two blocks a row on a GPU too
+    monkeypatch.setattr(triton_sample, "SEARCH_BITS", 1)
+    want = kernels.factory("sample_tl")(300, torch.float32)(*args).cpu()
+    monkeypatch.undo()
+    monkeypatch.setattr(triton_sample, "TILE", 256)
+    got = kernels.factory("sample_tl")(300, torch.float32)(*args).cpu()
+    assert torch.equal(got, want)
+
+
 def _wrong(change: str) -> Any:
     def factory(vocab: int, dtype: torch.dtype) -> Any:
         kernel = torch_sample(vocab, dtype)

@@ -104,5 +104,7 @@ def test_sample_compiles_for_sm90(vocab: int, block: int, rows: int, logprob: bo
     from lazyops._backends.triton import sample
 
     constants = {"V": vocab, "BLOCK_V": block, "ROWS": rows, "LOGPROB": logprob, "TOP_N": top_n}
+    # the 16-way searches' constants, as sample_tl's launch passes them
+    constants.update(WAYS=2**sample.SEARCH_BITS, KEY_PASSES=-(-32 // sample.SEARCH_BITS))
     assert sample._sample_kernel.arg_names[-len(constants) :] == list(constants)
     assert compile_for_sm90("lazyops._backends.triton.sample", "_sample_kernel", constants, SAMPLE_TYPES, warps)
