@@ -201,3 +201,28 @@ def test_the_compiled_peer_is_built_once_per_configuration():
     small, full = _bench.example("softmax", small=True), _bench.example("softmax")
     assert compiled.build(small) is compiled.build(_bench.example("softmax", small=True))
     assert compiled.build(full) is not compiled.build(small)
+
+
+def test_a_sticky_failure_is_not_retried_at_later_sizes_or_modes():
+    """``torch.compile``'s peer is sticky: a compiler error at one size recurs at the next, so it is tried once."""
+    (compiled,) = [impl for impl in _bench.implementations("softmax", [], compile=True) if impl.name == _bench.COMPILED]
+    assert compiled.sticky
+    calls = []
+
+    def broken(chosen):
+        def call(*args):
+            calls.append(args)
+            raise RuntimeError("InductorError: list indices must be integers")
+
+        return call
+
+    flaky = dataclasses.replace(compiled, build=broken, failures=[])
+    stream = _bench.measure("softmax", [flaky], (1, 3), device="cpu", small=True, rounds=1, round_s=0.001)
+    host = _bench.host_time("softmax", [flaky], device="cpu", small=True, calls=3, warmup=1)
+    assert len(calls) == 1
+    assert stream[0].error == "RuntimeError: InductorError: list indices must be integers"
+    later = [stream[1], *host]
+    assert all(row.error.startswith("not retried: failed at an earlier size (RuntimeError: Inductor") for row in later)
+    plain = dataclasses.replace(flaky, sticky=False, failures=[])
+    again = _bench.measure("softmax", [plain], (1, 3), device="cpu", small=True, rounds=1, round_s=0.001)
+    assert len(calls) == 3 and all("InductorError" in row.error and "not retried" not in row.error for row in again)

@@ -123,6 +123,8 @@ class Impl:
     ``kind`` is ``"lazyops"`` for a backend's kernel, ``"peer"`` for anything it is compared against,
     ``"ceiling"`` for what bounds them all (never ranked as a peer).
     ``problem``, when set, says why it cannot run here (its rows carry it as their error).
+    ``sticky``: its first failure stands for every later size and mode, which are not tried (``torch.compile``: a
+    compiler error at one size recurs at the next, and each attempt costs tens of seconds); ``failures`` keeps it.
     """
 
     name: str
@@ -130,6 +132,18 @@ class Impl:
     build: Callable[[Any], Any] = field(repr=False)
     problem: str | None = None
     backend: str | None = None
+    sticky: bool = False
+    failures: list[str] = field(default_factory=list, repr=False, compare=False)
+
+    def failed(self, row: "Row", error: BaseException) -> None:
+        """``row`` failed with ``error``: say so in the row and, where ``sticky``, for every later attempt."""
+        row.error = _one_line(error)
+        if self.sticky and not self.failures:
+            self.failures.append(f"not retried: failed at an earlier size ({row.error})")
+
+    def skipped(self) -> str | None:
+        """Why this implementation is not tried again (a sticky one's first failure), or None."""
+        return self.failures[0] if self.failures else None
 
 
 @dataclass
@@ -289,7 +303,7 @@ def implementations(
                 made[key] = torch.compile(own_code(eager_call(spec, _bind(spec, chosen))), dynamic=False)
             return made[key]
 
-        impls.append(Impl(COMPILED, "peer", compiled))
+        impls.append(Impl(COMPILED, "peer", compiled, sticky=True))
     for peer_name, build in (peers or {}).items():
         impls.append(Impl(peer_name, "peer", _peer(spec, build)))
     if same_bytes_copy:
@@ -548,7 +562,7 @@ def measure(
                 config=described,
             )
             current[impl.name] = row
-            call = built[impl.name]
+            call = impl.skipped() or built[impl.name]
             if isinstance(call, str):
                 row.error = call
                 continue
@@ -557,7 +571,7 @@ def measure(
                 row.first_call_s = _first_call(_callable(call), prepared[0], device)
                 samplers[impl.name] = stream_sampler(_callable(call), prepared, device, round_s)
             except Exception as error:  # noqa: BLE001 - one implementation failing must not stop the run
-                row.error = _one_line(error)
+                impl.failed(row, error)
         for impl_name, timing in interleave(samplers, rounds).items():
             row = current[impl_name]
             if isinstance(timing, str):
@@ -607,7 +621,7 @@ def host_time(
             _short(name), impl.name, impl.kind, "host", 1, _dtype_name(dtype), note=f"{calls} calls", config=described
         )
         current[impl.name] = row
-        call = _build(impl, chosen)
+        call = impl.skipped() or _build(impl, chosen)
         if isinstance(call, str):
             row.error = call
             continue
@@ -621,7 +635,7 @@ def host_time(
             _synchronize(device)
             samplers[impl.name] = host_sampler(fn, prepared, device, calls)
         except Exception as error:  # noqa: BLE001
-            row.error = _one_line(error)
+            impl.failed(row, error)
     return _finish(current, interleave(samplers, rounds), progress)
 
 
@@ -655,7 +669,7 @@ def graph_time(
             note = f"{captures} calls captured, {replays} replays"
             row = Row(_short(name), impl.name, impl.kind, "graph", m, _dtype_name(dtype), note=note, config=described)
             current[impl.name] = row
-            call = built[impl.name]
+            call = impl.skipped() or built[impl.name]
             if not device.startswith("cuda"):
                 row.error = f"CUDA graphs need a CUDA device (this run: {device})"
             elif isinstance(call, str):
@@ -666,7 +680,7 @@ def graph_time(
                 try:
                     samplers[impl.name] = graph_sampler(_callable(call), _prepare(call, [args]), captures, replays)
                 except Exception as error:  # noqa: BLE001
-                    row.error = _one_line(error)
+                    impl.failed(row, error)
         rows += _finish(current, interleave(samplers, rounds), progress)
         _release(device)
     return rows
