@@ -135,7 +135,7 @@ class Impl:
     sticky: bool = False
     failures: list[str] = field(default_factory=list, repr=False, compare=False)
 
-    def failed(self, row: "Row", error: BaseException) -> None:
+    def failed(self, row: Row, error: BaseException) -> None:
         """``row`` failed with ``error``: say so in the row and, where ``sticky``, for every later attempt."""
         row.error = _one_line(error)
         if self.sticky and not self.failures:
