@@ -38,7 +38,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--modes", help="comma list of stream, graph, host (default: all three; no graph on a CPU)")
     parser.add_argument("--tokens", help="stream mode's token counts (default 1024,8192,32768)")
     parser.add_argument("--graph-tokens", default="1,1024", help="graph mode's token counts (default 1,1024)")
-    parser.add_argument("--dtypes", default="bfloat16", help="comma list (default bfloat16)")
+    parser.add_argument("--dtypes", help="comma list (default bfloat16; --sampling's: float32,bfloat16)")
     parser.add_argument("--compile", action=BooleanOptionalAction, help="the torch.compile peer (default: on CUDA)")
     parser.add_argument("--name", default="kernels", help="the result files' stem (default kernels)")
     parser.add_argument("--sampling", action="store_true", help="sample_tl, apply_penalties_tl at B 1-256")
@@ -50,7 +50,7 @@ def main(argv: list[str] | None = None) -> int:
             "sampling" if options.name == "kernels" else options.name,
         )
         options.tokens, options.graph_tokens = options.tokens or batches, batches
-        options.dtypes = "float32,bfloat16" if options.dtypes == "bfloat16" else options.dtypes
+    options.dtypes = options.dtypes or ("float32,bfloat16" if options.sampling else "bfloat16")
     device = harness.start(options)
     import torch
 
