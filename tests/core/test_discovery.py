@@ -18,7 +18,7 @@ import pytest
 import lazyops
 from fresh_interpreter import run_python
 from lazyops._errors import BackendError
-from lazyops._manifest import ManifestError, read_manifest
+from lazyops._backend import ManifestError, read_manifest
 from lazyops._registry import Registry, reserved_names
 
 
