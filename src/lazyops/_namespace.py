@@ -31,7 +31,7 @@ from lazyops._errors import hide_in_pytest_tracebacks as __tracebackhide__  # no
 from lazyops._once import OnceCycleError, fork_safe
 from lazyops._platform import platform_default
 from lazyops._registry import Registry
-from lazyops._resolve import INHERITED, PLAN, Resolution, resolve, unknown_kernel_error, validate
+from lazyops._resolve import INHERITED, PLAN, Resolution, chain_of, resolve, unknown_kernel_error, validate
 from lazyops._settings import (
     Settings,
     apply_overrides,
@@ -388,10 +388,13 @@ class _Wrapping(_SettingsInForce):
             from lazyops._notices import unknown_variable_line
 
             lines += [unknown_variable_line(name, nearest) for name, nearest in unknown]
-        if settings.chain is not None:  # else the platform default alone: nothing asked for can be missing
+        universe = self.universe()
+        # Only a chain other than the platform default alone has a line (``Sources.summary_line``): the table behind
+        # it is built, and its module imported, only then.
+        if settings.chain is not None and chain_of(settings, universe) != (universe.default,):
             from lazyops._sources import build_sources
 
-            lines.append(build_sources(settings, self.universe()).summary_line())
+            lines.append(build_sources(settings, universe).summary_line())
         for line in lines:
             if line is not None:
                 self.notices.emit(line, verbose=settings.verbose, rank=settings.rank)

@@ -223,7 +223,7 @@ def function_head(name: str, parameters: list[str], returns: str, indent: str = 
 
 
 # -- the built-in backends' manifests ------------------------------------------------------------------------------
-#: The hooks lazyops calls on a backend package (see ``lazyops._backend``), as its manifest declares them for type
+#: The hooks lazyops calls on a backend package (see ``lazyops._registry``), as its manifest declares them for type
 #: checkers when the package's ``__init__.py`` has them (a ``.pyi`` beside a module hides what it does not declare).
 HOOKS = {
     "register_backend": "def register_backend() -> None: ...",

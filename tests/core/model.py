@@ -130,7 +130,7 @@ def model_resolve(universe: ModelUniverse, env: dict[str, str], kernel: str) -> 
 
 # -- fake backends for the real namespace -----------------------------------------------------------------------
 class FakeBackend:
-    """Duck-types ``lazyops._backend.Backend``: exports from a set, kernels are fresh functions, loads counted."""
+    """Duck-types ``lazyops._registry.Backend``: exports from a set, kernels are fresh functions, loads counted."""
 
     def __init__(self, name: str, exports: frozenset[str], broken: bool = False) -> None:
         self.name = name

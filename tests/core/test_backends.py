@@ -6,10 +6,9 @@ import sys
 
 import pytest
 
-from lazyops._backend import Backend
 from lazyops._errors import BackendError
 from lazyops._namespace import Namespace
-from lazyops._registry import Registry, installed_entry_points
+from lazyops._registry import Backend, Registry, installed_entry_points
 
 
 def namespace_for(env=None) -> tuple[Namespace, dict]:

@@ -18,8 +18,7 @@ import pytest
 import lazyops
 from fresh_interpreter import run_python
 from lazyops._errors import BackendError
-from lazyops._manifest import ManifestError, read_manifest
-from lazyops._registry import Registry, reserved_names
+from lazyops._registry import ManifestError, Registry, read_manifest, reserved_names
 
 
 def rewrite_in_place(path: Path, old: str, new: str) -> None:

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 import lazyops
-from lazyops._manifest import read_manifest
+from lazyops._registry import read_manifest
 
 PACKAGE = Path(lazyops.__file__).parent
 SPECS = PACKAGE / "specs"

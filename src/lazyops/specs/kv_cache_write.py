@@ -19,9 +19,9 @@ import torch
 
 from lazyops._errors import KernelInputError
 from lazyops.specs import _arguments as arguments
-from lazyops.specs import _paged as paged
 from lazyops.specs._params import TOKENS, Tensor
 from lazyops.specs._spec import KernelSpec
+from lazyops.specs.paged_attention import FP8_DTYPE, FP8_MAX, SCALES, cache_dtype_of, caches, head_rows
 
 
 class KVCacheWriteKernel(Protocol):
@@ -63,10 +63,10 @@ def stored(x: torch.Tensor, scale: torch.Tensor | None, cache_dtype: torch.dtype
     """What the cache holds for ``x``, in ``x``'s dtype: ``x`` itself, or for an fp8 cache ``x / scale`` divided in
     float32 (as the kernels divide: ``x`` is exact in float32 whatever the activations' dtype), saturated and
     rounded to float8."""
-    if cache_dtype is not paged.FP8_DTYPE or scale is None:
+    if cache_dtype is not FP8_DTYPE or scale is None:
         return x
     quotient = x.float() / scale.float().reshape(())
-    return quotient.clamp(-paged.FP8_MAX, paged.FP8_MAX).to(paged.FP8_DTYPE).to(x.dtype)
+    return quotient.clamp(-FP8_MAX, FP8_MAX).to(FP8_DTYPE).to(x.dtype)
 
 
 class KVCacheWriteSpec(KernelSpec):
@@ -74,11 +74,11 @@ class KVCacheWriteSpec(KernelSpec):
     kernel_type = KVCacheWriteKernel
     # key and value: rows [*T, Hk*D] (strided: slices of a packed qkv) or [T, Hk, D]; the caches written in place
     params = (
-        paged.head_rows("key", "num_kv_heads"),
-        paged.head_rows("value", "num_kv_heads"),
-        *paged.caches(mutated=True),
+        head_rows("key", "num_kv_heads"),
+        head_rows("value", "num_kv_heads"),
+        *caches(mutated=True),
         Tensor("slot_mapping", (TOKENS,), torch.int64),
-        *paged.SCALES,
+        *SCALES,
     )
 
     def bind(
@@ -115,7 +115,7 @@ class KVCacheWriteSpec(KernelSpec):
         head_dim = arguments.positive_int(name, "head_dim", head_dim)
         dtype = arguments.canonical_dtype(name, dtype)
         block_size = arguments.positive_int(name, "block_size", block_size)
-        stored_dtype = paged.cache_dtype(name, cache_dtype, dtype)
+        stored_dtype = cache_dtype_of(name, cache_dtype, dtype)
         options = {"cache_dtype": stored_dtype} if stored_dtype is not dtype else {}
         label = arguments.describe(
             name, num_kv_heads=num_kv_heads, head_dim=head_dim, dtype=dtype, block_size=block_size, **options

@@ -7,6 +7,13 @@ positions ``k <= p`` (``p - W < k <= p`` with a sliding window of ``W``), read t
 ``block_table`` (key ``k`` is slot ``k % block_size`` of block ``block_table[b, k // block_size]``). The new tokens'
 keys and values are already in the cache (``kv_cache_write_tl``). Query head ``h`` reads kv head
 ``h // (Hq // Hk)``. ``logits = scale * q.k``, or ``softcap * tanh(scale * q.k / softcap)`` with a soft-cap.
+
+The cache it reads is declared here, once, for both paged-cache kernels (``kv_cache_write`` imports it): vLLM's flash
+layout ("NHD"), ``key_cache[num_blocks, block_size, Hk, D]`` and a ``value_cache`` of the same shape, contiguous; a
+token's slot is ``block * block_size + offset``. The scales of an fp8 cache are one-element float32 tensors passed as
+keyword arguments (``k_scale=``, ``v_scale=``), read by the kernel on every launch, so that a CUDA graph replays with
+whatever they hold. Without an fp8 cache they are absent: ``None`` (the custom operator's ``Tensor?``; an empty
+tensor is read as absent too).
 """
 
 from __future__ import annotations
@@ -19,9 +26,64 @@ import torch
 
 from lazyops._errors import KernelInputError
 from lazyops.specs import _arguments as arguments
-from lazyops.specs import _paged as paged
-from lazyops.specs._params import Out, Tensor
+from lazyops.specs._params import Out, Rows, Tensor
 from lazyops.specs._spec import KernelSpec
+
+# -- the paged KV cache, which kv_cache_write_tl writes and this kernel reads ------------------------------------------
+#: The fp8 cache's dtype and its largest finite value (stored values saturate there).
+FP8_DTYPE = torch.float8_e4m3fn
+FP8_MAX = 448.0
+#: The names ``cache_dtype`` accepts for the fp8 cache besides ``torch.float8_e4m3fn``.
+FP8_NAMES = ("float8_e4m3fn", "fp8", "fp8_e4m3")
+
+
+def cache_dtype_of(factory: str, value: Any, dtype: torch.dtype) -> torch.dtype:
+    """The factory's ``cache_dtype``: ``dtype`` when None, else ``dtype`` itself or ``torch.float8_e4m3fn``."""
+    if value is None:
+        return dtype
+    if value is FP8_DTYPE or (isinstance(value, str) and value.lower().removeprefix("torch.") in FP8_NAMES):
+        return FP8_DTYPE
+    try:
+        resolved: torch.dtype | None = arguments.canonical_dtype(factory, value)
+    except KernelInputError:
+        resolved = None
+    if resolved is not dtype:
+        raise KernelInputError(
+            f"{factory}: cache_dtype={value!r}; the cache holds the factory's dtype ({dtype}, cache_dtype=None) or "
+            "torch.float8_e4m3fn (with k_scale and v_scale at every call)"
+        )
+    return dtype
+
+
+def head_rows(name: str, heads: str) -> Rows:
+    """A token-indexed input of ``config.<heads>`` heads of ``head_dim``: rows ``[*T, heads * head_dim]`` (strided:
+    a slice of a packed ``qkv``) or ``[T, heads, head_dim]``."""
+    return Rows(name, width=lambda config: getattr(config, heads) * config.head_dim, head="head_dim")
+
+
+def caches(*, mutated: bool = False) -> tuple[Tensor, Tensor]:
+    """``key_cache`` and ``value_cache``: ``[N, block_size, num_kv_heads, head_dim]`` of the cache dtype, dense, the
+    same number of blocks ``N``."""
+    shape = ("N", "block_size", "num_kv_heads", "head_dim")
+    return (
+        Tensor("key_cache", shape, "cache_dtype", mutated=mutated),
+        Tensor("value_cache", shape, "cache_dtype", mutated=mutated),
+    )
+
+
+def _fp8(config: Any) -> bool:
+    return config.cache_dtype is FP8_DTYPE
+
+
+_SCALES_WHY = (
+    "an fp8 cache needs k_scale and v_scale, one-element float32 tensors (its dequantisation scales: cache = "
+    "fp8(x / scale)); scales apply to an fp8 cache only (cache_dtype=torch.float8_e4m3fn)"
+)
+#: ``k_scale=``, ``v_scale=``: given with an fp8 cache, left out otherwise.
+SCALES = (
+    Tensor("k_scale", (1,), torch.float32, keyword=True, present=_fp8, why=_SCALES_WHY),
+    Tensor("v_scale", (1,), torch.float32, keyword=True, present=_fp8, why=_SCALES_WHY),
+)
 
 
 class PagedAttentionKernel(Protocol):
@@ -91,12 +153,12 @@ class PagedAttentionSpec(KernelSpec):
     kernel_type = PagedAttentionKernel
     # query: rows [*T, Hq*D] (strided: a slice of a packed qkv) or [T, Hq, D]; B sequences
     params = (
-        paged.head_rows("query", "num_heads"),
-        *paged.caches(),
+        head_rows("query", "num_heads"),
+        *caches(),
         Tensor("block_table", ("B", None), torch.int32, layout="rows"),
         Tensor("seq_lens", ("B",), torch.int32),
         Tensor("cu_seqlens_q", ("B+1",), torch.int32),
-        *paged.SCALES,
+        *SCALES,
     )
     out = Out(like="query")
 
@@ -162,7 +224,7 @@ class PagedAttentionSpec(KernelSpec):
         )
         window = 0 if sliding_window in (None, 0) else arguments.positive_int(name, "sliding_window", sliding_window)
         cap = 0.0 if softcap in (None, 0, 0.0) else arguments.finite_float(name, "softcap", softcap, positive=True)
-        held = paged.cache_dtype(name, cache_dtype, dtype)  # the cache's dtype
+        held = cache_dtype_of(name, cache_dtype, dtype)  # the cache's dtype
         # the label: every size, and each option the call set
         shown: dict[str, Any] = {"num_heads": num_heads, "num_kv_heads": num_kv_heads, "head_dim": head_dim}
         shown |= {"dtype": dtype, "block_size": block_size, "max_seq_len": max_seq_len != 32768 and max_seq_len}

@@ -14,8 +14,8 @@ from collections.abc import Callable
 
 import torch
 
-from lazyops.specs._paged import FP8_DTYPE, FP8_MAX
 from lazyops.specs.kv_cache_write import KVCacheWriteConfig, spec
+from lazyops.specs.paged_attention import FP8_DTYPE, FP8_MAX
 
 
 @spec.implementation(strided_rows=True)

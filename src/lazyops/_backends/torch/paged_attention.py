@@ -29,8 +29,7 @@ from collections.abc import Callable
 import torch
 import torch.nn.functional as F
 
-from lazyops.specs._paged import FP8_DTYPE
-from lazyops.specs.paged_attention import PagedAttentionConfig, spec
+from lazyops.specs.paged_attention import FP8_DTYPE, PagedAttentionConfig, spec
 
 
 @spec.implementation(strided_rows=True, writes_out=True)

@@ -19,8 +19,8 @@ import triton.language as tl
 from lazyops._backends.triton._common import cdiv, interpreting, launch_device, next_power_of_2, warps_for
 from lazyops._backends.triton._fp8 import to_fp8
 from lazyops._backends.triton._launch import Launcher
-from lazyops.specs._paged import FP8_DTYPE
 from lazyops.specs.kv_cache_write import KVCacheWriteConfig, spec
+from lazyops.specs.paged_attention import FP8_DTYPE
 
 #: Features of a token one program copies: a Llama-3-8B token (8 heads of 128) in one program.
 MAX_BLOCK = 1024

@@ -44,8 +44,7 @@ from lazyops._backends._tuned import device_table
 from lazyops._backends.triton._common import interpreting, launch_device, next_power_of_2
 from lazyops._backends.triton._launch import Launcher
 from lazyops._errors import KernelInputError
-from lazyops.specs._paged import FP8_DTYPE
-from lazyops.specs.paged_attention import PagedAttentionConfig, spec
+from lazyops.specs.paged_attention import FP8_DTYPE, PagedAttentionConfig, spec
 
 #: The widest head this backend serves (a program holds ``BLOCK_M x head_dim`` float32 accumulators).
 MAX_HEAD_DIM = 256

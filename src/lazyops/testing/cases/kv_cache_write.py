@@ -9,9 +9,9 @@ from typing import Any
 import torch
 from hypothesis import strategies as st
 
-from lazyops.specs import _paged as paged
 from lazyops.specs._spec import Example, Traffic
 from lazyops.specs.kv_cache_write import KVCacheWriteConfig, spec
+from lazyops.specs.paged_attention import FP8_DTYPE
 from lazyops.testing import strategies
 from lazyops.testing._case import Case
 from lazyops.testing.cases._base import Examples
@@ -31,7 +31,7 @@ def write_cases(kernel: str) -> Any:
         fp8 = draw(st.sampled_from([False, False, False, True]))
         kwargs: dict[str, Any] = {"block_size": block_size}
         if fp8:
-            kwargs["cache_dtype"] = paged.FP8_DTYPE
+            kwargs["cache_dtype"] = FP8_DTYPE
         geometry = {"spare_blocks": draw(st.integers(0, 3)), "padding": draw(st.sampled_from([0, 0, 1, 3]))}
         tokens = draw(strategies.token_sequences(max_tokens=40))
         return Case(
@@ -60,7 +60,7 @@ def write_inputs(
     them) padding (slot -1)."""
     heads, head_dim, block_size = config.num_kv_heads, config.head_dim, config.block_size
     blocks = max(1, -(-tokens // block_size)) + int(geometry.get("spare_blocks", 0))
-    fp8 = config.cache_dtype is paged.FP8_DTYPE
+    fp8 = config.cache_dtype is FP8_DTYPE
 
     def cache() -> torch.Tensor:
         drawn: torch.Tensor = draw.randn(blocks, block_size, heads, head_dim, dtype=config.cache_dtype)

@@ -11,9 +11,8 @@ from typing import Any
 import torch
 from hypothesis import strategies as st
 
-from lazyops.specs import _paged as paged
 from lazyops.specs._spec import Example, Traffic
-from lazyops.specs.paged_attention import PagedAttentionConfig, spec
+from lazyops.specs.paged_attention import FP8_DTYPE, PagedAttentionConfig, spec
 from lazyops.testing import strategies
 from lazyops.testing._case import Case
 from lazyops.testing.cases._base import Examples
@@ -159,7 +158,7 @@ def attention_cases(kernel: str) -> Any:
             "scale": st.sampled_from([0.5, 0.05]),
             "sliding_window": st.sampled_from([1, 3]) | st.integers(1, 40),
             "softcap": st.sampled_from([1.5, 30.0]),
-            "cache_dtype": st.just(paged.FP8_DTYPE),
+            "cache_dtype": st.just(FP8_DTYPE),
         }
         for option, values in options.items():
             if draw(st.integers(0, 3)) == 0:
@@ -234,7 +233,7 @@ def attention_inputs(
         else:  # a benchmark's cache: drawn where it lives, from a seed the example's generator gives
             seed = int(torch.randint(0, 2**62, (1,), generator=draw.generator))
             generator = torch.Generator(draw.device).manual_seed(seed)
-            drawn_dtype = torch.bfloat16 if config.cache_dtype is paged.FP8_DTYPE else config.cache_dtype
+            drawn_dtype = torch.bfloat16 if config.cache_dtype is FP8_DTYPE else config.cache_dtype
             values = torch.randn(shape, generator=generator, dtype=drawn_dtype, device=draw.device)
         values[~read] = float("nan")
         stored: torch.Tensor = values.to(config.cache_dtype)
@@ -247,7 +246,7 @@ def attention_inputs(
     for _, queries in batch:
         starts.append(starts[-1] + queries)
     cu_seqlens_q = torch.tensor(starts, dtype=torch.int32)
-    k_scale, v_scale = draw_scales(draw, config.cache_dtype is paged.FP8_DTYPE)
+    k_scale, v_scale = draw_scales(draw, config.cache_dtype is FP8_DTYPE)
     device = draw.device
     return (
         query,
