@@ -172,7 +172,7 @@ def test_builtin_backend_that_cannot_run_here_says_so_with_the_way_out(monkeypat
     import lazyops._backends.triton as triton_backend
 
     monkeypatch.delenv("TRITON_INTERPRET", raising=False)
-    monkeypatch.setattr("lazyops._platform.has_cuda_device", lambda: False)
+    monkeypatch.setattr("lazyops._backends.has_cuda_device", lambda: False)
     if triton_backend.unavailable_reason() is None:
         pytest.skip("a GPU is present: Triton can run here")
     namespace, _ = namespace_for({"LAZYOPS_BACKEND": "triton"})

@@ -217,8 +217,8 @@ def test_strict_summary_is_printed_even_when_the_first_access_raises(fake_backen
 @pytest.mark.parametrize("rank, prints", [("0", True), ("1", False)])
 def test_a_misspelt_variable_is_named_once_at_the_first_resolution(fake_backends, rank, prints):
     code = """
-    import sys, lazyops, lazyops._platform
-    lazyops._platform.platform_default = lambda: "torch"  # a GPU's default backend may print lines of its own
+    import sys, lazyops, lazyops._backends
+    lazyops._backends.platform_default = lambda: "torch"  # a GPU's default backend may print lines of its own
     print("--imported--", file=sys.stderr)
     lazyops.rmsnorm_tl; lazyops.softmax_tl
     lazyops.configure(); lazyops.rmsnorm_tl

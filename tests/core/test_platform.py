@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from fresh_interpreter import run_python
-from lazyops import _platform
+import lazyops._backends as _platform
 
 
 @pytest.mark.parametrize(
@@ -26,7 +26,7 @@ def test_platform_default(monkeypatch, cuda, installed, expected):
 def test_finding_tilelang_does_not_import_it(fake_backends):
     code = """
     import sys
-    from lazyops._platform import is_installed, platform_default
+    from lazyops._backends import is_installed, platform_default
     print(is_installed("tilelang"), "tilelang" in sys.modules, platform_default())
     """
     result = run_python(code, fake_backends.env())
@@ -62,7 +62,7 @@ def test_torch_is_asked_only_where_a_gpu_driver_file_exists(monkeypatch, present
 def test_a_cpu_machine_answers_without_importing_torch(fake_backends):
     code = """
     import sys
-    from lazyops._platform import GPU_DRIVER_FILES, has_cuda_device
+    from lazyops._backends import GPU_DRIVER_FILES, has_cuda_device
     import os
     print(any(os.path.exists(path) for path in GPU_DRIVER_FILES), has_cuda_device(), "torch" in sys.modules)
     """

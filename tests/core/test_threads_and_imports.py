@@ -14,8 +14,8 @@ from fresh_interpreter import run_python
 
 # A platform default of our own, so that the races need no torch: patched before lazyops' namespace is built.
 FAKE_DEFAULT = """
-import lazyops._platform
-lazyops._platform.platform_default = lambda: "base"
+import lazyops._backends
+lazyops._backends.platform_default = lambda: "base"
 """
 
 

@@ -10,7 +10,7 @@ import json
 
 import pytest
 
-from lazyops._platform import platform_default
+from lazyops._backends import platform_default
 
 HALF_PORT = ("--lazyops-backend", "halfport", "--lazyops-strict")
 ROPE_MISSING = "lazyops: backend 'halfport' lacks kernel 'rope_tl' (available in: torch"

@@ -7,14 +7,14 @@ package ``triton`` is not installed, sends the user into a second error. So each
 offered only where it works on the machine that prints it.
 
 Nothing heavy is imported: packages are looked up, not imported; torch is imported only where a driver file
-suggests a GPU (see ``lazyops._platform.has_cuda_device``).
+suggests a GPU (see ``lazyops._backends.has_cuda_device``).
 """
 
 from __future__ import annotations
 
 import os
 
-from lazyops._platform import has_cuda_device, is_installed
+from lazyops._backends import has_cuda_device, is_installed
 
 #: The values of TRITON_INTERPRET that Triton itself reads as true (its ``getenv_bool``).
 _TRUE = frozenset({"1", "true", "on"})

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from lazyops._backends._ways_out import MIN_CAPABILITY, cuda_capability, select_another
 from lazyops._errors import BackendError, KernelInputError
-from lazyops._platform import is_installed
+from lazyops._backends import is_installed
 
 if TYPE_CHECKING:
     import torch
