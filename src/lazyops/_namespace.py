@@ -26,10 +26,10 @@ from __future__ import annotations
 import _thread
 import os
 
+from lazyops._backends import platform_default
 from lazyops._errors import BackendError, ConfigError, KernelUnavailableError
 from lazyops._errors import hide_in_pytest_tracebacks as __tracebackhide__  # noqa: F401
 from lazyops._once import OnceCycleError, fork_safe
-from lazyops._backends import platform_default
 from lazyops._registry import Registry
 from lazyops._resolve import INHERITED, PLAN, Resolution, chain_of, resolve, unknown_kernel_error, validate
 from lazyops._settings import (

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from fresh_interpreter import run_python
 import lazyops._backends as _platform
+from fresh_interpreter import run_python
 
 
 @pytest.mark.parametrize(

@@ -15,9 +15,9 @@ import threading
 from collections.abc import Callable, Hashable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+from lazyops._backends import is_installed
 from lazyops._backends._ways_out import MIN_CAPABILITY, cuda_capability, select_another
 from lazyops._errors import BackendError, KernelInputError
-from lazyops._backends import is_installed
 
 if TYPE_CHECKING:
     import torch

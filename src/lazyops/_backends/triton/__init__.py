@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import lazy_loader
 
-from lazyops._backends._ways_out import interpreter_requested, select_another
 from lazyops._backends import has_cuda_device, is_installed
+from lazyops._backends._ways_out import interpreter_requested, select_another
 
 __getattr__, __dir__, __all__ = lazy_loader.attach_stub(__name__, __file__)
 
