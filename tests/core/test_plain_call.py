@@ -252,6 +252,8 @@ def test_parameters_that_require_grad_are_plain_without_grad_mode(name: str) -> 
     args = tuple(
         arg.requires_grad_(True) if arg.is_floating_point() else arg for arg in engine_call(spec, config, 2, seed=1)
     )
+    if not any(arg.requires_grad for arg in args):
+        pytest.skip(f"{name} takes no floating input: none can require grad")
     assert not accepts(args)
     with torch.no_grad():
         assert accepts(args)

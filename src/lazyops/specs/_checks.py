@@ -145,17 +145,18 @@ def check_shaped(
     shape: tuple[Declared, ...],
     dtype: torch.dtype | tuple[torch.dtype, ...],
     device: torch.device | None,
-    layout: str,
+    layout: str | tuple[str, ...],
     bound: Bound,
     fixed: bool,
 ) -> None:
     """A tensor of a declared shape (``_params.Tensor``): each size as declared, a symbol bound by the first tensor
-    that has it (recorded in ``bound``) and equal in every other, the layout ``"dense"`` (contiguous) or ``"rows"``
-    (the last dimension contiguous). ``fixed``: a dtype no factory argument changes (:func:`check_kind`)."""
+    that has it (recorded in ``bound``) and equal in every other, the layout ``"dense"`` (contiguous), ``"rows"``
+    (the last dimension contiguous) or ``"columns"`` (2-D, its transpose contiguous), or a tuple of those taken.
+    ``fixed``: a dtype no factory argument changes (:func:`check_kind`)."""
     check_kind(kernel, arg, tensor, dtype, device, fixed=fixed)
     sizes = tensor.shape
     if len(sizes) != len(shape):
-        _wrong_shape(kernel, arg, sizes, tuple(map(_declared_text, shape)))
+        _wrong_declared(kernel, arg, sizes, shape, dtype, bound)
     for position, (got, want) in enumerate(zip(sizes, shape, strict=True)):
         if want is None or got == want:
             continue
@@ -178,16 +179,53 @@ def check_shaped(
                     f"{_declared_text(want)}"
                 )
         else:
-            _wrong_shape(kernel, arg, sizes, tuple(map(_declared_text, shape)))
-    if layout == "dense" and not tensor.is_contiguous():
-        raise KernelInputError(
-            f"{kernel}: {arg} is not contiguous (strides {tensor.stride()}); pass {arg}.contiguous()"
-        )
-    if layout == "rows" and sizes and sizes[-1] > 1 and tensor.stride(-1) != 1:
+            _wrong_declared(kernel, arg, sizes, shape, dtype, bound)
+    layouts = layout if isinstance(layout, tuple) else (layout,)
+    if any(_laid_out(tensor, sizes, each) for each in layouts):
+        return
+    if layouts == ("rows",):
         raise KernelInputError(
             f"{kernel}: {arg} of shape {tuple(sizes)} has strides {tensor.stride()}: its last dimension must be "
             f"contiguous; pass {arg}.contiguous()"
         )
+    if layouts == ("columns",):
+        raise KernelInputError(
+            f"{kernel}: {arg} must be column-major (the transpose of a dense [{', '.join(map(str, sizes[::-1]))}] "
+            f"tensor); its strides are {tensor.stride()}: pass {arg}.t().contiguous().t()"
+        )
+    if "columns" in layouts:
+        raise KernelInputError(
+            f"{kernel}: {arg} must be dense, row-major or column-major (the transpose of a dense tensor); its strides "
+            f"are {tensor.stride()}: pass {arg}.contiguous()"
+        )
+    raise KernelInputError(f"{kernel}: {arg} is not contiguous (strides {tensor.stride()}); pass {arg}.contiguous()")
+
+
+def _laid_out(tensor: Any, sizes: Any, layout: str) -> bool:
+    """Whether ``tensor`` (of ``sizes``) is laid out as ``layout`` says (:func:`check_shaped`)."""
+    if layout == "dense":
+        return bool(tensor.is_contiguous())
+    if layout == "rows":
+        return bool(not sizes or sizes[-1] <= 1 or tensor.stride(-1) == 1)
+    rows, columns = sizes  # "columns": a [rows, columns] view of a dense [columns, rows] tensor
+    row_step, column_step = tensor.stride()
+    return bool((rows <= 1 or row_step == 1) and (columns <= 1 or column_step == rows))
+
+
+def _wrong_declared(kernel: str, arg: str, sizes: Any, shape: tuple[Declared, ...], dtype: Any, bound: Bound) -> None:
+    """Refuse a declared tensor of the wrong shape, saying the shape this call needs (its symbols as bound)."""
+    declared = tuple(map(_declared_text, shape))
+    resolved = tuple(
+        str(bound[size[0]][0] + size[1]) if isinstance(size, tuple) and size[0] in bound else text
+        for size, text in zip(shape, declared, strict=True)
+    )
+    tokens = "; T: the call's token count" if any(isinstance(size, tuple) and size[0] == "T" for size in shape) else ""
+    note = f" ({', '.join(declared)}{tokens})" if resolved != declared else ""
+    dtypes = " or ".join(str(each).removeprefix("torch.") for each in (dtype if isinstance(dtype, tuple) else (dtype,)))
+    raise KernelInputError(
+        f"{kernel}: {arg} must be a {dtypes} tensor of shape ({', '.join(resolved)}{',' * (len(shape) == 1)}){note}, "
+        f"got {tuple(sizes)}"
+    )
 
 
 def _declared_text(size: Declared) -> str:
@@ -411,9 +449,9 @@ class PlainInput(NamedTuple):
     #: rows of any multiple of ``head`` (``width`` then ignored); 0: of ``width``
     head: int = 0
     shape: tuple[Any, ...] = ()
-    #: rows: ``"strided"`` (a row-strided view, where the launch takes one) or ``"dense"``; shaped: ``"dense"`` or
-    #: ``"rows"`` (the last dimension contiguous)
-    layout: str = "dense"
+    #: rows: ``"strided"`` (a row-strided view, where the launch takes one) or ``"dense"``; shaped: ``"dense"``,
+    #: ``"rows"`` (the last dimension contiguous), ``"columns"`` (2-D, the transpose dense) or a tuple of them
+    layout: Any = "dense"
     #: a keyword tensor: ``"required"``, ``"absent"`` (None, or empty and of its dtype) or ``"optional"``; ``""``: not
     presence: str = ""
 
@@ -434,10 +472,12 @@ def fixed_input(shape: tuple[int, ...], dtype: Any) -> PlainInput:
     return PlainInput("fixed", dtype, shape=shape)
 
 
-def shaped_input(shape: tuple[Any, ...], dtype: Any, *, layout: str = "dense", presence: str = "") -> PlainInput:
-    """An input of declared sizes (``_params.Tensor``): each an int, a ``range`` of those allowed, None (any), or a
+def shaped_input(
+    shape: tuple[Any, ...], dtype: Any, *, layout: str | tuple[str, ...] = "dense", presence: str = ""
+) -> PlainInput:
+    """An input of declared sizes (``_params.Tensor``): each an int, a ``range`` of those allowed, None (any), a
     symbol (``"B"``, ``"B+1"``; ``"T"``: the token count) that the first input having it binds and the others
-    equal."""
+    equal, or a function of the token count (``_params.FromTokens``, its configuration bound)."""
     return PlainInput("shaped", dtype, shape=shape, layout=layout, presence=presence)
 
 
@@ -522,12 +562,21 @@ def plain_call(
                 dims.append((position, 1 if binds else 0, slot, symbol[1]))
             elif isinstance(size, range):
                 dims.append((position, 2, size, 0))
+            elif callable(size):  # a size the token count gives (``_params.FromTokens``)
+                dims.append((position, 4, size, 0))
             elif size is not None:
                 dims.append((position, 3, size, 0))
         if not each.presence:
             declared.setdefault(each.shape, index)
         rank = len(each.shape)
-        shaped.append((index, each.dtype, rank, exact, like, tuple(dims), each.layout == "rows", each.presence))
+        layouts = each.layout if isinstance(each.layout, tuple) else (each.layout,)
+        # 0: dense only; else the layouts taken, 1: rows, 2: columns, 4: dense
+        loose = (
+            0
+            if layouts == ("dense",)
+            else ("rows" in layouts) | ("columns" in layouts) << 1 | ("dense" in layouts) << 2
+        )
+        shaped.append((index, each.dtype, rank, exact, like, tuple(dims), loose, each.presence))
     symbols = len(slots)
     first_dtype, first_width, first_head = first.dtype, -1 if first.head else first.width, first.head
     # each written input against every other input, each pair once
@@ -597,7 +646,7 @@ def plain_call(
                     return False
             if shaped:
                 bound = [tokens, *(None,) * (symbols - 1)]
-                for index, want, rank, exact, like, dims, rows_layout, presence in shaped:
+                for index, want, rank, exact, like, dims, loose, presence in shaped:
                     arg = args[index]
                     if presence:
                         if arg is None or (not arg.numel() and arg.dtype is want):  # left out
@@ -631,14 +680,29 @@ def plain_call(
                             elif kind == 2:
                                 if got not in size:
                                     return False
+                            elif kind == 4:
+                                if got != size(tokens):
+                                    return False
                             elif got != size:
                                 return False
-                    if not arg.is_contiguous() and (not rows_layout or (sizes[-1] > 1 and arg.stride(-1) != 1)):
+                    if not loose:
+                        if not arg.is_contiguous():
+                            return False
+                    elif not (
+                        (loose & 1 and (sizes[-1] < 2 or arg.stride(-1) == 1))
+                        or (
+                            loose & 2
+                            and (sizes[0] < 2 or arg.stride(0) == 1)
+                            and (sizes[1] < 2 or arg.stride(1) == sizes[0])
+                        )
+                        or (loose & 4 and arg.is_contiguous())
+                    ):
                         return False
             if pairs:
                 if not inference_mode():
                     for index, _ in pairs:
-                        if args[index].is_inference():
+                        written = args[index]
+                        if written is not None and written.is_inference():
                             return False  # written under torch.inference_mode() by the checked path
                 extents = []  # each input's byte range [start, end), once
                 for arg in args:
@@ -648,9 +712,11 @@ def plain_call(
                     start = arg.data_ptr()
                     if arg.is_contiguous():
                         extents.append((start, start + arg.nbytes))
-                    else:  # checked: rows, one stride apart
-                        (height, width), step = arg.shape, arg.stride(0)
-                        extents.append((start, start + ((height - 1) * step + width) * arg.element_size()))
+                    else:  # checked: 2-D, rows one stride apart (or columns: the transpose dense)
+                        (height, width), (step, unit) = arg.shape, arg.stride()
+                        extents.append(
+                            (start, start + ((height - 1) * step + (width - 1) * unit + 1) * arg.element_size())
+                        )
                 for index, others in pairs:
                     start, end = extents[index]
                     for other_index in others:

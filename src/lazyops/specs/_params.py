@@ -100,28 +100,47 @@ class Fixed:
 @dataclass(frozen=True)
 class Tensor:
     """An input with a shape of its own: a cache, an index tensor, a scale. Each entry of ``shape`` is a size the
-    configuration gives (as above; a function may give a ``range`` of the sizes allowed), None (any size), or a size
-    the call binds: an uppercase symbol, ``"B"``, or one past it, ``"B+1"``. The first tensor that has a symbol binds
-    it; every other must agree. ``"T"`` is the call's token count, and ``"*T"``, first, the token dimensions
-    themselves: the tensor is then token-indexed (rope's ``positions[*T]``).
+    configuration gives (as above; a function may give a ``range`` of the sizes allowed), None (any size), a size
+    the call binds: an uppercase symbol, ``"B"``, or one past it, ``"B+1"``, or a :class:`FromTokens` (a size the
+    token count gives: an output buffer sized for the worst case). The first tensor that has a symbol binds it; every
+    other must agree. ``"T"`` is the call's token count, and ``"*T"``, first, the token dimensions themselves: the
+    tensor is then token-indexed (rope's ``positions[*T]``, a sampler's per-request ``temperature[*T]``).
 
-    ``dtype``: one, or a tuple of those taken. ``layout``: ``"dense"`` (contiguous), or ``"rows"`` (the last dimension
-    contiguous only: a block table sliced from a wider one). ``mutated``: written in place.
+    ``dtype``: one, or a tuple of those taken. ``layout``: ``"dense"`` (contiguous), ``"rows"`` (the last dimension
+    contiguous only: a block table sliced from a wider one), ``"columns"`` (a 2-D tensor whose transpose is dense:
+    the column-major scales DeepGEMM-style GEMMs read), or a tuple of those taken. ``mutated``: written in place.
+
+    ``shape``, ``layout`` and ``mutated`` may also be functions of the configuration, where a factory argument
+    decides them (``quant_fp8_tl``'s ``scale`` is ``[1]`` per tensor and ``[T, G]`` per group, column-major with
+    ``column_major=True``, and read, not written, when static); a ``shape`` function does not start with ``"*T"``.
+    A ``mutated`` function makes the tensor one the kernel may write (the custom operator's schema says so), and
+    written under the configurations it answers True for (what the aliasing checks and the fast path compare).
 
     ``keyword``: keyword-only (declared after every positional parameter), left out as None; an empty tensor of its
     dtype stands for None (the custom operator's ``Tensor?``, the kit's drawn arguments). ``present(config)``: whether
-    the configuration needs it (then it must be given) or not (then it must be left out); ``why`` says which
-    configuration needs it, in both refusals (an fp8 cache's scales).
+    the configuration needs it (True: then it must be given), must not have it (False: then it must be left out) or
+    takes it or not (None); ``why`` says which configuration needs it, in both refusals (an fp8 cache's scales).
+    ``together``: another keyword tensor given with this one, both or neither (a logit bias's ids and values).
     """
 
     name: str
-    shape: tuple[Size | None, ...]
+    shape: tuple[Size | FromTokens | None, ...] | Callable[[Any], tuple[Any, ...]]
     dtype: DType = "dtype"
-    layout: str = "dense"
-    mutated: bool = False
+    layout: str | tuple[str, ...] | Callable[[Any], Any] = "dense"
+    mutated: bool | Callable[[Any], bool] = False
     keyword: bool = False
-    present: Callable[[Any], bool] | None = None
+    present: Callable[[Any], bool | None] | None = None
     why: str = ""
+    together: str = ""
+
+
+@dataclass(frozen=True)
+class FromTokens:
+    """A :class:`Tensor` size the call's token count gives, ``size(config, tokens)``: ``moe_align_tl``'s buffers,
+    sized for the worst case of ``tokens * top_k`` assignments. ``text`` names it in messages."""
+
+    size: Callable[[Any, int], int]
+    text: str = "a size of the token count"
 
 
 @dataclass(frozen=True)
@@ -136,18 +155,4 @@ class Out:
     may_alias: str | None = None
 
 
-@dataclass(frozen=True)
-class Other:
-    """A parameter whose spec checks and lays out itself (where a :class:`Tensor` does not say enough): a spec that
-    declares one overrides what the declarations cannot derive for it, and its examples draw and count it.
-
-    ``keyword``: a keyword-only tensor the call may leave out (a bias); declared after every
-    positional parameter. Inside lazyops it travels as the last positional arguments, ``None`` when left out (the
-    custom operator's ``Tensor?``)."""
-
-    name: str
-    mutated: bool = False
-    keyword: bool = False
-
-
-Param = Rows | Fixed | Tensor | Other
+Param = Rows | Fixed | Tensor

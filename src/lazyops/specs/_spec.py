@@ -4,8 +4,8 @@ A spec says what a kernel *is*, apart from how any backend computes it: the fact
 (:meth:`KernelSpec.bind`, which normalises the factory's arguments into the kernel's static configuration), the
 call's parameters (``params``, ``out``: ``lazyops.specs._params``) and the float64 :meth:`~KernelSpec.reference`.
 Everything else is derived from the declared parameters: the checks every call passes before anything is written,
-the layout the engine's fast path recognises, the output's shape. A kernel whose parameters are more than rows and
-fixed tensors (rope, attention) overrides what the declarations cannot say. What a kernel is tried on (the
+the layout the engine's fast path recognises, the output's shape, for rows, fixed tensors and tensors of declared
+shapes alike (caches, index tensors, scales, optional keyword buffers). What a kernel is tried on (the
 conformance cases, the inputs of one call, the traffic model, the benchmark's configuration) is not the contract:
 it lives in ``lazyops.testing.cases.<kernel>``, which reads the spec; the spec never imports it.
 
@@ -30,7 +30,7 @@ import functools
 import inspect
 import math
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from lazyops._errors import KernelInputError
@@ -39,6 +39,7 @@ from lazyops.specs._params import (
     TOKEN_DIMS,
     TOKENS,
     Fixed,
+    FromTokens,
     Out,
     Param,
     Rows,
@@ -118,8 +119,8 @@ class KernelSpec:
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
         _refuse_the_old_form(cls)
-        if "bind" in cls.__dict__:
-            cls.bind = _factory_named(cls.__dict__["bind"])  # type: ignore[method-assign]
+        if cls.bind is not KernelSpec.bind and not hasattr(cls.bind, "__wrapped__"):  # its own, or a mixin's
+            cls.bind = _factory_named(cls.bind)  # type: ignore[method-assign]
         params, out = cls.params, cls.out
         mutates = tuple(param.name for param in params if getattr(param, "mutated", False))
         derived = {
@@ -129,7 +130,11 @@ class KernelSpec:
             "out_aliases": (out.may_alias,) if out is not None and out.may_alias else (),
             "returns": "out" if out is not None else mutates,
             "results": ("out", *mutates) if out is not None else mutates,
-            "free_widths": tuple(p.name for p in params if isinstance(p, Tensor) and p.shape and p.shape[-1] is None),
+            "free_widths": tuple(
+                p.name
+                for p in params
+                if isinstance(p, Tensor) and isinstance(p.shape, tuple) and p.shape[-1:] == (None,)
+            ),
         }
         for name, value in derived.items():
             if name not in cls.__dict__:  # a spec may say more than its declarations
@@ -239,11 +244,11 @@ class KernelSpec:
             if isinstance(param, Fixed):
                 shape = tuple(size_of(size, config) for size in param.shape)
                 checks.check_tensor(label, name, arg, shape=shape, dtype=dtype_of(param.dtype, config), device=device)
+            elif isinstance(param, Tensor) and param.keyword and not _given(label, config, param, arg, args, self):
+                continue
             elif isinstance(param, Tensor) and not _token_indexed(param):
-                if param.keyword and not _given(label, config, param, arg):
-                    continue
-                _check_declared(label, config, param, arg, device, bound)
-            elif isinstance(param, Rows | Tensor):  # token-indexed
+                _check_declared(label, config, _resolved(param, config), arg, device, bound)
+            else:  # token-indexed: rows, or a tensor whose shape starts with "*T"
                 if isinstance(param, Rows) and param.head is None:  # (rows, as most kernels take: one frame less)
                     width, dtype = size_of(param.width, config), dtype_of(param.dtype, config)
                     checks.check_rows(label, name, arg, width=width, dtype=dtype, device=device)
@@ -260,8 +265,6 @@ class KernelSpec:
                         f"{label}: {first} has leading (token) dimensions {tuple(leading)} and {name} "
                         f"{tuple(token_dims)}; they must be equal"
                     )
-            else:
-                self.check_other(config, param, arg, args)
             if device is None:
                 device = arg.device
         if type(self).check_values is not KernelSpec.check_values and checks.reads_values(
@@ -275,16 +278,21 @@ class KernelSpec:
         ``validate=True`` (a synchronising read), never for tensors without values (``_checks.reads_values``). Called
         by :meth:`check` and by the fast path, with the call's arguments; a spec with index tensors writes it."""
 
-    def check_other(self, config: Any, param: Param, arg: Any, args: tuple[Any, ...]) -> None:
-        """:meth:`check` of an ``Other`` parameter, ``arg`` among the call's ``args``: a spec that declares one and
-        keeps the derived :meth:`check` says how (the fp8 norms' ``scale``, whose shape follows ``scales=``)."""
-        raise NotImplementedError(f"{type(self).__name__}.check: {param!r} is checked by the spec itself")
+    def written(self, config: Any) -> tuple[str, ...]:
+        """The inputs a call writes under ``config``: :attr:`mutates`, less those a ``Tensor.mutated`` function says
+        this configuration only reads (a static fp8 scale)."""
+        params = self.params
+        return tuple(
+            name
+            for name in self.mutates
+            if not callable(mutated := getattr(params[self.inputs.index(name)], "mutated", True)) or mutated(config)
+        )
 
     def plain_layout(self, config: Any) -> tuple[checks.PlainInput, ...] | None:
         """How the call engines make on every step looks, one entry per parameter (rows ``[tokens, width]``, dense or
-        row-strided; fixed tensors of their exact shape; tensors of their declared sizes), or None where a parameter
-        is none of these (an ``Other``: the spec then writes :meth:`plain_predicate` itself, or every call takes the
-        full checks)."""
+        row-strided; fixed tensors of their exact shape; tensors of their declared sizes, ``"*T"`` one dimension
+        of tokens there), or None where the spec has no fast path (a rows parameter whose width the spec checks
+        itself)."""
         layout = []
         for param in self.params:
             if isinstance(param, Rows) and (param.width is not None or param.head is not None):
@@ -294,17 +302,23 @@ class KernelSpec:
             elif isinstance(param, Fixed):
                 shape = tuple(size_of(size, config) for size in param.shape)
                 layout.append(checks.fixed_input(shape, dtype_of(param.dtype, config)))
-            elif isinstance(param, Tensor) and param.shape == (TOKEN_DIMS,):
+            elif isinstance(param, Tensor) and param.shape == (TOKEN_DIMS,) and not param.keyword:
                 layout.append(checks.tokens_input(dtype_of(param.dtype, config)))
-            elif isinstance(param, Tensor) and param.shape[:1] != (TOKEN_DIMS,):
+            elif isinstance(param, Tensor):
+                declared = _resolved(param, config)
                 presence = ""
-                if param.keyword:
-                    presence = (
-                        "optional" if param.present is None else "required" if param.present(config) else "absent"
-                    )
-                sizes = tuple(size if symbol_of(size) else _declared(size, config) for size in param.shape)
-                dtype = dtype_of(param.dtype, config)
-                layout.append(checks.shaped_input(sizes, dtype, layout=param.layout, presence=presence))
+                if declared.keyword:
+                    needed = None if declared.present is None else declared.present(config)
+                    presence = "optional" if needed is None else "required" if needed else "absent"
+                    if declared.together and presence == "optional":  # a pair given takes the full checks
+                        presence = "absent"
+                declared_shape = _shape(declared)
+                # "*T": one token dimension here; the sizes of a tensor this configuration must not have are never
+                # compared (it is left out)
+                plain = (TOKENS, *declared_shape[1:]) if _token_indexed(declared) else declared_shape
+                sizes = tuple(None if presence == "absent" else _plain_size(size, config) for size in plain)
+                dtype = dtype_of(declared.dtype, config)
+                layout.append(checks.shaped_input(sizes, dtype, layout=_layout(declared), presence=presence))
             else:
                 return None
         return tuple(layout)
@@ -320,7 +334,7 @@ class KernelSpec:
         layout = self.plain_layout(config)
         if layout is None:
             return None
-        written = tuple(sorted(self.inputs.index(name) for name in self.mutates))
+        written = tuple(sorted(self.inputs.index(name) for name in self.written(config)))
         reads = type(self).check_values is not KernelSpec.check_values
         accepts: Callable[[tuple[Any, ...]], bool] = checks.plain_call(
             layout,
@@ -378,9 +392,10 @@ class KernelSpec:
         (heads given as a dimension of their own folded into the row), or ``[rows]`` (rope's positions)."""
         leading = self._leading(config, args)
         tokens, lead = math.prod(leading), len(leading)
+        keywords = self.keywords
         return tuple(
             arg.view(tokens, *((math.prod(arg.shape[lead:]),) if arg.dim() > lead else ()))
-            if name in self.row_inputs
+            if name in self.row_inputs and not (name in keywords and (arg is None or not arg.numel()))
             else arg
             for name, arg in zip(self.inputs, args, strict=True)
         )
@@ -404,11 +419,12 @@ class KernelSpec:
 
     def flat_ranks(self) -> tuple[tuple[int, int], ...]:
         """``(position, rank)`` of each token-indexed input as a launch receives it: 2 for rows (``[rows, width]``),
-        a token-indexed tensor's own (rope's positions ``[tokens]``: 1)."""
+        a token-indexed tensor's own (rope's positions ``[tokens]``: 1). Not a keyword tensor, which may be left out:
+        :meth:`rows` flattens it with the others."""
         return tuple(
-            (index, len(param.shape) if isinstance(param, Tensor) else 2)
+            (index, len(_shape(param)) if isinstance(param, Tensor) else 2)
             for index, param in enumerate(self.params)
-            if param.name in self.row_inputs
+            if param.name in self.row_inputs and not getattr(param, "keyword", False)
         )
 
     def check_out(self, config: Any, out: Any, *args: Any) -> None:
@@ -446,8 +462,9 @@ class KernelSpec:
         """Refuse a call whose in-place inputs share memory with another input (rope's query and key are two slices
         of one packed buffer: distinct columns of it are fine, the same elements are not), whatever either's dtype:
         a ``view(dtype)`` of an input is the same memory, and writing it changes what the other reads. A keyword
-        tensor left out (None, or empty) shares nothing."""
-        for written, other in self.aliasing_pairs():
+        tensor left out (None, or empty) shares nothing; an input this configuration only reads (:meth:`written`) is
+        compared as any other."""
+        for written, other in self.aliasing_pairs(config):
             if args[other] is not None and args[written] is not None and checks.overlap(args[written], args[other]):
                 inputs = self.inputs
                 raise KernelInputError(
@@ -456,14 +473,16 @@ class KernelSpec:
                     "either): pass separate tensors"
                 )
 
-    def aliasing_pairs(self) -> tuple[tuple[int, int], ...]:
-        """The (written input, other input) positions :meth:`check_aliasing` compares, each pair once."""
+    def aliasing_pairs(self, config: Any = None) -> tuple[tuple[int, int], ...]:
+        """The (written input, other input) positions :meth:`check_aliasing` compares, each pair once: those
+        :meth:`written` names under ``config`` (None: every input the kernel may write)."""
         inputs = self.inputs
+        mutates = self.mutates if config is None else self.written(config)
         return tuple(
             (inputs.index(written), other)
-            for position, written in enumerate(self.mutates)
+            for position, written in enumerate(mutates)
             for other, name in enumerate(inputs)
-            if name != written and name not in self.mutates[:position]
+            if name != written and name not in mutates[:position]
         )
 
 
@@ -480,17 +499,64 @@ def _fixed(dtype: Any) -> bool:
     return not any(isinstance(each, str) for each in (dtype if isinstance(dtype, tuple) else (dtype,)))
 
 
-def _given(label: str, config: Any, param: Tensor, arg: Any) -> bool:
-    """Whether the keyword tensor ``param`` is given (neither None nor an empty tensor of its dtype); refuses one the
-    configuration needs and the call left out, or one it must not have (``Tensor.present``)."""
+def _resolved(param: Tensor, config: Any) -> Tensor:
+    """``param`` with the attributes a function of the configuration gives (``shape``, ``layout``) for ``config``."""
+    if not callable(param.shape) and not callable(param.layout):
+        return param
+    shape = param.shape(config) if callable(param.shape) else param.shape
+    return replace(param, shape=shape, layout=param.layout(config) if callable(param.layout) else param.layout)
+
+
+def _shape(param: Tensor) -> tuple[Any, ...]:
+    """A resolved (or class-level tuple) :class:`Tensor`'s shape (:func:`_resolved`)."""
+    return param.shape if isinstance(param.shape, tuple) else ()
+
+
+def _layout(param: Tensor) -> str | tuple[str, ...]:
+    """A resolved :class:`Tensor`'s layout (:func:`_resolved`)."""
+    return param.layout if isinstance(param.layout, str | tuple) else "dense"
+
+
+def _plain_size(size: Any, config: Any) -> Any:
+    """A :class:`Tensor`'s size as ``_checks.shaped_input`` takes it: a symbol as it is, a :class:`FromTokens` as a
+    function of the token count alone, else :func:`_declared`."""
+    if symbol_of(size):
+        return size
+    if isinstance(size, FromTokens):
+        return functools.partial(size.size, config)
+    return _declared(size, config)
+
+
+def _left_out(config: Any, param: Tensor, arg: Any) -> bool:
+    """Whether the keyword tensor ``param`` is left out: None, or an empty tensor of its dtype."""
+    if arg is None:
+        return True
     dtype = dtype_of(param.dtype, config)
-    dtypes = dtype if isinstance(dtype, tuple) else (dtype,)
-    left_out = arg is None or (isinstance(arg, checks.tensor_type()) and not arg.numel() and arg.dtype in dtypes)
+    return (
+        isinstance(arg, checks.tensor_type())
+        and not arg.numel()
+        and arg.dtype in (dtype if isinstance(dtype, tuple) else (dtype,))
+    )
+
+
+def _given(label: str, config: Any, param: Tensor, arg: Any, args: tuple[Any, ...], spec: KernelSpec) -> bool:
+    """Whether the keyword tensor ``param`` is given (neither None nor an empty tensor of its dtype); refuses one the
+    configuration needs and the call left out, or one it must not have (``Tensor.present``), or one given without
+    the tensor it goes with (``Tensor.together``)."""
+    left_out = _left_out(config, param, arg)
     needed = None if param.present is None else param.present(config)
     if left_out and needed:
         raise KernelInputError(f"{label}: {param.name} is {'None' if arg is None else 'empty'}; {param.why}")
     if not left_out and needed is False:
         raise KernelInputError(f"{label}: {param.name} is given; {param.why}: pass {param.name}=None")
+    if param.together:
+        partner = spec.params[spec.inputs.index(param.together)]
+        partner_left_out = _left_out(config, partner, args[spec.inputs.index(param.together)])  # type: ignore[arg-type]
+        if left_out != partner_left_out:
+            absent = param.name if left_out else param.together
+            raise KernelInputError(
+                f"{label}: {param.name} and {param.together} go together; {absent} is absent: pass both or neither"
+            )
     return not left_out
 
 
@@ -498,10 +564,13 @@ def _check_declared(
     label: str, config: Any, param: Tensor, arg: Any, device: Any, bound: checks.Bound, tokens: int = 0
 ) -> None:
     """``_checks.check_shaped`` of a :class:`Tensor` (``tokens``: the leading dimensions its ``"*T"`` stands for)."""
-    sizes = (None,) * tokens + tuple(_declared(size, config) for size in param.shape[1 if tokens else 0 :])
+    sizes: tuple[checks.Declared, ...] = (None,) * tokens + tuple(
+        size.size(config, bound[TOKENS][0]) if isinstance(size, FromTokens) else _declared(size, config)
+        for size in _shape(param)[1 if tokens else 0 :]
+    )
     dtype, fixed = dtype_of(param.dtype, config), _fixed(param.dtype)
     checks.check_shaped(
-        label, param.name, arg, shape=sizes, dtype=dtype, device=device, layout=param.layout, bound=bound, fixed=fixed
+        label, param.name, arg, shape=sizes, dtype=dtype, device=device, layout=_layout(param), bound=bound, fixed=fixed
     )
 
 
@@ -511,7 +580,7 @@ def _check_tokens(
     """Check a token-indexed input of heads, or a ``"*T"`` tensor, given ``lead`` token dimensions (those of the call's
     first token-indexed input; 1 for the first); returns how many of its trailing dimensions are not tokens."""
     if isinstance(param, Tensor):  # ``("*T", ...)``: any leading dimensions (at least one), then its own sizes
-        rest = len(param.shape) - 1
+        rest = len(_shape(param)) - 1
         _check_declared(label, config, param, arg, device, bound, max(1, len(getattr(arg, "shape", ())) - rest))
         return rest
     return checks.check_head_rows(
@@ -531,7 +600,7 @@ def _features(config: Any, param: Param, arg: Any, lead: int) -> int:
     """How many trailing dimensions of a checked token-indexed ``arg`` are not tokens (``lead``: as for
     :func:`_check_tokens`)."""
     if isinstance(param, Tensor):
-        return len(param.shape) - 1
+        return len(_shape(param)) - 1
     if isinstance(param, Rows) and param.head is not None and arg.dim() == lead + 2:
         head, shape = size_of(param.head, config), arg.shape
         if shape[-1] == head and (param.width is None or shape[-2] * head == size_of(param.width, config)):
@@ -540,7 +609,9 @@ def _features(config: Any, param: Param, arg: Any, lead: int) -> int:
 
 
 def _token_indexed(param: Param) -> bool:
-    return isinstance(param, Rows) or (isinstance(param, Tensor) and param.shape[:1] == (TOKEN_DIMS,))
+    return isinstance(param, Rows) or (
+        isinstance(param, Tensor) and isinstance(param.shape, tuple) and param.shape[:1] == (TOKEN_DIMS,)
+    )
 
 
 def _refuse_tokens_before_rows(cls: type[KernelSpec]) -> None:
@@ -548,7 +619,11 @@ def _refuse_tokens_before_rows(cls: type[KernelSpec]) -> None:
     for param in cls.params:
         if _token_indexed(param):
             return
-        if isinstance(param, Tensor) and any((symbol_of(size) or ("",))[0] == TOKENS for size in param.shape):
+        if (
+            isinstance(param, Tensor)
+            and isinstance(param.shape, tuple)
+            and any((symbol_of(size) or ("",))[0] == TOKENS or isinstance(size, FromTokens) for size in param.shape)
+        ):
             raise TypeError(
                 f"{cls.__qualname__}: {param.name} is sized by T, the token count, before any token-indexed input "
                 "(Rows, or a Tensor whose shape starts with '*T'): declare one first"
@@ -592,7 +667,7 @@ def _refuse_the_old_form(cls: type) -> None:
     if old:
         raise TypeError(
             f"{cls.__module__}.{cls.__qualname__} is written for lazyops 0.1's KernelSpec ({', '.join(old)}): since "
-            "0.2 a spec declares its call's parameters in `params` (Rows, Fixed, Tensor, Other from lazyops.specs) "
+            "0.2 a spec declares its call's parameters in `params` (Rows, Fixed, Tensor from lazyops.specs) "
             "and its output in `out` (Out), and normalises the factory's arguments in `bind` (0.1's `configure`); see "
             "the README, 'Adding a kernel', and CHANGELOG.md"
         )

@@ -10,7 +10,8 @@ import torch
 
 from lazyops.specs._norm import WEIGHT, rmsnorm_reference
 from lazyops.specs._params import Rows
-from lazyops.specs.rmsnorm_fp8 import FP8_OUT, SCALES, NormFP8Config, NormFP8Spec
+from lazyops.specs._spec import KernelSpec
+from lazyops.specs.rmsnorm_fp8 import FP8_OUT, SCALES, NormFP8, NormFP8Config
 
 #: the configuration of ``add_rmsnorm_fp8_tl`` (the float8 norms')
 AddRMSNormFP8Config = NormFP8Config
@@ -35,7 +36,7 @@ class AddRMSNormFP8Kernel(Protocol):
         ...
 
 
-class AddRMSNormFP8Spec(NormFP8Spec):
+class AddRMSNormFP8Spec(NormFP8, KernelSpec):
     """``residual += x``, then RMSNorm of the sum, scaled and converted to float8 for the next GEMM.
 
     Returns ``kernel(x[..., n], residual[..., n], weight[n], scale, *, out=None) -> y[..., n]`` in

@@ -24,15 +24,12 @@ requests, and a CUDA graph captured once serves any values.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any, Protocol
 
 import torch
 
-from lazyops._errors import KernelInputError
-from lazyops.specs import _checks as checks
 from lazyops.specs._arguments import RowConfig, row_config
-from lazyops.specs._params import Other, Param, Rows
+from lazyops.specs._params import TOKENS, Rows, Tensor
 from lazyops.specs._spec import KernelSpec
 
 
@@ -123,9 +120,10 @@ class ApplyPenaltiesSpec(KernelSpec):
         Rows("repetition", width=1, dtype=torch.float32),
         Rows("frequency", width=1, dtype=torch.float32),
         Rows("presence", width=1, dtype=torch.float32),
-        Other("bias_ids", keyword=True),
-        Other("bias_values", keyword=True),
-        Other("allowed", keyword=True),
+        # a row per request (T: the logits' rows), K entries each; ids and values both or neither
+        Tensor("bias_ids", (TOKENS, "K"), torch.int32, keyword=True, together="bias_values"),
+        Tensor("bias_values", (TOKENS, "K"), torch.float32, keyword=True, together="bias_ids"),
+        Tensor("allowed", (TOKENS, lambda config: -(-config.n // 32)), torch.int32, keyword=True),
     )
 
     def bind(self, n: int, dtype: torch.dtype | str) -> RowConfig:
@@ -157,71 +155,6 @@ class ApplyPenaltiesSpec(KernelSpec):
                       allowed; vLLM's apply_grammar_bitmask calls it); FlashInfer takes the masked logits
         """
         return row_config(self.name, n, dtype)
-
-    def check_other(self, config: RowConfig, param: Param, arg: Any, args: tuple[Any, ...]) -> None:
-        """``bias_ids`` and ``bias_values`` (both or neither) int32 and float32 ``[M, K]``, ``allowed`` int32 ``[M,
-        ceil(n / 32)]``, ``M`` the logits' rows, each dense, beside the logits; None or empty: left out."""
-        dtype = torch.float32 if param.name == "bias_values" else torch.int32
-        if arg is None or (isinstance(arg, torch.Tensor) and not arg.numel()):
-            if arg is not None and arg.dtype != dtype:
-                raise KernelInputError(f"{config.label}: {param.name} must be {dtype}, got {arg.dtype}")
-            if param.name != "allowed" and given(args[7 if param.name == "bias_ids" else 6]):
-                raise KernelInputError(f"{config.label}: bias_ids and bias_values go together; {param.name} is absent")
-            return
-        logits = args[0]
-        rows = logits.numel() // config.n
-        width = -(-config.n // 32) if param.name == "allowed" else None
-        if param.name == "bias_values" and isinstance(args[6], torch.Tensor) and args[6].dim() == 2:
-            width = args[6].shape[1]
-        if not isinstance(arg, torch.Tensor) or arg.dim() != 2 or arg.shape[0] != rows:
-            shape = tuple(arg.shape) if isinstance(arg, torch.Tensor) else type(arg).__name__
-            raise KernelInputError(f"{config.label}: {param.name} must be [{rows}, K] (a row per request), got {shape}")
-        shape = (rows, arg.shape[1] if width is None else width)
-        checks.check_tensor(config.label, param.name, arg, shape=shape, dtype=dtype, device=logits.device)
-        if not arg.is_contiguous():
-            raise KernelInputError(f"{config.label}: {param.name} must be dense; its strides are {arg.stride()}")
-
-    def check_aliasing(self, config: RowConfig, *args: Any) -> None:
-        """The logits share no element with any other input, a left-out keyword excepted."""
-        for index, name in enumerate(self.inputs[1:], start=1):
-            other = args[index]
-            if other is not None and other.numel() and checks.overlap(args[0], other):
-                raise KernelInputError(
-                    f"{config.label}: logits overlaps {name} in memory; logits is written in place: pass separate "
-                    "tensors"
-                )
-
-    def plain_predicate(
-        self, config: RowConfig, *, strided_rows: bool, device_type: str | None
-    ) -> Callable[[tuple[Any, ...]], bool]:
-        """The engine call without bias or mask: the six dense row inputs (``_checks.plain_call``), the keywords
-        left out (None or empty). A call with a bias or a mask takes the full checks."""
-        n, f32 = config.n, torch.float32
-        layout = (
-            checks.rows_input(n, config.dtype),
-            checks.rows_input(n, torch.int32),
-            checks.rows_input(n, torch.bool),
-            *(checks.rows_input(1, f32) for _ in range(3)),
-        )
-        rows_only = checks.plain_call(layout, (0,), device_type)
-
-        int32, tensor, is_grad_enabled = torch.int32, torch.Tensor, torch.is_grad_enabled
-
-        def accepts(args: tuple[Any, ...]) -> bool:
-            if len(args) != 9:
-                return False
-            # each keyword absent: None, or the empty tensor that stands for it (inline: one frame a call)
-            for arg, dtype in ((args[6], int32), (args[7], f32), (args[8], int32)):
-                if arg is not None and not (
-                    type(arg) is tensor
-                    and arg.dtype is dtype
-                    and not arg.numel()
-                    and not (arg.requires_grad and is_grad_enabled())
-                ):
-                    return False
-            return bool(rows_only(args[:6]))
-
-        return accepts
 
     def reference(self, config: RowConfig, logits: torch.Tensor, *rest: Any) -> tuple[torch.Tensor]:  # type: ignore[override]
         rows = logits.reshape(-1, config.n)

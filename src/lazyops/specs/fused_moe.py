@@ -12,7 +12,6 @@ absent expert contributes nothing (vLLM's ``expert_map``).
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -20,8 +19,7 @@ import torch
 
 from lazyops._errors import KernelInputError
 from lazyops.specs import _arguments as arguments
-from lazyops.specs import _checks as checks
-from lazyops.specs._params import Fixed, Other, Out, Rows
+from lazyops.specs._params import Fixed, Out, Rows, Tensor
 from lazyops.specs._spec import KernelSpec
 
 ACTIVATIONS = ("silu", "gelu")
@@ -80,7 +78,17 @@ class FusedMoeSpec(KernelSpec):
         Fixed("w2", shape=("num_experts", "hidden", "intermediate")),
         Rows("topk_weights", width="top_k", dtype=torch.float32),
         Rows("topk_ids", width="top_k", dtype=torch.int32),
-        Other("expert_map", keyword=True),
+        Tensor(
+            "expert_map",
+            ("global_experts",),
+            torch.int32,
+            keyword=True,
+            present=lambda config: config.global_experts is not None,
+            why=(
+                "expert_map[global_experts] (int32: each global expert's local index, -1 where another rank holds it) "
+                "goes with a factory built with global_experts=G (expert parallelism), and only with one"
+            ),
+        ),
     )
     out = Out(width="hidden")
     #: the conformance tests widen no ``expert_map``: a left-out one is None or empty
@@ -139,47 +147,6 @@ class FusedMoeSpec(KernelSpec):
         )
         return FusedMoeConfig(hidden, intermediate, num_experts, top_k, dtype, activation, label, global_experts)
 
-    def check_other(self, config: FusedMoeConfig, param: Any, arg: Any, args: tuple[Any, ...]) -> None:
-        """``expert_map``: int32 ``[global_experts]`` beside ``x`` when configured; else None (or empty, as the
-        custom operator passes a left-out tensor)."""
-        if config.global_experts is None:
-            if arg is not None and (not isinstance(arg, torch.Tensor) or arg.numel()):
-                raise KernelInputError(
-                    f"{config.label}: expert_map given, but the factory was built without global_experts= (a "
-                    "kernel for all the experts): pass global_experts=G to the factory, or leave expert_map out"
-                )
-            if arg is None:
-                return
-            shape: tuple[int, ...] = (0,)
-        else:
-            if arg is None:
-                raise KernelInputError(
-                    f"{config.label}: expert_map= is required: the factory was built with global_experts="
-                    f"{config.global_experts}"
-                )
-            shape = (config.global_experts,)
-        checks.check_tensor(config.label, "expert_map", arg, shape=shape, dtype=torch.int32, device=args[0].device)
-
-    def check_out(self, config: FusedMoeConfig, out: Any, *args: Any) -> None:
-        """The derived check, a left-out ``expert_map`` (None) taken as the empty tensor it stands for."""
-        if args[-1] is None:
-            args = (*args[:-1], args[0].new_empty(0, dtype=torch.int32))
-        super().check_out(config, out, *args)
-
-    def plain_predicate(
-        self, config: FusedMoeConfig, *, strided_rows: bool, device_type: str | None
-    ) -> Callable[[tuple[Any, ...]], bool]:
-        """The derived fast path of the five tensors, ``expert_map`` absent (None) or int32 ``[global_experts]``
-        on ``x``'s device."""
-        layout = (
-            checks.rows_input(config.hidden, config.dtype),
-            checks.fixed_input((config.num_experts, config.gate_up, config.hidden), config.dtype),
-            checks.fixed_input((config.num_experts, config.hidden, config.intermediate), config.dtype),
-            checks.rows_input(config.top_k, torch.float32),
-            checks.rows_input(config.top_k, torch.int32),
-        )
-        return with_keyword(checks.plain_call(layout, (), device_type), config.global_experts, torch.int32)
-
     def reference(  # type: ignore[override]
         self,
         config: FusedMoeConfig,
@@ -207,43 +174,6 @@ class FusedMoeSpec(KernelSpec):
             down = rounded(activate(config.activation, gate) * up) @ w2[expert].T
             out.index_add_(0, token, down * weights[token, slot, None])
         return (out.reshape(*x.shape[:-1], config.hidden),)
-
-
-def with_keyword(
-    accepts: Callable[[tuple[Any, ...]], bool], size: int | None, dtype: torch.dtype
-) -> Callable[[tuple[Any, ...]], bool]:
-    """A fast path over the leading tensors (``accepts``) followed by one keyword tensor: ``dtype`` ``[size]``,
-    dense, on the first tensor's device and needing no grad; where ``size`` is None, left out (None, or the empty
-    tensor the custom operator passes for it). Anything else takes the full checks."""
-    tensor = torch.Tensor
-    is_grad_enabled = torch.is_grad_enabled
-    shape = (0 if size is None else size,)
-    if size is None:
-
-        def absent(args: tuple[Any, ...]) -> bool:
-            if len(args) < 2:
-                return False
-            last = args[-1]
-            if last is not None:
-                if type(last) is not tensor or last.dtype is not dtype or last.shape != shape:
-                    return False
-                if last.device != args[0].device or (is_grad_enabled() and last.requires_grad):
-                    return False
-            return accepts(args[:-1])
-
-        return absent
-
-    def accepts_keyword(args: tuple[Any, ...]) -> bool:
-        if len(args) < 2:
-            return False
-        last = args[-1]
-        if type(last) is not tensor or last.dtype is not dtype or last.shape != shape or not last.is_contiguous():
-            return False
-        if last.device != args[0].device or (is_grad_enabled() and last.requires_grad):
-            return False
-        return accepts(args[:-1])
-
-    return accepts_keyword
 
 
 spec = FusedMoeSpec()

@@ -26,7 +26,6 @@ fails in float16.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -34,8 +33,7 @@ import torch
 
 from lazyops._errors import KernelInputError
 from lazyops.specs import _arguments as arguments
-from lazyops.specs import _checks as checks
-from lazyops.specs._params import Fixed, Other, Out, Rows
+from lazyops.specs._params import TOKENS, Fixed, Out, Rows, Tensor
 from lazyops.specs._spec import KernelSpec
 from lazyops.specs._tolerance import TOLERANCE
 from lazyops.specs.rmsnorm_fp8 import FP8_DTYPE
@@ -86,13 +84,18 @@ class MatmulFP8Config:
         return -(-self.n // BLOCK)
 
 
-def scale_shapes(config: MatmulFP8Config, rows: int) -> tuple[tuple[int, ...], tuple[int, ...]]:
-    """The shapes of ``scale_a`` and ``scale_b`` for ``rows`` rows of ``a``."""
+def scale_shapes(config: MatmulFP8Config, rows: Any) -> tuple[tuple[Any, ...], tuple[int, ...]]:
+    """The shapes of ``scale_a`` and ``scale_b`` for ``rows`` rows of ``a`` (``"T"``: the call's, as declared)."""
     if config.scales == "tensor":
         return (1,), (1,)
     if config.scales == "rowwise":
         return (rows, 1), (config.n, 1)
     return (rows, config.k_blocks), (config.n_blocks, config.k_blocks)
+
+
+def scale_a_layout(config: MatmulFP8Config) -> str | tuple[str, ...]:
+    """``scale_a``'s layout: dense, or for block scales column-major too (``quant_fp8_tl(..., column_major=True)``)."""
+    return ("dense", "columns") if config.scales == "block" else "dense"
 
 
 def dequantised(
@@ -116,9 +119,11 @@ class MatmulFP8Spec(KernelSpec):
     params = (
         Rows("a", width="k", dtype=FP8_DTYPE),
         Fixed("b", shape=("n", "k"), dtype=FP8_DTYPE),
-        Other("scale_a"),
-        Other("scale_b"),
-        Other("bias", keyword=True),
+        # scale_a: [1], [T, 1] or [T, ceil(k / 128)] (row- or column-major: quant_fp8_tl's groups); scale_b: [1],
+        # [n, 1] or [ceil(n / 128), ceil(k / 128)]
+        Tensor("scale_a", lambda config: scale_shapes(config, TOKENS)[0], torch.float32, layout=scale_a_layout),
+        Tensor("scale_b", lambda config: scale_shapes(config, TOKENS)[1], torch.float32),
+        Tensor("bias", ("n",), keyword=True),
     )
     out = Out(width="n")
     #: the conformance tests widen no ``bias``: a left-out one is the empty tensor, one wider is a valid bias at n = 1
@@ -150,44 +155,6 @@ class MatmulFP8Spec(KernelSpec):
         """The output dtype's tolerance plus float32 accumulation over ``k`` (see the module's docstring)."""
         return TOLERANCE[config.dtype] + ACCUMULATION * math.sqrt(config.k)
 
-    def check(self, config: MatmulFP8Config, *args: Any) -> None:
-        label = config.label
-        if len(args) != len(self.params):
-            raise KernelInputError(f"{label}: takes {len(self.params)} tensors ({', '.join(self.inputs)})")
-        a, b, scale_a, scale_b, bias = args
-        checks.check_rows(label, "a", a, width=config.k, dtype=FP8_DTYPE, device=None)
-        checks.check_tensor(label, "b", b, shape=(config.n, config.k), dtype=FP8_DTYPE, device=a.device)
-        rows = a.numel() // config.k
-        for name, scale, shape in zip(
-            ("scale_a", "scale_b"), (scale_a, scale_b), scale_shapes(config, rows), strict=True
-        ):
-            if not isinstance(scale, torch.Tensor) or tuple(scale.shape) != shape or scale.dtype != torch.float32:
-                got = f"{tuple(scale.shape)} {scale.dtype}" if isinstance(scale, torch.Tensor) else type(scale).__name__
-                raise KernelInputError(
-                    f"{label}: {name} must be a float32 tensor of shape {shape} (scales={config.scales!r}), got {got}"
-                )
-            if scale.device != a.device:
-                raise KernelInputError(f"{label}: {name} is on {scale.device}, a on {a.device}")
-            transposed = name == "scale_a" and config.scales == "block" and scale.t().is_contiguous()
-            if not (scale.is_contiguous() or transposed):
-                layout = "dense, row-major or column-major" if name == "scale_a" else "dense"
-                raise KernelInputError(f"{label}: {name} must be {layout}; its strides are {scale.stride()}")
-        if bias is not None:  # an empty tensor stands for None inside lazyops (the custom operator's Tensor?)
-            shape = (config.n,) if bias.numel() else (0,)
-            checks.check_tensor(label, "bias", bias, shape=shape, dtype=config.dtype, device=a.device)
-
-    def check_out(self, config: MatmulFP8Config, out: Any, *args: Any) -> None:
-        """The declared checks, a left-out ``bias`` (None) taken as the empty tensor it stands for."""
-        super().check_out(config, out, *(arg if arg is not None else args[0].new_empty(0) for arg in args))
-
-    def plain_predicate(
-        self, config: MatmulFP8Config, *, strided_rows: bool, device_type: str | None
-    ) -> Callable[[tuple[Any, ...]], bool]:
-        """The engine call, recognised in one frame: dense ``a[M, k]`` with tokens, ``b[n, k]`` dense, the scales of
-        their exact shapes (dense; ``scale_a`` row- or column-major for block scales), ``bias`` absent, empty or
-        ``[n]`` dense, one device (the current one for CUDA), nothing requiring grad in grad mode."""
-        return plain_matmul_fp8(config, device_type)
-
     def reference(  # type: ignore[override]
         self,
         config: MatmulFP8Config,
@@ -204,63 +171,6 @@ class MatmulFP8Spec(KernelSpec):
         if bias is not None and bias.numel():
             c = c + bias
         return (c.reshape(*a.shape[:-1], config.n),)
-
-
-def plain_matmul_fp8(config: MatmulFP8Config, device_type: str | None) -> Callable[[tuple[Any, ...]], bool]:
-    """:meth:`MatmulFP8Spec.plain_predicate`'s predicate."""
-    tensor, float32, fp8, dtype = torch.Tensor, torch.float32, FP8_DTYPE, config.dtype
-    is_grad_enabled, current_device = torch.is_grad_enabled, torch.cuda.current_device
-    n, k, per_tensor, block = config.n, config.k, config.scales == "tensor", config.scales == "block"
-    b_shape, scale_b_shape = (n, k), scale_shapes(config, 1)[1]
-    a_scales = 1 if config.scales == "rowwise" else config.k_blocks
-    on_cuda = device_type == "cuda"
-    other_kind = device_type if device_type not in (None, "cuda") else None
-
-    def accepts(args: tuple[Any, ...]) -> bool:
-        if len(args) != 5:
-            return False
-        a, b, scale_a, scale_b, bias = args
-        if type(a) is not tensor or a.dtype is not fp8 or type(b) is not tensor or b.dtype is not fp8:
-            return False
-        if type(scale_a) is not tensor or scale_a.dtype is not float32:
-            return False
-        if type(scale_b) is not tensor or scale_b.dtype is not float32:
-            return False
-        sizes = a.shape
-        if len(sizes) != 2 or sizes[1] != k or not sizes[0] or not a.is_contiguous():
-            return False
-        if b.shape != b_shape or not b.is_contiguous() or scale_b.shape != scale_b_shape:
-            return False
-        if not scale_b.is_contiguous():
-            return False
-        if per_tensor:
-            if scale_a.shape != (1,):
-                return False
-        elif scale_a.shape != (sizes[0], a_scales) or not (
-            scale_a.is_contiguous() or (block and scale_a.t().is_contiguous())
-        ):
-            return False
-        device = a.device
-        if on_cuda:
-            if not a.is_cuda or a.get_device() != current_device():
-                return False
-        elif other_kind is not None and device.type != other_kind:
-            return False
-        if b.device != device or scale_a.device != device or scale_b.device != device:
-            return False
-        grad = is_grad_enabled()
-        if bias is not None:
-            if type(bias) is not tensor or bias.dtype is not dtype or bias.device != device:
-                return False
-            if bias.numel() and (bias.shape != (n,) or not bias.is_contiguous()):
-                return False
-            if bias.shape not in ((n,), (0,)):
-                return False
-            if grad and bias.requires_grad:
-                return False
-        return not (grad and (a.requires_grad or b.requires_grad or scale_a.requires_grad or scale_b.requires_grad))
-
-    return accepts
 
 
 spec = MatmulFP8Spec()

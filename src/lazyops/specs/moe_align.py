@@ -13,14 +13,13 @@ in no block. A call without tokens launches nothing, as every lazyops kernel: it
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Protocol
 
 import torch
 
 from lazyops._errors import KernelInputError
 from lazyops.specs import _arguments as arguments
-from lazyops.specs import _checks as checks
-from lazyops.specs._params import Other, Rows
+from lazyops.specs._params import FromTokens, Rows, Tensor
 from lazyops.specs._spec import KernelSpec
 
 
@@ -98,9 +97,12 @@ class MoeAlignSpec(KernelSpec):
     judgement = "exact"
     params = (
         Rows("topk_ids", width="top_k", dtype=torch.int32),
-        Other("sorted_token_ids", mutated=True),
-        Other("expert_ids", mutated=True),
-        Other("num_tokens_post_padded", mutated=True),
+        # sized for the worst case of the call's T * top_k assignments: nothing read on the host
+        Tensor(
+            "sorted_token_ids", (FromTokens(lambda config, tokens: config.sizes(tokens)[0]),), torch.int32, mutated=True
+        ),
+        Tensor("expert_ids", (FromTokens(lambda config, tokens: config.sizes(tokens)[1]),), torch.int32, mutated=True),
+        Tensor("num_tokens_post_padded", (1,), torch.int32, mutated=True),
     )
 
     def bind(self, num_experts: int, top_k: int, block_size: int = 16) -> MoeAlignConfig:
@@ -122,14 +124,6 @@ class MoeAlignSpec(KernelSpec):
             raise KernelInputError(f"{self.name}: top_k {top_k} exceeds num_experts {num_experts}; pick at most that")
         label = arguments.describe(self.name, num_experts=num_experts, top_k=top_k, block_size=block_size)
         return MoeAlignConfig(num_experts, top_k, block_size, label)
-
-    def check_other(self, config: MoeAlignConfig, param: Any, arg: Any, args: tuple[Any, ...]) -> None:
-        padded, blocks = config.sizes(args[0].numel() // config.top_k)
-        shape = {"sorted_token_ids": padded, "expert_ids": blocks, "num_tokens_post_padded": 1}[param.name]
-        checks.check_tensor(config.label, param.name, arg, shape=(shape,), dtype=torch.int32, device=args[0].device)
-
-    def plain_layout(self, config: MoeAlignConfig) -> None:
-        return None  # the outputs' sizes follow the token count: every call takes the full checks
 
     def reference(  # type: ignore[override]
         self,

@@ -20,7 +20,6 @@ from the token count alone, so an engine allocates them once.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -28,8 +27,7 @@ import torch
 
 from lazyops._errors import KernelInputError
 from lazyops.specs import _arguments as arguments
-from lazyops.specs import _checks as checks
-from lazyops.specs._params import Other, Rows
+from lazyops.specs._params import Rows, Tensor
 from lazyops.specs._spec import KernelSpec
 
 SCORINGS = ("softmax", "sigmoid")
@@ -112,7 +110,17 @@ class MoeRouteSpec(KernelSpec):
         Rows("logits", width="num_experts"),
         Rows("topk_weights", width="top_k", dtype=torch.float32, mutated=True),
         Rows("topk_ids", width="top_k", dtype=torch.int32, mutated=True),
-        Other("correction_bias", keyword=True),
+        Tensor(
+            "correction_bias",
+            ("num_experts",),
+            torch.float32,
+            keyword=True,
+            present=lambda config: config.correction_bias,
+            why=(
+                "a factory built with correction_bias=True takes correction_bias[num_experts] (float32, DeepSeek-V3's "
+                "e_score_correction_bias) at every call, and one built without it takes none"
+            ),
+        ),
     )
     #: the conformance tests widen no ``correction_bias``: a left-out one is None or empty
     free_widths = ("correction_bias",)
@@ -188,44 +196,6 @@ class MoeRouteSpec(KernelSpec):
         return MoeRouteConfig(
             num_experts, top_k, dtype, scoring, renormalize, label, n_group, topk_group, correction_bias, factor
         )
-
-    def check_other(self, config: MoeRouteConfig, param: Any, arg: Any, args: tuple[Any, ...]) -> None:
-        """``correction_bias``: float32 ``[E]`` beside the logits when configured; else None (or empty, as the custom
-        operator passes a left-out tensor)."""
-        if not config.correction_bias:
-            if arg is None:
-                return
-            if not isinstance(arg, torch.Tensor) or arg.numel():
-                raise KernelInputError(
-                    f"{config.label}: correction_bias given, but the factory was built without correction_bias=True"
-                )
-            shape: tuple[int, ...] = (0,)
-        else:
-            if arg is None:
-                raise KernelInputError(f"{config.label}: correction_bias= is required (correction_bias=True)")
-            shape = (config.num_experts,)
-        checks.check_tensor(config.label, param.name, arg, shape=shape, dtype=torch.float32, device=args[0].device)
-
-    def check_aliasing(self, config: MoeRouteConfig, *args: Any) -> None:
-        """The derived check, a left-out ``correction_bias`` (None) taken as the empty tensor it stands for."""
-        if args[-1] is None:
-            args = (*args[:-1], args[0].new_empty(0, dtype=torch.float32))
-        super().check_aliasing(config, *args)
-
-    def plain_predicate(
-        self, config: MoeRouteConfig, *, strided_rows: bool, device_type: str | None
-    ) -> Callable[[tuple[Any, ...]], bool]:
-        """The derived fast path of the three tensors (the two outputs written), ``correction_bias`` absent (None)
-        or float32 ``[E]`` on the logits' device."""
-        from lazyops.specs.fused_moe import with_keyword
-
-        layout = (
-            checks.rows_input(config.num_experts, config.dtype),
-            checks.rows_input(config.top_k, torch.float32),
-            checks.rows_input(config.top_k, torch.int32),
-        )
-        size = config.num_experts if config.correction_bias else None
-        return with_keyword(checks.plain_call(layout, (1, 2), device_type), size, torch.float32)
 
     def reference(  # type: ignore[override]
         self,

@@ -21,7 +21,6 @@ floored at ``1e-10``, the peers' ``eps``): positive and finite, so ``x / scale``
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, ClassVar, Protocol
 
@@ -29,8 +28,7 @@ import torch
 
 from lazyops._errors import KernelInputError
 from lazyops.specs import _arguments as arguments
-from lazyops.specs import _checks as checks
-from lazyops.specs._params import Other, Out, Rows
+from lazyops.specs._params import TOKENS, Out, Param, Rows, Tensor
 from lazyops.specs._spec import KernelSpec
 
 #: The output's dtype, and the largest finite value it holds (``torch.finfo(torch.float8_e4m3fn).max``); also
@@ -112,19 +110,30 @@ def scale_options(
     return checked
 
 
-def check_scale(config: QuantFP8Config, label: str, rows: int, device: torch.device, scale: Any) -> None:
-    """Refuse a ``scale`` of the wrong shape, dtype, device or layout for ``rows`` rows (``KernelInputError``)."""
-    shape = scale_shape(config, rows)
-    if not isinstance(scale, torch.Tensor) or tuple(scale.shape) != shape or scale.dtype != torch.float32:
-        got = f"{tuple(scale.shape)} {scale.dtype}" if isinstance(scale, torch.Tensor) else type(scale).__name__
-        raise KernelInputError(f"{label}: scale must be a float32 tensor of shape {shape}, got {got}")
-    if scale.device != device:
-        raise KernelInputError(f"{label}: scale is on {scale.device}, x on {device}")
-    if len(shape) == 2 and rows:
-        want = (1, rows) if config.column_major else (config.groups, 1)
-        if (config.groups > 1 and scale.stride(1) != want[1]) or (rows > 1 and scale.stride(0) != want[0]):
-            layout = "column-major ([G, M] transposed)" if config.column_major else "row-major, dense"
-            raise KernelInputError(f"{label}: scale must be {layout}; its strides are {scale.stride()}")
+def scale_declared(config: QuantFP8Config) -> tuple[Any, ...]:
+    """``scale``'s declared shape: ``[1]`` per tensor, else ``[T, groups]`` (``T``: the call's rows)."""
+    return (1,) if config.scales in ("static", "tensor") else (TOKENS, config.groups)
+
+
+def scale_layout(config: QuantFP8Config) -> str:
+    """``scale``'s layout: column-major (the transpose of a dense ``[groups, T]``) with ``column_major=True``."""
+    return "columns" if config.column_major else "dense"
+
+
+#: The scales ``quant_fp8_tl`` takes, read (static) or written (dynamic), shaped by the factory's ``scales``; shared
+#: by every factory that takes ``scales=`` (the fp8 norms too).
+SCALE = Tensor(
+    "scale", scale_declared, torch.float32, layout=scale_layout, mutated=lambda config: config.scales != "static"
+)
+#: ``scale_ub=``: one float32 element bounding the per-token absolute maximum; ``scales="token"`` only.
+SCALE_UB = Tensor(
+    "scale_ub",
+    (1,),
+    torch.float32,
+    keyword=True,
+    present=lambda config: None if config.scales == "token" else False,
+    why="scale_ub bounds per-token scales only (scales='token')",
+)
 
 
 def absolute_max(x: torch.Tensor) -> torch.Tensor:
@@ -172,13 +181,40 @@ def silu_and_mul_reference(x: torch.Tensor, n: int) -> torch.Tensor:
     return torch.nn.functional.silu(x[..., :n]) * x[..., n:]
 
 
-class QuantFP8Spec(KernelSpec):
-    name = "quant_fp8_tl"
-    kernel_type = QuantFP8Kernel
+class QuantFP8Family:
+    """What ``quant_fp8_tl`` and ``silu_and_mul_fp8_tl`` share (a mixin beside ``KernelSpec``): the parameters, the
+    output, the factory's arguments (:meth:`configure`) and the reference; a member names its factory, its
+    configuration's class and its ``bind`` (the docstring)."""
+
     #: the configuration's class (``silu_and_mul_fp8_tl``'s says its ``x`` is a gated activation's input)
     config_type: ClassVar[type[QuantFP8Config]] = QuantFP8Config
-    params = (Rows("x", width="x_width"), Other("scale", mutated=True), Other("scale_ub", keyword=True))
-    out = Out(width="n", dtype=FP8_DTYPE)
+    name: ClassVar[str]
+    params: ClassVar[tuple[Param, ...]] = (Rows("x", width="x_width"), SCALE, SCALE_UB)
+    out: ClassVar[Out | None] = Out(width="n", dtype=FP8_DTYPE)
+
+    def configure(
+        self, n: int, dtype: torch.dtype | str, scales: str, group_size: int, column_major: bool, ue8m0: bool
+    ) -> QuantFP8Config:
+        """The factory's arguments checked and normalised (``bind``'s body)."""
+        name = self.name
+        n = arguments.positive_int(name, "n", n)
+        dtype = arguments.canonical_dtype(name, dtype)
+        options: dict[str, Any] = {"n": n, "dtype": dtype}
+        group_size = scale_options(name, n, options, scales, group_size, column_major, ue8m0)
+        label = arguments.describe(name, **options)
+        return self.config_type(n, dtype, scales, group_size, bool(column_major), bool(ue8m0), label)
+
+    def reference(
+        self, config: QuantFP8Config, x: torch.Tensor, scale: torch.Tensor, scale_ub: torch.Tensor | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(what the float8 conversion receives, the scale after the call)``."""
+        bound = None if scale_ub is None or not scale_ub.numel() else scale_ub
+        return quant_reference(config, x, scale, bound)
+
+
+class QuantFP8Spec(QuantFP8Family, KernelSpec):  # type: ignore[misc]  # (the reference takes named tensors)
+    name = "quant_fp8_tl"
+    kernel_type = QuantFP8Kernel
 
     def bind(
         self,
@@ -201,116 +237,7 @@ class QuantFP8Spec(KernelSpec):
         A zero row's scale is ``1e-10 / 448``. Replaces vLLM's ``scaled_fp8_quant`` and
         ``per_token_group_quant_fp8``, sgl-kernel's ``sgl_per_token_group_quant_fp8``.
         """
-        name = self.name
-        n = arguments.positive_int(name, "n", n)
-        dtype = arguments.canonical_dtype(name, dtype)
-        options: dict[str, Any] = {"n": n, "dtype": dtype}
-        group_size = scale_options(name, n, options, scales, group_size, column_major, ue8m0)
-        return self.config_type(
-            n,
-            dtype,
-            scales,
-            group_size,
-            bool(column_major),
-            bool(ue8m0),
-            arguments.describe(name, **options),
-        )
-
-    def check(self, config: QuantFP8Config, x: Any, scale: Any, scale_ub: Any = None) -> None:
-        label = config.label
-        checks.check_rows(label, "x", x, width=config.x_width, dtype=config.dtype, device=None)
-        check_scale(config, label, x.numel() // config.x_width, x.device, scale)
-        if scale_ub is None:
-            return
-        if not isinstance(scale_ub, torch.Tensor) or scale_ub.dtype != torch.float32 or scale_ub.device != x.device:
-            raise KernelInputError(f"{label}: scale_ub must be a float32 tensor of one element beside x")
-        if scale_ub.numel():  # an empty tensor stands for None inside lazyops (the custom operator's Tensor?)
-            if config.scales != "token":
-                raise KernelInputError(f"{label}: scale_ub bounds per-token scales only (scales='token')")
-            if tuple(scale_ub.shape) != (1,):
-                raise KernelInputError(f"{label}: scale_ub must have one element, got {tuple(scale_ub.shape)}")
-
-    def check_aliasing(self, config: QuantFP8Config, x: Any, scale: Any, scale_ub: Any = None) -> None:
-        """A written ``scale`` shares no element with ``x`` or ``scale_ub`` (a static one is only read)."""
-        if config.scales == "static":
-            return
-        for name, other in (("x", x), ("scale_ub", scale_ub)):
-            if other is not None and other.numel() and checks.overlap(scale, other):
-                raise KernelInputError(f"{config.label}: scale overlaps {name} in memory: pass a separate buffer")
-
-    def plain_predicate(
-        self, config: QuantFP8Config, *, strided_rows: bool, device_type: str | None
-    ) -> Callable[[tuple[Any, ...]], bool]:
-        """The engine call, recognised in one frame: dense ``x[M, n]`` with tokens, ``scale`` of its exact shape and
-        layout, ``scale_ub`` absent or one float32 element (``scales="token"``), one device (the current one for
-        CUDA), nothing requiring grad in grad mode, a written scale writable here and apart from ``x``."""
-        return plain_quant(config, device_type)
-
-    def reference(  # type: ignore[override]
-        self, config: QuantFP8Config, x: torch.Tensor, scale: torch.Tensor, scale_ub: torch.Tensor | None = None
-    ) -> tuple[torch.Tensor, torch.Tensor]:
-        """``(what the float8 conversion receives, the scale after the call)``."""
-        bound = None if scale_ub is None or not scale_ub.numel() else scale_ub
-        return quant_reference(config, x, scale, bound)
-
-
-def plain_quant(config: QuantFP8Config, device_type: str | None) -> Callable[[tuple[Any, ...]], bool]:
-    """:meth:`QuantFP8Spec.plain_predicate`'s predicate."""
-    tensor, float32, dtype, n, groups = torch.Tensor, torch.float32, config.dtype, config.x_width, config.groups
-    inference_mode, is_grad_enabled, current_device = (
-        torch.is_inference_mode_enabled,
-        torch.is_grad_enabled,
-        torch.cuda.current_device,
-    )
-    on_cuda = device_type == "cuda"
-    other_kind = device_type if device_type not in (None, "cuda") else None
-    per_tensor, written = config.scales in ("static", "tensor"), config.scales != "static"
-    column_major, bounded = config.column_major, config.scales == "token"
-
-    def accepts(args: tuple[Any, ...]) -> bool:
-        if len(args) != 3:
-            return False
-        x, scale, scale_ub = args
-        if type(x) is not tensor or x.dtype is not dtype or type(scale) is not tensor or scale.dtype is not float32:
-            return False
-        sizes = x.shape
-        if len(sizes) != 2 or sizes[1] != n or not sizes[0] or not x.is_contiguous():
-            return False
-        tokens = sizes[0]
-        if per_tensor:
-            if scale.shape != (1,):
-                return False
-        elif scale.shape != (tokens, groups) or scale.stride() != ((1, tokens) if column_major else (groups, 1)):
-            return False
-        device = x.device
-        if on_cuda:
-            if not x.is_cuda or x.get_device() != current_device():
-                return False
-        elif other_kind is not None and device.type != other_kind:
-            return False
-        if scale.device != device or (written and scale.is_inference() and not inference_mode()):
-            return False
-        if scale_ub is not None:
-            if type(scale_ub) is not tensor or scale_ub.dtype is not float32 or scale_ub.device != device:
-                return False
-            if scale_ub.numel() and (not bounded or scale_ub.shape != (1,)):
-                return False
-            if is_grad_enabled() and scale_ub.requires_grad:
-                return False
-        if is_grad_enabled() and (x.requires_grad or scale.requires_grad):
-            return False
-        if written:
-            start, end = x.data_ptr(), x.data_ptr() + x.nbytes
-            scale_start = scale.data_ptr()
-            if scale_start < end and start < scale_start + scale.numel() * 4:
-                return False
-            if scale_ub is not None and scale_ub.numel():
-                bound = scale_ub.data_ptr()
-                if scale_start <= bound < scale_start + scale.numel() * 4:
-                    return False
-        return True
-
-    return accepts
+        return self.configure(n, dtype, scales, group_size, column_major, ue8m0)
 
 
 spec = QuantFP8Spec()

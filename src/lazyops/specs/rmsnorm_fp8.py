@@ -15,25 +15,18 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import cached_property
-from typing import Any, Protocol
+from typing import Any, ClassVar, Protocol
 
 import torch
 
 from lazyops._errors import KernelInputError
 from lazyops.specs import _arguments as arguments
-from lazyops.specs import _checks as checks
-from lazyops.specs._norm import WEIGHT, NormConfig, NormSpec, norm_label, rmsnorm_reference, weight_options
-from lazyops.specs._params import Fixed, Other, Out, Param, Rows
-from lazyops.specs.quant_fp8 import (
-    FP8_DTYPE,
-    FP8_MAX,
-    QuantFP8Config,
-    check_scale,
-    quant_reference,
-    scale_options,
-)
+from lazyops.specs._norm import WEIGHT, NormConfig, norm_label, rmsnorm_reference, weight_options
+from lazyops.specs._params import Out, Rows
+from lazyops.specs._spec import KernelSpec
+from lazyops.specs.quant_fp8 import FP8_DTYPE, FP8_MAX, SCALE, QuantFP8Config, quant_reference, scale_options
 
-__all__ = ["FP8_DTYPE", "FP8_MAX", "NormFP8Config", "RMSNormFP8Config", "RMSNormFP8Spec", "spec"]
+__all__ = ["FP8_DTYPE", "FP8_MAX", "NormFP8", "NormFP8Config", "RMSNormFP8Config", "RMSNormFP8Spec", "spec"]
 
 #: the granularities the norms take: ``quant_fp8_tl``'s, less the per-tensor dynamic scale (a reduction across the
 #: whole call: norm, then ``quant_fp8_tl(..., scales="tensor")``)
@@ -48,6 +41,11 @@ class NormFP8Config(NormConfig):
     group_size: int = 128
     column_major: bool = False
     ue8m0: bool = False
+
+    @property
+    def groups(self) -> int:
+        """Scales a row (``quant_fp8_tl``'s): ``n // group_size`` per group, else 1."""
+        return self.n // self.group_size if self.scales == "group" else 1
 
     @cached_property
     def quant(self) -> QuantFP8Config:
@@ -78,21 +76,21 @@ def quantize_reference(y: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
     return (y / scale).clamp(-FP8_MAX, FP8_MAX)
 
 
-#: A per-tensor static scale: one float32 element beside the activations.
-SCALE = Fixed("scale", shape=(1,), dtype=torch.float32)
-#: The fp8 norms' ``scale``: as :data:`SCALE` (read) under ``scales="static"``, else written, shaped by the scales.
-SCALES = Other("scale", mutated=True)
+#: The fp8 norms' ``scale``: ``quant_fp8_tl``'s, ``[1]`` read under ``scales="static"``, else written, shaped by
+#: the scales.
+SCALES = SCALE
 #: The float8 output, shaped like ``x``.
 FP8_OUT = Out(like="x", dtype=FP8_DTYPE)
 
 
-class NormFP8Spec(NormSpec):
-    """A float8 member of the RMSNorm family: its factory takes the scales' options too (``quant_fp8_tl``'s, less the
-    per-tensor dynamic scale), and ``scale``, the last parameter, is checked by them (drawn and counted by the
-    examples, ``lazyops.testing.cases.rmsnorm_fp8``)."""
+class NormFP8:
+    """What the float8 members of the RMSNorm family share (a mixin beside ``KernelSpec``): their factory takes the
+    norm's arguments and the scales' options (``quant_fp8_tl``'s, less the per-tensor dynamic scale), ``scale`` (the
+    last parameter, :data:`SCALES`) is shaped by them, and the norm is quantized as ``quant_fp8_tl`` quantizes."""
 
+    name: ClassVar[str]
     #: a dynamic scale is the float32 norm's maximum / 448: as close to float64's as the float32 norm is
-    derived_results = ("scale",)
+    derived_results: ClassVar[tuple[str, ...]] = ("scale",)
 
     def bind(
         self,
@@ -127,40 +125,6 @@ class NormFP8Spec(NormSpec):
             n, dtype, eps, weight_dtype, weight_offset, label, scales, group_size, bool(column_major), bool(ue8m0)
         )
 
-    def check_other(self, config: NormFP8Config, param: Param, arg: Any, args: tuple[Any, ...]) -> None:
-        x = args[0]
-        if config.scales == "static":
-            checks.check_tensor(config.label, "scale", arg, shape=(1,), dtype=torch.float32, device=x.device)
-        else:
-            check_scale(config.quant, config.label, x.numel() // config.n, x.device, arg)
-
-    def check_aliasing(self, config: NormFP8Config, *args: Any) -> None:
-        """A written ``residual`` or ``scale`` shares no element with another input (a static scale is only read)."""
-        inputs = self.inputs
-        for written, other in self.aliasing_pairs():
-            if config.scales == "static" and "scale" in (inputs[written], inputs[other]):
-                continue
-            if checks.overlap(args[written], args[other]):
-                raise KernelInputError(
-                    f"{config.label}: {inputs[written]} overlaps {inputs[other]} in memory; {inputs[written]} is "
-                    "written in place, so they must not share elements (not through a view of another dtype "
-                    "either): pass separate tensors"
-                )
-
-    def plain_layout(self, config: NormFP8Config) -> tuple[checks.PlainInput, ...] | None:
-        """The static call's (its scale one float32 element); None under dynamic scales: every call is checked."""
-        if config.scales != "static":
-            return None
-        layout: list[checks.PlainInput] = []
-        for param in self.params:
-            if isinstance(param, Rows):
-                layout.append(checks.rows_input(config.n, config.dtype))
-            elif param is WEIGHT:
-                layout.append(checks.fixed_input((config.n,), config.weight_dtype))
-            else:
-                layout.append(checks.fixed_input((1,), torch.float32))
-        return tuple(layout)
-
     def quantized(self, config: NormFP8Config, y: torch.Tensor, scale: torch.Tensor) -> tuple[torch.Tensor, ...]:
         """``(what the float8 conversion receives, the scale after the call)`` for the norm ``y`` (float64)."""
         if config.scales == "static":
@@ -168,7 +132,7 @@ class NormFP8Spec(NormSpec):
         return quant_reference(config.quant, y, scale)
 
 
-class RMSNormFP8Spec(NormFP8Spec):
+class RMSNormFP8Spec(NormFP8, KernelSpec):
     """RMSNorm over the last dimension of ``x[..., n]``, scaled and converted to float8 for the next GEMM.
 
     Returns ``kernel(x[..., n], weight[n], scale, *, out=None) -> y[..., n]`` in ``torch.float8_e4m3fn``:

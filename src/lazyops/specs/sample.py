@@ -30,7 +30,6 @@ the filters. An engine that penalises the logits in place first (``apply_penalti
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -39,7 +38,7 @@ import torch
 from lazyops._errors import KernelInputError
 from lazyops.specs import _arguments as arguments
 from lazyops.specs import _checks as checks
-from lazyops.specs._params import Other, Out, Rows
+from lazyops.specs._params import TOKEN_DIMS, Out, Rows, Tensor
 from lazyops.specs._spec import KernelSpec
 
 #: The per-request parameters, after the logits, in call order, with their dtypes.
@@ -161,8 +160,32 @@ class SampleSpec(KernelSpec):
     kernel_type = SampleKernel
     params = (
         Rows("logits", width="vocab"),
-        *(Other(name) for name, _ in REQUEST_PARAMS),
-        *(Other(name, mutated=True, keyword=True) for name, _ in LOGPROB_BUFFERS),
+        *(Tensor(name, (TOKEN_DIMS,), dtype) for name, dtype in REQUEST_PARAMS),  # one per request
+        Tensor(
+            "logprob",
+            (TOKEN_DIMS,),
+            torch.float32,
+            mutated=True,
+            keyword=True,
+            present=lambda config: None if config.logprobs else False,
+            why="a kernel made with sample_tl(..., logprobs=True) writes logprob where given; one without writes none",
+        ),
+        *(
+            Tensor(
+                name,
+                (TOKEN_DIMS, "top_n"),
+                dtype,
+                mutated=True,
+                keyword=True,
+                present=lambda config: None if config.top_n else False,
+                why=(
+                    "a kernel made with sample_tl(..., logprobs=True, top_n=n) writes top_logprobs and top_ids where "
+                    "given; one without writes neither"
+                ),
+                together=other,
+            )
+            for (name, dtype), other in zip(LOGPROB_BUFFERS[1:], ("top_ids", "top_logprobs"), strict=True)
+        ),
     )
     out = Out(dtype=torch.int64)
     #: judged by the distribution of many draws (``lazyops.testing._draws``), not against a float64 output
@@ -214,104 +237,6 @@ class SampleSpec(KernelSpec):
         if logprobs:
             options.update(logprobs=True, top_n=top_n)
         return SampleConfig(vocab, dtype, arguments.describe(self.name, **options), logprobs, top_n)
-
-    def check(self, config: SampleConfig, *args: Any) -> None:
-        label = config.label
-        if len(args) != len(self.params):
-            raise KernelInputError(f"{label}: takes {len(self.params)} tensors ({', '.join(self.inputs)})")
-        logits = args[0]
-        checks.check_rows(label, "logits", logits, width=config.vocab, dtype=config.dtype)
-        leading = tuple(logits.shape[:-1])
-        for (name, dtype), tensor in zip(REQUEST_PARAMS, args[1:7], strict=True):
-            checks.check_tensor(label, name, tensor, shape=leading, dtype=dtype, device=logits.device)
-        if (args[8] is None or not args[8].numel()) != (args[9] is None or not args[9].numel()):
-            raise KernelInputError(f"{label}: top_logprobs and top_ids go together; pass both or neither")
-        for (name, dtype), tensor in zip(LOGPROB_BUFFERS, args[7:], strict=True):
-            if tensor is None:
-                continue
-            if not isinstance(tensor, torch.Tensor) or tensor.dtype != dtype:
-                got = tensor.dtype if isinstance(tensor, torch.Tensor) else type(tensor).__name__
-                raise KernelInputError(f"{label}: {name} must be a {dtype} tensor, got {got}")
-            if not tensor.numel():  # the empty tensor stands for None inside lazyops
-                continue
-            if not config.logprobs or (name != "logprob" and not config.top_n):
-                raise KernelInputError(
-                    f"{label}: writes no {name}; make the kernel with sample_tl(..., logprobs=True"
-                    + (", top_n=n)" if name != "logprob" else ")")
-                )
-            shape = leading if name == "logprob" else (*leading, config.top_n)
-            checks.check_tensor(label, name, tensor, shape=shape, dtype=dtype, device=logits.device)
-            if not tensor.is_contiguous():
-                raise KernelInputError(f"{label}: {name} must be dense; its strides are {tensor.stride()}")
-
-    def check_aliasing(self, config: SampleConfig, *args: Any) -> None:
-        """A written log-probability buffer shares no element with any other tensor of the call."""
-        for index, name in enumerate(self.inputs[7:], start=7):
-            written = args[index]
-            if written is None or not written.numel():
-                continue
-            for other_name, other in zip(self.inputs, args, strict=True):
-                if other is not None and other is not written and other.numel() and checks.overlap(written, other):
-                    raise KernelInputError(
-                        f"{config.label}: {name} overlaps {other_name} in memory; it is written: pass a separate buffer"
-                    )
-
-    def plain_predicate(
-        self, config: Any, *, strided_rows: bool, device_type: str | None
-    ) -> Callable[[tuple[Any, ...]], bool]:
-        """The engine call: dense ``logits[B, V]`` with ``B > 0`` and each parameter a dense ``[B]`` tensor of its
-        dtype, on one device (the current one, for CUDA), nothing requiring grad in grad mode, no log-probability
-        buffer (a call that writes them takes the full checks). Nothing is written in place, so nothing can
-        alias."""
-        import torch
-
-        vocab, dtype = config.vocab, config.dtype
-        wanted = tuple(dtype for _, dtype in REQUEST_PARAMS)
-        is_grad_enabled, current_device = torch.is_grad_enabled, torch.cuda.current_device
-        on_cuda = device_type == "cuda"
-
-        tensor, buffers = torch.Tensor, tuple(dtype for _, dtype in LOGPROB_BUFFERS)
-
-        def accepts(args: tuple[Any, ...]) -> bool:
-            if len(args) != 10:
-                return False
-            grad = is_grad_enabled()
-            for arg, want in zip(args[7:], buffers, strict=True):  # None, or the empty tensor that stands for it
-                if arg is not None and (
-                    type(arg) is not tensor or arg.dtype is not want or arg.numel() or (grad and arg.requires_grad)
-                ):
-                    return False
-            logits = args[0]
-            if logits.dtype is not dtype or not logits.is_contiguous() or (grad and logits.requires_grad):
-                return False
-            sizes = logits.shape
-            if len(sizes) != 2 or sizes[1] != vocab or sizes[0] <= 0:
-                return False
-            if on_cuda:
-                if not logits.is_cuda or logits.get_device() != current_device():
-                    return False
-            elif device_type is not None and logits.device.type != device_type:
-                return False
-            device, batch = logits.device, sizes[0]
-            for arg, want in zip(args[1:7], wanted, strict=True):
-                if arg.dtype is not want or arg.shape != (batch,) or not arg.is_contiguous() or arg.device != device:
-                    return False
-                if grad and arg.requires_grad:
-                    return False
-            return True
-
-        return accepts
-
-    def rows(self, config: Any, *args: Any) -> tuple[Any, ...]:
-        """The logits ``[B, V]``, the parameters and ``logprob`` ``[B]``, the top buffers ``[B, n]`` (views: each
-        written buffer is dense)."""
-        params = tuple(tensor.reshape(-1) for tensor in args[1:7])
-        logprob = None if args[7] is None else args[7].reshape(-1)
-        tops = tuple(None if t is None else t.reshape(-1, config.top_n) if t.numel() else t for t in args[8:])
-        return (checks.rows_of(args[0]), *params, logprob, *tops)
-
-    def flat_ranks(self) -> tuple[tuple[int, int], ...]:
-        return ((0, 2), *((index, 1) for index in range(1, 1 + len(REQUEST_PARAMS))))
 
     def out_shape(self, config: Any, *args: Any) -> tuple[int, ...]:
         return tuple(args[0].shape[:-1])

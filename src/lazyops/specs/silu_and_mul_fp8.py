@@ -15,7 +15,8 @@ from typing import ClassVar, Protocol
 
 import torch
 
-from lazyops.specs.quant_fp8 import QuantFP8Config, QuantFP8Spec
+from lazyops.specs._spec import KernelSpec
+from lazyops.specs.quant_fp8 import QuantFP8Config, QuantFP8Family
 
 
 @dataclass(frozen=True)
@@ -42,7 +43,7 @@ class SiluAndMulFP8Kernel(Protocol):
         ...
 
 
-class SiluAndMulFP8Spec(QuantFP8Spec):
+class SiluAndMulFP8Spec(QuantFP8Family, KernelSpec):  # type: ignore[misc]  # (the reference takes named tensors)
     name = "silu_and_mul_fp8_tl"
     kernel_type = SiluAndMulFP8Kernel
     config_type = SiluAndMulFP8Config
@@ -66,7 +67,7 @@ class SiluAndMulFP8Spec(QuantFP8Spec):
         ``"group"`` with ``group_size``, ``column_major``, ``ue8m0``). Replaces vLLM's ``silu_and_mul_quant`` and
         ``silu_and_mul_per_token_group_quant_fp8``.
         """
-        return super().bind(n, dtype, scales, group_size=group_size, column_major=column_major, ue8m0=ue8m0)
+        return self.configure(n, dtype, scales, group_size, column_major, ue8m0)
 
 
 spec = SiluAndMulFP8Spec()

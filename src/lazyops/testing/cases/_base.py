@@ -3,8 +3,8 @@ contract (``lazyops.specs.<kernel>``), which never imports this package.
 
 A kernel's examples module (``lazyops.testing.cases.<kernel>``) gives an ``examples`` object: the hypothesis
 strategy of whole conformance cases (:meth:`Examples.cases`), the engine-sized configuration benchmarks time
-(:meth:`Examples.benchmark`), and, for what its spec's declarations (``params``, ``out``) cannot say, how an
-``Other`` parameter is drawn and counted. The inputs of one call (:meth:`Examples.example_inputs`), the token
+(:meth:`Examples.benchmark`), and, for a ``Tensor`` parameter whose values the declarations do not say (scales,
+index tensors), how it is drawn and counted. The inputs of one call (:meth:`Examples.example_inputs`), the token
 budget (:meth:`Examples.token_elements`) and the bytes one call moves (:meth:`Examples.traffic`) follow from the
 declarations; a kernel whose parameters are more than rows and fixed tensors (rope, attention) overrides them.
 """
@@ -53,11 +53,11 @@ class Examples:
         raise NotImplementedError
 
     def draw_other(self, config: Any, param: Param, tokens: int, draw: Inputs, geometry: Mapping[str, Any]) -> Any:
-        """:meth:`example_inputs`' value of an ``Other`` parameter (drawn in the parameters' order)."""
+        """:meth:`example_inputs`' value of a ``Tensor`` parameter (drawn in the parameters' order)."""
         raise NotImplementedError(f"{self!r}: {param!r} is drawn by the kernel's examples")
 
     def other_bytes(self, config: Any, param: Param, tokens: int) -> int:
-        """:meth:`traffic`'s bytes of an ``Other`` parameter."""
+        """:meth:`traffic`'s bytes of a ``Tensor`` parameter."""
         raise NotImplementedError(f"{self!r}: {param!r} is counted by the kernel's examples")
 
     # -- derived from the spec's declarations ---------------------------------------------------------------------
