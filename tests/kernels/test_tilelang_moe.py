@@ -245,12 +245,13 @@ def cpu_experts(config: Any, tensor_cores: bool) -> Callable[..., Any]:
 
 
 #: CPU runs: weights of whole 16-byte rows (the TMA copies) with both products; odd widths (element loads) with
-#: GELU; an expert map with absent experts.
+#: GELU; an expert map with absent experts; a rank holding fewer experts than a token's top_k.
 CPU_EXPERTS = [
     ((64, 100, 8, 2), {}, True),
     ((64, 100, 8, 2), {}, False),
     ((17, 15, 3, 2), {"activation": "gelu"}, True),
     ((16, 32, 4, 3), {"global_experts": 9}, True),
+    ((16, 32, 1, 2), {"global_experts": 23}, True),
 ]
 
 

@@ -82,8 +82,11 @@ def unsupported(config: FusedMoeConfig) -> str | None:
 
 
 def align_config(config: FusedMoeConfig) -> MoeAlignConfig:
-    """The alignment of this layer's local experts into the GEMMs' row blocks."""
-    return moe_align.spec.bind(config.num_experts, config.top_k, BLOCK_M)
+    """The alignment of this layer's local experts into the GEMMs' row blocks. Made here, not by ``moe_align_tl``'s
+    ``bind``: under expert parallelism a rank may hold fewer experts than a token's ``top_k`` (the ids of other
+    ranks' experts fall in no block), which the standalone kernel's ``bind`` refuses as a routing error."""
+    label = f"moe_align_tl(num_experts={config.num_experts}, top_k={config.top_k}, block_size={BLOCK_M})"
+    return MoeAlignConfig(config.num_experts, config.top_k, BLOCK_M, label)
 
 
 def aligned_rows(width: int, dtype: str) -> bool:
