@@ -45,6 +45,7 @@ from lazyops._backends.tilelang._runtime import (
     refuse_unsupported,
     tl_dtype,
 )
+from lazyops.specs._arguments import describe
 from lazyops.specs.fused_moe import FusedMoeConfig, spec
 from lazyops.specs.moe_align import MoeAlignConfig, sizes
 
@@ -85,8 +86,9 @@ def align_config(config: FusedMoeConfig) -> MoeAlignConfig:
     """The alignment of this layer's local experts into the GEMMs' row blocks. Made here, not by ``moe_align_tl``'s
     ``bind``: under expert parallelism a rank may hold fewer experts than a token's ``top_k`` (the ids of other
     ranks' experts fall in no block), which the standalone kernel's ``bind`` refuses as a routing error."""
-    label = f"moe_align_tl(num_experts={config.num_experts}, top_k={config.top_k}, block_size={BLOCK_M})"
-    return MoeAlignConfig(config.num_experts, config.top_k, BLOCK_M, label)
+    experts, top_k = config.num_experts, config.top_k
+    label = describe(moe_align.spec.name, num_experts=experts, top_k=top_k, block_size=BLOCK_M)
+    return MoeAlignConfig(experts, top_k, BLOCK_M, label)
 
 
 def aligned_rows(width: int, dtype: str) -> bool:
