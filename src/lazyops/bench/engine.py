@@ -783,7 +783,7 @@ def rank(rows: Sequence[Row]) -> None:
 
 
 def _dtype(dtype: Any) -> torch.dtype:
-    from lazyops.specs._arguments import canonical_dtype
+    from lazyops.specs._params import canonical_dtype
 
     return canonical_dtype("lazyops bench", dtype)
 

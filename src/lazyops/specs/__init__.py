@@ -13,8 +13,7 @@ from __future__ import annotations
 
 import importlib
 
-from lazyops.specs._arguments import RowConfig
-from lazyops.specs._params import Fixed, FromTokens, Out, Rows, Tensor
+from lazyops.specs._params import Fixed, FromTokens, Out, RowConfig, Rows, Tensor
 from lazyops.specs._spec import Example, KernelSpec, Traffic  # no torch: only under TYPE_CHECKING there
 
 __all__ = [

@@ -12,7 +12,7 @@ from typing import Any
 import torch
 
 from lazyops._errors import KernelInputError
-from lazyops.specs import _arguments as arguments
+from lazyops.specs import _params
 from lazyops.specs._params import Fixed
 from lazyops.specs._spec import KernelSpec
 
@@ -40,10 +40,10 @@ def weight_options(
     factory: str, dtype: torch.dtype, weight_dtype: Any, weight_offset: Any
 ) -> tuple[torch.dtype, float]:
     """The weight's dtype (the activations' by default) and offset, checked."""
-    weight_dtype = dtype if weight_dtype is None else arguments.canonical_dtype(factory, weight_dtype, "weight_dtype")
+    weight_dtype = dtype if weight_dtype is None else _params.canonical_dtype(factory, weight_dtype, "weight_dtype")
     if isinstance(weight_offset, bool) or not isinstance(weight_offset, (int, float)):
         raise KernelInputError(f"{factory}: weight_offset must be a float (1.0 for Gemma), got {weight_offset!r}")
-    return weight_dtype, arguments.finite_float(factory, "weight_offset", weight_offset, hint=" (1.0 for Gemma)")
+    return weight_dtype, _params.finite_float(factory, "weight_offset", weight_offset, hint=" (1.0 for Gemma)")
 
 
 def norm_label(factory: str, n: int, dtype: torch.dtype, eps: float, weight_dtype: torch.dtype, offset: float) -> str:
@@ -53,7 +53,7 @@ def norm_label(factory: str, n: int, dtype: torch.dtype, eps: float, weight_dtyp
         options["weight_dtype"] = weight_dtype
     if offset:
         options["weight_offset"] = offset
-    return arguments.describe(factory, **options)
+    return _params.describe(factory, **options)
 
 
 class NormSpec(KernelSpec):
@@ -69,9 +69,9 @@ class NormSpec(KernelSpec):
         weight_offset: float = 0.0,
     ) -> NormConfig:
         factory = self.name
-        n = arguments.positive_int(factory, "n", n)
-        dtype = arguments.canonical_dtype(factory, dtype)
-        eps = arguments.finite_float(factory, "eps", eps, positive=True)
+        n = _params.positive_int(factory, "n", n)
+        dtype = _params.canonical_dtype(factory, dtype)
+        eps = _params.finite_float(factory, "eps", eps, positive=True)
         weight_dtype, weight_offset = weight_options(factory, dtype, weight_dtype, weight_offset)
         return NormConfig(
             n, dtype, eps, weight_dtype, weight_offset, norm_label(factory, n, dtype, eps, weight_dtype, weight_offset)

@@ -28,8 +28,7 @@ from typing import Any, Protocol
 
 import torch
 
-from lazyops.specs._arguments import RowConfig, row_config
-from lazyops.specs._params import TOKENS, Rows, Tensor
+from lazyops.specs._params import TOKENS, RowConfig, Rows, Tensor, row_config
 from lazyops.specs._spec import KernelSpec
 
 

@@ -18,7 +18,7 @@ from typing import Any, Protocol
 import torch
 
 from lazyops._errors import KernelInputError
-from lazyops.specs import _arguments as arguments
+from lazyops.specs import _params
 from lazyops.specs._params import Fixed, Out, Rows, Tensor
 from lazyops.specs._spec import KernelSpec
 
@@ -116,18 +116,18 @@ class FusedMoeSpec(KernelSpec):
         ``expert_map=`` (int32 ``[global_experts]``: the local expert, or -1 for an absent one, whose assignments
         contribute nothing) and ``topk_ids`` name global experts.
         """
-        hidden = arguments.positive_int(self.name, "hidden", hidden)
-        intermediate = arguments.positive_int(self.name, "intermediate", intermediate)
-        num_experts = arguments.positive_int(self.name, "num_experts", num_experts)
-        top_k = arguments.positive_int(self.name, "top_k", top_k)
-        dtype = arguments.canonical_dtype(self.name, dtype)
+        hidden = _params.positive_int(self.name, "hidden", hidden)
+        intermediate = _params.positive_int(self.name, "intermediate", intermediate)
+        num_experts = _params.positive_int(self.name, "num_experts", num_experts)
+        top_k = _params.positive_int(self.name, "top_k", top_k)
+        dtype = _params.canonical_dtype(self.name, dtype)
         if activation not in ACTIVATIONS:
             raise KernelInputError(
                 f"{self.name}: activation must be one of {', '.join(map(repr, ACTIVATIONS))}, got {activation!r}"
             )
         options: dict[str, Any] = {}
         if global_experts is not None:
-            global_experts = arguments.positive_int(self.name, "global_experts", global_experts)
+            global_experts = _params.positive_int(self.name, "global_experts", global_experts)
             if global_experts < num_experts:
                 raise KernelInputError(
                     f"{self.name}: global_experts {global_experts} is fewer than the {num_experts} this rank holds"
@@ -136,7 +136,7 @@ class FusedMoeSpec(KernelSpec):
         routed = global_experts or num_experts
         if top_k > routed:
             raise KernelInputError(f"{self.name}: top_k {top_k} exceeds the {routed} experts; pick at most that")
-        label = arguments.describe(
+        label = _params.describe(
             self.name,
             hidden=hidden,
             intermediate=intermediate,

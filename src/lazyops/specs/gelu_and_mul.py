@@ -8,7 +8,7 @@ from typing import Protocol
 import torch
 
 from lazyops._errors import KernelInputError
-from lazyops.specs import _arguments as arguments
+from lazyops.specs import _params
 from lazyops.specs._gated import GatedSpec
 
 #: GELU's two forms, as ``torch.nn.functional.gelu`` names them: the exact erf form and the tanh approximation.
@@ -82,14 +82,14 @@ class GeluAndMulSpec(GatedSpec):
         ``dtype``; the math runs in float32. ``approximate`` is ``"none"`` (the erf form) or ``"tanh"``, as in
         ``torch.nn.functional.gelu``.
         """
-        n = arguments.positive_int(self.name, "n", n)
-        dtype = arguments.canonical_dtype(self.name, dtype)
+        n = _params.positive_int(self.name, "n", n)
+        dtype = _params.canonical_dtype(self.name, dtype)
         if approximate not in APPROXIMATIONS:
             raise KernelInputError(
                 f"{self.name}: approximate must be one of {', '.join(map(repr, APPROXIMATIONS))}, got {approximate!r}"
             )
         return GeluAndMulConfig(
-            n, dtype, approximate, arguments.describe(self.name, n=n, dtype=dtype, approximate=approximate)
+            n, dtype, approximate, _params.describe(self.name, n=n, dtype=dtype, approximate=approximate)
         )
 
     def activation(self, config: GeluAndMulConfig, gate: torch.Tensor) -> torch.Tensor:

@@ -18,7 +18,7 @@ from typing import Any, Protocol
 import torch
 
 from lazyops._errors import KernelInputError
-from lazyops.specs import _arguments as arguments
+from lazyops.specs import _params
 from lazyops.specs._params import TOKENS, Tensor
 from lazyops.specs._spec import KernelSpec
 from lazyops.specs.paged_attention import FP8_DTYPE, FP8_MAX, SCALES, cache_dtype_of, caches, head_rows
@@ -111,13 +111,13 @@ class KVCacheWriteSpec(KernelSpec):
         synchronise every call).
         """
         name = self.name
-        num_kv_heads = arguments.positive_int(name, "num_kv_heads", num_kv_heads)
-        head_dim = arguments.positive_int(name, "head_dim", head_dim)
-        dtype = arguments.canonical_dtype(name, dtype)
-        block_size = arguments.positive_int(name, "block_size", block_size)
+        num_kv_heads = _params.positive_int(name, "num_kv_heads", num_kv_heads)
+        head_dim = _params.positive_int(name, "head_dim", head_dim)
+        dtype = _params.canonical_dtype(name, dtype)
+        block_size = _params.positive_int(name, "block_size", block_size)
         stored_dtype = cache_dtype_of(name, cache_dtype, dtype)
         options = {"cache_dtype": stored_dtype} if stored_dtype is not dtype else {}
-        label = arguments.describe(
+        label = _params.describe(
             name, num_kv_heads=num_kv_heads, head_dim=head_dim, dtype=dtype, block_size=block_size, **options
         )
         return KVCacheWriteConfig(num_kv_heads, head_dim, dtype, block_size, stored_dtype, label)

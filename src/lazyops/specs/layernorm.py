@@ -14,7 +14,7 @@ from typing import Protocol
 
 import torch
 
-from lazyops.specs import _arguments as arguments
+from lazyops.specs import _params
 from lazyops.specs._norm import norm_label, weight_options
 from lazyops.specs._params import Fixed, Out, Rows
 from lazyops.specs._spec import KernelSpec
@@ -74,9 +74,9 @@ class LayerNormSpec(KernelSpec):
         ``dtype``; float32 under 16-bit activations). ``x`` may have any leading dimensions and strided rows;
         ``out`` (same shape, ``dtype``) may be ``x`` itself.
         """
-        n = arguments.positive_int(self.name, "n", n)
-        dtype = arguments.canonical_dtype(self.name, dtype)
-        eps = arguments.finite_float(self.name, "eps", eps, positive=True)
+        n = _params.positive_int(self.name, "n", n)
+        dtype = _params.canonical_dtype(self.name, dtype)
+        eps = _params.finite_float(self.name, "eps", eps, positive=True)
         weight_dtype, _ = weight_options(self.name, dtype, weight_dtype, 0.0)
         return LayerNormConfig(n, dtype, eps, weight_dtype, norm_label(self.name, n, dtype, eps, weight_dtype, 0.0))
 

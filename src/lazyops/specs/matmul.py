@@ -7,7 +7,7 @@ from typing import Protocol
 
 import torch
 
-from lazyops.specs import _arguments as arguments
+from lazyops.specs import _params
 from lazyops.specs._params import Fixed, Out, Rows
 from lazyops.specs._spec import KernelSpec
 
@@ -41,10 +41,10 @@ class MatmulSpec(KernelSpec):
         Returns ``kernel(a[..., k], b[k, n], *, out=None) -> c[..., n]`` in ``dtype``; products accumulate in
         float32. ``a`` may have any leading dimensions and strided rows.
         """
-        n = arguments.positive_int(self.name, "n", n)
-        k = arguments.positive_int(self.name, "k", k)
-        dtype = arguments.canonical_dtype(self.name, dtype)
-        return MatmulConfig(n, k, dtype, arguments.describe(self.name, n=n, k=k, dtype=dtype))
+        n = _params.positive_int(self.name, "n", n)
+        k = _params.positive_int(self.name, "k", k)
+        dtype = _params.canonical_dtype(self.name, dtype)
+        return MatmulConfig(n, k, dtype, _params.describe(self.name, n=n, k=k, dtype=dtype))
 
     def reference(self, config: MatmulConfig, a: torch.Tensor, b: torch.Tensor) -> tuple[torch.Tensor]:  # type: ignore[override]
         return (a @ b,)

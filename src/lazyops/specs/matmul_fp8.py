@@ -32,7 +32,7 @@ from typing import Any, Protocol
 import torch
 
 from lazyops._errors import KernelInputError
-from lazyops.specs import _arguments as arguments
+from lazyops.specs import _params
 from lazyops.specs._params import TOKENS, Fixed, Out, Rows, Tensor
 from lazyops.specs._spec import KernelSpec
 from lazyops.specs._tolerance import TOLERANCE
@@ -142,14 +142,14 @@ class MatmulFP8Spec(KernelSpec):
         ``w8a8_block_fp8_matmul``, sgl-kernel's ``fp8_scaled_mm`` and ``fp8_blockwise_scaled_mm``.
         """
         name = self.name
-        n = arguments.positive_int(name, "n", n)
-        k = arguments.positive_int(name, "k", k)
-        dtype = arguments.canonical_dtype(name, dtype)
+        n = _params.positive_int(name, "n", n)
+        k = _params.positive_int(name, "k", k)
+        dtype = _params.canonical_dtype(name, dtype)
         if dtype not in DTYPES:
             raise KernelInputError(f"{name}: dtype (the output's) must be bfloat16, float16 or float32, got {dtype}")
         if scales not in SCALES:
             raise KernelInputError(f"{name}: scales must be one of {', '.join(SCALES)}, got {scales!r}")
-        return MatmulFP8Config(n, k, dtype, scales, arguments.describe(name, n=n, k=k, dtype=dtype, scales=scales))
+        return MatmulFP8Config(n, k, dtype, scales, _params.describe(name, n=n, k=k, dtype=dtype, scales=scales))
 
     def tolerance(self, config: MatmulFP8Config) -> float:
         """The output dtype's tolerance plus float32 accumulation over ``k`` (see the module's docstring)."""

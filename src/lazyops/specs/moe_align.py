@@ -18,7 +18,7 @@ from typing import Protocol
 import torch
 
 from lazyops._errors import KernelInputError
-from lazyops.specs import _arguments as arguments
+from lazyops.specs import _params
 from lazyops.specs._params import FromTokens, Rows, Tensor
 from lazyops.specs._spec import KernelSpec
 
@@ -117,12 +117,12 @@ class MoeAlignSpec(KernelSpec):
         used block. An id outside ``[0, num_experts)`` (-1 from an expert map) is in no block. vLLM's
         ``moe_align_block_size(topk_ids, block_size, num_experts)``.
         """
-        num_experts = arguments.positive_int(self.name, "num_experts", num_experts)
-        top_k = arguments.positive_int(self.name, "top_k", top_k)
-        block_size = arguments.positive_int(self.name, "block_size", block_size)
+        num_experts = _params.positive_int(self.name, "num_experts", num_experts)
+        top_k = _params.positive_int(self.name, "top_k", top_k)
+        block_size = _params.positive_int(self.name, "block_size", block_size)
         if top_k > num_experts:
             raise KernelInputError(f"{self.name}: top_k {top_k} exceeds num_experts {num_experts}; pick at most that")
-        label = arguments.describe(self.name, num_experts=num_experts, top_k=top_k, block_size=block_size)
+        label = _params.describe(self.name, num_experts=num_experts, top_k=top_k, block_size=block_size)
         return MoeAlignConfig(num_experts, top_k, block_size, label)
 
     def reference(  # type: ignore[override]

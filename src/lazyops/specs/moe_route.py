@@ -26,7 +26,7 @@ from typing import Any, Protocol
 import torch
 
 from lazyops._errors import KernelInputError
-from lazyops.specs import _arguments as arguments
+from lazyops.specs import _params
 from lazyops.specs._params import Rows, Tensor
 from lazyops.specs._spec import KernelSpec
 
@@ -149,9 +149,9 @@ class MoeRouteSpec(KernelSpec):
         their two best selection scores' sum with a bias, their best without). The weights are then multiplied by
         ``routed_scaling_factor``. A NaN logit ranks as ``-inf`` and makes its row's weights NaN.
         """
-        num_experts = arguments.positive_int(self.name, "num_experts", num_experts)
-        top_k = arguments.positive_int(self.name, "top_k", top_k)
-        dtype = arguments.canonical_dtype(self.name, dtype)
+        num_experts = _params.positive_int(self.name, "num_experts", num_experts)
+        top_k = _params.positive_int(self.name, "top_k", top_k)
+        dtype = _params.canonical_dtype(self.name, dtype)
         if scoring not in SCORINGS:
             raise KernelInputError(
                 f"{self.name}: scoring must be one of {', '.join(map(repr, SCORINGS))}, got {scoring!r} (DeepSeek-V3's "
@@ -160,10 +160,10 @@ class MoeRouteSpec(KernelSpec):
         if top_k > num_experts:
             raise KernelInputError(f"{self.name}: top_k {top_k} exceeds num_experts {num_experts}; pick at most that")
         renormalize = bool(renormalize)
-        n_group = arguments.positive_int(self.name, "n_group", n_group)
-        topk_group = arguments.positive_int(self.name, "topk_group", topk_group)
-        correction_bias = arguments.flag(self.name, "correction_bias", correction_bias)
-        factor = arguments.finite_float(self.name, "routed_scaling_factor", routed_scaling_factor, positive=True)
+        n_group = _params.positive_int(self.name, "n_group", n_group)
+        topk_group = _params.positive_int(self.name, "topk_group", topk_group)
+        correction_bias = _params.flag(self.name, "correction_bias", correction_bias)
+        factor = _params.finite_float(self.name, "routed_scaling_factor", routed_scaling_factor, positive=True)
         options: dict[str, Any] = {}
         if scoring == "softmax" and (n_group != 1 or correction_bias):
             raise KernelInputError(
@@ -184,7 +184,7 @@ class MoeRouteSpec(KernelSpec):
             options["correction_bias"] = True
         if factor != 1.0:
             options["routed_scaling_factor"] = factor
-        label = arguments.describe(
+        label = _params.describe(
             self.name,
             num_experts=num_experts,
             top_k=top_k,

@@ -25,7 +25,7 @@ from typing import Any, Protocol
 import torch
 
 from lazyops._errors import KernelInputError
-from lazyops.specs import _arguments as arguments
+from lazyops.specs import _params
 from lazyops.specs._params import Out, Rows, Tensor
 from lazyops.specs._spec import KernelSpec
 
@@ -44,7 +44,7 @@ def cache_dtype_of(factory: str, value: Any, dtype: torch.dtype) -> torch.dtype:
     if value is FP8_DTYPE or (isinstance(value, str) and value.lower().removeprefix("torch.") in FP8_NAMES):
         return FP8_DTYPE
     try:
-        resolved: torch.dtype | None = arguments.canonical_dtype(factory, value)
+        resolved: torch.dtype | None = _params.canonical_dtype(factory, value)
     except KernelInputError:
         resolved = None
     if resolved is not dtype:
@@ -207,30 +207,30 @@ class PagedAttentionSpec(KernelSpec):
         reads or writes out of bounds: a block id outside the cache or past the table's row is a missing key.
         """
         name, given_scale = self.name, scale
-        num_heads = arguments.positive_int(name, "num_heads", num_heads)
-        num_kv_heads = arguments.positive_int(name, "num_kv_heads", num_kv_heads)
-        head_dim = arguments.positive_int(name, "head_dim", head_dim)
-        dtype = arguments.canonical_dtype(name, dtype)
-        block_size = arguments.positive_int(name, "block_size", block_size)
-        max_seq_len = arguments.positive_int(name, "max_seq_len", max_seq_len)
-        validate = arguments.flag(name, "validate", validate)
+        num_heads = _params.positive_int(name, "num_heads", num_heads)
+        num_kv_heads = _params.positive_int(name, "num_kv_heads", num_kv_heads)
+        head_dim = _params.positive_int(name, "head_dim", head_dim)
+        dtype = _params.canonical_dtype(name, dtype)
+        block_size = _params.positive_int(name, "block_size", block_size)
+        max_seq_len = _params.positive_int(name, "max_seq_len", max_seq_len)
+        validate = _params.flag(name, "validate", validate)
         if num_heads % num_kv_heads:
             raise KernelInputError(
                 f"{name}: num_heads={num_heads} is not a multiple of num_kv_heads={num_kv_heads}; grouped-query "
                 "attention shares each kv head among num_heads // num_kv_heads query heads"
             )
         scale = (
-            1.0 / math.sqrt(head_dim) if scale is None else arguments.finite_float(name, "scale", scale, positive=True)
+            1.0 / math.sqrt(head_dim) if scale is None else _params.finite_float(name, "scale", scale, positive=True)
         )
-        window = 0 if sliding_window in (None, 0) else arguments.positive_int(name, "sliding_window", sliding_window)
-        cap = 0.0 if softcap in (None, 0, 0.0) else arguments.finite_float(name, "softcap", softcap, positive=True)
+        window = 0 if sliding_window in (None, 0) else _params.positive_int(name, "sliding_window", sliding_window)
+        cap = 0.0 if softcap in (None, 0, 0.0) else _params.finite_float(name, "softcap", softcap, positive=True)
         held = cache_dtype_of(name, cache_dtype, dtype)  # the cache's dtype
         # the label: every size, and each option the call set
         shown: dict[str, Any] = {"num_heads": num_heads, "num_kv_heads": num_kv_heads, "head_dim": head_dim}
         shown |= {"dtype": dtype, "block_size": block_size, "max_seq_len": max_seq_len != 32768 and max_seq_len}
         shown |= {"scale": given_scale is not None and scale, "sliding_window": window, "softcap": cap}
         shown |= {"cache_dtype": held is not dtype and held, "validate": validate}
-        label = arguments.describe(name, **{field: value for field, value in shown.items() if value})
+        label = _params.describe(name, **{field: value for field, value in shown.items() if value})
         return PagedAttentionConfig(
             num_heads, num_kv_heads, head_dim, dtype, block_size, max_seq_len, scale, window, cap, held, validate, label
         )

@@ -27,7 +27,7 @@ from typing import Any, ClassVar, Protocol
 import torch
 
 from lazyops._errors import KernelInputError
-from lazyops.specs import _arguments as arguments
+from lazyops.specs import _params
 from lazyops.specs._params import TOKENS, Out, Param, Rows, Tensor
 from lazyops.specs._spec import KernelSpec
 
@@ -95,7 +95,7 @@ def scale_options(
     that takes ``scales=`` (the fp8 norms too)."""
     if scales not in SCALES:
         raise KernelInputError(f"{name}: scales must be one of {', '.join(SCALES)}, got {scales!r}")
-    checked: int = arguments.positive_int(name, "group_size", group_size)
+    checked: int = _params.positive_int(name, "group_size", group_size)
     options["scales"] = scales
     if scales == "group":
         if n % checked:
@@ -197,11 +197,11 @@ class QuantFP8Family:
     ) -> QuantFP8Config:
         """The factory's arguments checked and normalised (``bind``'s body)."""
         name = self.name
-        n = arguments.positive_int(name, "n", n)
-        dtype = arguments.canonical_dtype(name, dtype)
+        n = _params.positive_int(name, "n", n)
+        dtype = _params.canonical_dtype(name, dtype)
         options: dict[str, Any] = {"n": n, "dtype": dtype}
         group_size = scale_options(name, n, options, scales, group_size, column_major, ue8m0)
-        label = arguments.describe(name, **options)
+        label = _params.describe(name, **options)
         return self.config_type(n, dtype, scales, group_size, bool(column_major), bool(ue8m0), label)
 
     def reference(

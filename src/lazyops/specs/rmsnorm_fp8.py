@@ -20,7 +20,7 @@ from typing import Any, ClassVar, Protocol
 import torch
 
 from lazyops._errors import KernelInputError
-from lazyops.specs import _arguments as arguments
+from lazyops.specs import _params
 from lazyops.specs._norm import WEIGHT, NormConfig, norm_label, rmsnorm_reference, weight_options
 from lazyops.specs._params import Out, Rows
 from lazyops.specs._spec import KernelSpec
@@ -107,9 +107,9 @@ class NormFP8:
     ) -> NormFP8Config:
         # no docstring: the factory's is the member's class docstring (``KernelSpec.factory_doc``)
         factory = self.name
-        n = arguments.positive_int(factory, "n", n)
-        dtype = arguments.canonical_dtype(factory, dtype)
-        eps = arguments.finite_float(factory, "eps", eps, positive=True)
+        n = _params.positive_int(factory, "n", n)
+        dtype = _params.canonical_dtype(factory, dtype)
+        eps = _params.finite_float(factory, "eps", eps, positive=True)
         weight_dtype, weight_offset = weight_options(factory, dtype, weight_dtype, weight_offset)
         label = norm_label(factory, n, dtype, eps, weight_dtype, weight_offset)
         if scales == "tensor":

@@ -8,7 +8,7 @@ from typing import Any, Protocol
 import torch
 
 from lazyops._errors import KernelInputError
-from lazyops.specs import _arguments as arguments
+from lazyops.specs import _params
 from lazyops.specs._params import TOKEN_DIMS, Rows, Tensor
 from lazyops.specs._spec import KernelSpec
 
@@ -81,11 +81,11 @@ class RopeSpec(KernelSpec):
         own (``query[*T, Hq, head_dim]``), and ``query`` and ``key`` may be row-strided views, as the slices of
         a packed ``qkv[M, (Hq + 2 Hk) * head_dim]`` are: they are rotated where they lie, nothing is copied.
         """
-        head_dim = arguments.positive_int(self.name, "head_dim", head_dim)
-        dtype = arguments.canonical_dtype(self.name, dtype)
+        head_dim = _params.positive_int(self.name, "head_dim", head_dim)
+        dtype = _params.canonical_dtype(self.name, dtype)
         is_neox = bool(is_neox)
         return RopeConfig(
-            head_dim, dtype, is_neox, arguments.describe(self.name, head_dim=head_dim, dtype=dtype, is_neox=is_neox)
+            head_dim, dtype, is_neox, _params.describe(self.name, head_dim=head_dim, dtype=dtype, is_neox=is_neox)
         )
 
     def check_values(self, config: RopeConfig, positions: Any, query: Any, key: Any, cos_sin_cache: Any) -> None:

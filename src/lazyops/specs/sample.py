@@ -36,8 +36,8 @@ from typing import Any, Protocol
 import torch
 
 from lazyops._errors import KernelInputError
-from lazyops.specs import _arguments as arguments
 from lazyops.specs import _checks as checks
+from lazyops.specs import _params
 from lazyops.specs._params import TOKEN_DIMS, Out, Rows, Tensor
 from lazyops.specs._spec import KernelSpec
 
@@ -225,8 +225,8 @@ class SampleSpec(KernelSpec):
             logprobs:   sample_tl(V, dtype, logprobs=True, top_n=n)(..., logprob=lp, top_logprobs=tv,
                         top_ids=ti); vLLM: Sampler(logprobs_mode="raw_logprobs"), SamplerOutput.logprobs_tensors
         """
-        vocab = arguments.positive_int(self.name, "vocab", vocab)
-        dtype = arguments.canonical_dtype(self.name, dtype)
+        vocab = _params.positive_int(self.name, "vocab", vocab)
+        dtype = _params.canonical_dtype(self.name, dtype)
         if not isinstance(logprobs, bool):
             raise KernelInputError(f"{self.name}: logprobs must be True or False, got {logprobs!r}")
         if isinstance(top_n, bool) or not isinstance(top_n, int) or not 0 <= top_n <= vocab:
@@ -236,7 +236,7 @@ class SampleSpec(KernelSpec):
         options: dict[str, Any] = {"vocab": vocab, "dtype": dtype}
         if logprobs:
             options.update(logprobs=True, top_n=top_n)
-        return SampleConfig(vocab, dtype, arguments.describe(self.name, **options), logprobs, top_n)
+        return SampleConfig(vocab, dtype, _params.describe(self.name, **options), logprobs, top_n)
 
     def out_shape(self, config: Any, *args: Any) -> tuple[int, ...]:
         return tuple(args[0].shape[:-1])

@@ -6,8 +6,8 @@ from typing import Protocol
 
 import torch
 
-from lazyops.specs._arguments import RowConfig, row_config
 from lazyops.specs._gated import GatedSpec
+from lazyops.specs._params import RowConfig, row_config
 
 
 class SiluAndMulKernel(Protocol):

@@ -6,8 +6,7 @@ from typing import Protocol
 
 import torch
 
-from lazyops.specs._arguments import RowConfig, row_config
-from lazyops.specs._params import Out, Rows
+from lazyops.specs._params import Out, RowConfig, Rows, row_config
 from lazyops.specs._spec import KernelSpec
 
 

@@ -45,7 +45,7 @@ from lazyops._backends.tilelang._runtime import (
     refuse_unsupported,
     tl_dtype,
 )
-from lazyops.specs._arguments import describe
+from lazyops.specs._params import describe
 from lazyops.specs.fused_moe import FusedMoeConfig, spec
 from lazyops.specs.moe_align import MoeAlignConfig, sizes
 

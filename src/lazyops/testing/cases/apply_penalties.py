@@ -9,8 +9,7 @@ from typing import Any, ClassVar
 import torch
 from hypothesis import strategies as st
 
-from lazyops.specs._arguments import RowConfig
-from lazyops.specs._params import Param
+from lazyops.specs._params import Param, RowConfig
 from lazyops.specs._spec import Example, Traffic
 from lazyops.specs.apply_penalties import spec
 from lazyops.testing import strategies
