@@ -611,7 +611,7 @@ def tiled_matmul(backend: str, n: int, k: int, dtype: Any, tile: Mapping[str, An
 def through_operator(kernel: Any) -> Callable[..., Any]:
     """``kernel`` (a lazyops kernel) called through its ``torch.library`` operator, as ``torch.compile`` calls it:
     what an eager call would cost if it were not routed around the dispatcher."""
-    from lazyops.specs._ops import config_values
+    from lazyops.specs._engine import config_values
 
     operator, values = kernel.lazyops_operators()[0], config_values(kernel.lazyops_config)
     return lambda *args: operator(*args, *values)

@@ -7,7 +7,7 @@ import json
 import re
 from pathlib import Path
 
-from lazyops.specs import _ops, kernel_names
+from lazyops.specs import _engine, kernel_names
 
 ROOT = Path(__file__).resolve().parents[2]
 README = (ROOT / "README.md").read_text()
@@ -52,7 +52,7 @@ def test_adding_a_backend_shows_the_build_system_a_host_variant_and_the_operator
     assert "[build-system]" in section and "build-backend" in section
     assert 'device_type="cuda"' not in section and "device_type=default_device()" in section
     package = re.search(r'mybackend = "([\w.]+)"', section)[1]
-    namespace = _ops.namespace_of(_ops.backend_of_module(f"{package}.rmsnorm"))
+    namespace = _engine.namespace_of(_engine.backend_of_module(f"{package}.rmsnorm"))
     assert f"`{namespace}::rmsnorm`" in section and namespace == "lazyops_mypackage"
 
 

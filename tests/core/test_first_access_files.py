@@ -13,10 +13,11 @@ from fresh_interpreter import run_python
 #: 23 when issue 34 was filed (22 without LAZYOPS_BACKEND); 19 since: the summary's table (_sources) is built only
 #: for a chain other than the platform default alone, and _manifest, _backend and specs/_paged were merged into the
 #: modules they served (_registry, specs/paged_attention); 18 since the platform default moved into the built-in
-#: backends' package (_backends/__init__.py, which the first access enters anyway). The goal is 15: specs/_ops (kept
-#: by (backend, kernel) at each factory's making) and specs/_checks (the plain route's predicate is built with the
-#: kernel) stand in its way.
-FILES_ENTERED = 18
+#: backends' package (_backends/__init__.py, which the first access enters anyway); 15, the goal, since a factory's
+#: arguments joined the call's parameters (specs/_params), the plain route's predicate moved to the routes
+#: (specs/_engine, so specs/_checks is loaded by the first call that takes the full checks), and the factories and
+#: operator names to the compile route there (specs/_ops is loaded by the first trace).
+FILES_ENTERED = 15
 
 CODE = """
 import sys, torch, lazyops

@@ -1,4 +1,4 @@
-"""The plain-call fast path (``KernelSpec.plain_layout``, ``_checks.plain_call``): a kernel recognises the call
+"""The plain-call fast path (``KernelSpec.plain_layout``, ``_engine.plain_call``): a kernel recognises the call
 engines make on every step in a few reads and skips the full checks. The predicate must never accept what the
 full checks refuse, nor a call the launch cannot take as it is; and it must accept the engine call, or the fast
 path is dead code. Drawn calls, with one defect at a time, go through both."""
@@ -279,7 +279,7 @@ def test_rope_takes_a_packed_qkv_on_the_fast_path_only_where_the_launch_takes_st
 
 
 def test_a_layout_without_token_indexed_inputs_is_refused_with_the_way_out() -> None:
-    from lazyops.specs._checks import fixed_input, plain_call
+    from lazyops.specs._engine import fixed_input, plain_call
 
     with pytest.raises(ValueError, match=r"no token-indexed input.*Rows.*return None"):
         plain_call((fixed_input((4,), torch.float32),))

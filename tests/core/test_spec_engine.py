@@ -11,12 +11,13 @@ from fresh_interpreter import run_python
 def test_building_and_calling_kernels_registers_no_operator(fake_backends):
     result = run_python(
         """
-        import torch, lazyops
-        from lazyops.specs import _ops
+        import sys, torch, lazyops
         kernel = lazyops.rmsnorm_tl(64, torch.float32)
         kernel(torch.randn(2, 64), torch.randn(64))
         kernel(torch.randn(2, 64), torch.randn(64), out=torch.empty(2, 64))
         assert not hasattr(torch.ops, "lazyops_torch") or not hasattr(torch.ops.lazyops_torch, "rmsnorm"), "registered"
+        assert "lazyops.specs._ops" not in sys.modules, "the operators' module is loaded without a compile"
+        from lazyops.specs import _ops
         assert not _ops._registered, _ops._registered
         compiled = torch.compile(lambda x, w: kernel(x, w) * 2, fullgraph=True)
         compiled(torch.randn(2, 64), torch.randn(64))

@@ -27,7 +27,7 @@ def test_the_operator_passes_torch_library_opcheck(kernels, kernel):
 
     @kernels.drawn_calls(kernel, tokens=5, host_examples=2, examples=4)
     def check(call: Any, args: tuple[Any, ...], case: Case) -> None:
-        from lazyops.specs._ops import config_values
+        from lazyops.specs._engine import config_values
 
         operator = call.lazyops_operators()[0]
         assert operator.name().startswith(f"lazyops_{kernels.backend}::"), operator.name()
@@ -124,7 +124,7 @@ def test_the_out_operator_passes_torch_library_opcheck(kernels, kernel):
 
     @kernels.drawn_calls(kernel, tokens=5, host_examples=2, examples=4)
     def check(call: Any, args: tuple[Any, ...], case: Case) -> None:
-        from lazyops.specs import _ops
+        from lazyops.specs import _engine
 
         config = call.lazyops_config
         kernel_spec = spec(kernel)
@@ -140,7 +140,7 @@ def test_the_out_operator_passes_torch_library_opcheck(kernels, kernel):
             written = {arg.name for arg in operator_out._schema.arguments if arg.alias_info and arg.alias_info.is_write}
             assert written == {"out", *kernel_spec.mutates}, operator_out._schema
         with torch.inference_mode(False), torch.no_grad():
-            torch.library.opcheck(operator_out, (*args, out, *_ops.config_values(config)), test_utils=utilities)
+            torch.library.opcheck(operator_out, (*args, out, *_engine.config_values(config)), test_utils=utilities)
 
     check()
 

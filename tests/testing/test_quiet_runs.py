@@ -43,7 +43,7 @@ FAKE_CALLS = """
 
     import lazyops
     from lazyops import testing
-    from lazyops.specs import _ops, kernel_names, spec
+    from lazyops.specs import _engine, kernel_names, spec
     from lazyops.testing.cases import examples
 
     warnings.simplefilter("error")
@@ -57,8 +57,8 @@ FAKE_CALLS = """
             call = getattr(lazyops, kernel)(*case.args, **case.kwargs)
             config = call.lazyops_config
             args = examples(kernel_spec).example_inputs(config, 3, testing.Inputs(case.seed, "cpu"), case.geometry)
-            operator, operator_out = _ops.operators(kernel_spec, "torch", config)
-            values = _ops.config_values(config)
+            operator, operator_out = _engine.operators(kernel_spec, "torch", config)
+            values = _engine.config_values(config)
             with FakeTensorMode() as mode:
                 fake = [mode.from_tensor(arg) if isinstance(arg, torch.Tensor) else arg for arg in args]
                 operator(*fake, *values)

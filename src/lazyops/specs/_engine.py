@@ -19,9 +19,11 @@ between the caller and the launch is paid on every step of every layer.
 
 from __future__ import annotations
 
+import dataclasses
 import operator
+import re
 from collections.abc import Callable
-from typing import Any, TypeAlias
+from typing import Any, NamedTuple, TypeAlias
 
 from lazyops._errors import KernelInputError
 
@@ -42,10 +44,8 @@ def implementation(
 ) -> Callable[..., Any]:
     """The public factory of ``spec`` whose kernels call ``build(config)``'s launch (see
     ``KernelSpec.implementation``). The factory keeps ``build``'s module and takes the spec's name, so it pickles by
-    reference; it is known to ``_ops`` by (backend, kernel), so that a compiled graph can build its kernels."""
-    from lazyops.specs import _ops
-
-    owner = backend or _ops.backend_of_module(build.__module__)
+    reference; it is kept by (backend, kernel) (:func:`know`), so that a compiled graph can build its kernels."""
+    owner = backend or backend_of_module(build.__module__)
     conventions = {"strided_rows": strided_rows, "writes_out": writes_out}
 
     def factory(*args: Any, **kwargs: Any) -> Any:
@@ -70,7 +70,7 @@ def implementation(
     factory.lazyops_conventions = conventions  # type: ignore[attr-defined]
     if supports is not None:
         factory.lazyops_supports = supports  # type: ignore[attr-defined]
-    _ops.know(owner, spec, factory)
+    know(owner, spec, factory)
     return factory
 
 
@@ -87,12 +87,10 @@ def kernel_of(
     """The kernel for ``config``: the compile route, the plain route, the checked route (the module's docstring)."""
     import torch
 
-    from lazyops.specs import _ops
-
     is_compiling = torch.compiler.is_compiling
     accepts = spec.plain_predicate(config, strided_rows=strided_rows, device_type=device_type)
     checked = checked_route(spec, config, launch, device_type, strided_rows=strided_rows, writes_out=writes_out)
-    through_operator = _ops.operator_route(spec, config, backend)
+    through_operator = operator_route(spec, config, backend)
     inputs = spec.inputs
     returns_out = spec.returns == "out"
     returned = _picker(() if returns_out else tuple(inputs.index(name) for name in spec.returns))
@@ -136,7 +134,7 @@ def kernel_of(
     kernel.lazyops_config = config  # type: ignore[attr-defined]
     kernel.lazyops_backend = backend  # type: ignore[attr-defined]  # which implementation runs, for its caller
     # For tools and tests: the custom operators of this kernel, registered if they were not yet.
-    kernel.lazyops_operators = lambda: _ops.operators(spec, backend, config)  # type: ignore[attr-defined]
+    kernel.lazyops_operators = lambda: operators(spec, backend, config)  # type: ignore[attr-defined]
     return kernel
 
 
@@ -268,6 +266,432 @@ def checked_route(
         return run(args, out)
 
     return checked
+
+
+# -- the compile route: the kernel as its custom operator while torch.compile traces it --------------------------
+# The factories and the operators' names are kept here, as factories are made; ``_ops`` registers the operators,
+# imported only when a trace first needs them, so that a program that never compiles never loads it.
+
+#: (backend, kernel) -> (spec, factory): every factory :func:`implementation` made, known by its names, so that a
+#: compiled graph can build the kernel of any configuration it was traced with
+_factories: dict[tuple[str, str], tuple[KernelSpec, Callable[..., Any]]] = {}
+
+
+def namespace_of(backend: str) -> str:
+    """``lazyops_<backend>``: an operator namespace must be an identifier."""
+    return "lazyops_" + re.sub(r"\W", "_", backend)
+
+
+def backend_of_module(module: str) -> str:
+    """The backend a kernel module belongs to: ``lazyops._backends.<name>.<kernel>`` for the built-ins, else the
+    top-level package of a third-party backend (whose operators are ``lazyops_<package>::<kernel>``)."""
+    parts = module.split(".")
+    if parts[:2] == ["lazyops", "_backends"] and len(parts) > 2:
+        return parts[2]
+    return parts[0]
+
+
+def static_fields(config: Any) -> list[str]:
+    """The configuration values that become operator arguments (everything but the human-readable label)."""
+    return [field.name for field in dataclasses.fields(config) if field.name != "label"]
+
+
+def config_values(config: Any) -> tuple[Any, ...]:
+    return tuple(getattr(config, name) for name in static_fields(config))
+
+
+def stem(spec: KernelSpec) -> str:
+    name: str = spec.name
+    return name.removesuffix("_tl")
+
+
+def know(backend: str, spec: KernelSpec, factory: Callable[..., Any]) -> None:
+    """Remember the factory of ``spec`` in ``backend`` (done when the factory is made, at the module's import).
+
+    Two modules may not claim one (backend, kernel): their operators would be one, and a compiled graph would run
+    whichever was made first. Re-importing the same module (a reload) replaces its own factory."""
+    known = _factories.get((backend, spec.name))
+    if known is not None and known[1].__module__ != factory.__module__:
+        raise ValueError(
+            f"{factory.__module__}: {spec.name} of backend {backend!r} is already made by {known[1].__module__}; "
+            "two backends in one top-level package share its operator namespace: give this one its own with "
+            f"@spec.implementation(backend='<its registered name>')"
+        )
+    _factories[(backend, spec.name)] = (spec, factory)
+
+
+def operators(spec: KernelSpec, backend: str, config: Any) -> tuple[Any, Any]:
+    """The custom operators of ``spec`` in ``backend`` (``_ops.operators``), registered if they were not yet:
+    the kernel's, and its ``out=`` form (None for a kernel that writes its inputs in place). ``config``: any
+    configuration of the kernel, which gives the schema's scalar types."""
+    from lazyops.specs import _ops
+
+    return _ops.operators(
+        spec,
+        backend,
+        config,
+        _factories[(backend, spec.name)][1],
+        namespace=namespace_of(backend),
+        operator=stem(spec),
+        fields=static_fields(config),
+    )
+
+
+#: A configuration of each (backend, kernel) that built a kernel: what :func:`ensure_operators` reads the schema's
+#: scalar types from (any configuration of the kernel will do).
+_example_configs: dict[tuple[str, str], Any] = {}
+
+
+def ensure_operators(backend: str, kernel: str) -> int:
+    """Register ``kernel``'s operators in ``backend`` if they are not yet; returns 1 (a constant for the compiler).
+
+    Called while ``torch.compile`` traces a kernel: the compiler runs it as it is instead of tracing into it
+    (the attribute below is what ``torch._dynamo.assume_constant_result`` sets), and the operator it registers is
+    then looked up by name as any ``torch.ops`` operator is. Its arguments are strings only: the compiler passes
+    them as constants, and torch 2.11's cannot pass a frozen dataclass (a configuration) so."""
+    operators(_factories[(backend, kernel)][0], backend, _example_configs[(backend, kernel)])
+    return 1
+
+
+ensure_operators._dynamo_marked_constant = True  # type: ignore[attr-defined]
+
+
+def operator_route(spec: KernelSpec, config: Any, backend: str) -> Callable[[tuple[Any, ...], Any], Any]:
+    """``through_operator(args, out)``: the kernel's call while the compiler traces it, as its custom operator."""
+    import torch
+
+    values = config_values(config)
+    name, label = spec.name, config.label
+    namespace = namespace_of(backend)
+    returns_out = spec.returns == "out"
+    returned = () if returns_out else tuple(spec.inputs.index(input_name) for input_name in spec.returns)
+
+    _example_configs.setdefault((backend, name), config)
+
+    def through_operator(args: tuple[Any, ...], out: Any) -> Any:
+        ensure_operators(backend, name)
+        registered = getattr(torch.ops, namespace)
+        if out is not None:
+            if not returns_out:
+                raise KernelInputError(f"{label}: takes no out= (it writes its inputs in place)")
+            getattr(registered, stem(spec) + "_out").default(*args, out, *values)
+            return out
+        result = getattr(registered, stem(spec)).default(*args, *values)
+        return result if returns_out else tuple(args[index] for index in returned)
+
+    return through_operator
+
+
+# -- the plain route: the predicate that recognises the call engines make on every step --------------------
+class PlainInput(NamedTuple):
+    """How one input of a plain call looks (see :func:`plain_call`; made by the functions below)."""
+
+    #: ``"rows"`` (``[tokens, width]``), ``"tokens"`` (``[tokens]``), ``"fixed"`` (exactly ``shape``, dense) or
+    #: ``"shaped"`` (``shape``'s sizes as :func:`shaped_input` says)
+    kind: str
+    #: a ``torch.dtype``, or a tuple of those taken
+    dtype: Any
+    width: int = 0
+    #: rows of any multiple of ``head`` (``width`` then ignored); 0: of ``width``
+    head: int = 0
+    shape: tuple[Any, ...] = ()
+    #: rows: ``"strided"`` (a row-strided view, where the launch takes one) or ``"dense"``; shaped: ``"dense"``,
+    #: ``"rows"`` (the last dimension contiguous), ``"columns"`` (2-D, the transpose dense) or a tuple of them
+    layout: Any = "dense"
+    #: a keyword tensor: ``"required"``, ``"absent"`` (None, or empty and of its dtype) or ``"optional"``; ``""``: not
+    presence: str = ""
+
+
+def rows_input(width: int, dtype: Any, *, head: int = 0, strided: bool = False) -> PlainInput:
+    """A token-indexed input of a plain call: ``[tokens, width]`` (``head``: any multiple of it), dense, or strided
+    rows (last stride 1, one row stride) where the launch takes them."""
+    return PlainInput("rows", dtype, width, head, layout="strided" if strided else "dense")
+
+
+def tokens_input(dtype: Any) -> PlainInput:
+    """A token-indexed input without features (rope's positions): ``[tokens]``, dense."""
+    return PlainInput("tokens", dtype)
+
+
+def fixed_input(shape: tuple[int, ...], dtype: Any) -> PlainInput:
+    """An input of a plain call that is not indexed by token (a weight, a scale): exactly ``shape``, dense."""
+    return PlainInput("fixed", dtype, shape=shape)
+
+
+def shaped_input(
+    shape: tuple[Any, ...], dtype: Any, *, layout: str | tuple[str, ...] = "dense", presence: str = ""
+) -> PlainInput:
+    """An input of declared sizes (``_params.Tensor``): each an int, a ``range`` of those allowed, None (any), a
+    symbol (``"B"``, ``"B+1"``; ``"T"``: the token count) that the first input having it binds and the others
+    equal, or a function of the token count (``_params.FromTokens``, its configuration bound)."""
+    return PlainInput("shaped", dtype, shape=shape, layout=layout, presence=presence)
+
+
+def plain_call(
+    layout: tuple[PlainInput, ...],
+    written: tuple[int, ...] = (),
+    device_type: str | None = None,
+    *,
+    strided_rows: bool = False,
+    values: Any = None,
+    validate: bool = False,
+) -> Any:
+    """A predicate over a call's packed arguments that recognises, in a few attribute reads, the call engines make
+    on every step: every input a tensor of its dtype on the first input's device, none requiring grad while grad
+    mode is on, the token-indexed ones ``[tokens, width]`` (or ``[tokens]``) with the same ``tokens > 0``, dense
+    (rows strided where the layout says so and ``strided_rows``: the launch indexes rows by their stride), the others
+    of their declared shape and layout, each ``written`` input sharing no element with any other input (whatever its
+    dtype) and writable here (not an inference tensor outside ``torch.inference_mode()``), and the device one of
+    ``device_type`` (the current one, for CUDA: a launch goes to the current device). ``values(*args)``: the index
+    values' check (``KernelSpec.check_values``), run where they are read: on the host, and with ``validate`` on a
+    device too.
+
+    It is the kernel's fast path, its layout declared by the spec's parameters: where it answers True, the full
+    checks would accept the call and the launch needs no adaptation; where it answers False (a non-tensor, a wrong
+    count, an index value the checks refuse included), the call takes the full checks, which accept it or say what
+    is wrong. So it may refuse what the checks accept (a 3-D input), never the reverse:
+    ``tests/core/test_plain_call.py`` holds it to that.
+
+    Its cost is the kernel's host cost on every step, so it runs in one frame, reads each attribute once and loops
+    only over what a kernel declares: the first token-indexed input on its own, then the other rows, the fixed
+    inputs and the shaped ones in one loop each.
+    """
+    import torch
+
+    from lazyops.specs._params import TOKENS, symbol_of
+
+    is_grad_enabled = torch.is_grad_enabled
+    inference_mode = torch.is_inference_mode_enabled
+    current_device = torch.cuda.current_device
+    count = len(layout)
+    token_inputs = [
+        index
+        for index, each in enumerate(layout)
+        if each.kind in ("rows", "tokens") or (each.kind == "shaped" and TOKENS in each.shape)
+    ]
+    if not token_inputs or layout[token_inputs[0]].kind == "shaped":
+        raise ValueError(
+            f"plain_call{layout!r}: no token-indexed input to count the tokens by; declare one with Rows, or let "
+            "the spec's plain_layout return None (no fast path)"
+        )
+    first_index = token_inputs[0]
+    first = layout[first_index]
+    first_rank = 1 if first.kind == "tokens" else 2
+    first_strided = strided_rows and first.layout == "strided"
+    rows = tuple(  # the other token-indexed inputs, [tokens, width] or [tokens]
+        (
+            index,
+            each.dtype,
+            2 if each.kind == "rows" else 1,
+            -1 if each.head else each.width,
+            each.head,
+            strided_rows and each.layout == "strided",
+        )
+        for index, each in enumerate(layout)
+        if each.kind in ("rows", "tokens") and index != first_index
+    )
+    fixed = tuple((index, each.dtype, each.shape) for index, each in enumerate(layout) if each.kind == "fixed")
+    slots = {TOKENS: 0}
+    declared: dict[tuple[Any, ...], int] = {}
+    shaped = []
+    for index, each in enumerate(layout):
+        if each.kind != "shaped":
+            continue
+        exact = each.shape if all(type(size) is int for size in each.shape) else None
+        like = declared.get(each.shape, -1) if None not in each.shape else -1
+        dims: list[tuple[int, int, Any, int]] = []
+        for position, size in enumerate(each.shape):
+            symbol = symbol_of(size)
+            if symbol is not None:  # 0: compared with a bound size, 1: binding it
+                binds = symbol[0] not in slots
+                slot = slots.setdefault(symbol[0], len(slots))
+                dims.append((position, 1 if binds else 0, slot, symbol[1]))
+            elif isinstance(size, range):
+                dims.append((position, 2, size, 0))
+            elif callable(size):  # a size the token count gives (``_params.FromTokens``)
+                dims.append((position, 4, size, 0))
+            elif size is not None:
+                dims.append((position, 3, size, 0))
+        if not each.presence:
+            declared.setdefault(each.shape, index)
+        rank = len(each.shape)
+        layouts = each.layout if isinstance(each.layout, tuple) else (each.layout,)
+        # 0: dense only; else the layouts taken, 1: rows, 2: columns, 4: dense
+        loose = (
+            0
+            if layouts == ("dense",)
+            else ("rows" in layouts) | ("columns" in layouts) << 1 | ("dense" in layouts) << 2
+        )
+        shaped.append((index, each.dtype, rank, exact, like, tuple(dims), loose, each.presence))
+    symbols = len(slots)
+    first_dtype, first_width, first_head = first.dtype, -1 if first.head else first.width, first.head
+    # each written input against every other input, each pair once
+    pairs = tuple(
+        (index, tuple(other for other in range(count) if other != index and not (other in written and other < index)))
+        for index in written
+    )
+    on_cuda = device_type == "cuda"
+    other_kind = device_type if device_type not in (None, "cuda") else None
+
+    def accepts(args: tuple[Any, ...]) -> bool:
+        try:
+            if len(args) != count:
+                return False
+            grad = is_grad_enabled()
+            token_input = args[first_index]
+            dtype = token_input.dtype
+            if dtype is not first_dtype and (type(first_dtype) is not tuple or dtype not in first_dtype):
+                return False
+            if grad and token_input.requires_grad:
+                return False
+            sizes = token_input.shape
+            if len(sizes) != first_rank:
+                return False
+            if first_rank == 2 and sizes[1] != first_width and (not first_head or sizes[1] % first_head):
+                return False
+            tokens = sizes[0]
+            if tokens <= 0:
+                return False
+            if not token_input.is_contiguous():
+                if not first_strided:
+                    return False
+                row_step, step = token_input.stride()
+                if (step != 1 and sizes[1] > 1) or (tokens > 1 and row_step < sizes[1]):
+                    return False
+            if on_cuda:  # ``is_cuda``: a flag read, where ``device.type`` builds a device object
+                if not token_input.is_cuda or token_input.get_device() != current_device():
+                    return False
+            elif other_kind is not None and token_input.device.type != other_kind:
+                return False
+            if count == 1:
+                return True
+            device = token_input.device
+            for index, want, rank, width, head, strided in rows:
+                arg = args[index]
+                dtype = arg.dtype
+                if dtype is not want and (type(want) is not tuple or dtype not in want):
+                    return False
+                sizes = arg.shape
+                if len(sizes) != rank or sizes[0] != tokens:
+                    return False
+                if rank == 2 and sizes[1] != width and (not head or sizes[1] % head):
+                    return False
+                if (grad and arg.requires_grad) or arg.device != device:
+                    return False
+                if not arg.is_contiguous():
+                    if not strided:
+                        return False
+                    row_step, step = arg.stride()
+                    if (step != 1 and sizes[1] > 1) or (tokens > 1 and row_step < sizes[1]):
+                        return False
+            for index, want, shape in fixed:
+                arg = args[index]
+                if arg.dtype is not want or not arg.is_contiguous() or (grad and arg.requires_grad):
+                    return False
+                if arg.shape != shape or arg.device != device:
+                    return False
+            if shaped:
+                bound = [tokens, *(None,) * (symbols - 1)]
+                for index, want, rank, exact, like, dims, loose, presence in shaped:
+                    arg = args[index]
+                    if presence:
+                        if arg is None or (not arg.numel() and arg.dtype is want):  # left out
+                            if presence == "required" or (grad and arg is not None and arg.requires_grad):
+                                return False
+                            continue
+                        if presence == "absent":
+                            return False
+                    dtype = arg.dtype
+                    if dtype is not want and (type(want) is not tuple or dtype not in want):
+                        return False
+                    if (grad and arg.requires_grad) or arg.device != device:
+                        return False
+                    sizes = arg.shape
+                    if exact is not None:
+                        if sizes != exact:
+                            return False
+                    elif like >= 0:
+                        if sizes != args[like].shape:
+                            return False
+                    elif len(sizes) != rank:
+                        return False
+                    else:
+                        for position, kind, size, offset in dims:
+                            got = sizes[position]
+                            if kind == 0:
+                                if got != bound[size] + offset:
+                                    return False
+                            elif kind == 1:
+                                bound[size] = got - offset
+                            elif kind == 2:
+                                if got not in size:
+                                    return False
+                            elif kind == 4:
+                                if got != size(tokens):
+                                    return False
+                            elif got != size:
+                                return False
+                    if not loose:
+                        if not arg.is_contiguous():
+                            return False
+                    elif not (
+                        (loose & 1 and (sizes[-1] < 2 or arg.stride(-1) == 1))
+                        or (
+                            loose & 2
+                            and (sizes[0] < 2 or arg.stride(0) == 1)
+                            and (sizes[1] < 2 or arg.stride(1) == sizes[0])
+                        )
+                        or (loose & 4 and arg.is_contiguous())
+                    ):
+                        return False
+            if pairs:
+                if not inference_mode():
+                    for index, _ in pairs:
+                        written = args[index]
+                        if written is not None and written.is_inference():
+                            return False  # written under torch.inference_mode() by the checked path
+                extents = []  # each input's byte range [start, end), once
+                for arg in args:
+                    if arg is None:  # a keyword tensor left out
+                        extents.append((0, 0))
+                        continue
+                    start = arg.data_ptr()
+                    if arg.is_contiguous():
+                        extents.append((start, start + arg.nbytes))
+                    else:  # checked: 2-D, rows one stride apart (or columns: the transpose dense)
+                        (height, width), (step, unit) = arg.shape, arg.stride()
+                        extents.append(
+                            (start, start + ((height - 1) * step + (width - 1) * unit + 1) * arg.element_size())
+                        )
+                for index, others in pairs:
+                    start, end = extents[index]
+                    for other_index in others:
+                        other_start, other_end = extents[other_index]
+                        if start >= other_end or other_start >= end or start == end or other_start == other_end:
+                            continue
+                        # interleaved byte ranges: apart only as distinct columns of one row stride (the slices of
+                        # a packed qkv), as ``overlap`` finds
+                        target, other = args[index], args[other_index]
+                        if target.dim() != 2 or other.dim() != 2:
+                            return False
+                        (_, width), (_, other_width) = target.shape, other.shape
+                        (step, unit), (other_step, other_unit) = target.stride(), other.stride()
+                        size = target.element_size()
+                        if step != other_step or step < width or step < other_width or other.element_size() != size:
+                            return False
+                        if (unit != 1 and width > 1) or (other_unit != 1 and other_width > 1):
+                            return False
+                        period = step * size
+                        apart = (other_start - start) % period
+                        if apart < width * size or period - apart < other_width * size:
+                            return False
+            if values is not None and (token_input.is_cpu or (validate and not token_input.is_meta)):
+                values(*args)  # reads the index values: a refusal is the full checks' to word
+            return True
+        except (AttributeError, TypeError, ValueError, KernelInputError):  # a non-tensor, a refused index value...
+            return False
+
+    return accepts
 
 
 def with_keywords(kernel: Callable[..., Any], spec: KernelSpec, config: Any) -> Callable[..., Any]:

@@ -34,7 +34,6 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from lazyops._errors import KernelInputError
-from lazyops.specs import _checks as checks
 from lazyops.specs._params import (
     TOKEN_DIMS,
     TOKENS,
@@ -52,6 +51,9 @@ from lazyops.specs._params import (
 
 if TYPE_CHECKING:
     import torch
+
+    from lazyops.specs import _checks as checks
+    from lazyops.specs._engine import PlainInput
 
 
 @dataclass(frozen=True)
@@ -229,6 +231,8 @@ class KernelSpec:
         """Refuse a call the kernel cannot serve, before anything is written (``KernelInputError``): each declared
         parameter's kind, dtype, device, shape and layout, the sizes the call binds agreeing, the token-indexed
         inputs' leading dimensions equal; then, where they are read, the index values (:meth:`check_values`)."""
+        from lazyops.specs import _checks as checks
+
         label = config.label
         if len(args) != len(self.params):
             keywords = "".join(f", {name}=" for name in self.keywords)
@@ -288,22 +292,24 @@ class KernelSpec:
             if not callable(mutated := getattr(params[self.inputs.index(name)], "mutated", True)) or mutated(config)
         )
 
-    def plain_layout(self, config: Any) -> tuple[checks.PlainInput, ...] | None:
+    def plain_layout(self, config: Any) -> tuple[PlainInput, ...] | None:
         """How the call engines make on every step looks, one entry per parameter (rows ``[tokens, width]``, dense or
         row-strided; fixed tensors of their exact shape; tensors of their declared sizes, ``"*T"`` one dimension
         of tokens there), or None where the spec has no fast path (a rows parameter whose width the spec checks
         itself)."""
+        from lazyops.specs import _engine as engine
+
         layout = []
         for param in self.params:
             if isinstance(param, Rows) and (param.width is not None or param.head is not None):
                 width = 0 if param.width is None else size_of(param.width, config)
                 head = size_of(param.head, config) if param.width is None else 0
-                layout.append(checks.rows_input(width, dtype_of(param.dtype, config), head=head, strided=True))
+                layout.append(engine.rows_input(width, dtype_of(param.dtype, config), head=head, strided=True))
             elif isinstance(param, Fixed):
                 shape = tuple(size_of(size, config) for size in param.shape)
-                layout.append(checks.fixed_input(shape, dtype_of(param.dtype, config)))
+                layout.append(engine.fixed_input(shape, dtype_of(param.dtype, config)))
             elif isinstance(param, Tensor) and param.shape == (TOKEN_DIMS,) and not param.keyword:
-                layout.append(checks.tokens_input(dtype_of(param.dtype, config)))
+                layout.append(engine.tokens_input(dtype_of(param.dtype, config)))
             elif isinstance(param, Tensor):
                 declared = _resolved(param, config)
                 presence = ""
@@ -318,7 +324,7 @@ class KernelSpec:
                 plain = (TOKENS, *declared_shape[1:]) if _token_indexed(declared) else declared_shape
                 sizes = tuple(None if presence == "absent" else _plain_size(size, config) for size in plain)
                 dtype = dtype_of(declared.dtype, config)
-                layout.append(checks.shaped_input(sizes, dtype, layout=_layout(declared), presence=presence))
+                layout.append(engine.shaped_input(sizes, dtype, layout=_layout(declared), presence=presence))
             else:
                 return None
         return tuple(layout)
@@ -330,13 +336,15 @@ class KernelSpec:
         full checks accept (grad mode, aliasing, inference tensors and index values included) and the launch takes
         as it is (rows ``[tokens, width]`` with tokens, dense or, where the launch takes them, row-strided, on one
         device of ``device_type``, the current one for CUDA). None: every call takes the full checks. Derived from
-        :meth:`plain_layout` (``_checks.plain_call``)."""
+        :meth:`plain_layout` (``_engine.plain_call``)."""
+        from lazyops.specs import _engine as engine
+
         layout = self.plain_layout(config)
         if layout is None:
             return None
         written = tuple(sorted(self.inputs.index(name) for name in self.written(config)))
         reads = type(self).check_values is not KernelSpec.check_values
-        accepts: Callable[[tuple[Any, ...]], bool] = checks.plain_call(
+        accepts: Callable[[tuple[Any, ...]], bool] = engine.plain_call(
             layout,
             written,
             device_type,
@@ -431,6 +439,8 @@ class KernelSpec:
         """Refuse an ``out=`` the kernel cannot write: its shape, dtype, device and layout (as the input it is shaped
         like, heads and all), and any overlap with an input other than an exact alias the math allows
         (:attr:`out_aliases`)."""
+        from lazyops.specs import _checks as checks
+
         label = config.label
         expected = self.out_shape(config, *args)
         dtype, device = self.out_dtype(config), args[0].device
@@ -464,6 +474,8 @@ class KernelSpec:
         a ``view(dtype)`` of an input is the same memory, and writing it changes what the other reads. A keyword
         tensor left out (None, or empty) shares nothing; an input this configuration only reads (:meth:`written`) is
         compared as any other."""
+        from lazyops.specs import _checks as checks
+
         for written, other in self.aliasing_pairs(config):
             if args[other] is not None and args[written] is not None and checks.overlap(args[written], args[other]):
                 inputs = self.inputs
@@ -518,7 +530,7 @@ def _layout(param: Tensor) -> str | tuple[str, ...]:
 
 
 def _plain_size(size: Any, config: Any) -> Any:
-    """A :class:`Tensor`'s size as ``_checks.shaped_input`` takes it: a symbol as it is, a :class:`FromTokens` as a
+    """A :class:`Tensor`'s size as ``_engine.shaped_input`` takes it: a symbol as it is, a :class:`FromTokens` as a
     function of the token count alone, else :func:`_declared`."""
     if symbol_of(size):
         return size
@@ -529,6 +541,8 @@ def _plain_size(size: Any, config: Any) -> Any:
 
 def _left_out(config: Any, param: Tensor, arg: Any) -> bool:
     """Whether the keyword tensor ``param`` is left out: None, or an empty tensor of its dtype."""
+    from lazyops.specs import _checks as checks
+
     if arg is None:
         return True
     dtype = dtype_of(param.dtype, config)
@@ -564,6 +578,8 @@ def _check_declared(
     label: str, config: Any, param: Tensor, arg: Any, device: Any, bound: checks.Bound, tokens: int = 0
 ) -> None:
     """``_checks.check_shaped`` of a :class:`Tensor` (``tokens``: the leading dimensions its ``"*T"`` stands for)."""
+    from lazyops.specs import _checks as checks
+
     sizes: tuple[checks.Declared, ...] = (None,) * tokens + tuple(
         size.size(config, bound[TOKENS][0]) if isinstance(size, FromTokens) else _declared(size, config)
         for size in _shape(param)[1 if tokens else 0 :]
@@ -579,6 +595,8 @@ def _check_tokens(
 ) -> int:
     """Check a token-indexed input of heads, or a ``"*T"`` tensor, given ``lead`` token dimensions (those of the call's
     first token-indexed input; 1 for the first); returns how many of its trailing dimensions are not tokens."""
+    from lazyops.specs import _checks as checks
+
     if isinstance(param, Tensor):  # ``("*T", ...)``: any leading dimensions (at least one), then its own sizes
         rest = len(_shape(param)) - 1
         _check_declared(label, config, param, arg, device, bound, max(1, len(getattr(arg, "shape", ())) - rest))
