@@ -99,6 +99,12 @@ class Rows:
     head: Size | None = None
 
 
+def head_rows(name: str, heads: str) -> Rows:
+    """A token-indexed input of ``config.<heads>`` heads of ``head_dim`` (attention's query, a paged cache's new keys
+    and values): rows ``[*T, heads * head_dim]`` (strided: a slice of a packed ``qkv``) or ``[T, heads, head_dim]``."""
+    return Rows(name, width=lambda config: getattr(config, heads) * config.head_dim, head="head_dim")
+
+
 @dataclass(frozen=True)
 class Fixed:
     """An input not indexed by token (a weight, a per-tensor scale): exactly ``shape``, dense."""

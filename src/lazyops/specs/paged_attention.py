@@ -26,7 +26,7 @@ import torch
 
 from lazyops._errors import KernelInputError
 from lazyops.specs import _params
-from lazyops.specs._params import Out, Rows, Tensor
+from lazyops.specs._params import Out, Tensor, head_rows
 from lazyops.specs._spec import KernelSpec
 
 # -- the paged KV cache, which kv_cache_write_tl writes and this kernel reads ------------------------------------------
@@ -53,12 +53,6 @@ def cache_dtype_of(factory: str, value: Any, dtype: torch.dtype) -> torch.dtype:
             "torch.float8_e4m3fn (with k_scale and v_scale at every call)"
         )
     return dtype
-
-
-def head_rows(name: str, heads: str) -> Rows:
-    """A token-indexed input of ``config.<heads>`` heads of ``head_dim``: rows ``[*T, heads * head_dim]`` (strided:
-    a slice of a packed ``qkv``) or ``[T, heads, head_dim]``."""
-    return Rows(name, width=lambda config: getattr(config, heads) * config.head_dim, head="head_dim")
 
 
 def caches(*, mutated: bool = False) -> tuple[Tensor, Tensor]:
