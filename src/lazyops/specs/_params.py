@@ -227,9 +227,14 @@ def flag(factory: str, param: str, value: Any) -> bool:
     return value
 
 
-def finite_float(factory: str, param: str, value: Any, *, positive: bool = False, hint: str = "") -> float:
+def finite_float(
+    factory: str, param: str, value: Any, *, positive: bool = False, hint: str = "", default: float | None = None
+) -> float:
     """``value`` as a finite ``float`` (``> 0`` with ``positive``): ``eps=inf`` makes every output zero and
-    ``weight_offset=nan`` every output NaN, silently, so neither is a configuration."""
+    ``weight_offset=nan`` every output NaN, silently, so neither is a configuration. With a ``default``, None is
+    that default (an argument left out)."""
+    if value is None and default is not None:
+        return default
     kind = "positive finite float" if positive else "finite float"
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
         raise KernelInputError(f"{factory}: {param} must be a {kind}{hint}, got {value!r}")

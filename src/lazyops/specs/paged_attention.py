@@ -213,9 +213,7 @@ class PagedAttentionSpec(KernelSpec):
                 f"{name}: num_heads={num_heads} is not a multiple of num_kv_heads={num_kv_heads}; grouped-query "
                 "attention shares each kv head among num_heads // num_kv_heads query heads"
             )
-        scale = (
-            1.0 / math.sqrt(head_dim) if scale is None else _params.finite_float(name, "scale", scale, positive=True)
-        )
+        scale = _params.finite_float(name, "scale", scale, positive=True, default=1.0 / math.sqrt(head_dim))
         window = 0 if sliding_window in (None, 0) else _params.positive_int(name, "sliding_window", sliding_window)
         cap = 0.0 if softcap in (None, 0, 0.0) else _params.finite_float(name, "softcap", softcap, positive=True)
         held = cache_dtype_of(name, cache_dtype, dtype)  # the cache's dtype
