@@ -1,20 +1,4 @@
-"""Causal attention of packed ragged queries over a paged KV cache: prefill, chunked prefill and decode in one call,
-as vLLM's ``unified_attention``.
-
-The queries of sequence ``b`` are rows ``cu_seqlens_q[b] : cu_seqlens_q[b + 1]`` of ``query``, and they are its
-**last** ``q_len`` tokens: query ``i`` sits at position ``p = seq_lens[b] - q_len + i`` and attends the keys at
-positions ``k <= p`` (``p - W < k <= p`` with a sliding window of ``W``), read through the sequence's row of
-``block_table`` (key ``k`` is slot ``k % block_size`` of block ``block_table[b, k // block_size]``). The new tokens'
-keys and values are already in the cache (``kv_cache_write_tl``). Query head ``h`` reads kv head
-``h // (Hq // Hk)``. ``logits = scale * q.k``, or ``softcap * tanh(scale * q.k / softcap)`` with a soft-cap.
-
-The cache it reads is declared here, once, for both paged-cache kernels (``kv_cache_write`` imports it): vLLM's flash
-layout ("NHD"), ``key_cache[num_blocks, block_size, Hk, D]`` and a ``value_cache`` of the same shape, contiguous; a
-token's slot is ``block * block_size + offset``. The scales of an fp8 cache are one-element float32 tensors passed as
-keyword arguments (``k_scale=``, ``v_scale=``), read by the kernel on every launch, so that a CUDA graph replays with
-whatever they hold. Without an fp8 cache they are absent: ``None`` (the custom operator's ``Tensor?``; an empty
-tensor is read as absent too).
-"""
+"""The contract of ``paged_attention_tl``, and first of the paged KV cache it reads and ``kv_cache_write_tl`` writes."""
 
 from __future__ import annotations
 
@@ -29,7 +13,6 @@ from lazyops.specs import _params
 from lazyops.specs._params import Out, Tensor, head_rows
 from lazyops.specs._spec import KernelSpec
 
-# -- the paged KV cache, which kv_cache_write_tl writes and this kernel reads ------------------------------------------
 #: The fp8 cache's dtype and its largest finite value (stored values saturate there).
 FP8_DTYPE = torch.float8_e4m3fn
 FP8_MAX = 448.0
@@ -57,7 +40,7 @@ def cache_dtype_of(factory: str, value: Any, dtype: torch.dtype) -> torch.dtype:
 
 def caches(*, mutated: bool = False) -> tuple[Tensor, Tensor]:
     """``key_cache`` and ``value_cache``: ``[N, block_size, num_kv_heads, head_dim]`` of the cache dtype, dense, the
-    same number of blocks ``N``."""
+    same number of blocks ``N``: vLLM's flash layout ("NHD"), a token's slot ``block * block_size + offset``."""
     shape = ("N", "block_size", "num_kv_heads", "head_dim")
     return (
         Tensor("key_cache", shape, "cache_dtype", mutated=mutated),
@@ -73,7 +56,7 @@ _SCALES_WHY = (
     "an fp8 cache needs k_scale and v_scale, one-element float32 tensors (its dequantisation scales: cache = "
     "fp8(x / scale)); scales apply to an fp8 cache only (cache_dtype=torch.float8_e4m3fn)"
 )
-#: ``k_scale=``, ``v_scale=``: given with an fp8 cache, left out otherwise.
+#: ``k_scale=``, ``v_scale=``: given with an fp8 cache, left out otherwise (None, or empty: ``Tensor``'s ``keyword``).
 SCALES = (
     Tensor("k_scale", (1,), torch.float32, keyword=True, present=_fp8, why=_SCALES_WHY),
     Tensor("v_scale", (1,), torch.float32, keyword=True, present=_fp8, why=_SCALES_WHY),
@@ -97,15 +80,7 @@ class PagedAttentionKernel(Protocol):
         v_scale: torch.Tensor | None = None,
         out: torch.Tensor | None = None,
     ) -> torch.Tensor:
-        """Causal attention of ``query[T, Hq, D]`` (or ``[T, Hq*D]`` rows, strided: a slice of a packed ``qkv``)
-        over ``key_cache[num_blocks, block_size, Hk, D]`` and ``value_cache``, through ``block_table[B, blocks]``
-        (int32), ``seq_lens[B]`` (int32, each sequence's length including its new tokens) and
-        ``cu_seqlens_q[B + 1]`` (int32: sequence ``b``'s queries are rows ``cu_seqlens_q[b]:cu_seqlens_q[b + 1]``,
-        its last tokens). Returns the output in query's shape, written into ``out`` when given.
-
-        An fp8 cache takes ``k_scale`` and ``v_scale``, one-element float32 tensors (``cache.float() * scale``).
-        """
-        ...
+        """Causal attention over a paged KV cache, into ``out`` when given; see ``help(lazyops.paged_attention_tl)``."""
 
 
 @dataclass(frozen=True)
@@ -145,7 +120,6 @@ def gathered(
 class PagedAttentionSpec(KernelSpec):
     name = "paged_attention_tl"
     kernel_type = PagedAttentionKernel
-    # query: rows [*T, Hq*D] (strided: a slice of a packed qkv) or [T, Hq, D]; B sequences
     params = (
         head_rows("query", "num_heads"),
         *caches(),
@@ -174,13 +148,14 @@ class PagedAttentionSpec(KernelSpec):
         """Causal attention over a paged KV cache for a packed batch of prefill, chunked-prefill and decode queries.
 
         Returns ``kernel(query, key_cache, value_cache, block_table, seq_lens, cu_seqlens_q, *, k_scale=None,
-        v_scale=None, out=None) -> out``: ``query[T, Hq, D]`` or ``[T, Hq*D]`` (rows may be strided: a slice of a
-        packed ``qkv``), caches ``[num_blocks, block_size, Hk, D]`` of ``cache_dtype`` (default ``dtype``, or
-        ``torch.float8_e4m3fn`` with one-element float32 ``k_scale``, ``v_scale``), ``block_table[B, max_blocks]``,
-        ``seq_lens[B]`` (lengths including the new tokens, already written by ``kv_cache_write_tl``) and
-        ``cu_seqlens_q[B + 1]``, all int32. Sequence ``b``'s queries are its last ``q_len`` tokens, causal; ``Hq`` a
-        multiple of ``Hk`` (GQA). ``scale`` defaults to ``1/sqrt(head_dim)``; ``sliding_window=W`` attends the ``W``
-        keys ending at the query's own; ``softcap=c`` maps logits to ``c * tanh(logits / c)`` (Gemma 2).
+        v_scale=None, out=None) -> out``, in query's shape: ``query[T, Hq, D]`` or ``[T, Hq*D]`` (strided rows: a slice
+        of a packed ``qkv``); caches ``[num_blocks, block_size, Hk, D]`` of ``cache_dtype`` (default ``dtype``, or
+        ``torch.float8_e4m3fn`` with one-element float32 ``k_scale``, ``v_scale``: ``cache.float() * scale``); int32
+        ``block_table[B, max_blocks]``, ``seq_lens[B]`` (lengths counting the new tokens, already written by
+        ``kv_cache_write_tl``) and ``cu_seqlens_q[B + 1]``. Sequence ``b``'s queries, rows ``cu_seqlens_q[b] :
+        cu_seqlens_q[b + 1]``, are its last ``q_len`` tokens, causal; query head ``h`` reads kv head ``h // (Hq // Hk)``
+        (GQA: ``Hq`` a multiple of ``Hk``). ``scale`` defaults to ``1/sqrt(head_dim)``; ``sliding_window=W`` attends
+        the ``W`` keys ending at the query's own; ``softcap=c`` maps logits to ``c * tanh(logits / c)`` (Gemma 2).
 
         The same call elsewhere (one line each; vLLM and FlashInfer take the window as ``W - 1``)::
 
@@ -192,13 +167,12 @@ class PagedAttentionSpec(KernelSpec):
                         kv_last_page_len, Hq, Hk, D, 16, causal=True, window_left=W - 1, logits_soft_cap=c); .run(q,
                         (k_cache, v_cache)) (decode: BatchDecodeWithPagedKVCacheWrapper, the same plan and run)
 
-        ``block_size`` (the cache's) has no default; ``validate`` is ``True`` or ``False``, nothing else.
-        ``max_seq_len`` bounds every sequence's length: the GPU backends size the split of long sequences over
-        programs (and its float32 workspaces) from it and the call's shapes, never from index values, so a CUDA
-        graph captured once replays with any ``seq_lens``, ``block_table`` and ``cu_seqlens_q``. Index values
-        (block ids, lengths) are checked where they are read on the host: always for CPU tensors, on a GPU only
-        with ``validate=True`` (a synchronising read on every call, off by default). Unchecked, a GPU kernel never
-        reads or writes out of bounds: a block id outside the cache or past the table's row is a missing key.
+        ``max_seq_len`` bounds every sequence's length: the GPU backends size the split of long sequences over programs
+        (and its float32 workspaces) from it and the call's shapes, never from index values, and read the scales at
+        every launch, so a CUDA graph captured once replays with any ``seq_lens``, ``block_table``, ``cu_seqlens_q``
+        and scales. Index values are checked on the host: always for CPU tensors, on a GPU only with ``validate=True``
+        (``True`` or ``False``, nothing else; a synchronising read on every call). Unchecked, a GPU kernel never reads
+        or writes out of bounds: a block id outside the cache or past the table's row is a missing key.
         """
         name, given_scale = self.name, scale
         num_heads = _params.positive_int(name, "num_heads", num_heads)
@@ -228,9 +202,8 @@ class PagedAttentionSpec(KernelSpec):
         )
 
     def check_values(self, config: PagedAttentionConfig, *args: Any) -> None:
-        """The index values a launch trusts: ``cu_seqlens_q`` from 0 up to ``T`` without decreasing, ``0 <= q_len <=
-        seq_len <= min(max_seq_len, blocks * block_size)``, and the block ids a sequence uses (its first
-        ``ceil(seq_len / block_size)``) within ``[0, num_blocks)``."""
+        """The index values a launch trusts: ``cu_seqlens_q`` from 0 to ``T``, not decreasing; ``q_len <= seq_len <=
+        min(max_seq_len, blocks * block_size)``; the block ids a sequence uses within ``[0, num_blocks)``."""
         query, key_cache, _, block_table, seq_lens, cu_seqlens_q, *_ = args
         label, block_size = config.label, config.block_size
         tokens = query.numel() // (config.num_heads * config.head_dim)
@@ -281,6 +254,7 @@ class PagedAttentionSpec(KernelSpec):
             start, end = starts[b], starts[b + 1]
             if end == start:
                 continue
+            # its keys and values [length, Hq, D] (key k: slot k % block_size of block block_table[b, k // block_size])
             blocks = block_table[b, : -(-length // block_size)].long()
             keys = gathered(key_cache, blocks, length, k_scale, query.dtype).repeat_interleave(config.group, dim=1)
             values = gathered(value_cache, blocks, length, v_scale, query.dtype).repeat_interleave(config.group, dim=1)
@@ -291,6 +265,7 @@ class PagedAttentionSpec(KernelSpec):
                 logits = torch.einsum("qhd,khd->hqk", rows[first:last], keys) * config.scale
                 if config.softcap:
                     logits = config.softcap * torch.tanh(logits / config.softcap)
+                # row r sits at p = length - (end - r) and attends the keys k with 0 <= p - k < W (no window: k <= p)
                 positions = torch.arange(length - (end - first), length - (end - last))[:, None]
                 key_positions = torch.arange(length)[None, :]
                 allowed = key_positions <= positions
