@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import math
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -13,43 +14,30 @@ from lazyops.specs import _params
 from lazyops.specs._params import Out, Tensor, head_rows
 from lazyops.specs._spec import KernelSpec
 
-#: The fp8 cache's dtype and its largest finite value (stored values saturate there).
-FP8_DTYPE = torch.float8_e4m3fn
-FP8_MAX = 448.0
-#: The names ``cache_dtype`` accepts for the fp8 cache besides ``torch.float8_e4m3fn``.
+#: The fp8 cache's dtype and its largest finite value (stored values saturate there), and the names ``cache_dtype``
+#: accepts for it besides ``torch.float8_e4m3fn``.
+FP8_DTYPE, FP8_MAX = torch.float8_e4m3fn, 448.0
 FP8_NAMES = ("float8_e4m3fn", "fp8", "fp8_e4m3")
 
 
 def cache_dtype_of(factory: str, value: Any, dtype: torch.dtype) -> torch.dtype:
     """The factory's ``cache_dtype``: ``dtype`` when None, else ``dtype`` itself or ``torch.float8_e4m3fn``."""
-    if value is None:
-        return dtype
     if value is FP8_DTYPE or (isinstance(value, str) and value.lower().removeprefix("torch.") in FP8_NAMES):
         return FP8_DTYPE
-    try:
-        resolved: torch.dtype | None = _params.canonical_dtype(factory, value)
-    except KernelInputError:
-        resolved = None
-    if resolved is not dtype:
-        raise KernelInputError(
-            f"{factory}: cache_dtype={value!r}; the cache holds the factory's dtype ({dtype}, cache_dtype=None) or "
-            "torch.float8_e4m3fn (with k_scale and v_scale at every call)"
-        )
-    return dtype
-
-
-def caches(*, mutated: bool = False) -> tuple[Tensor, Tensor]:
-    """``key_cache`` and ``value_cache``: ``[N, block_size, num_kv_heads, head_dim]`` of the cache dtype, dense, the
-    same number of blocks ``N``: vLLM's flash layout ("NHD"), a token's slot ``block * block_size + offset``."""
-    shape = ("N", "block_size", "num_kv_heads", "head_dim")
-    return (
-        Tensor("key_cache", shape, "cache_dtype", mutated=mutated),
-        Tensor("value_cache", shape, "cache_dtype", mutated=mutated),
+    with contextlib.suppress(KernelInputError):  # a dtype the kernels do not take: refused below, as the cache's
+        if value is None or _params.canonical_dtype(factory, value) is dtype:
+            return dtype
+    raise KernelInputError(
+        f"{factory}: cache_dtype={value!r}; the cache holds the factory's dtype ({dtype}, cache_dtype=None) or "
+        "torch.float8_e4m3fn (with k_scale and v_scale at every call)"
     )
 
 
-def _fp8(config: Any) -> bool:
-    return config.cache_dtype is FP8_DTYPE
+def caches(*, mutated: bool = False) -> tuple[Tensor, ...]:
+    """``key_cache`` and ``value_cache``: ``[N, block_size, num_kv_heads, head_dim]`` of the cache dtype, dense, the
+    same number of blocks ``N``: vLLM's flash layout ("NHD"), a token's slot ``block * block_size + offset``."""
+    shape = ("N", "block_size", "num_kv_heads", "head_dim")
+    return tuple(Tensor(name, shape, "cache_dtype", mutated=mutated) for name in ("key_cache", "value_cache"))
 
 
 _SCALES_WHY = (
@@ -57,9 +45,9 @@ _SCALES_WHY = (
     "fp8(x / scale)); scales apply to an fp8 cache only (cache_dtype=torch.float8_e4m3fn)"
 )
 #: ``k_scale=``, ``v_scale=``: given with an fp8 cache, left out otherwise (None, or empty: ``Tensor``'s ``keyword``).
-SCALES = (
-    Tensor("k_scale", (1,), torch.float32, keyword=True, present=_fp8, why=_SCALES_WHY),
-    Tensor("v_scale", (1,), torch.float32, keyword=True, present=_fp8, why=_SCALES_WHY),
+SCALES = tuple(
+    Tensor(name, (1,), torch.float32, keyword=True, present=lambda c: c.cache_dtype is FP8_DTYPE, why=_SCALES_WHY)
+    for name in ("k_scale", "v_scale")
 )
 
 
@@ -91,20 +79,15 @@ class PagedAttentionConfig:
     dtype: torch.dtype
     block_size: int
     max_seq_len: int
-    #: the softmax scale, resolved (``1 / sqrt(head_dim)`` by default)
-    scale: float
-    #: ``W`` keys up to and including the query's own position; 0: no window
-    sliding_window: int
-    #: the logits' soft-cap; 0.0: none
-    softcap: float
+    scale: float  #: the softmax scale, resolved (``1 / sqrt(head_dim)`` by default)
+    sliding_window: int  #: ``W`` keys up to and including the query's own position; 0: no window
+    softcap: float  #: the logits' soft-cap; 0.0: none
     cache_dtype: torch.dtype
-    #: check index values on the device too (a synchronising host read on every call)
-    validate: bool
+    validate: bool  #: check index values on the device too (a synchronising host read on every call)
     label: str
 
     @property
-    def group(self) -> int:
-        """Query heads per kv head."""
+    def group(self) -> int:  # query heads per kv head
         return self.num_heads // self.num_kv_heads
 
 
