@@ -91,15 +91,6 @@ class PagedAttentionConfig:
         return self.num_heads // self.num_kv_heads
 
 
-def gathered(
-    cache: torch.Tensor, blocks: torch.Tensor, length: int, scale: torch.Tensor | None, dtype: torch.dtype
-) -> torch.Tensor:
-    """A sequence's ``[length, Hk, D]`` keys (or values) from its blocks, in ``dtype``, dequantised by ``scale`` (an
-    fp8 cache's; None or empty: none)."""
-    values = cache[blocks].reshape(-1, *cache.shape[2:])[:length].to(dtype)
-    return values if scale is None or not scale.numel() else values * scale.to(dtype).reshape(())
-
-
 class PagedAttentionSpec(KernelSpec):
     name = "paged_attention_tl"
     kernel_type = PagedAttentionKernel
@@ -225,22 +216,22 @@ class PagedAttentionSpec(KernelSpec):
             )
 
     def reference(self, config: PagedAttentionConfig, *args: torch.Tensor) -> tuple[torch.Tensor]:
-        """The output in ``query``'s shape and dtype: a plain loop over sequences, each gathering its keys and values
-        through its block table row, then ``softmax(logits [masked]) @ v`` per head."""
+        """The output in ``query``'s shape and dtype: per sequence, ``softmax(logits [masked]) @ v`` for each head."""
         query, key_cache, value_cache, block_table, seq_lens, cu_seqlens_q, *scales = args
-        k_scale, v_scale = (*scales, None, None)[:2]  # an fp8 cache's, or absent (None, or empty)
-        block_size, head_dim, window = config.block_size, config.head_dim, config.sliding_window
-        rows = query.reshape(-1, config.num_heads, head_dim)
+        # an fp8 cache's dequantisation scales; absent (None, or empty): 1
+        k_scale, v_scale = (1 if s is None or not s.numel() else s.to(query.dtype) for s in (*scales, None, None)[:2])
+        rows = query.reshape(-1, config.num_heads, config.head_dim)
         out = torch.zeros_like(rows)
-        starts, lengths = cu_seqlens_q.tolist(), seq_lens.tolist()
-        for b, length in enumerate(lengths):
-            start, end = starts[b], starts[b + 1]
+        starts = cu_seqlens_q.tolist()
+        for b, (start, end, length) in enumerate(zip(starts[:-1], starts[1:], seq_lens.tolist(), strict=True)):
             if end == start:
                 continue
             # its keys and values [length, Hq, D] (key k: slot k % block_size of block block_table[b, k // block_size])
-            blocks = block_table[b, : -(-length // block_size)].long()
-            keys = gathered(key_cache, blocks, length, k_scale, query.dtype).repeat_interleave(config.group, dim=1)
-            values = gathered(value_cache, blocks, length, v_scale, query.dtype).repeat_interleave(config.group, dim=1)
+            blocks = block_table[b, : -(-length // config.block_size)].long()
+            keys, values = (
+                (cache[blocks].flatten(0, 1)[:length].to(query.dtype) * scale).repeat_interleave(config.group, dim=1)
+                for cache, scale in ((key_cache, k_scale), (value_cache, v_scale))
+            )
             # queries in chunks of at most 2**28 logits (float64: 2 GiB): an engine-sized prefill's would not fit
             chunk = max(1, (1 << 28) // (rows.shape[1] * length))
             for first in range(start, end, chunk):
@@ -249,11 +240,8 @@ class PagedAttentionSpec(KernelSpec):
                 if config.softcap:
                     logits = config.softcap * torch.tanh(logits / config.softcap)
                 # row r sits at p = length - (end - r) and attends the keys k with 0 <= p - k < W (no window: k <= p)
-                positions = torch.arange(length - (end - first), length - (end - last))[:, None]
-                key_positions = torch.arange(length)[None, :]
-                allowed = key_positions <= positions
-                if window:
-                    allowed &= key_positions > positions - window
+                distance = torch.arange(length - (end - first), length - (end - last))[:, None] - torch.arange(length)
+                allowed = (distance >= 0) & (distance < (config.sliding_window or length))
                 logits = logits.masked_fill(~allowed.to(logits.device), float("-inf"))
                 out[first:last] = torch.einsum("hqk,khd->qhd", torch.softmax(logits, dim=-1), values)
         return (out.reshape(query.shape),)
