@@ -532,14 +532,7 @@ class _PagedAttentionKernel(Protocol):
         v_scale: torch.Tensor | None = None,
         out: torch.Tensor | None = None,
     ) -> torch.Tensor:
-        """Causal attention of ``query[T, Hq, D]`` (or ``[T, Hq*D]`` rows, strided: a slice of a packed ``qkv``)
-        over ``key_cache[num_blocks, block_size, Hk, D]`` and ``value_cache``, through ``block_table[B, blocks]``
-        (int32), ``seq_lens[B]`` (int32, each sequence's length including its new tokens) and
-        ``cu_seqlens_q[B + 1]`` (int32: sequence ``b``'s queries are rows ``cu_seqlens_q[b]:cu_seqlens_q[b + 1]``,
-        its last tokens). Returns the output in query's shape, written into ``out`` when given.
-
-        An fp8 cache takes ``k_scale`` and ``v_scale``, one-element float32 tensors (``cache.float() * scale``).
-        """
+        """Causal attention over a paged KV cache, into ``out`` when given; see ``help(lazyops.paged_attention_tl)``."""
 
 
 def paged_attention_tl(
@@ -559,13 +552,14 @@ def paged_attention_tl(
     """Causal attention over a paged KV cache for a packed batch of prefill, chunked-prefill and decode queries.
 
     Returns ``kernel(query, key_cache, value_cache, block_table, seq_lens, cu_seqlens_q, *, k_scale=None,
-    v_scale=None, out=None) -> out``: ``query[T, Hq, D]`` or ``[T, Hq*D]`` (rows may be strided: a slice of a
-    packed ``qkv``), caches ``[num_blocks, block_size, Hk, D]`` of ``cache_dtype`` (default ``dtype``, or
-    ``torch.float8_e4m3fn`` with one-element float32 ``k_scale``, ``v_scale``), ``block_table[B, max_blocks]``,
-    ``seq_lens[B]`` (lengths including the new tokens, already written by ``kv_cache_write_tl``) and
-    ``cu_seqlens_q[B + 1]``, all int32. Sequence ``b``'s queries are its last ``q_len`` tokens, causal; ``Hq`` a
-    multiple of ``Hk`` (GQA). ``scale`` defaults to ``1/sqrt(head_dim)``; ``sliding_window=W`` attends the ``W``
-    keys ending at the query's own; ``softcap=c`` maps logits to ``c * tanh(logits / c)`` (Gemma 2).
+    v_scale=None, out=None) -> out``, in query's shape: ``query[T, Hq, D]`` or ``[T, Hq*D]`` (strided rows: a slice
+    of a packed ``qkv``); caches ``[num_blocks, block_size, Hk, D]`` of ``cache_dtype`` (default ``dtype``, or
+    ``torch.float8_e4m3fn`` with one-element float32 ``k_scale``, ``v_scale``: ``cache.float() * scale``); int32
+    ``block_table[B, max_blocks]``, ``seq_lens[B]`` (lengths counting the new tokens, already written by
+    ``kv_cache_write_tl``) and ``cu_seqlens_q[B + 1]``. Sequence ``b``'s queries, rows ``cu_seqlens_q[b] :
+    cu_seqlens_q[b + 1]``, are its last ``q_len`` tokens, causal; query head ``h`` reads kv head ``h // (Hq // Hk)``
+    (GQA: ``Hq`` a multiple of ``Hk``). ``scale`` defaults to ``1/sqrt(head_dim)``; ``sliding_window=W`` attends
+    the ``W`` keys ending at the query's own; ``softcap=c`` maps logits to ``c * tanh(logits / c)`` (Gemma 2).
 
     The same call elsewhere (one line each; vLLM and FlashInfer take the window as ``W - 1``)::
 
@@ -577,13 +571,12 @@ def paged_attention_tl(
                     kv_last_page_len, Hq, Hk, D, 16, causal=True, window_left=W - 1, logits_soft_cap=c); .run(q,
                     (k_cache, v_cache)) (decode: BatchDecodeWithPagedKVCacheWrapper, the same plan and run)
 
-    ``block_size`` (the cache's) has no default; ``validate`` is ``True`` or ``False``, nothing else.
-    ``max_seq_len`` bounds every sequence's length: the GPU backends size the split of long sequences over
-    programs (and its float32 workspaces) from it and the call's shapes, never from index values, so a CUDA
-    graph captured once replays with any ``seq_lens``, ``block_table`` and ``cu_seqlens_q``. Index values
-    (block ids, lengths) are checked where they are read on the host: always for CPU tensors, on a GPU only
-    with ``validate=True`` (a synchronising read on every call, off by default). Unchecked, a GPU kernel never
-    reads or writes out of bounds: a block id outside the cache or past the table's row is a missing key.
+    ``max_seq_len`` bounds every sequence's length: the GPU backends size the split of long sequences over programs
+    (and its float32 workspaces) from it and the call's shapes, never from index values, and read the scales at
+    every launch, so a CUDA graph captured once replays with any ``seq_lens``, ``block_table``, ``cu_seqlens_q``
+    and scales. Index values are checked on the host: always for CPU tensors, on a GPU only with ``validate=True``
+    (``True`` or ``False``, nothing else; a synchronising read on every call). Unchecked, a GPU kernel never reads
+    or writes out of bounds: a block id outside the cache or past the table's row is a missing key.
     """
 
 

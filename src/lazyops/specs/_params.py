@@ -99,6 +99,12 @@ class Rows:
     head: Size | None = None
 
 
+def head_rows(name: str, heads: str) -> Rows:
+    """A token-indexed input of ``config.<heads>`` heads of ``head_dim`` (attention's query, a paged cache's new keys
+    and values): rows ``[*T, heads * head_dim]`` (strided: a slice of a packed ``qkv``) or ``[T, heads, head_dim]``."""
+    return Rows(name, width=lambda config: getattr(config, heads) * config.head_dim, head="head_dim")
+
+
 @dataclass(frozen=True)
 class Fixed:
     """An input not indexed by token (a weight, a per-tensor scale): exactly ``shape``, dense."""
@@ -221,9 +227,14 @@ def flag(factory: str, param: str, value: Any) -> bool:
     return value
 
 
-def finite_float(factory: str, param: str, value: Any, *, positive: bool = False, hint: str = "") -> float:
+def finite_float(
+    factory: str, param: str, value: Any, *, positive: bool = False, hint: str = "", default: float | None = None
+) -> float:
     """``value`` as a finite ``float`` (``> 0`` with ``positive``): ``eps=inf`` makes every output zero and
-    ``weight_offset=nan`` every output NaN, silently, so neither is a configuration."""
+    ``weight_offset=nan`` every output NaN, silently, so neither is a configuration. With a ``default``, None is
+    that default (an argument left out)."""
+    if value is None and default is not None:
+        return default
     kind = "positive finite float" if positive else "finite float"
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
         raise KernelInputError(f"{factory}: {param} must be a {kind}{hint}, got {value!r}")

@@ -19,9 +19,9 @@ import torch
 
 from lazyops._errors import KernelInputError
 from lazyops.specs import _params
-from lazyops.specs._params import TOKENS, Tensor
+from lazyops.specs._params import TOKENS, Tensor, head_rows
 from lazyops.specs._spec import KernelSpec
-from lazyops.specs.paged_attention import FP8_DTYPE, FP8_MAX, SCALES, cache_dtype_of, caches, head_rows
+from lazyops.specs.paged_attention import FP8_DTYPE, FP8_MAX, SCALES, cache_dtype_of, caches
 
 
 class KVCacheWriteKernel(Protocol):

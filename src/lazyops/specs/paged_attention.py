@@ -1,23 +1,8 @@
-"""Causal attention of packed ragged queries over a paged KV cache: prefill, chunked prefill and decode in one call,
-as vLLM's ``unified_attention``.
-
-The queries of sequence ``b`` are rows ``cu_seqlens_q[b] : cu_seqlens_q[b + 1]`` of ``query``, and they are its
-**last** ``q_len`` tokens: query ``i`` sits at position ``p = seq_lens[b] - q_len + i`` and attends the keys at
-positions ``k <= p`` (``p - W < k <= p`` with a sliding window of ``W``), read through the sequence's row of
-``block_table`` (key ``k`` is slot ``k % block_size`` of block ``block_table[b, k // block_size]``). The new tokens'
-keys and values are already in the cache (``kv_cache_write_tl``). Query head ``h`` reads kv head
-``h // (Hq // Hk)``. ``logits = scale * q.k``, or ``softcap * tanh(scale * q.k / softcap)`` with a soft-cap.
-
-The cache it reads is declared here, once, for both paged-cache kernels (``kv_cache_write`` imports it): vLLM's flash
-layout ("NHD"), ``key_cache[num_blocks, block_size, Hk, D]`` and a ``value_cache`` of the same shape, contiguous; a
-token's slot is ``block * block_size + offset``. The scales of an fp8 cache are one-element float32 tensors passed as
-keyword arguments (``k_scale=``, ``v_scale=``), read by the kernel on every launch, so that a CUDA graph replays with
-whatever they hold. Without an fp8 cache they are absent: ``None`` (the custom operator's ``Tensor?``; an empty
-tensor is read as absent too).
-"""
+"""The contract of ``paged_attention_tl``, and first of the paged KV cache it reads and ``kv_cache_write_tl`` writes."""
 
 from __future__ import annotations
 
+import contextlib
 import math
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -26,63 +11,43 @@ import torch
 
 from lazyops._errors import KernelInputError
 from lazyops.specs import _params
-from lazyops.specs._params import Out, Rows, Tensor
+from lazyops.specs._params import Out, Tensor, head_rows
 from lazyops.specs._spec import KernelSpec
 
-# -- the paged KV cache, which kv_cache_write_tl writes and this kernel reads ------------------------------------------
-#: The fp8 cache's dtype and its largest finite value (stored values saturate there).
-FP8_DTYPE = torch.float8_e4m3fn
-FP8_MAX = 448.0
-#: The names ``cache_dtype`` accepts for the fp8 cache besides ``torch.float8_e4m3fn``.
+#: The fp8 cache's dtype and its largest finite value (stored values saturate there), and the names ``cache_dtype``
+#: accepts for it besides ``torch.float8_e4m3fn``.
+FP8_DTYPE, FP8_MAX = torch.float8_e4m3fn, 448.0
 FP8_NAMES = ("float8_e4m3fn", "fp8", "fp8_e4m3")
 
 
 def cache_dtype_of(factory: str, value: Any, dtype: torch.dtype) -> torch.dtype:
     """The factory's ``cache_dtype``: ``dtype`` when None, else ``dtype`` itself or ``torch.float8_e4m3fn``."""
-    if value is None:
-        return dtype
     if value is FP8_DTYPE or (isinstance(value, str) and value.lower().removeprefix("torch.") in FP8_NAMES):
         return FP8_DTYPE
-    try:
-        resolved: torch.dtype | None = _params.canonical_dtype(factory, value)
-    except KernelInputError:
-        resolved = None
-    if resolved is not dtype:
-        raise KernelInputError(
-            f"{factory}: cache_dtype={value!r}; the cache holds the factory's dtype ({dtype}, cache_dtype=None) or "
-            "torch.float8_e4m3fn (with k_scale and v_scale at every call)"
-        )
-    return dtype
-
-
-def head_rows(name: str, heads: str) -> Rows:
-    """A token-indexed input of ``config.<heads>`` heads of ``head_dim``: rows ``[*T, heads * head_dim]`` (strided:
-    a slice of a packed ``qkv``) or ``[T, heads, head_dim]``."""
-    return Rows(name, width=lambda config: getattr(config, heads) * config.head_dim, head="head_dim")
-
-
-def caches(*, mutated: bool = False) -> tuple[Tensor, Tensor]:
-    """``key_cache`` and ``value_cache``: ``[N, block_size, num_kv_heads, head_dim]`` of the cache dtype, dense, the
-    same number of blocks ``N``."""
-    shape = ("N", "block_size", "num_kv_heads", "head_dim")
-    return (
-        Tensor("key_cache", shape, "cache_dtype", mutated=mutated),
-        Tensor("value_cache", shape, "cache_dtype", mutated=mutated),
+    with contextlib.suppress(KernelInputError):  # a dtype the kernels do not take: refused below, as the cache's
+        if value is None or _params.canonical_dtype(factory, value) is dtype:
+            return dtype
+    raise KernelInputError(
+        f"{factory}: cache_dtype={value!r}; the cache holds the factory's dtype ({dtype}, cache_dtype=None) or "
+        "torch.float8_e4m3fn (with k_scale and v_scale at every call)"
     )
 
 
-def _fp8(config: Any) -> bool:
-    return config.cache_dtype is FP8_DTYPE
+def caches(*, mutated: bool = False) -> tuple[Tensor, ...]:
+    """``key_cache`` and ``value_cache``: ``[N, block_size, num_kv_heads, head_dim]`` of the cache dtype, dense, the
+    same number of blocks ``N``: vLLM's flash layout ("NHD"), a token's slot ``block * block_size + offset``."""
+    shape = ("N", "block_size", "num_kv_heads", "head_dim")
+    return tuple(Tensor(name, shape, "cache_dtype", mutated=mutated) for name in ("key_cache", "value_cache"))
 
 
 _SCALES_WHY = (
     "an fp8 cache needs k_scale and v_scale, one-element float32 tensors (its dequantisation scales: cache = "
     "fp8(x / scale)); scales apply to an fp8 cache only (cache_dtype=torch.float8_e4m3fn)"
 )
-#: ``k_scale=``, ``v_scale=``: given with an fp8 cache, left out otherwise.
-SCALES = (
-    Tensor("k_scale", (1,), torch.float32, keyword=True, present=_fp8, why=_SCALES_WHY),
-    Tensor("v_scale", (1,), torch.float32, keyword=True, present=_fp8, why=_SCALES_WHY),
+#: ``k_scale=``, ``v_scale=``: given with an fp8 cache, left out otherwise (None, or empty: ``Tensor``'s ``keyword``).
+SCALES = tuple(
+    Tensor(name, (1,), torch.float32, keyword=True, present=lambda c: c.cache_dtype is FP8_DTYPE, why=_SCALES_WHY)
+    for name in ("k_scale", "v_scale")
 )
 
 
@@ -103,15 +68,7 @@ class PagedAttentionKernel(Protocol):
         v_scale: torch.Tensor | None = None,
         out: torch.Tensor | None = None,
     ) -> torch.Tensor:
-        """Causal attention of ``query[T, Hq, D]`` (or ``[T, Hq*D]`` rows, strided: a slice of a packed ``qkv``)
-        over ``key_cache[num_blocks, block_size, Hk, D]`` and ``value_cache``, through ``block_table[B, blocks]``
-        (int32), ``seq_lens[B]`` (int32, each sequence's length including its new tokens) and
-        ``cu_seqlens_q[B + 1]`` (int32: sequence ``b``'s queries are rows ``cu_seqlens_q[b]:cu_seqlens_q[b + 1]``,
-        its last tokens). Returns the output in query's shape, written into ``out`` when given.
-
-        An fp8 cache takes ``k_scale`` and ``v_scale``, one-element float32 tensors (``cache.float() * scale``).
-        """
-        ...
+        """Causal attention over a paged KV cache, into ``out`` when given; see ``help(lazyops.paged_attention_tl)``."""
 
 
 @dataclass(frozen=True)
@@ -122,36 +79,21 @@ class PagedAttentionConfig:
     dtype: torch.dtype
     block_size: int
     max_seq_len: int
-    #: the softmax scale, resolved (``1 / sqrt(head_dim)`` by default)
-    scale: float
-    #: ``W`` keys up to and including the query's own position; 0: no window
-    sliding_window: int
-    #: the logits' soft-cap; 0.0: none
-    softcap: float
+    scale: float  #: the softmax scale, resolved (``1 / sqrt(head_dim)`` by default)
+    sliding_window: int  #: ``W`` keys up to and including the query's own position; 0: no window
+    softcap: float  #: the logits' soft-cap; 0.0: none
     cache_dtype: torch.dtype
-    #: check index values on the device too (a synchronising host read on every call)
-    validate: bool
+    validate: bool  #: check index values on the device too (a synchronising host read on every call)
     label: str
 
     @property
-    def group(self) -> int:
-        """Query heads per kv head."""
+    def group(self) -> int:  # query heads per kv head
         return self.num_heads // self.num_kv_heads
-
-
-def gathered(
-    cache: torch.Tensor, blocks: torch.Tensor, length: int, scale: torch.Tensor | None, dtype: torch.dtype
-) -> torch.Tensor:
-    """A sequence's ``[length, Hk, D]`` keys (or values) from its blocks, in ``dtype``, dequantised by ``scale`` (an
-    fp8 cache's; None or empty: none)."""
-    values = cache[blocks].reshape(-1, *cache.shape[2:])[:length].to(dtype)
-    return values if scale is None or not scale.numel() else values * scale.to(dtype).reshape(())
 
 
 class PagedAttentionSpec(KernelSpec):
     name = "paged_attention_tl"
     kernel_type = PagedAttentionKernel
-    # query: rows [*T, Hq*D] (strided: a slice of a packed qkv) or [T, Hq, D]; B sequences
     params = (
         head_rows("query", "num_heads"),
         *caches(),
@@ -180,13 +122,14 @@ class PagedAttentionSpec(KernelSpec):
         """Causal attention over a paged KV cache for a packed batch of prefill, chunked-prefill and decode queries.
 
         Returns ``kernel(query, key_cache, value_cache, block_table, seq_lens, cu_seqlens_q, *, k_scale=None,
-        v_scale=None, out=None) -> out``: ``query[T, Hq, D]`` or ``[T, Hq*D]`` (rows may be strided: a slice of a
-        packed ``qkv``), caches ``[num_blocks, block_size, Hk, D]`` of ``cache_dtype`` (default ``dtype``, or
-        ``torch.float8_e4m3fn`` with one-element float32 ``k_scale``, ``v_scale``), ``block_table[B, max_blocks]``,
-        ``seq_lens[B]`` (lengths including the new tokens, already written by ``kv_cache_write_tl``) and
-        ``cu_seqlens_q[B + 1]``, all int32. Sequence ``b``'s queries are its last ``q_len`` tokens, causal; ``Hq`` a
-        multiple of ``Hk`` (GQA). ``scale`` defaults to ``1/sqrt(head_dim)``; ``sliding_window=W`` attends the ``W``
-        keys ending at the query's own; ``softcap=c`` maps logits to ``c * tanh(logits / c)`` (Gemma 2).
+        v_scale=None, out=None) -> out``, in query's shape: ``query[T, Hq, D]`` or ``[T, Hq*D]`` (strided rows: a slice
+        of a packed ``qkv``); caches ``[num_blocks, block_size, Hk, D]`` of ``cache_dtype`` (default ``dtype``, or
+        ``torch.float8_e4m3fn`` with one-element float32 ``k_scale``, ``v_scale``: ``cache.float() * scale``); int32
+        ``block_table[B, max_blocks]``, ``seq_lens[B]`` (lengths counting the new tokens, already written by
+        ``kv_cache_write_tl``) and ``cu_seqlens_q[B + 1]``. Sequence ``b``'s queries, rows ``cu_seqlens_q[b] :
+        cu_seqlens_q[b + 1]``, are its last ``q_len`` tokens, causal; query head ``h`` reads kv head ``h // (Hq // Hk)``
+        (GQA: ``Hq`` a multiple of ``Hk``). ``scale`` defaults to ``1/sqrt(head_dim)``; ``sliding_window=W`` attends
+        the ``W`` keys ending at the query's own; ``softcap=c`` maps logits to ``c * tanh(logits / c)`` (Gemma 2).
 
         The same call elsewhere (one line each; vLLM and FlashInfer take the window as ``W - 1``)::
 
@@ -198,13 +141,12 @@ class PagedAttentionSpec(KernelSpec):
                         kv_last_page_len, Hq, Hk, D, 16, causal=True, window_left=W - 1, logits_soft_cap=c); .run(q,
                         (k_cache, v_cache)) (decode: BatchDecodeWithPagedKVCacheWrapper, the same plan and run)
 
-        ``block_size`` (the cache's) has no default; ``validate`` is ``True`` or ``False``, nothing else.
-        ``max_seq_len`` bounds every sequence's length: the GPU backends size the split of long sequences over
-        programs (and its float32 workspaces) from it and the call's shapes, never from index values, so a CUDA
-        graph captured once replays with any ``seq_lens``, ``block_table`` and ``cu_seqlens_q``. Index values
-        (block ids, lengths) are checked where they are read on the host: always for CPU tensors, on a GPU only
-        with ``validate=True`` (a synchronising read on every call, off by default). Unchecked, a GPU kernel never
-        reads or writes out of bounds: a block id outside the cache or past the table's row is a missing key.
+        ``max_seq_len`` bounds every sequence's length: the GPU backends size the split of long sequences over programs
+        (and its float32 workspaces) from it and the call's shapes, never from index values, and read the scales at
+        every launch, so a CUDA graph captured once replays with any ``seq_lens``, ``block_table``, ``cu_seqlens_q``
+        and scales. Index values are checked on the host: always for CPU tensors, on a GPU only with ``validate=True``
+        (``True`` or ``False``, nothing else; a synchronising read on every call). Unchecked, a GPU kernel never reads
+        or writes out of bounds: a block id outside the cache or past the table's row is a missing key.
         """
         name, given_scale = self.name, scale
         num_heads = _params.positive_int(name, "num_heads", num_heads)
@@ -219,9 +161,7 @@ class PagedAttentionSpec(KernelSpec):
                 f"{name}: num_heads={num_heads} is not a multiple of num_kv_heads={num_kv_heads}; grouped-query "
                 "attention shares each kv head among num_heads // num_kv_heads query heads"
             )
-        scale = (
-            1.0 / math.sqrt(head_dim) if scale is None else _params.finite_float(name, "scale", scale, positive=True)
-        )
+        scale = _params.finite_float(name, "scale", scale, positive=True, default=1.0 / math.sqrt(head_dim))
         window = 0 if sliding_window in (None, 0) else _params.positive_int(name, "sliding_window", sliding_window)
         cap = 0.0 if softcap in (None, 0, 0.0) else _params.finite_float(name, "softcap", softcap, positive=True)
         held = cache_dtype_of(name, cache_dtype, dtype)  # the cache's dtype
@@ -236,9 +176,8 @@ class PagedAttentionSpec(KernelSpec):
         )
 
     def check_values(self, config: PagedAttentionConfig, *args: Any) -> None:
-        """The index values a launch trusts: ``cu_seqlens_q`` from 0 up to ``T`` without decreasing, ``0 <= q_len <=
-        seq_len <= min(max_seq_len, blocks * block_size)``, and the block ids a sequence uses (its first
-        ``ceil(seq_len / block_size)``) within ``[0, num_blocks)``."""
+        """The index values a launch trusts: ``cu_seqlens_q`` from 0 to ``T``, not decreasing; ``q_len <= seq_len <=
+        min(max_seq_len, blocks * block_size)``; the block ids a sequence uses within ``[0, num_blocks)``."""
         query, key_cache, _, block_table, seq_lens, cu_seqlens_q, *_ = args
         label, block_size = config.label, config.block_size
         tokens = query.numel() // (config.num_heads * config.head_dim)
@@ -277,21 +216,22 @@ class PagedAttentionSpec(KernelSpec):
             )
 
     def reference(self, config: PagedAttentionConfig, *args: torch.Tensor) -> tuple[torch.Tensor]:
-        """The output in ``query``'s shape and dtype: a plain loop over sequences, each gathering its keys and values
-        through its block table row, then ``softmax(logits [masked]) @ v`` per head."""
+        """The output in ``query``'s shape and dtype: per sequence, ``softmax(logits [masked]) @ v`` for each head."""
         query, key_cache, value_cache, block_table, seq_lens, cu_seqlens_q, *scales = args
-        k_scale, v_scale = (*scales, None, None)[:2]  # an fp8 cache's, or absent (None, or empty)
-        block_size, head_dim, window = config.block_size, config.head_dim, config.sliding_window
-        rows = query.reshape(-1, config.num_heads, head_dim)
+        # an fp8 cache's dequantisation scales; absent (None, or empty): 1
+        k_scale, v_scale = (1 if s is None or not s.numel() else s.to(query.dtype) for s in (*scales, None, None)[:2])
+        rows = query.reshape(-1, config.num_heads, config.head_dim)
         out = torch.zeros_like(rows)
-        starts, lengths = cu_seqlens_q.tolist(), seq_lens.tolist()
-        for b, length in enumerate(lengths):
-            start, end = starts[b], starts[b + 1]
+        starts = cu_seqlens_q.tolist()
+        for b, (start, end, length) in enumerate(zip(starts[:-1], starts[1:], seq_lens.tolist(), strict=True)):
             if end == start:
                 continue
-            blocks = block_table[b, : -(-length // block_size)].long()
-            keys = gathered(key_cache, blocks, length, k_scale, query.dtype).repeat_interleave(config.group, dim=1)
-            values = gathered(value_cache, blocks, length, v_scale, query.dtype).repeat_interleave(config.group, dim=1)
+            # its keys and values [length, Hq, D] (key k: slot k % block_size of block block_table[b, k // block_size])
+            blocks = block_table[b, : -(-length // config.block_size)].long()
+            keys, values = (
+                (cache[blocks].flatten(0, 1)[:length].to(query.dtype) * scale).repeat_interleave(config.group, dim=1)
+                for cache, scale in ((key_cache, k_scale), (value_cache, v_scale))
+            )
             # queries in chunks of at most 2**28 logits (float64: 2 GiB): an engine-sized prefill's would not fit
             chunk = max(1, (1 << 28) // (rows.shape[1] * length))
             for first in range(start, end, chunk):
@@ -299,11 +239,9 @@ class PagedAttentionSpec(KernelSpec):
                 logits = torch.einsum("qhd,khd->hqk", rows[first:last], keys) * config.scale
                 if config.softcap:
                     logits = config.softcap * torch.tanh(logits / config.softcap)
-                positions = torch.arange(length - (end - first), length - (end - last))[:, None]
-                key_positions = torch.arange(length)[None, :]
-                allowed = key_positions <= positions
-                if window:
-                    allowed &= key_positions > positions - window
+                # row r sits at p = length - (end - r) and attends the keys k with 0 <= p - k < W (no window: k <= p)
+                distance = torch.arange(length - (end - first), length - (end - last))[:, None] - torch.arange(length)
+                allowed = (distance >= 0) & (distance < (config.sliding_window or length))
                 logits = logits.masked_fill(~allowed.to(logits.device), float("-inf"))
                 out[first:last] = torch.einsum("hqk,khd->qhd", torch.softmax(logits, dim=-1), values)
         return (out.reshape(query.shape),)
