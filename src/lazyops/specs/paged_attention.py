@@ -1,4 +1,4 @@
-"""The contract of ``paged_attention_tl``, and first of the paged KV cache it reads and ``kv_cache_write_tl`` writes."""
+"""The contract of ``paged_attention_tl``; first, the paged KV cache it reads and ``kv_cache_write_tl`` writes."""
 
 from __future__ import annotations
 
