@@ -1,20 +1,20 @@
 """What the RMSNorm family shares: ``rmsnorm_tl``, ``add_rmsnorm_tl`` and their float8 forms take one configuration
 (``n``, ``dtype``, ``eps``, ``weight_dtype``, ``weight_offset``), one weight parameter and one definition of the
-norm (and the same conformance cases: ``lazyops.testing.cases.rmsnorm``). A member declares its parameters, its
-output and its reference; this base writes the factory's arguments once.
+norm (and the same conformance cases: ``lazyops.testing.cases.rmsnorm``). A member (``class RMSNormSpec(NormFamily,
+KernelSpec)``) declares its parameters, its output and its reference; this mixin writes the factory's arguments
+once.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 
 from lazyops._errors import KernelInputError
 from lazyops.specs import _params
-from lazyops.specs._params import Fixed
-from lazyops.specs._spec import KernelSpec
+from lazyops.specs._params import Fixed, Out
 
 #: The norms' learned scale: ``weight[n]`` in ``weight_dtype`` (float32 under 16-bit activations for Gemma-style
 #: checkpoints).
@@ -56,8 +56,12 @@ def norm_label(factory: str, n: int, dtype: torch.dtype, eps: float, weight_dtyp
     return _params.describe(factory, **options)
 
 
-class NormSpec(KernelSpec):
-    """A member of the RMSNorm family. Its factory's docstring is the member's ``__doc__``."""
+class NormFamily:
+    """The RMSNorm family's factory arguments, a mixin beside ``KernelSpec``. Its factory's docstring is the
+    member's ``__doc__``. A member returns the norm of ``x`` (shaped like it), which ``out=x`` may overwrite."""
+
+    name: ClassVar[str]
+    out: ClassVar[Out | None] = Out(like="x", may_alias="x")
 
     def bind(
         self,

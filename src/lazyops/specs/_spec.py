@@ -218,7 +218,7 @@ class KernelSpec:
     @property
     def factory_doc(self) -> str | None:
         """The public factory's docstring: :meth:`bind`'s, or the spec class's where ``bind`` is a family's own
-        (``_norm.NormSpec``) and the member's docstring says what its factory does."""
+        (``_norm.NormFamily``) and the member's docstring says what its factory does."""
         return type(self).bind.__doc__ or type(self).__doc__
 
     def signature(self) -> inspect.Signature:

@@ -6,8 +6,9 @@ from typing import Protocol
 
 import torch
 
-from lazyops.specs._norm import WEIGHT, NormConfig, NormSpec, rmsnorm_reference
-from lazyops.specs._params import Out, Rows
+from lazyops.specs._norm import WEIGHT, NormConfig, NormFamily, rmsnorm_reference
+from lazyops.specs._params import Rows
+from lazyops.specs._spec import KernelSpec
 
 #: the configuration of ``add_rmsnorm_tl`` (the family's)
 AddRMSNormConfig = NormConfig
@@ -24,7 +25,7 @@ class AddRMSNormKernel(Protocol):
         ...
 
 
-class AddRMSNormSpec(NormSpec):
+class AddRMSNormSpec(NormFamily, KernelSpec):
     """``residual += x``, then RMSNorm of the sum with ``weight[n]``.
 
     Returns ``kernel(x[..., n], residual[..., n], weight[n], *, out=None) -> y[..., n]``; ``residual`` is updated
@@ -37,7 +38,6 @@ class AddRMSNormSpec(NormSpec):
     kernel_type = AddRMSNormKernel
     # a residual stream runs wider than the activation added to it
     params = (Rows("x"), Rows("residual", mutated=True, scale=4.0), WEIGHT)
-    out = Out(like="x", may_alias="x")
 
     def reference(  # type: ignore[override]
         self, config: NormConfig, x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor

@@ -9,7 +9,8 @@ import torch
 
 from lazyops._errors import KernelInputError
 from lazyops.specs import _params
-from lazyops.specs._gated import GatedSpec
+from lazyops.specs._gated import GatedFamily
+from lazyops.specs._spec import KernelSpec
 
 #: GELU's two forms, as ``torch.nn.functional.gelu`` names them: the exact erf form and the tanh approximation.
 APPROXIMATIONS = ("none", "tanh")
@@ -71,7 +72,7 @@ class GeluAndMulConfig:
     label: str
 
 
-class GeluAndMulSpec(GatedSpec):
+class GeluAndMulSpec(GatedFamily, KernelSpec):
     name = "gelu_and_mul_tl"
     kernel_type = GeluAndMulKernel
 

@@ -6,9 +6,10 @@ from typing import Protocol
 
 import torch
 
-from lazyops.specs._norm import WEIGHT, NormSpec, rmsnorm_reference
+from lazyops.specs._norm import WEIGHT, NormFamily, rmsnorm_reference
 from lazyops.specs._norm import NormConfig as RMSNormConfig
-from lazyops.specs._params import Out, Rows
+from lazyops.specs._params import Rows
+from lazyops.specs._spec import KernelSpec
 
 
 class RMSNormKernel(Protocol):
@@ -19,7 +20,7 @@ class RMSNormKernel(Protocol):
         factory's dtype; written into ``out`` when given (``out`` may be ``x`` itself)."""
 
 
-class RMSNormSpec(NormSpec):
+class RMSNormSpec(NormFamily, KernelSpec):
     """RMSNorm over the last dimension of ``x[..., n]`` with a learned ``weight[n]``.
 
     Returns ``kernel(x[..., n], weight[n], *, out=None) -> y[..., n]`` in ``dtype``; the math runs in float32.
@@ -31,7 +32,6 @@ class RMSNormSpec(NormSpec):
     name = "rmsnorm_tl"
     kernel_type = RMSNormKernel
     params = (Rows("x"), WEIGHT)
-    out = Out(like="x", may_alias="x")
 
     def reference(self, config: RMSNormConfig, x: torch.Tensor, weight: torch.Tensor) -> tuple[torch.Tensor]:  # type: ignore[override]
         return (rmsnorm_reference(x, weight, config.eps, config.weight_offset),)

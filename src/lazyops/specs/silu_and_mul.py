@@ -6,8 +6,10 @@ from typing import Protocol
 
 import torch
 
-from lazyops.specs._gated import GatedSpec
-from lazyops.specs._params import RowConfig, row_config
+from lazyops.specs._gated import GatedFamily
+from lazyops.specs._params import RowConfig as SiluAndMulConfig
+from lazyops.specs._params import row_config
+from lazyops.specs._spec import KernelSpec
 
 
 class SiluAndMulKernel(Protocol):
@@ -18,14 +20,11 @@ class SiluAndMulKernel(Protocol):
         written into ``out`` when given."""
 
 
-SiluAndMulConfig = RowConfig
-
-
-class SiluAndMulSpec(GatedSpec):
+class SiluAndMulSpec(GatedFamily, KernelSpec):
     name = "silu_and_mul_tl"
     kernel_type = SiluAndMulKernel
 
-    def bind(self, n: int, dtype: torch.dtype | str) -> RowConfig:
+    def bind(self, n: int, dtype: torch.dtype | str) -> SiluAndMulConfig:
         """The gate of a SwiGLU MLP: ``x[..., 2n]`` holds the gate then the up projection.
 
         Returns ``kernel(x[..., 2n], *, out=None) -> y[..., n] = silu(x[..., :n]) * x[..., n:]`` in ``dtype``; the
@@ -33,7 +32,7 @@ class SiluAndMulSpec(GatedSpec):
         """
         return row_config(self.name, n, dtype)
 
-    def activation(self, config: RowConfig, gate: torch.Tensor) -> torch.Tensor:
+    def activation(self, config: SiluAndMulConfig, gate: torch.Tensor) -> torch.Tensor:
         return torch.nn.functional.silu(gate)
 
 
