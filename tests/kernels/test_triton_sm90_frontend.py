@@ -108,3 +108,33 @@ def test_sample_compiles_for_sm90(vocab: int, block: int, rows: int, logprob: bo
     constants.update(WAYS=2**sample.SEARCH_BITS, KEY_PASSES=-(-32 // sample.SEARCH_BITS))
     assert sample._sample_kernel.arg_names[-len(constants) :] == list(constants)
     assert compile_for_sm90("lazyops._backends.triton.sample", "_sample_kernel", constants, SAMPLE_TYPES, warps)
+
+
+ALIGN_TYPES = {
+    "ids_ptr": "*i32",
+    "sorted_ptr": "*i32",
+    "expert_ids_ptr": "*i32",
+    "post_padded_ptr": "*i32",
+    "assignments": "i32",
+    "blocks": "i32",
+    "blocks_per": "i32",
+}
+
+
+@pytest.mark.parametrize(
+    ("experts", "block", "width"),
+    # the bound at DeepSeek-V3's experts; one program's tile at Qwen3-30B-A3B's (vLLM's 64-row blocks); odd
+    # experts and blocks; blocks wider than a step's rows, fewer blocks a step
+    [(256, 16, 2048), (128, 64, 64), (60, 7, 512), (16, 300, 128)],
+    ids=["deepseek-v3-2048", "qwen3-64", "odd", "wide-blocks"],
+)
+def test_moe_align_single_launch_compiles_for_sm90(experts: int, block: int, width: int) -> None:
+    """The single launch's kernel with the constants its factory passes on a GPU (the interpreter's tile aside)."""
+    from lazyops._backends.triton import moe_align
+
+    constants = {**moe_align.Aligner(experts, 2, block).single_constexprs, "TILE": moe_align.TILE, "WIDTH": width}
+    assert set(moe_align._single_kernel.arg_names[-len(constants) :]) == set(constants)
+    compiled = compile_for_sm90(
+        "lazyops._backends.triton.moe_align", "_single_kernel", constants, ALIGN_TYPES, moe_align.SINGLE_WARPS
+    )
+    assert compiled["ptx_lines"]
