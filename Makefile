@@ -160,8 +160,8 @@ gpu-moe-layer:
 # it has them: the route and the alignment) and the whole Triton layer captured in a CUDA graph under
 # set_sync_debug_mode("error") (Qwen3-30B-A3B and DeepSeek-V3 routing, with and without an expert map; TileLang's
 # route and alignment too, against Triton's), then each backend against torch's loop in bench_kernels
-# (decode 1, 8, 64 and 256 tokens in CUDA graphs: the route and the alignment together ≤ 10 µs at T ≤ 256; prefill 4096): GPU_OUT/moe.{md,json}. 5 to 7 minutes on a fresh H100
-# (TileLang's MoE programs compile first).
+# (decode 1, 8, 64 and 256 tokens in CUDA graphs: the route and the alignment together ≤ 10 µs at T ≤ 256;
+# prefill 4096): GPU_OUT/moe.{md,json}. 5 to 7 minutes on a fresh H100 (TileLang's MoE programs compile first).
 MOE_CHECK_S ?= 200
 MOE_S ?= 180
 gpu-moe: gpu-moe-check gpu-moe-bench
