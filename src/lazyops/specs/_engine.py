@@ -129,7 +129,7 @@ def kernel_of(
 
     if spec.keywords:
         kernel = with_keywords(kernel, spec, config)
-    kernel.__name__ = kernel.__qualname__ = spec.name.removesuffix("_tl")
+    kernel.__name__ = kernel.__qualname__ = stem(spec)
     kernel.__doc__ = spec.kernel_type.__call__.__doc__
     kernel.lazyops_config = config  # type: ignore[attr-defined]
     kernel.lazyops_backend = backend  # type: ignore[attr-defined]  # which implementation runs, for its caller
