@@ -139,7 +139,7 @@ def with_defect(spec: Any, config: Any, args: list[Any], defect: str | None, ind
     elif defect == "written shares another input" and written and (other := partner(spec, args)) is not None:
         args[written[0]] = args[other]
     elif defect == "written overlaps another input" and written and (other := partner(spec, args)) is not None:
-        buffer = torch.zeros(args[other].shape[0] + 1, args[other].shape[1], dtype=args[other].dtype)
+        buffer = torch.zeros(args[other].shape[0] + 1, *args[other].shape[1:], dtype=args[other].dtype)
         args[other], args[written[0]] = buffer[:-1], buffer[1:]
     return args
 
