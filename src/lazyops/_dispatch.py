@@ -105,16 +105,16 @@ def token_switch(
 ) -> Callable[..., Callable[..., Any]]:
     """A factory whose kernel runs ``large``'s kernel from ``below`` tokens up and ``small``'s under it: where a plan
     measured one backend faster for short calls and another for long ones. One integer comparison a call, on the
-    call's token count (``spec.tokens``: the product of the leading dimensions, as the plan counted them); every
+    call's token count (``_engine.token_count``: the product of the leading dimensions, as the plan counted them); every
     keyword (``out=``, ``k_scale=``) passes through. A CUDA graph fixes the count at capture, so a replay runs one
     side. Both backends were checked at resolution (``resolve_configuration``): each serves ``config`` here."""
-    tokens = spec.tokens
+    from lazyops.specs._engine import token_count
 
     def build(*args: Any, **kwargs: Any) -> Callable[..., Any]:
         under, over = small(*args, **kwargs), large(*args, **kwargs)
 
         def kernel(*tensors: Any, **keywords: Any) -> Any:
-            return (under if tokens(config, *tensors) < below else over)(*tensors, **keywords)
+            return (under if token_count(spec, config, *tensors) < below else over)(*tensors, **keywords)
 
         kernel.__name__ = kernel.__qualname__ = getattr(over, "__name__", "kernel")
         kernel.__doc__ = getattr(over, "__doc__", None)

@@ -12,6 +12,8 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from lazyops._errors import KernelInputError  # noqa: E402
+from lazyops.specs import _checks as checks  # noqa: E402
+from lazyops.specs import _engine as engine  # noqa: E402
 from lazyops.specs import spec as kernel_spec  # noqa: E402
 from lazyops.specs._params import Tensor  # noqa: E402
 
@@ -19,10 +21,10 @@ from lazyops.specs._params import Tensor  # noqa: E402
 def both(name: str, config: Any, *args: Any) -> tuple[bool, str | None]:
     """``(the fast path accepts, the full checks' refusal or None)``."""
     spec = kernel_spec(name)
-    accepted = spec.plain_predicate(config, strided_rows=False, device_type=None)(args)
+    accepted = engine.plain_predicate(spec, config, strided_rows=False, device_type=None)(args)
     try:
-        spec.check(config, *args)
-        spec.check_aliasing(config, *args)
+        checks.check_call(spec, config, *args)
+        checks.check_aliasing(spec, config, *args)
     except KernelInputError as error:
         assert not accepted, f"the fast path accepted what the checks refuse: {error}"
         return accepted, str(error)

@@ -1,4 +1,4 @@
-"""The plain-call fast path (``KernelSpec.plain_layout``, ``_engine.plain_call``): a kernel recognises the call
+"""The plain-call fast path (``_engine.plain_layout``, ``_engine.plain_call``): a kernel recognises the call
 engines make on every step in a few reads and skips the full checks. The predicate must never accept what the
 full checks refuse, nor a call the launch cannot take as it is; and it must accept the engine call, or the fast
 path is dead code. Drawn calls, with one defect at a time, go through both."""
@@ -14,6 +14,8 @@ from hypothesis import given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
 from lazyops._errors import KernelInputError  # noqa: E402
+from lazyops.specs import _checks as checks  # noqa: E402
+from lazyops.specs import _engine as engine  # noqa: E402
 from lazyops.specs import kernel_names  # noqa: E402
 from lazyops.specs import spec as kernel_spec  # noqa: E402
 from lazyops.specs._checks import overlap  # noqa: E402
@@ -46,7 +48,7 @@ def small_config(spec: Any, dtype: Any) -> Any:
 
 def predicate(spec: Any, config: Any) -> Any:
     """The spec's fast-path predicate for a launch that takes dense rows only (the strictest)."""
-    return spec.plain_predicate(config, strided_rows=False, device_type=None)
+    return engine.plain_predicate(spec, config, strided_rows=False, device_type=None)
 
 
 #: every spec with a fast path: all the built-in ones
@@ -147,7 +149,7 @@ def with_defect(spec: Any, config: Any, args: list[Any], defect: str | None, ind
 def is_plain(spec: Any, args: list[Any]) -> bool:
     """What the fast path's launch assumes: every token-indexed input of the rank the launch takes (2-D: rows; rope's
     positions 1-D), dense, with tokens; no written input sharing an element with another input."""
-    for position, rank in spec.flat_ranks():
+    for position, rank in engine.flat_ranks(spec):
         arg = args[position]
         if arg.dim() != rank or not arg.is_contiguous() or arg.shape[0] == 0:
             return False
@@ -173,14 +175,14 @@ def test_the_engine_call_is_plain(name: str, dtype: Any) -> None:
 @pytest.mark.parametrize("name", sorted(PLAIN))
 @pytest.mark.parametrize("writes_out", [False, True])
 def test_a_plain_call_skips_the_full_checks(name: str, writes_out: bool, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The guarded kernel launches a plain call without running ``check`` (a launch that writes ``out`` gets a
+    """The guarded kernel launches a plain call without running ``check_call`` (a launch that writes ``out`` gets a
     dense one of the spec's shape and dtype; an in-place kernel returns its written inputs); any other call runs
     it."""
     spec = PLAIN[name]
     returns_out = spec.returns == "out"
     config = small_config(spec, torch.float32)
     checked: list[int] = []
-    monkeypatch.setattr(type(spec), "check", lambda self, config, *args: checked.append(len(args)))
+    monkeypatch.setattr(checks, "check_call", lambda spec, config, *args: checked.append(len(args)))
     launched: list[int] = []
 
     def launch(*args: Any) -> Any:
@@ -192,7 +194,7 @@ def test_a_plain_call_skips_the_full_checks(name: str, writes_out: bool, monkeyp
             assert tuple(out.shape) == spec.out_shape(config, *inputs)
             assert out.dtype == spec.out_dtype(config) and out.is_contiguous()
             return None
-        return spec.output(config, *args)
+        return checks.empty_output(spec, config, *args)
 
     kernel = kernel_of(spec, config, launch, "test", None, strided_rows=False, writes_out=writes_out)
     args = engine_call(spec, config, 3, seed=0)
@@ -233,9 +235,9 @@ def test_the_predicate_never_accepts_what_the_checks_refuse(
         return
     assert len(args) == len(spec.inputs)
     try:
-        spec.check(config, *args)
+        checks.check_call(spec, config, *args)
         if spec.mutates:
-            spec.check_aliasing(config, *args)
+            checks.check_aliasing(spec, config, *args)
     except KernelInputError as error:
         pytest.fail(f"the predicate accepted a call the checks refuse ({defect} at {index}): {error}")
     assert not any(arg.requires_grad for arg in args), "the kernel refuses inputs that require grad in grad mode"
@@ -272,7 +274,7 @@ def test_rope_takes_a_packed_qkv_on_the_fast_path_only_where_the_launch_takes_st
     packed = torch.zeros(3, query.shape[1] + 2 * key.shape[1], dtype=query.dtype)
     q, k = packed[:, : query.shape[1]], packed[:, query.shape[1] : query.shape[1] + key.shape[1]]
     assert not q.is_contiguous() and not k.is_contiguous()
-    accepts = spec.plain_predicate(config, strided_rows=strided_rows, device_type=None)
+    accepts = engine.plain_predicate(spec, config, strided_rows=strided_rows, device_type=None)
     assert accepts((positions, q, k, cache)) is strided_rows
     assert accepts((positions, query, key, cache))
     assert not accepts((positions, q, q, cache)), "query and key the same elements"
@@ -380,14 +382,14 @@ def test_the_predicate_never_accepts_what_the_checks_refuse_of_declared_tensors(
     config = spec.bind(*SMALL.get(name, (16,)), dtype, **SMALL_OPTIONS.get(name, {}), **options)
     args = list(examples(spec).example_inputs(config, tokens, Inputs(seed, "cpu"), GEOMETRY.get(name, {})))
     args = with_tensor_defect(spec, args, defect, index % len(args))
-    accepted = spec.plain_predicate(config, strided_rows=strided_rows, device_type=None)(tuple(args))
+    accepted = engine.plain_predicate(spec, config, strided_rows=strided_rows, device_type=None)(tuple(args))
     if defect is None:
         assert accepted, "the engine call must take the fast path"
     if not accepted:
         return
     try:
-        spec.check(config, *args)
-        spec.check_aliasing(config, *args)
+        checks.check_call(spec, config, *args)
+        checks.check_aliasing(spec, config, *args)
     except KernelInputError as error:
         pytest.fail(f"the predicate accepted a call the checks refuse ({defect} at {index}): {error}")
     assert not any(arg is not None and arg.requires_grad for arg in args)
@@ -411,5 +413,7 @@ def test_the_paged_kernels_take_a_packed_qkv_on_the_fast_path_only_where_the_lau
         args[i] = packed[:, start : start + width]
         start += width
     assert not any(args[i].is_contiguous() for i in rows)
-    assert spec.plain_predicate(config, strided_rows=strided_rows, device_type=None)(tuple(args)) is strided_rows
-    spec.check(config, *args)
+    assert (
+        engine.plain_predicate(spec, config, strided_rows=strided_rows, device_type=None)(tuple(args)) is strided_rows
+    )
+    checks.check_call(spec, config, *args)

@@ -15,6 +15,7 @@ from test_plans_in_resolution import PORT, RUN, ports, write_plan
 from fresh_interpreter import run_python
 from lazyops import _api, _plan
 from lazyops.specs import spec
+from lazyops.specs._engine import token_count
 
 SWITCHED = "switches rmsnorm_tl(n={n}, dtype=torch.float32, eps=1e-06) to {backend!r} below 8 tokens"
 
@@ -127,7 +128,7 @@ def test_a_paged_kernel_counts_tokens_not_heads():
     kv = spec("kv_cache_write_tl")
     config = kv.bind(2, 8, torch.float32, block_size=4)
     for shape in ((5, 2, 8), (5, 16), (1, 5, 16)):
-        assert kv.tokens(config, torch.empty(shape), torch.empty(shape)) == 5, shape
+        assert token_count(kv, config, torch.empty(shape), torch.empty(shape)) == 5, shape
     rope = spec("rope_tl")
     positions = torch.zeros(2, 3, dtype=torch.int64)
-    assert rope.tokens(rope.bind(8, torch.float32), positions, torch.empty(2, 3, 16), torch.empty(2, 3, 16)) == 6
+    assert token_count(rope, rope.bind(8, torch.float32), positions, torch.empty(2, 3, 16), torch.empty(2, 3, 16)) == 6

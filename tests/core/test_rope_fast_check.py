@@ -11,6 +11,8 @@ from hypothesis import given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
 from lazyops._errors import KernelInputError  # noqa: E402
+from lazyops.specs import _checks as checks  # noqa: E402
+from lazyops.specs import _engine as engine  # noqa: E402
 from lazyops.specs import rope  # noqa: E402
 
 HEAD_DIM = 8
@@ -87,10 +89,10 @@ def calls(draw: st.DrawFn) -> tuple:
 def test_the_fast_accept_never_accepts_a_refused_call(drawn: tuple) -> None:
     defect, call = drawn
     config = rope.spec.bind(HEAD_DIM, torch.float32)
-    fast = rope.spec.plain_predicate(config, strided_rows=True, device_type=None)(call)
+    fast = engine.plain_predicate(rope.spec, config, strided_rows=True, device_type=None)(call)
     try:
-        rope.spec.check(config, *call)
-        rope.spec.check_aliasing(config, *call)
+        checks.check_call(rope.spec, config, *call)
+        checks.check_aliasing(rope.spec, config, *call)
         refused = False
     except KernelInputError:
         refused = True
@@ -103,5 +105,5 @@ def test_the_engine_call_takes_the_fast_accept() -> None:
     config = rope.spec.bind(128, torch.bfloat16)
     qkv = torch.zeros(4, 48 * 128, dtype=torch.bfloat16)
     call = (torch.arange(4), qkv[:, : 32 * 128], qkv[:, 32 * 128 : 40 * 128], torch.zeros(64, 128))
-    assert rope.spec.plain_predicate(config, strided_rows=True, device_type=None)(call)
-    rope.spec.check(config, *call)
+    assert engine.plain_predicate(rope.spec, config, strided_rows=True, device_type=None)(call)
+    checks.check_call(rope.spec, config, *call)

@@ -22,6 +22,7 @@ from hypothesis import given, settings
 from lazyops import testing
 from lazyops._errors import KernelInputError
 from lazyops.specs import spec
+from lazyops.specs._checks import check_call
 from lazyops.testing.cases import examples
 
 ATTENTION = spec("paged_attention_tl")
@@ -317,7 +318,7 @@ def test_meta_tensors_are_checked_without_reading_values(kernels):
         None,
         None,
     ]
-    ATTENTION.check(config, *meta)  # shapes only: a meta tensor has no values to read
+    check_call(ATTENTION, config, *meta)  # shapes only: a meta tensor has no values to read
 
 
 # -- what a GPU relies on: the Triton kernels without checks ---------------------------------------------------------

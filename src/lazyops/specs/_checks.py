@@ -4,16 +4,41 @@ A kernel checks its inputs before it launches anything: a wrong shape that reach
 writes out of bounds, and the symptom (garbage, or an illegal-address error on a later, unrelated launch)
 points nowhere near the cause. Every message names the kernel with its static configuration, the argument,
 what was found and what was expected, so the fix is obvious from the message alone.
+
+The checks of a whole call are derived from its spec's declared parameters (``_params``): :func:`check_call`,
+:func:`check_out` and :func:`check_aliasing` take the spec first (``check_call(spec, config, *args)``), as
+:func:`empty_output` does, the output a checked call allocates. The engine (``_engine``) imports this module with
+the first call that takes the full checks: a call its fast path recognises never loads it.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+import math
+from typing import TYPE_CHECKING, Any, TypeAlias
 
 from lazyops._errors import KernelInputError
+from lazyops.specs._params import (
+    TOKENS,
+    Fixed,
+    FromTokens,
+    Rows,
+    Tensor,
+    declared_size,
+    dtype_of,
+    layout_of,
+    resolved,
+    rows_like,
+    shape_of,
+    size_of,
+    token_indexed,
+)
 
 if TYPE_CHECKING:
     import torch
+
+#: A kernel's spec (``lazyops.specs._spec.KernelSpec``), which the engine that imports this module serves: it is not
+#: imported here, not even for its type, so that the spec layer has no circle (``tests/core/test_house_limits.py``).
+KernelSpec: TypeAlias = Any
 
 
 def check_tensor(
@@ -435,3 +460,208 @@ def tensor_type() -> Any:
 
         _TENSOR = torch.Tensor
     return _TENSOR
+
+
+# -- a spec's call, checked: the full checks of ``KernelSpec``'s declarations, which every call the fast path does not
+# -- recognise passes before anything is written (``_engine.checked_route``; the custom operator's fake, ``_ops``)
+def check_call(spec: KernelSpec, config: Any, *args: Any) -> None:
+    """Refuse a call ``spec``'s kernel cannot serve, before anything is written (``KernelInputError``): each declared
+    parameter's kind, dtype, device, shape and layout, the sizes the call binds agreeing, the token-indexed
+    inputs' leading dimensions equal; then, where they are read, the index values (``KernelSpec.check_values``)."""
+    label = config.label
+    params, keywords = spec.params, spec.keywords
+    if len(args) != len(params):
+        named = "".join(f", {name}=" for name in keywords)
+        raise KernelInputError(
+            f"{label}: takes {len(params) - len(keywords)} tensors "
+            f"({', '.join(spec.inputs[: len(params) - len(keywords)])}){named}; got {len(args)}"
+        )
+    device = None
+    leading = first = None
+    bound: Bound = {}
+    for param, arg in zip(params, args, strict=True):
+        name = param.name
+        if isinstance(param, Fixed):
+            shape = tuple(size_of(size, config) for size in param.shape)
+            check_tensor(label, name, arg, shape=shape, dtype=dtype_of(param.dtype, config), device=device)
+        elif isinstance(param, Tensor) and param.keyword and not _given(label, config, param, arg, args, spec):
+            continue
+        elif isinstance(param, Tensor) and not token_indexed(param):
+            _check_declared(label, config, resolved(param, config), arg, device, bound)
+        else:  # token-indexed: rows, or a tensor whose shape starts with "*T"
+            if isinstance(param, Rows) and param.head is None:  # (rows, as most kernels take: one frame less)
+                width, dtype = size_of(param.width, config), dtype_of(param.dtype, config)
+                check_rows(label, name, arg, width=width, dtype=dtype, device=device)
+                features = 1
+            else:
+                lead = 1 if leading is None else len(leading)
+                features = _check_tokens(label, config, param, arg, device, lead, bound)
+            token_dims = arg.shape[: arg.dim() - features]
+            if leading is None:
+                leading, first = token_dims, name
+                bound[TOKENS] = (math.prod(token_dims), name, tuple(arg.shape))
+            elif token_dims != leading:
+                raise KernelInputError(
+                    f"{label}: {first} has leading (token) dimensions {tuple(leading)} and {name} "
+                    f"{tuple(token_dims)}; they must be equal"
+                )
+        if device is None:
+            device = arg.device
+    if spec.value_checks and reads_values(args[0], getattr(config, "validate", False)):
+        spec.check_values(config, *args)
+
+
+def check_out(spec: KernelSpec, config: Any, out: Any, *args: Any) -> None:
+    """Refuse an ``out=`` ``spec``'s kernel cannot write: its shape, dtype, device and layout (as the input it is
+    shaped like, heads and all; one value a row: dense, of its exact shape), and any overlap with an input other than
+    an exact alias the math allows (``KernelSpec.out_aliases``)."""
+    label = config.label
+    expected = spec.out_shape(config, *args)
+    dtype, device = spec.out_dtype(config), args[0].device
+    like = rows_like(spec.out, spec.params)
+    if one_a_row(spec, config):
+        check_tensor(label, "out", out, shape=tuple(expected), dtype=dtype)
+    elif like is not None and like.head is not None:
+        width = None if like.width is None else size_of(like.width, config)
+        head = size_of(like.head, config)
+        check_head_rows(label, "out", out, width=width, head=head, head_name="head", dtype=dtype, device=device, lead=1)
+    else:
+        check_rows(label, "out", out, width=None, dtype=dtype, device=device)
+    if tuple(out.shape) != tuple(expected):
+        raise KernelInputError(
+            f"{label}: out has shape {tuple(out.shape)}; this call writes {tuple(expected)} (pass out=None to "
+            "have the kernel allocate it)"
+        )
+    aliases = spec.out_aliases
+    for name, arg in zip(spec.inputs, args, strict=True):
+        if arg is not None and overlap(out, arg):  # (an empty tensor overlaps nothing)
+            if name in aliases and same_view(out, arg):
+                continue
+            allowed = f"; it may be {name} itself" if name in aliases else ""
+            raise KernelInputError(
+                f"{label}: out overlaps {name} in memory{allowed}; the kernel would read what it has already "
+                "written: pass a separate buffer"
+            )
+
+
+def one_a_row(spec: KernelSpec, config: Any) -> bool:
+    """Whether ``spec``'s kernel returns one value a row (a sampler's token ids, ``Out`` with neither ``like`` nor a
+    width): ``[*T]``, under the first token-indexed input's leading dimensions."""
+    out = spec.out
+    return out is not None and out.like is None and spec.out_width(config) is None
+
+
+def empty_output(spec: KernelSpec, config: Any, *args: Any) -> torch.Tensor:
+    """An empty (contiguous) tensor shaped, typed and placed as ``spec``'s kernel's returned one
+    (``KernelSpec.out_shape``, ``KernelSpec.out_dtype``)."""
+    empty: torch.Tensor = args[0].new_empty(spec.out_shape(config, *args), dtype=spec.out_dtype(config))
+    return empty
+
+
+def check_aliasing(spec: KernelSpec, config: Any, *args: Any) -> None:
+    """Refuse a call whose in-place inputs share memory with another input (rope's query and key are two slices
+    of one packed buffer: distinct columns of it are fine, the same elements are not), whatever either's dtype:
+    a ``view(dtype)`` of an input is the same memory, and writing it changes what the other reads. A keyword
+    tensor left out (None, or empty) shares nothing; an input this configuration only reads
+    (``KernelSpec.written``) is compared as any other."""
+    for written, other in aliasing_pairs(spec, config):
+        if args[other] is not None and args[written] is not None and overlap(args[written], args[other]):
+            inputs = spec.inputs
+            raise KernelInputError(
+                f"{config.label}: {inputs[written]} overlaps {inputs[other]} in memory; {inputs[written]} is "
+                "written in place, so they must not share elements (not through a view of another dtype "
+                "either): pass separate tensors"
+            )
+
+
+def aliasing_pairs(spec: KernelSpec, config: Any = None) -> tuple[tuple[int, int], ...]:
+    """The (written input, other input) positions :func:`check_aliasing` compares, each pair once: those
+    ``KernelSpec.written`` names under ``config`` (None: every input the kernel may write)."""
+    inputs = spec.inputs
+    mutates = spec.mutates if config is None else spec.written(config)
+    return tuple(
+        (inputs.index(written), other)
+        for position, written in enumerate(mutates)
+        for other, name in enumerate(inputs)
+        if name != written and name not in mutates[:position]
+    )
+
+
+def _fixed(dtype: Any) -> bool:
+    """A dtype no factory argument changes (none named by a configuration field): :func:`check_kind`'s hint."""
+    return not any(isinstance(each, str) for each in (dtype if isinstance(dtype, tuple) else (dtype,)))
+
+
+def _left_out(config: Any, param: Tensor, arg: Any) -> bool:
+    """Whether the keyword tensor ``param`` is left out: None, or an empty tensor of its dtype."""
+    if arg is None:
+        return True
+    dtype = dtype_of(param.dtype, config)
+    return (
+        isinstance(arg, tensor_type())
+        and not arg.numel()
+        and arg.dtype in (dtype if isinstance(dtype, tuple) else (dtype,))
+    )
+
+
+def _given(label: str, config: Any, param: Tensor, arg: Any, args: tuple[Any, ...], spec: KernelSpec) -> bool:
+    """Whether the keyword tensor ``param`` is given (neither None nor an empty tensor of its dtype); refuses one the
+    configuration needs and the call left out, or one it must not have (``Tensor.present``), or one given without
+    the tensor it goes with (``Tensor.together``)."""
+    left_out = _left_out(config, param, arg)
+    needed = None if param.present is None else param.present(config)
+    if left_out and needed:
+        raise KernelInputError(f"{label}: {param.name} is {'None' if arg is None else 'empty'}; {param.why}")
+    if not left_out and needed is False:
+        raise KernelInputError(f"{label}: {param.name} is given; {param.why}: pass {param.name}=None")
+    if param.together:
+        partner = spec.params[spec.inputs.index(param.together)]
+        partner_left_out = _left_out(config, partner, args[spec.inputs.index(param.together)])
+        if left_out != partner_left_out:
+            absent = param.name if left_out else param.together
+            raise KernelInputError(
+                f"{label}: {param.name} and {param.together} go together; {absent} is absent: pass both or neither"
+            )
+    return not left_out
+
+
+def _check_declared(
+    label: str, config: Any, param: Tensor, arg: Any, device: Any, bound: Bound, tokens: int = 0
+) -> None:
+    """:func:`check_shaped` of a :class:`Tensor` (``tokens``: the leading dimensions its ``"*T"`` stands for)."""
+    sizes: tuple[Declared, ...] = (None,) * tokens + tuple(
+        size.size(config, bound[TOKENS][0]) if isinstance(size, FromTokens) else declared_size(size, config)
+        for size in shape_of(param)[1 if tokens else 0 :]
+    )
+    dtype, fixed = dtype_of(param.dtype, config), _fixed(param.dtype)
+    check_shaped(
+        label,
+        param.name,
+        arg,
+        shape=sizes,
+        dtype=dtype,
+        device=device,
+        layout=layout_of(param),
+        bound=bound,
+        fixed=fixed,
+    )
+
+
+def _check_tokens(label: str, config: Any, param: Rows | Tensor, arg: Any, device: Any, lead: int, bound: Bound) -> int:
+    """Check a token-indexed input of heads, or a ``"*T"`` tensor, given ``lead`` token dimensions (those of the call's
+    first token-indexed input; 1 for the first); returns how many of its trailing dimensions are not tokens."""
+    if isinstance(param, Tensor):  # ``("*T", ...)``: any leading dimensions (at least one), then its own sizes
+        rest = len(shape_of(param)) - 1
+        _check_declared(label, config, param, arg, device, bound, max(1, len(getattr(arg, "shape", ())) - rest))
+        return rest
+    return check_head_rows(
+        label,
+        param.name,
+        arg,
+        width=None if param.width is None else size_of(param.width, config),
+        head=size_of(param.head, config),
+        head_name=param.head if isinstance(param.head, str) else "head",
+        dtype=dtype_of(param.dtype, config),
+        device=device,
+        lead=lead,
+    )

@@ -13,6 +13,10 @@ The kernel is one closure with three routes, chosen in this order on every call:
    launch that takes dense rows (and copied back if written), ``out=`` filled, the device switched to the tensors'
    one, a call without tokens answered without a launch.
 
+What the plain and checked routes read of the spec, derived from its declared parameters, is here as functions of
+the spec (``plain_layout``, ``plain_predicate``, ``token_count``, ``as_rows``, ``out_as_rows``, ``flat_ranks``); the
+full checks are ``_checks``' (``check_call``, ``check_out``, ``check_aliasing``).
+
 Each route is a few frames deep on purpose: at one token a kernel's host time is its cost, and every Python frame
 between the caller and the launch is paid on every step of every layer.
 """
@@ -20,12 +24,32 @@ between the caller and the launch is paid on every step of every layer.
 from __future__ import annotations
 
 import dataclasses
+import functools
+import math
 import operator
 import re
 from collections.abc import Callable
 from typing import Any, NamedTuple, TypeAlias
 
 from lazyops._errors import KernelInputError
+from lazyops.specs._params import (
+    TOKEN_DIMS,
+    TOKENS,
+    Fixed,
+    FromTokens,
+    Param,
+    Rows,
+    Tensor,
+    declared_size,
+    dtype_of,
+    layout_of,
+    resolved,
+    rows_like,
+    shape_of,
+    size_of,
+    symbol_of,
+    token_indexed,
+)
 
 #: A kernel's spec (``lazyops.specs._spec.KernelSpec``), which imports this module: it is not imported back, not even
 #: for its type, so that the spec layer has no circle (``tests/core/test_house_limits.py`` counts typing imports).
@@ -88,7 +112,7 @@ def kernel_of(
     import torch
 
     is_compiling = torch.compiler.is_compiling
-    accepts = spec.plain_predicate(config, strided_rows=strided_rows, device_type=device_type)
+    accepts = plain_predicate(spec, config, strided_rows=strided_rows, device_type=device_type)
     checked = checked_route(spec, config, launch, device_type, strided_rows=strided_rows, writes_out=writes_out)
     through_operator = operator_route(spec, config, backend)
     inputs = spec.inputs
@@ -147,11 +171,10 @@ def checked_route(
     strided_rows: bool,
     writes_out: bool,
 ) -> Callable[[tuple[Any, ...], Any], Any]:
-    """``checked(args, out)``: the spec's checks, then the call adapted to what the launch takes (see
-    ``KernelSpec.implementation`` for the two flags)."""
+    """``checked(args, out)``: the spec's checks (``_checks``, imported by the first call that takes them), then the
+    call adapted to what the launch takes (see ``KernelSpec.implementation`` for the two flags)."""
     import torch
 
-    check, check_out, check_aliasing = spec.check, spec.check_out, spec.check_aliasing
     aliasing = bool(spec.mutates)
     is_grad_enabled = torch.is_grad_enabled
     inference_mode = torch.is_inference_mode_enabled
@@ -161,9 +184,9 @@ def checked_route(
     returns_out = spec.returns == "out"
     returned = tuple(inputs.index(name) for name in spec.returns) if not returns_out else ()
     written = tuple(sorted(inputs.index(name) for name in spec.mutates))
-    output, out_shape, rows, out_rows = spec.output, spec.out_shape, spec.rows, spec.out_rows
+    out_shape = spec.out_shape
     row_positions = tuple(inputs.index(name) for name in spec.row_inputs)
-    flat_ranks = spec.flat_ranks()
+    ranks = flat_ranks(spec)
     token_position = row_positions[0] if row_positions else 0
 
     def refuse_grad(args: tuple[Any, ...], out: Any) -> None:
@@ -187,15 +210,15 @@ def checked_route(
 
     def run(args: tuple[Any, ...], out: Any) -> Any:
         flat = args
-        for index, rank in flat_ranks:
+        for index, rank in ranks:
             if args[index].dim() != rank:
-                flat = rows(config, *args)
+                flat = as_rows(spec, config, *args)
                 break
         first_dims = args[token_position].dim() if row_positions else 2
         if row_positions and flat[token_position].shape[0] == 0:  # no tokens: nothing to launch, whatever the backend
             if not returns_out:
                 return tuple(args[index] for index in returned)
-            return output(config, *args) if out is None else out
+            return output(args) if out is None else out
         copied: list[tuple[Any, Any]] = []
         if not strided_rows and not all(flat[index].is_contiguous() for index in row_positions):
             dense_args = list(flat)
@@ -216,8 +239,8 @@ def checked_route(
             made = launch(*flat)
             result = made if flat is args or made.dim() == first_dims else made.view(out_shape(config, *args))
         else:
-            result = output(config, *args) if out is None else out
-            target = out_rows(config, result)
+            result = output(args) if out is None else out
+            target = out_as_rows(spec, config, result)
             if not writes_out:
                 target.copy_(launch(*flat))
             elif strided_rows or target.is_contiguous():
@@ -236,14 +259,21 @@ def checked_route(
             "(select the 'torch' backend for tensors elsewhere)"
         )
 
+    def output(args: tuple[Any, ...]) -> Any:
+        from lazyops.specs._checks import empty_output
+
+        return empty_output(spec, config, *args)
+
     def checked(args: tuple[Any, ...], out: Any) -> Any:
-        check(config, *args)
+        from lazyops.specs import _checks as checks
+
+        checks.check_call(spec, config, *args)
         if out is not None:
             if not returns_out:
                 raise KernelInputError(f"{label}: takes no out= (it writes its inputs in place)")
-            check_out(config, out, *args)
+            checks.check_out(spec, config, out, *args)
         if aliasing:
-            check_aliasing(config, *args)
+            checks.check_aliasing(spec, config, *args)
         if is_grad_enabled():
             refuse_grad(args, out)
         first = args[0]
@@ -458,8 +488,6 @@ def plain_call(
     """
     import torch
 
-    from lazyops.specs._params import TOKENS, symbol_of
-
     is_grad_enabled = torch.is_grad_enabled
     inference_mode = torch.is_inference_mode_enabled
     current_device = torch.cuda.current_device
@@ -472,7 +500,7 @@ def plain_call(
     if not token_inputs or layout[token_inputs[0]].kind == "shaped":
         raise ValueError(
             f"plain_call{layout!r}: no token-indexed input to count the tokens by; declare one with Rows, or let "
-            "the spec's plain_layout return None (no fast path)"
+            "plain_layout(spec, config) return None for the spec (no fast path)"
         )
     first_index = token_inputs[0]
     first = layout[first_index]
@@ -694,6 +722,143 @@ def plain_call(
     return accepts
 
 
+# -- the spec's declarations, read for the routes: the plain route's layout and predicate, the row views a launch
+# -- receives; what ``KernelSpec`` derives from its parameters at build and call time, kept where it runs
+def plain_layout(spec: KernelSpec, config: Any) -> tuple[PlainInput, ...] | None:
+    """How the call engines make on every step looks, one entry per parameter of ``spec`` (rows ``[tokens, width]``,
+    dense or row-strided; fixed tensors of their exact shape; tensors of their declared sizes, ``"*T"`` one dimension
+    of tokens there), or None where the spec has no fast path (a rows parameter whose width the spec checks
+    itself)."""
+    layout = []
+    for param in spec.params:
+        if isinstance(param, Rows) and (param.width is not None or param.head is not None):
+            width = 0 if param.width is None else size_of(param.width, config)
+            head = size_of(param.head, config) if param.width is None else 0
+            layout.append(rows_input(width, dtype_of(param.dtype, config), head=head, strided=True))
+        elif isinstance(param, Fixed):
+            shape = tuple(size_of(size, config) for size in param.shape)
+            layout.append(fixed_input(shape, dtype_of(param.dtype, config)))
+        elif isinstance(param, Tensor) and param.shape == (TOKEN_DIMS,) and not param.keyword:
+            layout.append(tokens_input(dtype_of(param.dtype, config)))
+        elif isinstance(param, Tensor):
+            declared = resolved(param, config)
+            presence = ""
+            if declared.keyword:
+                needed = None if declared.present is None else declared.present(config)
+                presence = "optional" if needed is None else "required" if needed else "absent"
+                if declared.together and presence == "optional":  # a pair given takes the full checks
+                    presence = "absent"
+            declared_shape = shape_of(declared)
+            # "*T": one token dimension here; the sizes of a tensor this configuration must not have are never
+            # compared (it is left out)
+            plain = (TOKENS, *declared_shape[1:]) if token_indexed(declared) else declared_shape
+            sizes = tuple(None if presence == "absent" else _plain_size(size, config) for size in plain)
+            dtype = dtype_of(declared.dtype, config)
+            layout.append(shaped_input(sizes, dtype, layout=layout_of(declared), presence=presence))
+        else:
+            return None
+    return tuple(layout)
+
+
+def plain_predicate(
+    spec: KernelSpec, config: Any, *, strided_rows: bool, device_type: str | None
+) -> Callable[[tuple[Any, ...]], bool] | None:
+    """The kernel's fast path: a predicate over a call's packed arguments that answers True only for a call the
+    full checks accept (grad mode, aliasing, inference tensors and index values included) and the launch takes
+    as it is (rows ``[tokens, width]`` with tokens, dense or, where the launch takes them, row-strided, on one
+    device of ``device_type``, the current one for CUDA). None: every call takes the full checks. Derived from
+    :func:`plain_layout` (:func:`plain_call`)."""
+    layout = plain_layout(spec, config)
+    if layout is None:
+        return None
+    written = tuple(sorted(spec.inputs.index(name) for name in spec.written(config)))
+    accepts: Callable[[tuple[Any, ...]], bool] = plain_call(
+        layout,
+        written,
+        device_type,
+        strided_rows=strided_rows,
+        values=functools.partial(spec.check_values, config) if spec.value_checks else None,
+        validate=bool(getattr(config, "validate", False)),
+    )
+    return accepts
+
+
+def token_count(spec: KernelSpec, config: Any, *args: Any) -> int:
+    """The call's token count: the product of the first token-indexed input's leading dimensions (an input
+    ``[1, 64, 256]`` is 64 tokens; a query ``[T, H, D]``, T; positions ``[B, S]``, ``B * S``)."""
+    if not spec.row_inputs:
+        return math.prod(args[0].shape[:-1])
+    return math.prod(leading_dims(spec, config, args))
+
+
+def leading_dims(spec: KernelSpec, config: Any, args: tuple[Any, ...]) -> tuple[int, ...]:
+    """The first token-indexed input's leading (token) dimensions."""
+    index = spec.inputs.index(spec.row_inputs[0])
+    arg = args[index]
+    return tuple(arg.shape[: arg.dim() - _features(config, spec.params[index], arg, 1)])
+
+
+def as_rows(spec: KernelSpec, config: Any, *args: Any) -> tuple[Any, ...]:
+    """The call's arguments as a launch receives them: each token-indexed input as a ``[rows, width]`` view
+    (heads given as a dimension of their own folded into the row), or ``[rows]`` (rope's positions)."""
+    leading = leading_dims(spec, config, args)
+    tokens, lead = math.prod(leading), len(leading)
+    keywords, row_inputs = spec.keywords, spec.row_inputs
+    return tuple(
+        arg.view(tokens, *((math.prod(arg.shape[lead:]),) if arg.dim() > lead else ()))
+        if name in row_inputs and not (name in keywords and (arg is None or not arg.numel()))
+        else arg
+        for name, arg in zip(spec.inputs, args, strict=True)
+    )
+
+
+def out_as_rows(spec: KernelSpec, config: Any, out: Any) -> Any:
+    """``out`` as the ``[rows, width]`` view a launch writes (itself when 2-D), heads folded into the row; ``[rows]``
+    where the kernel returns one value a row (``_checks.one_a_row``)."""
+    declared = spec.out
+    if declared is not None and declared.like is None and spec.out_width(config) is None:
+        return out.reshape(-1)
+    if out.dim() == 2:
+        return out
+    like = rows_like(declared, spec.params)
+    if like is not None and like.head is not None and like.width is not None:
+        return out.view(-1, size_of(like.width, config))
+    return out.view(-1, out.shape[-1])
+
+
+def flat_ranks(spec: KernelSpec) -> tuple[tuple[int, int], ...]:
+    """``(position, rank)`` of each token-indexed input as a launch receives it: 2 for rows (``[rows, width]``),
+    a token-indexed tensor's own (rope's positions ``[tokens]``: 1). Not a keyword tensor, which may be left out:
+    :func:`as_rows` flattens it with the others."""
+    return tuple(
+        (index, len(shape_of(param)) if isinstance(param, Tensor) else 2)
+        for index, param in enumerate(spec.params)
+        if param.name in spec.row_inputs and not getattr(param, "keyword", False)
+    )
+
+
+def _plain_size(size: Any, config: Any) -> Any:
+    """A :class:`Tensor`'s size as :func:`shaped_input` takes it: a symbol as it is, a :class:`FromTokens` as a
+    function of the token count alone, else ``_params.declared_size``."""
+    if symbol_of(size):
+        return size
+    if isinstance(size, FromTokens):
+        return functools.partial(size.size, config)
+    return declared_size(size, config)
+
+
+def _features(config: Any, param: Param, arg: Any, lead: int) -> int:
+    """How many trailing dimensions of a checked token-indexed ``arg`` are not tokens (``lead``: as for
+    ``_checks._check_tokens``)."""
+    if isinstance(param, Tensor):
+        return len(shape_of(param)) - 1
+    if isinstance(param, Rows) and param.head is not None and arg.dim() == lead + 2:
+        head, shape = size_of(param.head, config), arg.shape
+        if shape[-1] == head and (param.width is None or shape[-2] * head == size_of(param.width, config)):
+            return 2
+    return 1
+
+
 def with_keywords(kernel: Callable[..., Any], spec: KernelSpec, config: Any) -> Callable[..., Any]:
     """``kernel`` taking ``spec``'s keyword-only parameters (``k_scale=``) by keyword, or positionally after the
     others, as the conformance kit passes every input: each is handed on as a trailing positional argument, ``None``
@@ -727,6 +892,4 @@ def _picker(positions: tuple[int, ...]) -> Callable[[tuple[Any, ...]], Any]:
 
 
 def _input_dtype(spec: KernelSpec, config: Any, position: int) -> Any:
-    from lazyops.specs._params import dtype_of
-
     return dtype_of(getattr(spec.params[position], "dtype", "dtype"), config)

@@ -27,6 +27,8 @@ import threading
 from collections.abc import Callable
 from typing import Any, TypeAlias
 
+from lazyops.specs import _checks as checks
+
 #: A kernel's spec (``lazyops.specs._spec.KernelSpec``), which imports this module: it is not imported back, not even
 #: for its type, so that the spec layer has no circle (``tests/core/test_house_limits.py`` counts typing imports).
 KernelSpec: TypeAlias = Any
@@ -121,8 +123,8 @@ def operators(
         def fake(*args: Any) -> Any:
             tensors, values = args[:count], args[count:]
             config = spec.bind(**dict(zip(names, values, strict=True)))
-            spec.check(config, *tensors)
-            return spec.output(config, *tensors) if returns_out else None
+            checks.check_call(spec, config, *tensors)
+            return checks.empty_output(spec, config, *tensors) if returns_out else None
 
         def real_out(*args: Any) -> None:
             kernel_for(tuple(args[count + 1 :]))(*args[:count], out=args[count])
@@ -130,8 +132,8 @@ def operators(
         def fake_out(*args: Any) -> None:
             tensors, out, values = args[:count], args[count], args[count + 1 :]
             config = spec.bind(**dict(zip(names, values, strict=True)))
-            spec.check(config, *tensors)
-            spec.check_out(config, out, *tensors)
+            checks.check_call(spec, config, *tensors)
+            checks.check_out(spec, config, out, *tensors)
 
         def register(name: str, with_out: bool, implementation: Any, fake_implementation: Any) -> Any:
             library.define(schema(spec, example_config, operator=operator, fields=fields, with_out=with_out))

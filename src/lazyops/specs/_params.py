@@ -7,9 +7,10 @@ the value and what would be accepted. (The checks of a kernel *call*, on the hot
 
 **The call's tensors**: ``Rows("x")``, ``Fixed("weight", shape=("n",))``, ``Tensor("block_table", ("B", None),
 torch.int32)``, ``Out(like="x")``. A spec lists what its kernel call takes and gives; everything that follows from
-that list is derived from it in one place (``_spec.KernelSpec``): the checks every call passes, the fast path, the
-output's shape; and, in the kernel's examples (``lazyops.testing.cases``), the inputs the conformance kit draws and
-the bytes a benchmark counts. A fact about a shape is written here once, never three times.
+that list is derived from it: the checks every call passes (``_checks``) and the fast path (``_engine``), functions
+of the spec, the output's shape (``_spec.KernelSpec``); and, in the kernel's examples (``lazyops.testing.cases``),
+the inputs the conformance kit draws and the bytes a benchmark counts. A fact about a shape is written here once,
+never three times.
 
 Sizes and dtypes refer to the kernel's static configuration by field name (``width="n"``, ``dtype="weight_dtype"``)
 or are given as they are (an int, a ``torch.dtype``); a size may also be a function of the configuration
@@ -21,7 +22,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from lazyops._errors import KernelInputError
@@ -163,8 +164,9 @@ class FromTokens:
 @dataclass(frozen=True)
 class Out:
     """The tensor a kernel returns: shaped like the input ``like``, or rows ``[..., width]`` under the first
-    token-indexed input's leading dimensions. ``may_alias``: the input ``out=`` may be (the very same view), where
-    the math reads each element of a row before writing it (``rmsnorm_tl(...)(x, w, out=x)``)."""
+    token-indexed input's leading dimensions, or, with neither, one value a row ``[...]`` under them (a sampler's token
+    ids). ``may_alias``: the input ``out=`` may be (the very same view), where the math reads each element of a row
+    before writing it (``rmsnorm_tl(...)(x, w, out=x)``)."""
 
     like: str | None = None
     width: Size | None = None
@@ -173,6 +175,49 @@ class Out:
 
 
 Param = Rows | Fixed | Tensor
+
+
+# -- the declarations read: what the spec (``_spec``), the call's checks (``_checks``) and the fast path (``_engine``)
+# -- each ask of a parameter
+def token_indexed(param: Param) -> bool:
+    """Whether ``param`` is indexed by token: rows, or a :class:`Tensor` whose shape starts with ``"*T"``."""
+    return isinstance(param, Rows) or (
+        isinstance(param, Tensor) and isinstance(param.shape, tuple) and param.shape[:1] == (TOKEN_DIMS,)
+    )
+
+
+def resolved(param: Tensor, config: Any) -> Tensor:
+    """``param`` with the attributes a function of the configuration gives (``shape``, ``layout``) for ``config``."""
+    if not callable(param.shape) and not callable(param.layout):
+        return param
+    shape = param.shape(config) if callable(param.shape) else param.shape
+    return replace(param, shape=shape, layout=param.layout(config) if callable(param.layout) else param.layout)
+
+
+def shape_of(param: Tensor) -> tuple[Any, ...]:
+    """A resolved (or class-level tuple) :class:`Tensor`'s shape (:func:`resolved`)."""
+    return param.shape if isinstance(param.shape, tuple) else ()
+
+
+def layout_of(param: Tensor) -> str | tuple[str, ...]:
+    """A resolved :class:`Tensor`'s layout (:func:`resolved`)."""
+    return param.layout if isinstance(param.layout, str | tuple) else "dense"
+
+
+def declared_size(size: Any, config: Any) -> int | range | tuple[str, int] | None:
+    """A :class:`Tensor`'s size for ``config``: None (any), the ``(symbol, offset)`` the call binds, or the int (or
+    ``range``) the configuration gives (``_checks.Declared``)."""
+    if size is None:
+        return None
+    return symbol_of(size) or allowed_of(size, config)
+
+
+def rows_like(out: Out | None, params: tuple[Param, ...]) -> Rows | None:
+    """The token-indexed input ``out`` is shaped like (:attr:`Out.like`), if it is rows."""
+    if out is None or out.like is None:
+        return None
+    param = next(param for param in params if param.name == out.like)
+    return param if isinstance(param, Rows) else None
 
 
 # -- the factory's arguments -----------------------------------------------------------------------------------------

@@ -36,7 +36,6 @@ from typing import Any, Protocol
 import torch
 
 from lazyops._errors import KernelInputError
-from lazyops.specs import _checks as checks
 from lazyops.specs import _params
 from lazyops.specs._params import TOKEN_DIMS, Out, Rows, Tensor
 from lazyops.specs._spec import KernelSpec
@@ -237,19 +236,6 @@ class SampleSpec(KernelSpec):
         if logprobs:
             options.update(logprobs=True, top_n=top_n)
         return SampleConfig(vocab, dtype, _params.describe(self.name, **options), logprobs, top_n)
-
-    def out_shape(self, config: Any, *args: Any) -> tuple[int, ...]:
-        return tuple(args[0].shape[:-1])
-
-    def out_rows(self, config: Any, out: torch.Tensor) -> torch.Tensor:
-        return out.reshape(-1)
-
-    def check_out(self, config: Any, out: Any, *args: Any) -> None:
-        label = config.label
-        checks.check_tensor(label, "out", out, shape=self.out_shape(config, *args), dtype=torch.int64)
-        for name, arg in zip(self.inputs, args, strict=True):
-            if arg is not None and checks.overlap(out, arg):
-                raise KernelInputError(f"{label}: out overlaps {name} in memory; pass a separate buffer")
 
     def log_probabilities(
         self, logits: torch.Tensor, tokens: torch.Tensor, n: int
