@@ -14,21 +14,31 @@ class LazyopsError(Exception):
 
 
 class KernelUnavailableError(LazyopsError, AttributeError):
-    """A known kernel that the selected backends do not export, with no fallback allowed to supply it."""
+    """A known kernel that the selected backends do not export, with no fallback allowed to supply it; or one they
+    export but decline for the configuration asked about (``declined``: each such backend with its reason, in the
+    order they were asked), with no backend left that serves it."""
 
-    def __init__(self, kernel: str, backend: str, available_in: tuple[str, ...], message: str) -> None:
+    def __init__(
+        self,
+        kernel: str,
+        backend: str,
+        available_in: tuple[str, ...],
+        message: str,
+        declined: tuple[tuple[str, str], ...] = (),
+    ) -> None:
         # AttributeError's name/obj let tracebacks and IDEs point at the attribute that failed.
         super().__init__(message, name=kernel, obj=None)
         self.kernel = kernel
         self.backend = backend
         self.available_in = available_in
+        self.declined = declined
 
     def __reduce__(
         self,
     ) -> tuple[
-        "type[KernelUnavailableError]", tuple[str, str, tuple[str, ...], str]
+        "type[KernelUnavailableError]", tuple[str, str, tuple[str, ...], str, tuple[tuple[str, str], ...]]
     ]:  # keep pickling (multiprocessing, pytest-xdist) working with the extra fields
-        return (type(self), (self.kernel, self.backend, self.available_in, str(self)))
+        return (type(self), (self.kernel, self.backend, self.available_in, str(self), self.declined))
 
 
 class ConfigError(LazyopsError, ValueError):

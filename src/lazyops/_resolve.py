@@ -240,7 +240,11 @@ def unavailable_error(
         if settings.strict and others:
             way_out += " Or unset LAZYOPS_STRICT to let it come from elsewhere."
         return KernelUnavailableError(
-            kernel, ",".join(chain), available_in, f"{what} is not served here: {reasons}. {way_out}"
+            kernel,
+            ",".join(chain),
+            available_in,
+            f"{what} is not served here: {reasons}. {way_out}",
+            tuple(declined.items()),
         )
     runnable = tuple(backend for backend in available_in if _runs_here(backend))
     idle = [backend for backend in available_in if backend not in runnable]

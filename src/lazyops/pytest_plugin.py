@@ -321,16 +321,22 @@ def missing_kernels(kernels: Iterable[str], backend: str | None) -> list[KernelU
 
 # -- turning an escaped KernelUnavailableError into a skip ---------------------------------------------------
 def missing_reason(errors: list[KernelUnavailableError]) -> str:
-    """``lazyops: backend 'x' lacks kernel 'rope_tl' (available in: torch, triton)``."""
+    """``lazyops: backend 'x' lacks kernel 'rope_tl' (available in: torch, triton)``, or, for a kernel the backends
+    export but decline for the test's configuration, ``lazyops: backend 'tilelang' declines 'paged_attention_tl':
+    head_dim 16: ...`` (saying it lacks a kernel it has would send the reader to port what exists)."""
     groups: dict[tuple[str, tuple[str, ...]], list[str]] = {}
+    declines: list[str] = []
     for error in errors:
-        groups.setdefault((error.backend, tuple(error.available_in)), []).append(repr(error.kernel))
+        if error.declined:
+            declines.extend(f"backend {backend!r} declines {error.kernel!r}: {why}" for backend, why in error.declined)
+        else:
+            groups.setdefault((error.backend, tuple(error.available_in)), []).append(repr(error.kernel))
     parts = [
         f"backend {backend!r} lacks kernel{'s' if len(kernels) > 1 else ''} {', '.join(kernels)} "
         f"(available in: {', '.join(available_in) or 'no loadable backend'})"
         for (backend, available_in), kernels in groups.items()
     ]
-    return "lazyops: " + "; ".join(parts)
+    return "lazyops: " + "; ".join(parts + declines)
 
 
 def _unavailable(excinfo: pytest.ExceptionInfo[BaseException] | None) -> list[KernelUnavailableError]:
@@ -375,7 +381,7 @@ def pytest_runtest_makereport(
     errors = _unavailable(call.excinfo) if call.when in ("setup", "call") else []
     if not errors or call.excinfo is None:  # (errors come from an excinfo)
         return report
-    report.lazyops_missing = [[error.kernel, error.backend] for error in errors]  # type: ignore[attr-defined]
+    report.lazyops_missing = _missing_entries(errors)  # type: ignore[attr-defined]
     marker = isinstance(call.excinfo.value, RequiredKernelsMissing)
     if fail_missing(item.config):
         if marker:  # the plugin's own traceback would say nothing useful
@@ -399,7 +405,7 @@ def pytest_make_collect_report(
     errors = _unavailable(getattr(call, "excinfo", None)) if report.failed else []
     if not errors or call is None:  # (errors come from its excinfo)
         return report
-    report.lazyops_missing = [[error.kernel, error.backend] for error in errors]  # type: ignore[attr-defined]
+    report.lazyops_missing = _missing_entries(errors)  # type: ignore[attr-defined]
     if fail_missing(collector.config):
         report.sections.append(("lazyops", _fail_note(errors)))
         return report
@@ -409,21 +415,36 @@ def pytest_make_collect_report(
     return report
 
 
+def _missing_entries(errors: list[KernelUnavailableError]) -> list[list[str]]:
+    """``[kernel, backend, how]`` for the summary: ``how`` is ``"lacks"`` (a kernel to port) or ``"declines"`` (the
+    backend has it but not for the test's configuration: nothing to port for it, a configuration to serve)."""
+    entries: list[list[str]] = []
+    for error in errors:
+        if error.declined:
+            entries.extend([error.kernel, backend, "declines"] for backend, _ in error.declined)
+        else:
+            entries.append([error.kernel, error.backend, "lacks"])
+    return entries
+
+
 def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
-    """The porting to-do list: which kernels each backend lacks, and how many tests each one held back."""
-    tests: dict[tuple[str, str], int] = {}
+    """The porting to-do list: which kernels each backend lacks (or declines for the tests' configurations), and how
+    many tests each one held back."""
+    tests: dict[tuple[str, str, str], int] = {}
     for outcome in ("skipped", "failed", "error"):
         for report in terminalreporter.stats.get(outcome, ()):
-            for kernel, backend in getattr(report, "lazyops_missing", ()):
-                tests[backend, kernel] = tests.get((backend, kernel), 0) + 1
+            for kernel, backend, *how in getattr(report, "lazyops_missing", ()):
+                key = (backend, how[0] if how else "lacks", kernel)  # (a report from an older plugin has no how)
+                tests[key] = tests.get(key, 0) + 1
     if not tests:
         return
     verb = "failed" if fail_missing(config) else "skipped"
     terminalreporter.write_sep("-", f"lazyops: tests {verb} for missing kernels")
-    by_backend: dict[str, list[str]] = {}
-    for (backend, kernel), count in sorted(tests.items()):
-        by_backend.setdefault(backend, []).append(f"{kernel} ({count} test{'s' if count > 1 else ''})")
-    for backend, kernels in by_backend.items():
-        terminalreporter.write_line(f"backend {backend!r} lacks {', '.join(kernels)}")
+    by_backend: dict[tuple[str, str], list[str]] = {}
+    for (backend, how, kernel), count in sorted(tests.items()):
+        by_backend.setdefault((backend, how), []).append(f"{kernel} ({count} test{'s' if count > 1 else ''})")
+    for (backend, how), kernels in by_backend.items():
+        where = " for the tests' configurations" if how == "declines" else ""
+        terminalreporter.write_line(f"backend {backend!r} {how} {', '.join(kernels)}{where}")
     if verb == "skipped":
         terminalreporter.write_line("--lazyops-fail-missing turns these skips into failures")

@@ -80,11 +80,17 @@ def test_strict_mode_refuses_a_declined_configuration_with_the_reason(fake_backe
             lazyops.rmsnorm_tl(256, torch.float32)
         except lazyops.KernelUnavailableError as error:
             print("refused:", error)
+            import pickle
+            print("declined:", pickle.loads(pickle.dumps(error)).declined == error.declined, error.declined)
         """,
         LAZYOPS_BACKEND="picky",
         LAZYOPS_STRICT="1",
     )
     assert result.returncode == 0, result.stderr
+    # what the pytest plugin reads to say "declines", not "lacks": the backends, each with its reason
+    assert (
+        "declined: True (('picky', \"n=256: this port's rmsnorm holds rows of up to 128 features\"),)" in result.stdout
+    ), result.stdout
     assert (
         "refused: rmsnorm_tl(n=256, dtype=torch.float32, eps=1e-06) is not served here: 'picky' declines it"
         in result.stdout

@@ -448,3 +448,24 @@ def test_a_backend_whose_unavailable_reason_raises_does_not_crash_pytest(project
             "*BackendError: backend 'flaky': its unavailable_reason() raised RuntimeError: driver exploded*",
         ]
     )
+
+
+def test_a_kernel_the_backend_declines_is_said_to_be_declined_not_missing():
+    # seen on an H100 (2026-12-07): TileLang declines paged_attention_tl's head_dim 16, and the skips said it "lacks"
+    # the kernel "(available in: torch, triton, tilelang)", sending a porter to port what exists
+    from lazyops import KernelUnavailableError
+    from lazyops.pytest_plugin import _missing_entries, missing_reason
+
+    reason = "head_dim 16: the tiles take 64, 128 or 256"
+    declined = KernelUnavailableError(
+        "paged_attention_tl", "tilelang", ("torch", "triton", "tilelang"), "not served", (("tilelang", reason),)
+    )
+    lacking = KernelUnavailableError("rope_tl", "tilelang", ("torch",), "not available")
+    assert missing_reason([lacking, declined]) == (
+        "lazyops: backend 'tilelang' lacks kernel 'rope_tl' (available in: torch); "
+        f"backend 'tilelang' declines 'paged_attention_tl': {reason}"
+    )
+    assert _missing_entries([lacking, declined]) == [
+        ["rope_tl", "tilelang", "lacks"],
+        ["paged_attention_tl", "tilelang", "declines"],
+    ]
