@@ -449,9 +449,12 @@ def reserved_names() -> frozenset[str]:
     import pkgutil
 
     package = sys.modules["lazyops"]  # imported before any of its modules (an import statement would be a cycle)
+    # a snapshot (taken in one C call): another thread's first access sets attributes on the package meanwhile (its
+    # submodules, resolved kernels), and iterating the live dict then raises "dictionary changed size during iteration"
+    attributes = tuple(vars(package).items())
     functions = {
         name
-        for name, value in vars(package).items()
+        for name, value in attributes
         if callable(value) and getattr(value, "__module__", None) == "lazyops" and not name.startswith("_")
     }
     submodules = {module.name for module in pkgutil.iter_modules(getattr(package, "__path__", []))}

@@ -159,6 +159,25 @@ def test_reserved_names_are_lazyops_own_public_names_and_submodules():
     assert not {"torch", "triton", "tilelang", "ext"} & reserved
 
 
+def test_reserved_names_survive_another_thread_setting_package_attributes_meanwhile(monkeypatch):
+    # seen under load (2026-12-07): configure() racing 64 first accesses raised "dictionary changed size during
+    # iteration", the package's dict gaining a submodule or a kernel while reserved_names() read it. The thread
+    # switch is made deterministic: the check of each value sets a new attribute, as another thread would.
+    from lazyops import _registry
+
+    added = []
+
+    def callable_while_another_thread_writes(value):
+        name = f"_written_meanwhile_{len(added)}"
+        added.append(name)
+        monkeypatch.setattr(lazyops, name, object(), raising=False)
+        return callable(value)
+
+    monkeypatch.setattr(_registry, "callable", callable_while_another_thread_writes, raising=False)
+    reserved = reserved_names()
+    assert added and {"configure", "which"} <= reserved
+
+
 def test_a_new_submodule_is_reserved_without_a_list_to_keep(tmp_path, monkeypatch):
     (tmp_path / "newcomer.py").write_text("raise RuntimeError('found without importing it')\n")
     monkeypatch.setattr(lazyops, "__path__", [*lazyops.__path__, str(tmp_path)])
