@@ -504,7 +504,9 @@ def clone(inputs: tuple[Any, ...]) -> tuple[Any, ...]:
     return tuple(t.clone() for t in inputs)
 
 
-def measure_workload(phase: str, tokens: int, impls: list[Impl], shape: Shape, device: str) -> list[dict[str, Any]]:
+def measure_workload(
+    phase: str, tokens: int, impls: list[Impl], shape: Shape, device: str, stream: bool = False
+) -> list[dict[str, Any]]:
     """Every implementation at one workload, interleaved: a row each, with its relative errors and × torch.compile."""
     import torch
 
@@ -533,7 +535,7 @@ def measure_workload(phase: str, tokens: int, impls: list[Impl], shape: Shape, d
 
     chosen = [impl for impl in impls if impl.kind != "skeleton" or phase == "prefill"]
     cases = [case(impl, weights, shape, phase, inputs) for impl in chosen]
-    mode = "graph" if device.startswith("cuda") and phase == "decode" else "stream"
+    mode = "graph" if device.startswith("cuda") and phase == "decode" and not stream else "stream"
     timed = harness.measure(cases, name, mode, device, round_s=0.06, check=check)
     rows = [
         {"workload": name, "phase": phase, "tokens": tokens, "impl": impl, "mode": mode} | t
@@ -592,6 +594,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--hf", action="store_true", help="a Hugging Face Llama: stock, lazyops' patch, liger's")
     parser.add_argument("--fp8", default="", help="comma list of block,channel: the layers from fp8 weights too")
     parser.add_argument("--no-compile", action="store_true", help="no torch.compile twins")
+    parser.add_argument("--only", help="comma list of implementation names to time, the rest left out (to bisect)")
+    parser.add_argument("--decode-stream", action="store_true", help="time decode in stream, not in a CUDA graph")
     options = parser.parse_args(argv)
     if options.hf:
         return hugging_face(options, harness.start(options))
@@ -627,6 +631,11 @@ def main(argv: list[str] | None = None) -> int:
     impls = implementations(
         shape, dtype, device, status, options.ceiling, options.plan is not None, fp8, not options.no_compile
     )
+    if options.only:  # a row that poisons the device (an assert in a graph's replay) is found by leaving rows out
+        wanted, names = set(options.only.split(",")), [impl.name for impl in impls]
+        if wanted - set(names):
+            sys.exit(f"--only: {', '.join(sorted(wanted - set(names)))} not among this run's rows: {', '.join(names)}")
+        impls = [impl for impl in impls if impl.name in wanted]
     env = harness.environment(device, everything) | {"shape": dataclasses.asdict(shape)}
     env["tolerance"] = TOLERANCE_FACTOR * TOLERANCE[dtype]
     env["attention"] = {name or "torch": attention_for(name, shape, dtype, device).name for name in [None, *status]}
@@ -635,7 +644,7 @@ def main(argv: list[str] | None = None) -> int:
     copy = harness.engine().copy_ceiling(16 if options.smoke else 256, device=device) if options.ceiling else None
     rows, bounds = [], []
     for phase, tokens in workloads:
-        rows += (measured := measure_workload(phase, tokens, impls, shape, device))
+        rows += (measured := measure_workload(phase, tokens, impls, shape, device, options.decode_stream))
         bounds += [bound(measured, shape, tokens, copy)] if copy is not None and phase == "prefill" else []
         written = harness.write(options.out, options.name, title, env, rows + bounds, render(rows, bounds, env, copy))
     print(f"wrote {written} and its .json")

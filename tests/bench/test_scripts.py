@@ -124,6 +124,22 @@ def test_moe_layer(tmp_path):
     assert all("error" not in row and row["us"] > 0 and row["error_out"] < 0.05 for row in timed.values()), timed
 
 
+def test_the_layer_times_only_the_rows_asked_for_and_refuses_an_unknown_one(tmp_path):
+    """``--only`` (a row that poisons the device is found by leaving rows out: issue 36's MoE layer on an H100)."""
+    only = ("--backend", "torch", "--moe", "qwen3-30b-a3b", "--no-compile", "--workloads", "decode-2")
+    payload = smoke("bench_layer.py", tmp_path, *only, "--only", "lazyops torch")
+    assert [row["impl"] for row in payload["rows"]] == ["lazyops torch"]
+    command = [sys.executable, str(BENCHMARKS / "bench_layer.py"), "--smoke", "--device", "cpu", *only]
+    result = subprocess.run(
+        [*command, "--only", "torch eagre"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "PYTHONPATH": str(BENCHMARKS.parent / "src")},
+    )
+    assert result.returncode != 0 and "--only: torch eagre not among this run's rows: torch eager" in result.stderr
+
+
 def test_the_moe_layers_torch_experts_are_the_specs():
     """torch's MoE rows (the timed peer: torch._grouped_mm over the assignments sorted by expert, in bf16) compute
     what ``fused_moe_tl``'s spec does, with experts that receive no token and one that receives most."""
