@@ -12,7 +12,8 @@ export PYTHONPATH := $(if $(PYTHONPATH),$(PYTHONPATH):)$(CURDIR)/src
 	gpu-kernel-defects gpu-sampling gpu-fp8 gpu-fp8gemm \
 	gpu-fp8norms gpu-families gpu-fp8-check gpu-fp8-bench gpu-fp8gemm-check gpu-fp8gemm-bench \
 	gpu-fp8norms-check gpu-fp8norms-bench gpu-tlfp8 gpu-tlfp8-check gpu-tlfp8-bench gpu-moe-check gpu-moe-bench \
-	gpu-sampling-check gpu-sampling-bench gpu-moe-layer gpu-fp8layer gpu-fp8layer-check gpu-fp8layer-bench gpu-fp8tiles
+	gpu-sampling-check gpu-sampling-bench gpu-moe-layer gpu-fp8layer gpu-fp8layer-check gpu-fp8layer-bench gpu-fp8tiles \
+	gpu-moe-layer-bisect
 
 help:
 	@echo "make test           the whole test suite (CI: bash scripts/test.sh installs, lints, then runs it)"
@@ -155,6 +156,20 @@ gpu-moe-layer:
 	    echo "exit status $$? after $$SECONDS s"; done; echo '$$ examples/generate.py --model qwen3-moe --tokens 16'; \
 	  SECONDS=0; $(call limit,20) $(PYTHON) examples/generate.py --model qwen3-moe --tokens 16; \
 	  echo "exit status $$? after $$SECONDS s"; } 2>&1 | tee $(GPU_OUT)/moe-layer.log
+
+# Which row of the MoE layer poisons the device (issue 36: on an H100, 2026-12-07, decode-8 hit a device-side index
+# assert, in Inductor's kernel with torch.compile's rows and in ATen's gather without, and every row then failed):
+# Mixtral-8x7B's decode-8, each row alone in its own process, in a CUDA graph, then out of one (--decode-stream).
+# About 2 minutes on an H100; the log, headed by the date and the device, is GPU_OUT/moe-layer-bisect.log.
+MOE_BISECT_ROWS ?= "torch eager" "lazyops triton" "lazyops triton, cuBLAS GEMMs"
+gpu-moe-layer-bisect:
+	@mkdir -p $(GPU_OUT)
+	{ echo "make gpu-moe-layer-bisect on $$(date -u +%FT%TZ), $$(nvidia-smi --query-gpu=name --format=csv,noheader)"; \
+	  for mode in "" --decode-stream; do for row in $(MOE_BISECT_ROWS); do SECONDS=0; \
+	    echo "$$ CUDA_LAUNCH_BLOCKING=1 bench_layer.py --moe mixtral-8x7b --backend triton --workloads decode-8 --no-compile --only '$$row' $$mode"; \
+	    CUDA_LAUNCH_BLOCKING=1 $(call limit,40) $(PYTHON) benchmarks/bench_layer.py --moe mixtral-8x7b --backend triton \
+	      --workloads decode-8 --no-compile --only "$$row" $$mode --out /tmp/moe-bisect 2>&1 | grep -v IndexKernelUtils | tail -n 4; \
+	    echo "exit status $${PIPESTATUS[0]} after $$SECONDS s"; done; done; } 2>&1 | tee $(GPU_OUT)/moe-layer-bisect.log
 
 # Issue 36's MoE kernels (moe_route_tl, moe_align_tl, fused_moe_tl): their GPU conformance (Triton, TileLang where
 # it has them: the route and the alignment) and the whole Triton layer captured in a CUDA graph under

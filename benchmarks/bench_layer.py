@@ -594,7 +594,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--hf", action="store_true", help="a Hugging Face Llama: stock, lazyops' patch, liger's")
     parser.add_argument("--fp8", default="", help="comma list of block,channel: the layers from fp8 weights too")
     parser.add_argument("--no-compile", action="store_true", help="no torch.compile twins")
-    parser.add_argument("--only", help="comma list of implementation names to time, the rest left out (to bisect)")
+    parser.add_argument("--only", action="append", help="an implementation to time, the rest left out (repeatable)")
     parser.add_argument("--decode-stream", action="store_true", help="time decode in stream, not in a CUDA graph")
     options = parser.parse_args(argv)
     if options.hf:
@@ -632,7 +632,7 @@ def main(argv: list[str] | None = None) -> int:
         shape, dtype, device, status, options.ceiling, options.plan is not None, fp8, not options.no_compile
     )
     if options.only:  # a row that poisons the device (an assert in a graph's replay) is found by leaving rows out
-        wanted, names = set(options.only.split(",")), [impl.name for impl in impls]
+        wanted, names = set(options.only), [impl.name for impl in impls]
         if wanted - set(names):
             sys.exit(f"--only: {', '.join(sorted(wanted - set(names)))} not among this run's rows: {', '.join(names)}")
         impls = [impl for impl in impls if impl.name in wanted]
