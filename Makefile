@@ -159,17 +159,30 @@ gpu-moe-layer:
 
 # Which row of the MoE layer poisons the device (issue 36: on an H100, 2026-12-07, decode-8 hit a device-side index
 # assert, in Inductor's kernel with torch.compile's rows and in ATen's gather without, and every row then failed):
-# Mixtral-8x7B's decode-8, each row alone in its own process, in a CUDA graph, then out of one (--decode-stream).
-# About 2 minutes on an H100; the log, headed by the date and the device, is GPU_OUT/moe-layer-bisect.log.
+# Mixtral-8x7B's decode-8, each row alone in its own process, in a CUDA graph, then out of one (--decode-stream,
+# with CUDA_LAUNCH_BLOCKING=1: the failing call's traceback names the op); then, where the device has NVIDIA's
+# compute-sanitizer, the Triton row out of a graph under its memcheck (an out-of-bounds write names its kernel).
+# About 4 minutes on an H100; the log, headed by the date and the device, is GPU_OUT/moe-layer-bisect.log.
 MOE_BISECT_ROWS ?= "torch eager" "lazyops triton" "lazyops triton, cuBLAS GEMMs"
+MOE_BISECT = benchmarks/bench_layer.py --moe mixtral-8x7b --backend triton --workloads decode-8 --no-compile \
+	--out /tmp/moe-bisect
+SANITIZER = $(firstword $(shell command -v compute-sanitizer) $(wildcard /usr/local/cuda*/bin/compute-sanitizer))
+gpu-moe-layer-bisect: export LAZYOPS_BENCH_TRACEBACK := 1
 gpu-moe-layer-bisect:
 	@mkdir -p $(GPU_OUT)
 	{ echo "make gpu-moe-layer-bisect on $$(date -u +%FT%TZ), $$(nvidia-smi --query-gpu=name --format=csv,noheader)"; \
 	  for mode in "" --decode-stream; do for row in $(MOE_BISECT_ROWS); do SECONDS=0; \
-	    echo "$$ CUDA_LAUNCH_BLOCKING=1 bench_layer.py --moe mixtral-8x7b --backend triton --workloads decode-8 --no-compile --only '$$row' $$mode"; \
-	    CUDA_LAUNCH_BLOCKING=1 $(call limit,40) $(PYTHON) benchmarks/bench_layer.py --moe mixtral-8x7b --backend triton \
-	      --workloads decode-8 --no-compile --only "$$row" $$mode --out /tmp/moe-bisect 2>&1 | grep -v IndexKernelUtils | tail -n 4; \
-	    echo "exit status $${PIPESTATUS[0]} after $$SECONDS s"; done; done; } 2>&1 | tee $(GPU_OUT)/moe-layer-bisect.log
+	    blocking=$$([ -n "$$mode" ] && echo 1 || echo 0); \
+	    echo "$$ CUDA_LAUNCH_BLOCKING=$$blocking $(MOE_BISECT) --only '$$row' $$mode"; \
+	    CUDA_LAUNCH_BLOCKING=$$blocking $(call limit,40) $(PYTHON) $(MOE_BISECT) --only "$$row" $$mode 2>&1 \
+	      | grep -v IndexKernelUtils | tail -n 30; \
+	    echo "exit status $${PIPESTATUS[0]} after $$SECONDS s"; done; done; \
+	  if [ -n "$(SANITIZER)" ]; then SECONDS=0; \
+	    echo "$$ compute-sanitizer --tool memcheck $(MOE_BISECT) --only 'lazyops triton' --decode-stream"; \
+	    $(call limit,150) $(SANITIZER) --tool memcheck --print-limit 20 $(PYTHON) $(MOE_BISECT) --only "lazyops triton" \
+	      --decode-stream 2>&1 | grep -v IndexKernelUtils | tail -n 80; \
+	    echo "exit status $${PIPESTATUS[0]} after $$SECONDS s"; \
+	  else echo "no compute-sanitizer on this device: the memcheck step is not run"; fi; } 2>&1 | tee $(GPU_OUT)/moe-layer-bisect.log
 
 # Issue 36's MoE kernels (moe_route_tl, moe_align_tl, fused_moe_tl): their GPU conformance (Triton, TileLang where
 # it has them: the route and the alignment) and the whole Triton layer captured in a CUDA graph under

@@ -37,8 +37,11 @@ from __future__ import annotations
 
 import contextlib
 import math
+import os
 import statistics
+import sys
 import time
+import traceback
 import types
 import warnings
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
@@ -138,6 +141,8 @@ class Impl:
     def failed(self, row: Row, error: BaseException) -> None:
         """``row`` failed with ``error``: say so in the row and, where ``sticky``, for every later attempt."""
         row.error = _one_line(error)
+        if os.environ.get("LAZYOPS_BENCH_TRACEBACK") == "1":  # a bisect: which call failed, not only its message
+            traceback.print_exception(error, file=sys.stderr)
         if self.sticky and not self.failures:
             self.failures.append(f"not retried: failed at an earlier size ({row.error})")
 
