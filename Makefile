@@ -184,6 +184,15 @@ gpu-moe-layer-bisect:
 	    echo "exit status $${PIPESTATUS[0]} after $$SECONDS s"; \
 	  else echo "no compute-sanitizer on this device: the memcheck step is not run"; fi; } 2>&1 | tee $(GPU_OUT)/moe-layer-bisect.log
 
+# Issue 36's experts against their goals (bench_kernels.py --moe): fused_moe_tl at Mixtral-8x7B's and Qwen3-30B-A3B's
+# experts, routed evenly; decode T = 1, 8, 64 in CUDA graphs (the experts' bytes at ≥ 80 % of the copy's rate), prefill
+# 4096 and 16384 in stream (≥ 1.0× torch._grouped_mm): GPU_OUT/moe_experts.{md,json}. About 3 minutes on an H100 with
+# Triton alone; MOE_EXPERTS="--backend triton,tilelang" adds TileLang's (its programs compile first).
+MOE_EXPERTS ?= --backend triton
+MOE_EXPERTS_S ?= 240
+gpu-moe-experts:
+	-$(call limit,$(MOE_EXPERTS_S)) $(PYTHON) benchmarks/bench_kernels.py --moe --out $(GPU_OUT) $(MOE_EXPERTS)
+
 # Issue 36's MoE kernels (moe_route_tl, moe_align_tl, fused_moe_tl): their GPU conformance (Triton, TileLang where
 # it has them: the route and the alignment) and the whole Triton layer captured in a CUDA graph under
 # set_sync_debug_mode("error") (Qwen3-30B-A3B and DeepSeek-V3 routing, with and without an expert map; TileLang's

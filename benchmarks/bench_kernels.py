@@ -5,11 +5,17 @@
         --tokens 1,128,1024 --name torch_backend     # the torch backend against torch's ops on this CPU
     python benchmarks/bench_kernels.py --smoke --device cpu --out /tmp/k   # the script's logic, tiny shapes
     python benchmarks/bench_kernels.py --sampling          # sample_tl: results/h200/sampling.{md,json}
+    python benchmarks/bench_kernels.py --moe               # fused_moe_tl: results/h200/moe_experts.{md,json}
 
 ``--sampling``: ``sample_tl`` and ``apply_penalties_tl`` at B = 1, 16, 64, 256 requests and V = 128256 and 151936
 (issue 37's grid), mixed per-request parameters; at the first V also ``sample_tl`` writing the sampled and top-5
 log-probabilities, and ``apply_penalties_tl`` with 8 logit-bias entries a request and a token bitmask (bfloat16
 only). The ``torch.compile`` peer is compiled at the first V only (each compile takes tens of seconds).
+
+``--moe``: ``fused_moe_tl`` at Mixtral-8x7B's and Qwen3-30B-A3B's experts (issue 36), routed evenly (a call reads
+``min(E, T·k)`` experts, the bytes its rate counts): decode at T = 1, 8, 64 in CUDA graphs (µs, and those bytes' rate
+as a share of the copy's: the goal is 80 %), prefill at 4096 and 16384 in stream time (TFLOP/s, against
+``torch._grouped_mm`` with the same routing: the goal is 1.0×). No ``torch.compile`` peer unless ``--compile``.
 
 Kernels: every kernel whose spec says it is memory-bound (``--kernels`` for others), each at its spec's engine-sized
 configuration, in each backend that runs here (or of ``--backend``). Peers: ``torch eager`` and ``torch.compile``
@@ -37,12 +43,21 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--kernels", help="comma list (default: every memory-bound kernel)")
     parser.add_argument("--modes", help="comma list of stream, graph, host (default: all three; no graph on a CPU)")
     parser.add_argument("--tokens", help="stream mode's token counts (default 1024,8192,32768)")
-    parser.add_argument("--graph-tokens", default="1,1024", help="graph mode's token counts (default 1,1024)")
+    parser.add_argument("--graph-tokens", help="graph mode's token counts (default 1,1024; --moe's 1,8,64)")
     parser.add_argument("--dtypes", help="comma list (default bfloat16; --sampling's: float32,bfloat16)")
     parser.add_argument("--compile", action=BooleanOptionalAction, help="the torch.compile peer (default: on CUDA)")
     parser.add_argument("--name", default="kernels", help="the result files' stem (default kernels)")
     parser.add_argument("--sampling", action="store_true", help="sample_tl, apply_penalties_tl at B 1-256")
+    parser.add_argument("--moe", action="store_true", help="fused_moe_tl at Mixtral's and Qwen3-MoE's experts")
     options = parser.parse_args(argv)
+    if options.sampling and options.moe:
+        parser.error("--sampling and --moe are two runs: give one of them")
+    if options.moe:  # decode in CUDA graphs, prefill in stream: issue 36's goals
+        options.kernels, options.name = "fused_moe", "moe_experts" if options.name == "kernels" else options.name
+        options.tokens = options.tokens or ("4,16" if options.smoke else "4096,16384")
+        options.graph_tokens = options.graph_tokens or ("1,4" if options.smoke else "1,8,64")
+        options.modes = options.modes or "stream,graph"
+        options.compile = bool(options.compile)  # the float32 loop compiled at 16384 tokens: only when asked
     if options.sampling:  # batches of requests, V = 128256 (the spec's engine size), mixed per-request parameters
         batches = "1,4" if options.smoke else "1,16,64,256"
         options.kernels, options.name = (
@@ -59,7 +74,7 @@ def main(argv: list[str] | None = None) -> int:
     small = options.smoke
     modes = (options.modes or ("stream,graph,host" if cuda else "stream,host")).split(",")
     tokens = _counts(options.tokens or ("4,16" if small else "1024,8192,32768"))
-    graph_tokens = _counts(options.graph_tokens)
+    graph_tokens = _counts(options.graph_tokens or "1,1024")
     rounds, round_s, calls = (1, 0.002, 5) if small else (3, 0.04, 3000)
     compile_peer = cuda if options.compile is None else options.compile
     status = harness.backends(options.backend)
@@ -68,7 +83,13 @@ def main(argv: list[str] | None = None) -> int:
     env = harness.environment(device, status) | {"configs": {}}
     copy = bench.copy_ceiling(16 if small else 256, device=device, rounds=rounds)
     rows: list[Any] = [copy]
-    jobs = sampling_jobs(kernels, small) if options.sampling else [(k, k, None, True, None) for k in kernels]
+    jobs = (
+        sampling_jobs(kernels, small)
+        if options.sampling
+        else moe_jobs()
+        if options.moe
+        else [(k, k, None, True, None) for k in kernels]
+    )
     for dtype in options.dtypes.split(","):
         for kernel, label, example, compiled, only in jobs:
             if only and dtype != only:
@@ -131,6 +152,21 @@ def sampling_jobs(kernels: list[str], small: bool) -> list[tuple[str, str, Any, 
     return jobs
 
 
+#: ``--moe``'s experts (issue 36): Mixtral-8x7B's (8 of 4096 to 14336, 2 a token) and Qwen3-30B-A3B's (128 of 2048 to
+#: 768, 8 a token), each routed evenly, so that a call reads ``min(E, T·k)`` experts and its bytes are exactly those.
+MOE_MODELS = {"Mixtral-8x7B": (4096, 14336, 8, 2), "Qwen3-30B-A3B": (2048, 768, 128, 8)}
+
+
+def moe_jobs() -> list[tuple[str, str, Any, bool, str | None]]:
+    """``--moe``'s jobs, as :func:`sampling_jobs`'s: ``fused_moe_tl`` at each of :data:`MOE_MODELS`, bfloat16."""
+    from lazyops.specs import Example
+
+    def at(args: tuple[int, ...]) -> Any:
+        return lambda dtype: Example((*args, dtype), geometry={"routing": "balanced"})
+
+    return [("fused_moe", f"fused_moe {model}", at(args), True, "bfloat16") for model, args in MOE_MODELS.items()]
+
+
 def memory_bound() -> list[str]:
     """Every kernel whose spec's traffic model says it is bound by memory, by short name (``--sampling``'s apart)."""
     from lazyops.specs import kernel_names, spec
@@ -169,7 +205,11 @@ def render(rows: list[Any], copy: Any, env: dict[str, Any]) -> list[str]:
     ]
     for method, title, cell in (
         ("stream", "Stream time: GB/s (× the best peer, % of the copy)", _stream_cell),
-        ("graph", "Per call inside a CUDA graph: µs (× the best peer)", _time_cell),
+        (
+            "graph",
+            "Per call inside a CUDA graph: µs (× the best peer; a memory-bound call's bytes at % of the copy)",
+            _time_cell,
+        ),
         ("host", "Host time per call at one token: µs (× the best peer)", _time_cell),
     ):
         chosen = [row for row in rows if row.method == method]
@@ -199,8 +239,10 @@ def _stream_cell(row: Any, copy_rate: float | None) -> str:
 def _time_cell(row: Any, copy_rate: float | None) -> str:
     if row.error:
         return "skipped" if row.error.startswith("skipped") else "error"
-    ratio = f" ({row.vs_best_peer:.2f}×)" if row.kind != "peer" and row.vs_best_peer else ""
-    return harness.figure(row.us, 2, row.noisy) + ratio
+    extras = [f"{row.vs_best_peer:.2f}×"] if row.kind != "peer" and row.vs_best_peer else []
+    if row.kind != "peer" and row.method == "graph" and row.rate and copy_rate:  # a memory-bound call's bytes
+        extras.append(f"{100 * row.rate / copy_rate:.0f} % of the copy")
+    return harness.figure(row.us, 2, row.noisy) + (f" ({', '.join(extras)})" if extras else "")
 
 
 if __name__ == "__main__":

@@ -258,13 +258,7 @@ def torch_ops(shape: Shape, attention: Attention) -> Ops:
 
             moe = spec("fused_moe_tl")
             return moe.reference(moe.bind(*shape.kernels(x.dtype)["experts"][1]), x, w13, w2, weights, ids)[0]
-        flat = ids.flatten()
-        order = flat.argsort(stable=True)
-        ends = torch.searchsorted(flat[order], torch.arange(shape.experts, device=x.device), right=True)
-        gate, up = torch._grouped_mm(x[order // shape.top_k], w13.transpose(1, 2), offs=ends.int()).chunk(2, -1)
-        down = torch._grouped_mm(F.silu(gate) * up, w2.transpose(1, 2), offs=ends.int())
-        out = torch.empty_like(down, dtype=torch.float32).index_copy_(0, order, down * weights.flatten()[order, None])
-        return out.view(*ids.shape, -1).sum(1).to(x.dtype)
+        return harness.grouped_mm_experts(x, w13, w2, weights, ids, shape.experts)
 
     moe = {"router": mm, "route": lambda logits: routing(logits, shape.top_k), "experts": experts}
     return Ops(rmsnorm, add_rmsnorm, rope, mm, mm, attention, silu_and_mul, mm, mm, **moe)

@@ -54,6 +54,22 @@ def test_kernels_sampling(tmp_path):
     assert not [row.get("error") for row in rows if row.get("error")]
 
 
+def test_kernels_moe(tmp_path):
+    """--moe: fused_moe_tl at Mixtral-8x7B's and Qwen3-30B-A3B's experts beside torch._grouped_mm, routed evenly so
+    that a row's bytes are those of the experts the call reads; refused beside --sampling."""
+    payload = smoke("bench_kernels.py", tmp_path, "--moe", "--backend", "torch", "--modes", "stream")
+    rows, configs = payload["rows"], payload["environment"]["configs"]
+    impls = {(row["kernel"], row["impl"]) for row in rows}
+    for model in ("Mixtral-8x7B", "Qwen3-30B-A3B"):
+        assert {(f"fused_moe {model}", impl) for impl in ("lazyops torch", "torch._grouped_mm", "torch eager")} <= impls
+    assert not [row.get("error") for row in rows if row.get("error")]
+    assert sorted(configs) == ["fused_moe Mixtral-8x7B", "fused_moe Qwen3-30B-A3B"]
+    assert all(config.endswith(" with routing=balanced") for config in configs.values()), configs
+    both = [sys.executable, str(BENCHMARKS / "bench_kernels.py"), "--moe", "--sampling", "--device", "cpu"]
+    refused = subprocess.run(both, capture_output=True, text=True, timeout=120)
+    assert refused.returncode == 2 and "--sampling and --moe are two runs" in refused.stderr
+
+
 def test_kernels(tmp_path):
     rows = smoke("bench_kernels.py", tmp_path, "--backend", "torch,triton", "--kernels", "rmsnorm,rope")["rows"]
     ours = [row for row in rows if row["impl"] in ("lazyops torch", "lazyops triton", "torch op", "torch eager")]

@@ -158,8 +158,9 @@ class Row:
     ``method``: ``"stream"`` (:func:`measure`), ``"host"``, ``"graph"`` or ``"copy"``. ``us`` is the median µs per
     call, ``low_us`` and ``high_us`` the quartiles of the samples; ``noisy``: their spread is more than
     :data:`NOISY_SPREAD` of the median. ``rate`` is in ``unit`` (GB/s for memory-bound kernels, TFLOP/s for
-    compute-bound ones) for stream and copy rows. ``vs_best_peer`` (set by :func:`rank`): this row against the best
-    peer of the same kernel, method, token count and dtype, >1 meaning faster.
+    compute-bound ones) for stream and copy rows, and GB/s for a memory-bound kernel's graph rows.
+    ``vs_best_peer`` (set by :func:`rank`): this row against the best peer of the same kernel, method, token count
+    and dtype, >1 meaning faster.
     """
 
     kernel: str
@@ -668,11 +669,26 @@ def graph_time(
     rows: list[Row] = []
     for m in tokens:
         args = _input_sets(spec, config, chosen, m, device, 0)[0]
+        # a memory-bound call's bytes: its rate in the graph, against the copy's (issue 36's decode goal is a share of
+        # HBM at a few tokens, where only a graph's time is the kernel's)
+        traffic = examples(spec).traffic(config, m, chosen.geometry)
+        moved = traffic.bytes if traffic.bound != "compute" else None
         current: dict[str, Row] = {}
         samplers: dict[str, Sampler] = {}
         for impl in impls:
             note = f"{captures} calls captured, {replays} replays"
-            row = Row(_short(name), impl.name, impl.kind, "graph", m, _dtype_name(dtype), note=note, config=described)
+            row = Row(
+                _short(name),
+                impl.name,
+                impl.kind,
+                "graph",
+                m,
+                _dtype_name(dtype),
+                unit="GB/s" if moved else None,
+                bytes=moved,
+                note=note,
+                config=described,
+            )
             current[impl.name] = row
             call = impl.skipped() or built[impl.name]
             if not device.startswith("cuda"):
@@ -726,7 +742,10 @@ def _finish(current: dict[str, Row], timings: dict[str, Timing | str], progress:
         if isinstance(timing, str):
             current[impl_name].error = timing
         else:
-            current[impl_name].take(timing)
+            row = current[impl_name]
+            row.take(timing)
+            if row.bytes:
+                row.rate = row.bytes / timing.median / 1e3  # bytes a µs / 1e3: GB/s
     for row in current.values():
         _record(rows, row, progress)
     return rows

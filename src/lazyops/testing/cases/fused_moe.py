@@ -26,9 +26,14 @@ PRODUCTS_PER_ELEMENT = 6
 def draw_ids(inputs: Any, config: FusedMoeConfig, tokens: int, geometry: Mapping[str, Any]) -> torch.Tensor:
     """``k`` distinct experts a token (global ones under an expert map), from a skewed preference: a few experts
     take most tokens and some none (the imbalance that breaks the per-expert blocks); ``geometry["one_expert"]``
-    sends every token to expert 0 first."""
+    sends every token to expert 0 first. ``geometry["routing"] == "balanced"`` (the benchmark's): token ``t`` takes
+    experts ``t·k`` to ``t·k + k - 1`` modulo ``E``, so a call reads exactly ``min(E, T·k)`` experts, as a trained
+    router's balanced load does, and :meth:`FusedMoeExamples.traffic` counts its bytes exactly."""
     generator = inputs.generator
     experts = config.global_experts or config.num_experts
+    if geometry.get("routing") == "balanced":
+        ids = (torch.arange(tokens)[:, None] * config.top_k + torch.arange(config.top_k)) % experts
+        return ids.to(torch.int32).to(inputs.device)
     popularity = torch.empty(experts).exponential_(generator=generator) * 4
     scores = torch.rand(tokens, experts, generator=generator) + popularity
     if geometry.get("one_expert"):
@@ -88,7 +93,9 @@ class FusedMoeExamples(Examples):
         return max(config.hidden, products // PRODUCTS_PER_ELEMENT)
 
     def traffic(self, config: FusedMoeConfig, tokens: int, geometry: Mapping[str, Any]) -> Traffic:
-        """The experts a call reads are at most ``tokens * k`` of them: counted so, not the whole weight stack."""
+        """The bytes of the experts a call reads, ``min(E, T·k)`` of them, not the whole weight stack: exact under
+        the balanced routing (:func:`draw_ids`; issue 36's decode goal is a share of HBM over these bytes), an
+        upper bound under the skewed one, whose popular experts take several of a token's assignments."""
         used = min(config.num_experts, tokens * config.top_k)
         itemsize = config.dtype.itemsize
         weights = used * 3 * config.intermediate * config.hidden * itemsize
@@ -97,8 +104,8 @@ class FusedMoeExamples(Examples):
         return Traffic(bytes=weights + rows, flops=flops, bound="compute" if tokens * config.top_k > 512 else "memory")
 
     def benchmark(self, dtype: torch.dtype) -> Example:
-        """Qwen3-30B-A3B's experts: 128 of 2048 to 768, 8 a token."""
-        return Example((2048, 768, 128, 8, dtype))
+        """Qwen3-30B-A3B's experts: 128 of 2048 to 768, 8 a token, routed evenly (:func:`draw_ids`)."""
+        return Example((2048, 768, 128, 8, dtype), geometry={"routing": "balanced"})
 
 
 examples = FusedMoeExamples(spec)
