@@ -246,4 +246,63 @@ def test_the_moe_benchmarks_routing_reads_exactly_the_experts_its_bytes_count(to
         assert used == min(experts, tokens * top_k)
         expert_bytes = 3 * 64 * 32 * 2
         rows = tokens * (2 * 64 * 2 + top_k * 8)
-        assert examples(spec("fused_moe_tl")).traffic(config, tokens, chosen.geometry).bytes == used * expert_bytes + rows
+        assert (
+            examples(spec("fused_moe_tl")).traffic(config, tokens, chosen.geometry).bytes == used * expert_bytes + rows
+        )
+
+
+def test_a_graph_sampler_keeps_what_its_graph_replays_on(monkeypatch):
+    """A CUDA graph replays on the addresses it captured and holds no tensor: the sampler must keep the inputs and the
+    function (and what it holds) alive, or their memory goes to the next allocation, which every replay then
+    overwrites (issue 36: the MoE layer's rows, each passing alone, asserted together). CUDA faked: the references
+    are the point."""
+    import contextlib
+    import gc
+    import weakref
+
+    class FakeGraph:
+        def replay(self):
+            pass
+
+    class FakeEvent:
+        def __init__(self, **kwargs):
+            pass
+
+        def record(self):
+            pass
+
+        def elapsed_time(self, other):
+            return 1.0
+
+    class FakeStream:
+        def wait_stream(self, other):
+            pass
+
+    for name, fake in [
+        ("Stream", FakeStream),
+        ("current_stream", FakeStream),
+        ("stream", lambda s: contextlib.nullcontext()),
+        ("synchronize", lambda: None),
+        ("CUDAGraph", FakeGraph),
+        ("graph", lambda g: contextlib.nullcontext()),
+        ("Event", FakeEvent),
+    ]:
+        monkeypatch.setattr(torch.cuda, name, fake)
+
+    class Kernel:  # a callable holding a buffer, as a built kernel or a layer's case does
+        def __init__(self):
+            self.cache = torch.zeros(4)
+
+        def __call__(self, x):
+            self.cache += x
+
+    kernel, x = Kernel(), torch.ones(4)
+    alive = [weakref.ref(kernel), weakref.ref(kernel.cache), weakref.ref(x)]
+    sampler = _bench.graph_sampler(kernel, [(x,)], captures=2, replays=3)
+    del kernel, x
+    gc.collect()
+    assert all(ref() is not None for ref in alive)
+    assert sampler() == [pytest.approx(1e3 / 6)]
+    del sampler
+    gc.collect()
+    assert all(ref() is None for ref in alive)

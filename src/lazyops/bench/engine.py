@@ -491,7 +491,7 @@ def host_sampler(fn: Callable[..., Any], args: tuple[Any, ...], device: str, cal
 def graph_sampler(fn: Callable[..., Any], sets: Sequence[tuple[Any, ...]], captures: int, replays: int) -> Sampler:
     """One sample a round, µs a call inside a CUDA graph: ``captures`` calls captured once (rotating through the
     input ``sets``, so a weight larger than the L2 is read from memory as in an engine), the graph replayed
-    ``replays`` times between CUDA events, divided."""
+    ``replays`` times between CUDA events, divided. The sampler holds ``fn`` and ``sets`` as long as the graph."""
     with torch.no_grad():
         side = torch.cuda.Stream()
         side.wait_stream(torch.cuda.current_stream())
@@ -506,17 +506,31 @@ def graph_sampler(fn: Callable[..., Any], sets: Sequence[tuple[Any, ...]], captu
                 fn(*sets[index % len(sets)])
         graph.replay()
         torch.cuda.synchronize()
+    return GraphReplays(graph, fn, tuple(sets), captures, replays)
 
-    def sample() -> list[float]:
+
+@dataclass(frozen=True)
+class GraphReplays:
+    """:func:`graph_sampler`'s sampler. A graph replays on the addresses it captured: the inputs' and what ``fn``
+    holds (a cache, a buffer), none of them in the graph's own pool. So it keeps them: freed, their memory goes to
+    the next allocation (another implementation's inputs), and every replay writes into it. (Issue 36: the MoE
+    layer's decode asserted on an index out of range after the harness dropped one row's inputs, whose graph then
+    overwrote the next row's positions.)"""
+
+    graph: Any
+    fn: Callable[..., Any]
+    sets: tuple[tuple[Any, ...], ...]
+    captures: int
+    replays: int
+
+    def __call__(self) -> list[float]:
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         start.record()
-        for _ in range(replays):
-            graph.replay()
+        for _ in range(self.replays):
+            self.graph.replay()
         end.record()
         torch.cuda.synchronize()
-        return [float(start.elapsed_time(end)) * 1e3 / (replays * captures)]
-
-    return sample
+        return [float(start.elapsed_time(end)) * 1e3 / (self.replays * self.captures)]
 
 
 def measure(
