@@ -204,7 +204,7 @@ def render(rows: list[Any], copy: Any, env: dict[str, Any]) -> list[str]:
         "",
     ]
     for method, title, cell in (
-        ("stream", "Stream time: GB/s (× the best peer, % of the copy)", _stream_cell),
+        ("stream", "Stream time: GB/s, or TFLOP/s where compute-bound (× the best peer, % of the copy)", _stream_cell),
         (
             "graph",
             "Per call inside a CUDA graph: µs (× the best peer; a memory-bound call's bytes at % of the copy)",
@@ -228,12 +228,13 @@ def render(rows: list[Any], copy: Any, env: dict[str, Any]) -> list[str]:
 
 def _stream_cell(row: Any, copy_rate: float | None) -> str:
     if row.error:
-        return "error"
+        return "skipped" if row.error.startswith("skipped") else "error"
     extras = [f"{row.vs_best_peer:.2f}×"] if row.kind != "peer" and row.vs_best_peer else []
     if row.kind != "peer" and row.unit == "GB/s" and copy_rate:
         extras.append(f"{100 * row.rate / copy_rate:.1f} %")
     digits = 2 if row.rate < 10 else 0
-    return harness.figure(row.rate, digits, row.noisy) + (f" ({', '.join(extras)})" if extras else "")
+    unit = " TFLOP/s" if row.unit == "TFLOP/s" else ""  # a size where the kernel is compute-bound (a MoE prefill)
+    return harness.figure(row.rate, digits, row.noisy) + unit + (f" ({', '.join(extras)})" if extras else "")
 
 
 def _time_cell(row: Any, copy_rate: float | None) -> str:

@@ -306,3 +306,15 @@ def test_a_graph_sampler_keeps_what_its_graph_replays_on(monkeypatch):
     del sampler
     gc.collect()
     assert all(ref() is None for ref in alive)
+
+
+def test_a_copy_is_no_ceiling_where_the_kernel_is_compute_bound():
+    """fused_moe_tl is memory-bound at decode and compute-bound at prefill: its copy of the same bytes is timed at the
+    first sizes only, and its rows at the others are in TFLOP/s."""
+    impls = _bench.implementations("fused_moe_tl", ["torch"], same_bytes_copy=True)
+    rows = _bench.measure("fused_moe_tl", impls, (2, 100), device="cpu", small=True, rounds=1, round_s=0.001)
+    copies = {row.tokens: row for row in rows if row.kind == "ceiling"}
+    assert copies[2].error is None and copies[2].unit == "GB/s" and copies[2].rate > 0
+    assert copies[100].error == _bench.COMPUTE_BOUND and copies[100].rate is None
+    ours = {row.tokens: row for row in rows if row.kind == "lazyops"}
+    assert (ours[2].unit, ours[100].unit) == ("GB/s", "TFLOP/s") and ours[100].error is None

@@ -583,6 +583,8 @@ def measure(
             )
             current[impl.name] = row
             call = impl.skipped() or built[impl.name]
+            if compute and impl.kind == "ceiling":  # a kernel memory-bound at few tokens, compute-bound here
+                call = COMPUTE_BOUND
             if isinstance(call, str):
                 row.error = call
                 continue
@@ -720,6 +722,9 @@ def graph_time(
         _release(device)
     return rows
 
+
+#: A copy's row where the kernel is compute-bound at that size (fused_moe_tl at prefill): its ceiling is the FLOPs.
+COMPUTE_BOUND = "skipped: compute-bound at this size, where a copy of the same bytes is no ceiling"
 
 #: A graph row's error where the implementation reads tensor values on the host (the torch backend's and the specs'
 #: paged attention and cache write read lengths and slots with ``tolist``): skipped, not failed.
