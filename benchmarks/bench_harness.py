@@ -577,6 +577,16 @@ def paged(key: Any, value: Any, block: int, new: int = 1, shuffle: bool = True) 
 # --- Inside lazyops: the only code here that reads lazyops' private modules -------------------------------------
 
 
+def tiled_fused_moe(tiles: Sequence[int]) -> Callable[[Any], Any]:
+    """``build(config) -> call`` of Triton's ``fused_moe_tl`` on one tile set, whatever its rule would pick: what
+    ``bench_kernels.py --moe --tiles`` times. ``tiles``: ``fused_moe.Tiles``' fields in order (block_m, gate_up_n,
+    down_n, block_k, warps, stages)."""
+    from lazyops._backends.triton import fused_moe
+
+    chosen = fused_moe.Tiles(*tiles)
+    return lambda config: fused_moe.build_fused_moe(config, choose=lambda *_: chosen)
+
+
 def tiled_matmul(backend: str, n: int, k: int, dtype: Any, tile: Mapping[str, Any]) -> Callable[..., Any]:
     """``call(a, b) -> c`` of ``backend``'s GEMM with the tiling ``tile`` (its own tile type's fields, and ``split``),
     whatever its rule would pick: what ``bench_gemm.py --sweep`` times. Triton: ``matmul.Tiling``; TileLang:

@@ -49,9 +49,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--name", default="kernels", help="the result files' stem (default kernels)")
     parser.add_argument("--sampling", action="store_true", help="sample_tl, apply_penalties_tl at B 1-256")
     parser.add_argument("--moe", action="store_true", help="fused_moe_tl at Mixtral's and Qwen3-MoE's experts")
+    parser.add_argument(
+        "--tiles",
+        default="",
+        help="with --moe: ';'-separated Triton tile sets 'block_m,gate_up_n,down_n,block_k,warps,stages'",
+    )
     options = parser.parse_args(argv)
     if options.sampling and options.moe:
         parser.error("--sampling and --moe are two runs: give one of them")
+    tiles = [tuple(text.split(",")) for text in options.tiles.split(";") if text]
+    if tiles and (not options.moe or any(len(tile) != 6 or not all(v.isdigit() for v in tile) for tile in tiles)):
+        parser.error(f"--tiles {options.tiles!r}: give it with --moe, as ';'-separated sets of 6 integers")
+    tiles = [tuple(int(v) for v in tile) for tile in tiles]
     if options.moe:  # decode in CUDA graphs, prefill in stream: issue 36's goals
         options.kernels, options.name = "fused_moe", "moe_experts" if options.name == "kernels" else options.name
         options.tokens = options.tokens or ("4,16" if options.smoke else "4096,16384")
@@ -100,6 +109,10 @@ def main(argv: list[str] | None = None) -> int:
                 impls = bench.implementations(
                     kernel, chosen, compile=compile_peer and compiled, peers=harness.peers(kernel), same_bytes_copy=True
                 )
+                impls += [  # each candidate tile set of --tiles, beside the rule's (its lazyops triton row)
+                    bench.Impl(f"triton {','.join(map(str, tile))}", "candidate", _on_config(kernel, tile))
+                    for tile in tiles
+                ]
                 common: dict[str, Any] = {"device": device, "small": small, "progress": say}
                 if "stream" in modes:
                     rows += bench.measure(kernel, impls, tokens, dtype, rounds=rounds, round_s=round_s, **common)
@@ -165,6 +178,14 @@ def moe_jobs() -> list[tuple[str, str, Any, bool, str | None]]:
         return lambda dtype: Example((*args, dtype), geometry={"routing": "balanced"})
 
     return [("fused_moe", f"fused_moe {model}", at(args), True, "bfloat16") for model, args in MOE_MODELS.items()]
+
+
+def _on_config(kernel: str, tile: tuple[int, ...]) -> Any:
+    """An implementation's build (of an example) from :func:`harness.tiled_fused_moe`'s (of a configuration)."""
+    from lazyops.specs import spec
+
+    build, kernel_spec = harness.tiled_fused_moe(tile), spec(f"{kernel}_tl")
+    return lambda chosen: build(kernel_spec.bind(*chosen.args, **chosen.kwargs))
 
 
 def memory_bound() -> list[str]:

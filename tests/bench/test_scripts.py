@@ -56,7 +56,8 @@ def test_kernels_sampling(tmp_path):
 
 def test_kernels_moe(tmp_path):
     """--moe: fused_moe_tl at Mixtral-8x7B's and Qwen3-30B-A3B's experts beside torch._grouped_mm, routed evenly so
-    that a row's bytes are those of the experts the call reads; refused beside --sampling."""
+    that a row's bytes are those of the experts the call reads; refused beside --sampling, and --tiles short of a
+    tile set's 6 fields refused."""
     payload = smoke("bench_kernels.py", tmp_path, "--moe", "--backend", "torch", "--modes", "stream")
     rows, configs = payload["rows"], payload["environment"]["configs"]
     impls = {(row["kernel"], row["impl"]) for row in rows}
@@ -68,6 +69,9 @@ def test_kernels_moe(tmp_path):
     both = [sys.executable, str(BENCHMARKS / "bench_kernels.py"), "--moe", "--sampling", "--device", "cpu"]
     refused = subprocess.run(both, capture_output=True, text=True, timeout=120)
     assert refused.returncode == 2 and "--sampling and --moe are two runs" in refused.stderr
+    short = [sys.executable, str(BENCHMARKS / "bench_kernels.py"), "--moe", "--tiles", "16,32,64", "--device", "cpu"]
+    refused = subprocess.run(short, capture_output=True, text=True, timeout=120)
+    assert refused.returncode == 2 and "sets of 6 integers" in refused.stderr
 
 
 def test_kernels(tmp_path):

@@ -178,6 +178,14 @@ def _down_kernel(
 
 @spec.implementation(device_type=launch_device(_gate_up_kernel))
 def fused_moe_tl(config: FusedMoeConfig) -> Callable[..., torch.Tensor]:
+    return build_fused_moe(config)
+
+
+def build_fused_moe(
+    config: FusedMoeConfig, choose: Callable[[int, int, int, bool], Tiles] = pick_tiles
+) -> Callable[..., torch.Tensor]:
+    """The experts' call, its tiles ``choose(tokens, top_k, experts, float32)`` (the rule :func:`pick_tiles`; a
+    benchmark's sweep passes one tile set: ``bench_kernels.py --moe --tiles``)."""
     hidden, inter, experts, top_k = config.hidden, config.intermediate, config.num_experts, config.top_k
     interpreted = interpreting(_gate_up_kernel)
     upcast = config.dtype == torch.bfloat16 and interpreted
@@ -210,7 +218,7 @@ def fused_moe_tl(config: FusedMoeConfig) -> Callable[..., torch.Tensor]:
     ) -> torch.Tensor:
         tokens = x.shape[0]
         assignments = tokens * top_k
-        tiles = INTERPRETER_TILES if interpreted else pick_tiles(tokens, top_k, experts, x.dtype == torch.float32)
+        tiles = INTERPRETER_TILES if interpreted else choose(tokens, top_k, experts, x.dtype == torch.float32)
         aligner, gate_up, down = launchers(tiles)
         padded_len, blocks = sizes(tokens, top_k, experts, tiles.block_m)
         sorted_ids = torch.empty(padded_len, dtype=torch.int32, device=x.device)
