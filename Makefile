@@ -139,22 +139,25 @@ LAYER ?= --ceiling
 gpu-layer:
 	$(call limit,$(LAYER_S)) $(PYTHON) benchmarks/bench_layer.py $(LAYER) --out $(GPU_OUT)
 
-# Issue 36's MoE layer, one device call of about 2 minutes on an H100: bench_layer.py --moe at Mixtral-8x7B's shapes
+# Issue 36's MoE layer, one device call of about 5 minutes on an H100: bench_layer.py --moe at Mixtral-8x7B's shapes
 # (2 of 8 experts, hidden 4096, 14336 each), then Qwen3-30B-A3B's (8 of 128, hidden 2048, 768 each): Triton's kernels
 # (moe_route_tl, fused_moe_tl and the rest; also around cuBLAS GEMMs) against torch eager and torch.compile (its
 # experts torch._grouped_mm), each also compiled, at decode 8 (a CUDA graph) and prefill 1024:
 # GPU_OUT/layer_mixtral_8x7b.{md,json}, layer_qwen3_30b_a3b.{md,json}, written as workloads complete; then the example
-# engine's qwen3-moe model (random weights, decode steps in CUDA graphs). Each part stopped at its limit; the log,
-# headed by the date and the device, is GPU_OUT/moe-layer.log.
+# engine's qwen3-moe model (random weights, decode steps in CUDA graphs) on MOE_EXAMPLE_BACKEND (Triton: on the
+# default order TileLang's GEMMs compile first, past the limit). Each part stopped at its limit; the log, headed by
+# the date and the device, is GPU_OUT/moe-layer.log. On an H100 (2026-12-07) Qwen3's two workloads took 52 s and
+# Mixtral's over 74 s (torch.compile of its prefill), hence 120.
 MOE_LAYER ?= --backend triton --workloads decode-8,prefill-1024
-MOE_LAYER_S ?= 50
+MOE_LAYER_S ?= 120
+MOE_EXAMPLE_BACKEND ?= triton,torch
 gpu-moe-layer:
 	@mkdir -p $(GPU_OUT)
 	{ echo "make gpu-moe-layer MOE_LAYER='$(MOE_LAYER)' on $$(date -u +%FT%TZ), $$(nvidia-smi --query-gpu=name --format=csv,noheader)"; \
 	  for model in mixtral-8x7b qwen3-30b-a3b; do SECONDS=0; echo "$$ bench_layer.py --moe $$model $(MOE_LAYER)"; \
 	    $(call limit,$(MOE_LAYER_S)) $(PYTHON) benchmarks/bench_layer.py --moe $$model $(MOE_LAYER) --out $(GPU_OUT); \
-	    echo "exit status $$? after $$SECONDS s"; done; echo '$$ examples/generate.py --model qwen3-moe --tokens 16'; \
-	  SECONDS=0; $(call limit,20) $(PYTHON) examples/generate.py --model qwen3-moe --tokens 16; \
+	    echo "exit status $$? after $$SECONDS s"; done; echo '$$ LAZYOPS_BACKEND=$(MOE_EXAMPLE_BACKEND) examples/generate.py --model qwen3-moe --tokens 16'; \
+	  SECONDS=0; LAZYOPS_BACKEND=$(MOE_EXAMPLE_BACKEND) $(call limit,60) $(PYTHON) examples/generate.py --model qwen3-moe --tokens 16; \
 	  echo "exit status $$? after $$SECONDS s"; } 2>&1 | tee $(GPU_OUT)/moe-layer.log
 
 # Which row of the MoE layer poisons the device (issue 36: on an H100, 2026-12-07, decode-8 hit a device-side index
