@@ -110,6 +110,46 @@ def test_sample_compiles_for_sm90(vocab: int, block: int, rows: int, logprob: bo
     assert compile_for_sm90("lazyops._backends.triton.sample", "_sample_kernel", constants, SAMPLE_TYPES, warps)
 
 
+SPLIT_TYPES = {
+    **{name: "*fp32" for name in ("best_ptr", "z_max_ptr", "total_ptr", "kept_ptr", "won_ptr")},
+    **{
+        name: "*i64"
+        for name in ("best_id_ptr", "won_id_ptr", "out_id_ptr", "state_ptr", "next_state_ptr", "k_state_ptr")
+    },
+    "counts_ptr": "*i32",
+    "M": "i32",
+}
+
+
+@pytest.mark.parametrize(
+    ("name", "phase", "partials", "out"),
+    [
+        ("_split_scan_kernel", None, None, None),
+        ("_split_pass_kernel", "KEYS", "*i32", "*i32"),
+        ("_split_pass_kernel", "FIRST_MASS", "*i32", "*fp32"),
+        ("_split_pass_kernel", "MASS", "*fp32", "*fp32"),
+        ("_split_pass_kernel", "DRAW", "*fp32", "*fp32"),
+        ("_split_finish_kernel", None, None, "*i64"),
+    ],
+    ids=["scan", "keys", "first-mass", "mass", "draw", "finish"],
+)
+def test_sample_split_path_compiles_for_sm90(name: str, phase: str | None, partials: str, out: str) -> None:
+    """The split path's launches as sample_tl passes them at Llama 3's vocabulary: 32 chunks of 4096, a row a
+    program (the finish: FINISH_ROWS rows)."""
+    from lazyops._backends.triton import sample
+
+    vocab, block = 128256, 4096
+    shape = {"V": vocab, "BLOCK_V": block, "CHUNKS": -(-vocab // block), "ROWS": 1, "WAYS": 2**sample.SEARCH_BITS}
+    constants = {
+        "_split_scan_kernel": {**shape, "LOGPROB": True},
+        "_split_pass_kernel": {**shape, "PHASE": getattr(sample, phase or "KEYS").value},
+        "_split_finish_kernel": {"CHUNKS": shape["CHUNKS"], "ROWS": sample.FINISH_ROWS, "LOGPROB": True},
+    }[name]
+    types = {**SAMPLE_TYPES, **SPLIT_TYPES, "partials_ptr": partials or "*i32", "out_ptr": out or "*i64"}
+    assert getattr(sample, name).arg_names[-len(constants) :] == list(constants)
+    assert compile_for_sm90("lazyops._backends.triton.sample", name, constants, types, 8)
+
+
 ALIGN_TYPES = {
     "ids_ptr": "*i32",
     "sorted_ptr": "*i32",

@@ -20,6 +20,24 @@ Log-probabilities (``logprobs=True``): the first pass also sums ``exp(x - max)``
 sum rescaled as the maximum grows), the sampled token's logit is read once more, and the top ``n`` are found in
 ``n`` passes, each taking the largest (logit key, lowest id) below the previous one: ``n`` more reads of the row
 (vLLM gathers them with a ``torch.topk``; a few passes suit the ``n`` of 0 to 20 engines serve).
+
+Two paths (issue 37). One program a row (above) leaves most of a GPU idle at a batch below its SM count: each row's
+passes run one after another on one SM. There a call takes the **split path**: each row is cut into chunks, one of
+the one-program kernel's blocks each (4096 elements on a GPU: 32 chunks a row at V = 128256), and each pass is one
+launch over (rows, chunks), 18 launches whatever the parameters: the scan (pass 1), 7 top-k passes, 8 top-p passes,
+the draw, and a finish that folds each row's chunk winners into its token (and log-probability). A program reads its
+chunk once a launch, and its row's partials from the launch before: the counts or masses above the pivots
+(``[CHUNKS, 16]``, 2 KB a row at 32 chunks) and the interval (two keys) which that launch's chunk 0 wrote into a slot
+of its own, so no launch reads what it writes and nothing is added atomically; a row that asks for nothing in a pass
+(greedy, no top-k or top-p, a settled interval) reads no logits in it. The chunks' masses are added one by one in the
+one-program kernel's order, each chunk's sum being that kernel's block sum, so both paths compute the same floats
+and draw the same tokens (top-p included), and a row's token does not depend on the batch that picks the path. What
+the split path does not take: a factory asking for the top ``n`` log-probabilities (its ``n`` passes stay on one
+program a row), a row of one block, and batches of at least the SM count (``SPLIT_BELOW``). Scratch (about 33 KB a
+row at 32 chunks, every pass's counts and masses kept) is allocated per call on the logits' device; the path is
+chosen from shapes and the factory's flags, never from a value on the device, so a call can be captured in a CUDA
+graph. Unmeasured on a GPU: it trades
+one SM's serial passes for 18 launches of a few µs each.
 """
 
 from __future__ import annotations
@@ -128,6 +146,29 @@ def _scaled(logits_ptr, base, cols, inv_t, V: tl.constexpr):
     return x, x * inv_t
 
 
+@triton.jit
+def _race_keys(seeds, offsets):
+    # the spec's two keys of a request's uniforms, from its seed and offset ([ROWS] -> two [ROWS, 1])
+    key1 = _mix(((offsets >> 32) & 0xFFFFFFFF) ^ 0x2545F491)
+    key1 = _mix((offsets & 0xFFFFFFFF) ^ key1)
+    key1 = _mix(((seeds >> 32) & 0xFFFFFFFF) ^ key1)
+    key1 = _mix((seeds & 0xFFFFFFFF) ^ key1)
+    return key1[:, None], _mix(key1 ^ 0x85EBCA6B)[:, None]
+
+
+@triton.jit
+def _race(z, z_max, cols, min_p, threshold, key1, key2, V: tl.constexpr):
+    # a block's winner of the exponential race e / E over its kept tokens, E = -log(u), u hashed from (seed,
+    # offset, id), and its id (ties to the lowest); [ROWS] each, -1.0 where the block keeps nothing
+    e = tl.exp(z - z_max)
+    kept = (e >= min_p) & (_key(z) >= threshold) & (cols < V)
+    bits = _mix(_mix(cols.to(tl.int64) ^ key1) ^ key2)
+    u = ((bits >> 9) * 2 + 1).to(tl.float32) * 5.9604644775390625e-08
+    score = tl.where(kept, e / -tl.log(u), -1.0)
+    block_won = tl.max(score, axis=1)
+    return block_won, tl.min(tl.where(score == block_won[:, None], cols, V), axis=1).to(tl.int64)
+
+
 @triton.jit(do_not_specialize=["M"])
 def _sample_kernel(
     logits_ptr,
@@ -219,26 +260,13 @@ def _sample_kernel(
     threshold = lo
 
     # the draw: the exponential race e / E over the kept tokens, E = -log(u), u hashed from (seed, offset, id)
-    seeds = tl.load(seeds_ptr + row)
-    offsets = tl.load(offsets_ptr + row)
-    key1 = _mix(((offsets >> 32) & 0xFFFFFFFF) ^ 0x2545F491)
-    key1 = _mix((offsets & 0xFFFFFFFF) ^ key1)
-    key1 = _mix(((seeds >> 32) & 0xFFFFFFFF) ^ key1)
-    key1 = _mix((seeds & 0xFFFFFFFF) ^ key1)
-    key2 = _mix(key1 ^ 0x85EBCA6B)[:, None]
-    key1 = key1[:, None]
+    key1, key2 = _race_keys(tl.load(seeds_ptr + row), tl.load(offsets_ptr + row))
     won = tl.full([ROWS], -1.0, tl.float32)
     won_id = tl.zeros([ROWS], tl.int64)
     for start in range(0, V, BLOCK_V):
         cols = start + tl.arange(0, BLOCK_V)[None, :]
         _, z = _scaled(logits_ptr, base, cols, inv_t, V)
-        e = tl.exp(z - z_max)
-        kept = (e >= min_p) & (_key(z) >= threshold) & (cols < V)
-        bits = _mix(_mix(cols.to(tl.int64) ^ key1) ^ key2)
-        u = ((bits >> 9) * 2 + 1).to(tl.float32) * 5.9604644775390625e-08
-        score = tl.where(kept, e / -tl.log(u), -1.0)
-        block_won = tl.max(score, axis=1)
-        block_id = tl.min(tl.where(score == block_won[:, None], cols, V), axis=1).to(tl.int64)
+        block_won, block_id = _race(z, z_max, cols, min_p, threshold, key1, key2, V)
         won_id = tl.where(block_won > won, block_id, won_id)
         won = tl.maximum(won, block_won)
     token = tl.where(t == 0, best_id, won_id)
@@ -271,10 +299,253 @@ def _sample_kernel(
             previous_key, previous_id = next_key, next_id
 
 
+# -- the split path: each row's passes spread over programs ----------------------------------------------------------
+# A call is a fixed sequence of launches over a grid (row blocks, CHUNKS), a chunk being one of the one-program
+# kernel's blocks and a row block one row on a GPU (ROWS = 1: the one-program kernel's tile there) or many in the
+# interpreter (whose cost is per operation): the scan, KEY_PASSES - 1 top-k passes, KEY_PASSES top-p passes and the
+# draw, then the finish over rows. Each program reads the partials of its rows that the launch before wrote
+# ([B, CHUNKS, WAYS] counts or masses, a few KB a row), reduces them to the interval that launch narrowed, and writes
+# its own chunk's partials; chunk 0 also writes the interval into this launch's state slot ([B, 2]: lo, hi), which
+# the next launch reads. No launch reads a buffer it writes, and nothing is added atomically.
+KEYS, FIRST_MASS, MASS, DRAW = (tl.constexpr(phase) for phase in range(4))  # PHASE, read by the kernel
+
+
+@triton.jit
+def _split_rows(M, ROWS: tl.constexpr):
+    # program (row block, chunk)'s rows ([ROWS], in 64 bits; past M the last row again), which of them are in M, and
+    # its chunk
+    first, count = program_rows(M, ROWS)
+    lanes = tl.arange(0, ROWS)
+    return first + tl.minimum(lanes, count - 1).to(tl.int64), lanes < count, tl.program_id(1)
+
+
+@triton.jit
+def _fold(partials_ptr, row, mask, zero, CHUNKS: tl.constexpr, WAYS: tl.constexpr):
+    # [ROWS, WAYS]: each row's partials added one chunk after another from zero, chunk 0 first. For top-p's masses
+    # the order is the point: a chunk is a block of the one-program kernel and its partial that kernel's block sum
+    # (the same tl.sum over the same [1, BLOCK_V] tile on a GPU), which that kernel adds to its running mass in this
+    # order, so both paths compute the same floats, and a row's threshold and token do not depend on the path (which
+    # the batch size picks). A tree over the chunks would round otherwise. Counts are integers: any order.
+    j = tl.arange(0, WAYS)[None, :]
+    total = zero
+    for chunk in tl.static_range(CHUNKS):
+        total += tl.load(partials_ptr + (row[:, None] * CHUNKS + chunk) * WAYS + j, mask=mask, other=0)
+    return total
+
+
+@triton.jit
+def _fold_z_max(z_max_ptr, row, CHUNKS: tl.constexpr):
+    # [ROWS, 1]: each row's largest z, its chunks' maxima taken in the one-program kernel's order (which of a -0.0
+    # and a +0.0 is the maximum, and so the largest key, follows the order)
+    z_max = tl.load(z_max_ptr + row * CHUNKS)
+    for chunk in tl.static_range(1, CHUNKS):
+        z_max = tl.maximum(z_max, tl.load(z_max_ptr + row * CHUNKS + chunk))
+    return z_max[:, None]
+
+
+@triton.jit
+def _keep_state(state_ptr, row, live, chunk, lo, hi):
+    # chunk 0 of each row writes the row's interval for the next launch (every chunk of the row computed the same)
+    if chunk == 0:
+        tl.store(state_ptr + row * 2, tl.reshape(lo, [lo.shape[0]]), mask=live)
+        tl.store(state_ptr + row * 2 + 1, tl.reshape(hi, [hi.shape[0]]), mask=live)
+
+
+@triton.jit(do_not_specialize=["M"])
+def _split_scan_kernel(
+    logits_ptr,
+    temperature_ptr,
+    top_k_ptr,
+    best_ptr,
+    best_id_ptr,
+    z_max_ptr,
+    total_ptr,
+    counts_ptr,
+    state_ptr,
+    M,
+    row_stride,
+    V: tl.constexpr,
+    BLOCK_V: tl.constexpr,
+    CHUNKS: tl.constexpr,
+    ROWS: tl.constexpr,
+    WAYS: tl.constexpr,
+    LOGPROB: tl.constexpr,
+):
+    # pass 1 over a chunk: its largest logit and that logit's first id, its largest z, its sum of exp(x - largest)
+    # (for the log-probabilities), and its counts above top-k's first pivots; the search's first interval
+    row, live, chunk = _split_rows(M, ROWS)
+    partial = row * CHUNKS + chunk
+    t = tl.load(temperature_ptr + row)
+    inv_t = (1.0 / tl.where(t > 0, t, 1.0))[:, None]
+    k = tl.load(top_k_ptr + row)
+    cols = chunk * BLOCK_V + tl.arange(0, BLOCK_V)[None, :]
+    x, z = _scaled(logits_ptr, row[:, None] * row_stride, cols, inv_t, V)
+    best = tl.max(x, axis=1)
+    tl.store(best_ptr + partial, best, mask=live)
+    tl.store(best_id_ptr + partial, tl.min(tl.where(x == best[:, None], cols, V), axis=1).to(tl.int64), mask=live)
+    tl.store(z_max_ptr + partial, tl.max(z, axis=1), mask=live)
+    if LOGPROB:
+        shift = tl.where(best == -float("inf"), 0.0, best)
+        tl.store(total_ptr + partial, tl.sum(tl.exp(x - shift[:, None]), axis=1), mask=live)
+    lo = tl.full([ROWS, 1], -(2**31), tl.int64)
+    hi = tl.full([ROWS, 1], 2**31 - 1, tl.int64)
+    asks = live & (k > 0) & (k <= V) & (t != 0)  # a greedy row or one without top-k counts nothing
+    if tl.max(asks.to(tl.int32)) > 0:
+        above = _count_above(tl.zeros([ROWS, WAYS], tl.int32), _key(z), cols < V, lo, hi, WAYS)
+        tl.store(counts_ptr + partial[:, None] * WAYS + tl.arange(0, WAYS)[None, :], above, mask=asks[:, None])
+    _keep_state(state_ptr, row, live, chunk, lo, hi)
+
+
+@triton.jit(do_not_specialize=["M"])
+def _split_pass_kernel(
+    logits_ptr,
+    temperature_ptr,
+    top_k_ptr,
+    top_p_ptr,
+    min_p_ptr,
+    seeds_ptr,
+    offsets_ptr,
+    z_max_ptr,
+    state_ptr,
+    next_state_ptr,
+    k_state_ptr,
+    partials_ptr,
+    kept_ptr,
+    out_ptr,
+    out_id_ptr,
+    M,
+    row_stride,
+    V: tl.constexpr,
+    BLOCK_V: tl.constexpr,
+    CHUNKS: tl.constexpr,
+    ROWS: tl.constexpr,
+    WAYS: tl.constexpr,
+    PHASE: tl.constexpr,
+):
+    # A pass over a chunk: the interval of the launch before (state_ptr) narrowed by its partials (partials_ptr),
+    # then this chunk's partials (out_ptr): counts above top-k's pivots (KEYS), masses above top-p's (FIRST_MASS,
+    # the first, which also sets top-p's interval from top-k's key; MASS), or the race's winner and its id (DRAW, on
+    # the final threshold). k_state_ptr is top-p's first slot (its lo: top-k's key); kept_ptr top-p's first masses
+    # (column 0: the kept mass). Rows that ask for nothing this pass (greedy, no top-k, no top-p, or an interval of
+    # one key) read no logits.
+    row, live, chunk = _split_rows(M, ROWS)
+    partial = row * CHUNKS + chunk
+    j = tl.arange(0, WAYS)[None, :]
+    t = tl.load(temperature_ptr + row)
+    inv_t = (1.0 / tl.where(t > 0, t, 1.0))[:, None]
+    cols = chunk * BLOCK_V + tl.arange(0, BLOCK_V)[None, :]
+    base = row[:, None] * row_stride
+    lo = tl.load(state_ptr + row * 2)[:, None]
+    hi = tl.load(state_ptr + row * 2 + 1)[:, None]
+    if PHASE <= FIRST_MASS:  # KEYS, FIRST_MASS: narrowed by counts (integers, added in any order)
+        k = tl.load(top_k_ptr + row)
+        asks = (live & (k > 0) & (k <= V) & (t != 0))[:, None]
+        above = _fold(partials_ptr, row, asks, tl.zeros([ROWS, WAYS], tl.int32), CHUNKS, WAYS)
+        lo, hi = _narrow(lo, hi, _pivots(lo, hi, WAYS), above < tl.where(asks, k[:, None], V + 1), WAYS)
+        if PHASE == KEYS:  # noqa: SIM102 - a compile-time branch around a run-time one
+            if tl.max(asks.to(tl.int32)) > 0:
+                _, z = _scaled(logits_ptr, base, cols, inv_t, V)
+                above = _count_above(tl.zeros([ROWS, WAYS], tl.int32), _key(z), cols < V, lo, hi, WAYS)
+                tl.store(out_ptr + partial[:, None] * WAYS + j, above, mask=asks)
+    if PHASE != KEYS:
+        p = tl.load(top_p_ptr + row)[:, None]
+        min_p = tl.load(min_p_ptr + row)[:, None]
+        z_max = _fold_z_max(z_max_ptr, row, CHUNKS)
+        top = _key(z_max).to(tl.int64)
+        if PHASE == FIRST_MASS:  # top-p searches from top-k's key to one past the largest key
+            k_key = lo
+            hi = tl.where((p < 1.0) & (t != 0)[:, None], tl.minimum(top + 1, 2**31 - 1), lo)
+        else:
+            k_key = tl.load(k_state_ptr + row * 2)[:, None]
+            moving = lo < hi
+            mass = _fold(partials_ptr, row, moving, tl.zeros([ROWS, WAYS], tl.float32), CHUNKS, WAYS)
+            kept = _fold(kept_ptr, row, moving & (j == 0), tl.zeros([ROWS, WAYS], tl.float32), CHUNKS, WAYS)
+            limit = p * tl.sum(kept, axis=1)[:, None]
+            pivots = _pivots(lo, hi, WAYS)
+            lo, hi = _narrow(lo, hi, pivots, (mass < limit) | (pivots > top), WAYS)
+        unsettled = live[:, None] & (lo < hi)
+        if PHASE == DRAW:
+            drawing = live & (t != 0)  # a greedy row's token is the scan's
+            if tl.max(drawing.to(tl.int32)) > 0:
+                key1, key2 = _race_keys(tl.load(seeds_ptr + row), tl.load(offsets_ptr + row))
+                _, z = _scaled(logits_ptr, base, cols, inv_t, V)
+                won, won_id = _race(z, z_max, cols, min_p, lo, key1, key2, V)
+                tl.store(out_ptr + partial, won, mask=drawing)
+                tl.store(out_id_ptr + partial, won_id, mask=drawing)
+        elif tl.max(unsettled.to(tl.int32)) > 0:
+            _, z = _scaled(logits_ptr, base, cols, inv_t, V)
+            e = tl.exp(z - z_max)
+            mass = _mass_above(tl.zeros([ROWS, WAYS], tl.float32), e, _key(z), min_p, k_key, lo, hi, WAYS)
+            tl.store(out_ptr + partial[:, None] * WAYS + j, mass, mask=unsettled)
+    _keep_state(next_state_ptr, row, live, chunk, lo, hi)
+
+
+@triton.jit(do_not_specialize=["M"])
+def _split_finish_kernel(
+    logits_ptr,
+    temperature_ptr,
+    best_ptr,
+    best_id_ptr,
+    total_ptr,
+    won_ptr,
+    won_id_ptr,
+    out_ptr,
+    logprob_ptr,
+    M,
+    row_stride,
+    CHUNKS: tl.constexpr,
+    ROWS: tl.constexpr,
+    LOGPROB: tl.constexpr,
+):
+    # each row's chunks folded in order, as the one-program kernel folds its blocks: the greedy token, the race's
+    # winner (ties to the lowest id: an earlier chunk keeps a tie), and log_softmax's normaliser
+    first, count = program_rows(M, ROWS)
+    lanes = tl.arange(0, ROWS)
+    row = first + tl.minimum(lanes, count - 1).to(tl.int64)
+    t = tl.load(temperature_ptr + row)
+    best = tl.full([ROWS], -float("inf"), tl.float32)
+    best_id = tl.zeros([ROWS], tl.int64)
+    won = tl.full([ROWS], -1.0, tl.float32)
+    won_id = tl.zeros([ROWS], tl.int64)
+    total = tl.zeros([ROWS], tl.float32)
+    for chunk in tl.static_range(CHUNKS):
+        partial = row * CHUNKS + chunk
+        block_best = tl.load(best_ptr + partial)
+        best_id = tl.where(block_best > best, tl.load(best_id_ptr + partial), best_id)
+        if LOGPROB:  # each chunk's sum of exp(x - its largest) rescaled to the running largest
+            grown = tl.maximum(best, block_best)
+            shift = tl.where(grown == -float("inf"), 0.0, grown)
+            share = tl.load(total_ptr + partial) * tl.exp(block_best - shift)
+            total = total * tl.exp(best - shift) + tl.where(block_best == -float("inf"), 0.0, share)
+        best = tl.maximum(best, block_best)
+        block_won = tl.load(won_ptr + partial, mask=t != 0, other=-1.0)
+        won_id = tl.where(block_won > won, tl.load(won_id_ptr + partial, mask=t != 0, other=0), won_id)
+        won = tl.maximum(won, block_won)
+    token = tl.where(t == 0, best_id, won_id)
+    tl.store(out_ptr + row, token, mask=lanes < count)
+    if LOGPROB:
+        x_token = tl.load(logits_ptr + row * row_stride + token).to(tl.float32)
+        tl.store(logprob_ptr + row, x_token - (best + tl.log(total)), mask=lanes < count)
+
+
 #: Elements of one program's tile: a row block on the GPU; in the interpreter, many rows at once (its cost is per
 #: operation, not per element).
 TILE = 4096
 INTERPRETER_TILE = 262144
+#: In the interpreter a row is cut into about this many blocks of at least INTERPRETER_BLOCK elements, so that the
+#: tests' vocabularies of a few hundred take the split path in a few chunks (a block more costs the interpreter a
+#: pass's operations again).
+INTERPRETER_CHUNKS = 4
+INTERPRETER_BLOCK = 128
+#: Streaming multiprocessors the interpreter is taken to have: batches below it take the split path, in one row
+#: block a launch (on a GPU a program takes one row: the one-program kernel's tile).
+INTERPRETER_SMS = 16
+#: Rows of one program of the split path's last launch, which only folds partials.
+FINISH_ROWS = 32
+#: Calls of fewer rows than this take the split path (where a row spans blocks and no top ``n`` is asked); None: the
+#: GPU's SM count (INTERPRETER_SMS in the interpreter). Read when a factory builds: 0 keeps every call on the
+#: one-program path, a large number puts every call on the split path (the tests compare the two).
+SPLIT_BELOW: int | None = None
 #: Bits of the key a search pass settles: 2**SEARCH_BITS - 1 pivots a pass, ceil(32 / SEARCH_BITS) passes a search.
 #: 1 is the bisection (32 passes of one pivot); 4 reads the row 8 times a search at 15 pivots a read.
 SEARCH_BITS = 4
@@ -282,10 +553,21 @@ SEARCH_BITS = 4
 
 @spec.implementation(device_type=launch_device(_sample_kernel), strided_rows=True, writes_out=True)
 def sample_tl(config: SampleConfig) -> Callable[..., None]:
-    block = min(next_power_of_2(config.vocab), TILE)
-    tile = INTERPRETER_TILE if interpreting(_sample_kernel) else TILE
-    rows = max(1, tile // block) if block < TILE or interpreting(_sample_kernel) else 1
+    """The sampler for ``config``. A call of fewer rows than the GPU has SMs takes the split path, when a row spans
+    more than one block and no top ``n`` log-probabilities are asked of the factory: one program a row would leave
+    SMs idle while each runs its row's passes alone. Either path draws the same tokens (the comment on ``_fold``)."""
+    interpret = interpreting(_sample_kernel)
+    if interpret:
+        block = min(
+            next_power_of_2(config.vocab),
+            max(INTERPRETER_BLOCK, next_power_of_2(cdiv(config.vocab, INTERPRETER_CHUNKS))),
+        )
+    else:
+        block = min(next_power_of_2(config.vocab), TILE)
+    tile = INTERPRETER_TILE if interpret else TILE
+    rows = max(1, tile // block) if block < TILE or interpret else 1
     rows = min(rows, 1024)
+    ways, passes = 2**SEARCH_BITS, cdiv(32, SEARCH_BITS)
     launches = {
         (logprob, top): Launcher(
             _sample_kernel,
@@ -295,14 +577,21 @@ def sample_tl(config: SampleConfig) -> Callable[..., None]:
                 "ROWS": rows,
                 "LOGPROB": logprob,
                 "TOP_N": top,
-                "WAYS": 2**SEARCH_BITS,
-                "KEY_PASSES": cdiv(32, SEARCH_BITS),
+                "WAYS": ways,
+                "KEY_PASSES": passes,
             },
             num_warps=8 if block >= 2048 else 4,
         )
         for logprob in (False, True)
         for top in {0, config.top_n}
     }
+    chunks = cdiv(config.vocab, block)
+    split = None
+    if chunks > 1 and config.top_n == 0:
+        below = SPLIT_BELOW
+        if below is None:
+            below = INTERPRETER_SMS if interpret else torch.cuda.get_device_properties().multi_processor_count
+        split = _SplitPath(config, block, chunks, below, INTERPRETER_SMS if interpret else 1)
 
     def sample(
         logits: torch.Tensor,
@@ -319,6 +608,9 @@ def sample_tl(config: SampleConfig) -> Callable[..., None]:
     ) -> None:
         m = logits.shape[0]
         write = logprob is not None and logprob.numel() > 0
+        if split is not None and 0 < m < split.below:
+            split(logits, temperature, top_k, top_p, min_p, seeds, offsets, logprob if write else None, out)
+            return
         top = top_logprobs is not None and top_logprobs.numel() > 0 and top_ids is not None and top_ids.numel() > 0
         # a buffer left out: the kernel compiled without its stores is passed another pointer, never written
         launches[write, config.top_n if top else 0](
@@ -339,3 +631,93 @@ def sample_tl(config: SampleConfig) -> Callable[..., None]:
         )
 
     return sample
+
+
+class _SplitPath:
+    """The split path's launches for one configuration (see the comment on the split kernels): a call allocates
+    its scratch on the logits' device (sized by the batch: graph-safe with torch's caching allocator) and runs
+    ``2 * KEY_PASSES + 2`` launches, whatever the parameters; a program with nothing to do in a pass reads its
+    row's state and returns."""
+
+    def __init__(self, config: SampleConfig, block: int, chunks: int, below: int, rows: int) -> None:
+        self.below, self.chunks, self.rows = below, chunks, rows
+        self.finish_rows = max(rows, FINISH_ROWS)
+        self.ways, self.passes = 2**SEARCH_BITS, cdiv(32, SEARCH_BITS)
+        shape = {"V": config.vocab, "BLOCK_V": block, "CHUNKS": chunks, "ROWS": rows, "WAYS": self.ways}
+        warps = 8 if block >= 2048 else 4
+        self.scan = {
+            logprob: Launcher(_split_scan_kernel, {**shape, "LOGPROB": logprob}, num_warps=warps)
+            for logprob in (False, True)
+        }
+        self.phase = {
+            phase: Launcher(_split_pass_kernel, {**shape, "PHASE": phase.value}, num_warps=warps)
+            for phase in (KEYS, FIRST_MASS, MASS, DRAW)
+        }
+        self.finish = {
+            logprob: Launcher(_split_finish_kernel, {"CHUNKS": chunks, "ROWS": self.finish_rows, "LOGPROB": logprob})
+            for logprob in (False, True)
+        }
+
+    def __call__(
+        self,
+        logits: torch.Tensor,
+        temperature: torch.Tensor,
+        top_k: torch.Tensor,
+        top_p: torch.Tensor,
+        min_p: torch.Tensor,
+        seeds: torch.Tensor,
+        offsets: torch.Tensor,
+        logprob: torch.Tensor | None,
+        out: torch.Tensor,
+    ) -> None:
+        m, chunks, passes, device = logits.shape[0], self.chunks, self.passes, logits.device
+        # scan: each chunk's largest logit, largest z, exp sum and race winner; ids: the largest's and the winner's
+        scan = torch.empty((4, m, chunks), dtype=torch.float32, device=device)
+        ids = torch.empty((2, m, chunks), dtype=torch.int64, device=device)
+        counts = torch.empty((passes, m, chunks, self.ways), dtype=torch.int32, device=device)
+        masses = torch.empty((passes, m, chunks, self.ways), dtype=torch.float32, device=device)
+        # a slot a launch: each row's interval (lo, hi) after it; top-p's first is top-k's key, the last the threshold
+        state = torch.empty((2 * passes + 1, m, 2), dtype=torch.int64, device=device)
+        stride = logits.stride(0)
+        grid = (-(-m // self.rows), chunks)
+        write = logprob is not None
+        self.scan[write](
+            grid, logits, temperature, top_k, scan[0], ids[0], scan[1], scan[2], counts[0], state[0], m, stride
+        )
+        # (phase, the partials it reads, those it writes); loops, not comprehensions: a comprehension is a frame
+        steps = []
+        for i in range(1, passes):
+            steps.append((KEYS, counts[i - 1], counts[i]))
+        steps.append((FIRST_MASS, counts[-1], masses[0]))
+        for i in range(1, passes):
+            steps.append((MASS, masses[i - 1], masses[i]))
+        steps.append((DRAW, masses[-1], scan[3]))
+        params = (logits, temperature, top_k, top_p, min_p, seeds, offsets, scan[1])
+        for slot, (phase, partials, written) in enumerate(steps, 1):
+            self.phase[phase](
+                grid,
+                *params,
+                state[slot - 1],
+                state[slot],
+                state[passes],
+                partials,
+                masses[0],
+                written,
+                ids[1],
+                m,
+                stride,
+            )
+        self.finish[write](
+            (-(-m // self.finish_rows),),
+            logits,
+            temperature,
+            scan[0],
+            ids[0],
+            scan[2],
+            scan[3],
+            ids[1],
+            out,
+            logprob if write else out,
+            m,
+            stride,
+        )

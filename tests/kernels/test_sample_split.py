@@ -1,0 +1,147 @@
+"""Triton's sample_tl on its two paths: a row split over programs (a batch below the GPU's SM count) and one program a
+row. The split path adds top-p's masses chunk by chunk in the one-program kernel's order, so the two draw the same
+tokens for the same inputs, top-p included (the module's comment on ``_fold``), and a row's token does not depend on
+the batch around it; each token also lies in the float64 reference's kept set (the draws judge's margins).
+
+``SPLIT_BELOW`` picks the path when a factory builds (0: one program a row; a large number: split); ``TILE`` at 128
+splits these small vocabularies on a GPU too (the interpreter cuts a row into about ``INTERPRETER_CHUNKS`` blocks).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import torch
+
+from lazyops.specs.sample import kept_probabilities, log_probabilities
+from lazyops.testing import Case, check_case
+from lazyops.testing._draws import LOGPROB_TOLERANCE, MIN_P_MARGIN, TOP_P_MARGIN
+
+#: Batches: one row, a few, and more than one row block of the interpreter's split launches (INTERPRETER_SMS rows).
+BATCHES = (1, 7, 37)
+
+
+@pytest.fixture
+def paths(kernels: Any, monkeypatch: pytest.MonkeyPatch) -> Any:
+    """``paths(path)``: the sample_tl factory whose kernels take the path named, "split" or "one" (Triton's)."""
+    if kernels.backend != "triton":
+        pytest.skip("Triton's two paths")
+    from lazyops._backends.triton import sample as triton_sample
+
+    monkeypatch.setattr(triton_sample, "TILE", 128)
+
+    def factory(path: str) -> Any:
+        monkeypatch.setattr(triton_sample, "SPLIT_BELOW", 10**9 if path == "split" else 0)
+        return kernels.factory("sample_tl")
+
+    return factory
+
+
+def _requests(batch: int, vocab: int, *, top_p: bool, seed: int = 0, dtype: torch.dtype = torch.float32) -> tuple:
+    """Rows of each kind (normal, integer ties, mostly masked, peaked) and every parameter in turn: greedy,
+    temperatures, top-k off, 1, a few, the vocabulary and past it, min-p; top-p only when asked."""
+    generator = torch.Generator().manual_seed(seed)
+    logits = torch.randn(batch, vocab, generator=generator) * 3
+    kind = torch.arange(batch) % 4
+    logits[kind == 1] = torch.randint(-3, 3, (int((kind == 1).sum()), vocab), generator=generator).float()
+    masked = (kind == 2)[:, None] & (torch.rand(batch, vocab, generator=generator) < 0.8)
+    logits = logits.masked_fill(masked, float("-inf"))
+    logits[kind == 2, 0] = 0.0  # a masked row keeps a token
+    logits[kind == 3, vocab - 1 - torch.arange(batch)[kind == 3] % 17] += 30  # in the last chunk
+    index = torch.arange(batch)
+    temperature = torch.tensor([0.0, 0.5, 1.0, 2.0, 0.8])[index % 5]
+    top_k = torch.tensor([0, 1, 3, 50, vocab, vocab + 3, 7])[index % 7]
+    top_p_values = torch.tensor([1.0, 0.9, 0.5, 0.05, 0.97]) if top_p else torch.ones(5)
+    min_p = torch.tensor([0.0, 0.0, 0.1])[index % 3]
+    seeds = torch.randint(0, 2**62, (batch,), generator=generator)
+    offsets = torch.randint(0, 2**40, (batch,), generator=generator)
+    return logits.to(dtype), temperature, top_k, top_p_values[index % 5], min_p, seeds, offsets
+
+
+def _on(device: str, args: tuple) -> tuple:
+    return tuple(arg.to(device) for arg in args)
+
+
+def _kept(args: tuple) -> torch.Tensor:
+    """The float64 reference's kept set, widened by the judge's margins (greedy rows: their argmax)."""
+    logits, temperature, top_k, top_p, min_p = (arg.cpu() for arg in args[:5])
+    probs = kept_probabilities(
+        logits.double(), temperature, top_k, top_p, min_p, top_p_margin=TOP_P_MARGIN, min_p_margin=MIN_P_MARGIN
+    )
+    greedy = torch.zeros_like(probs).scatter_(1, logits.double().argmax(dim=1, keepdim=True), 1.0)
+    return torch.where((temperature == 0)[:, None], greedy, probs) > 0
+
+
+@pytest.mark.parametrize("top_p", [False, True], ids=["top-k-min-p-greedy", "with-top-p"])
+@pytest.mark.parametrize("batch", BATCHES)
+def test_the_paths_draw_the_same_tokens(kernels, paths, batch, top_p):
+    """Identical tokens on both paths; every token in the reference's kept set; a poisoned ``out`` overwritten."""
+    vocab = 300
+    args = _on(kernels.device, _requests(batch, vocab, top_p=top_p, seed=batch))
+    split, one = paths("split")(vocab, torch.float32), paths("one")(vocab, torch.float32)
+    out = torch.full((batch,), -7, dtype=torch.int64, device=kernels.device)
+    got = split(*args, out=out).cpu()
+    want = one(*args).cpu()
+    assert torch.equal(got, want)
+    assert bool(_kept(args)[torch.arange(batch), got].all()), "a token outside the reference's kept set"
+
+
+def test_many_draws_of_a_few_rows(kernels, paths):
+    """Each of 8 rows drawn 24 times (the offset counting up) on both paths: a kept set that differs anywhere (a
+    chunk's count or mass lost, a chunk's race skipped) shows in some draw, as a token outside the reference's kept
+    set or one the other path did not draw. Three whole chunks a row; the largest often in the last."""
+    vocab, rows, draws = 384, 8, 24
+    logits, *params = _requests(rows, vocab, top_p=True, seed=9)
+    logits[::2, vocab - 5] = logits[::2].amax(dim=1) + 1.0
+    args = [arg.repeat_interleave(draws, dim=0) for arg in (logits, *params)]
+    args[-1] = args[-1] + torch.arange(rows * draws).remainder(draws)
+    args = _on(kernels.device, tuple(args))
+    got = paths("split")(vocab, torch.float32)(*args).cpu()
+    assert bool(_kept(args)[torch.arange(rows * draws), got].all()), "a token outside the reference's kept set"
+    assert torch.equal(got, paths("one")(vocab, torch.float32)(*args).cpu())
+
+
+def test_a_strided_bfloat16_batch_and_its_halves(kernels, paths):
+    """Rows of a wider buffer in bfloat16, two blocks to a few chunks a row; a row's token is the same in the batch
+    and in every other row of it (the batch decides the path, never the token)."""
+    vocab, batch = 1000, 12
+    logits, *params = _requests(batch, vocab, top_p=True, seed=3, dtype=torch.bfloat16)
+    wide = torch.zeros(batch, vocab + 24, dtype=torch.bfloat16)
+    wide[:, 8 : 8 + vocab] = logits
+    args = _on(kernels.device, (wide[:, 8 : 8 + vocab], *params))
+    split, one = paths("split")(vocab, torch.bfloat16), paths("one")(vocab, torch.bfloat16)
+    got = split(*args).cpu()
+    assert torch.equal(got, one(*args).cpu())
+    assert torch.equal(split(args[0][::2], *(p[::2].contiguous() for p in args[1:])).cpu(), got[::2])
+
+
+def test_log_probabilities_on_the_split_path(kernels, paths):
+    """The sampled token's log-probability (its normaliser folded over chunks: a rounding from the one-program
+    path's, within the judge's tolerance of float64); a factory asking for the top ``n`` keeps one program a row and
+    draws the same tokens; poisoned buffers overwritten."""
+    vocab, batch, n = 300, 9, 4
+    args = _on(kernels.device, _requests(batch, vocab, top_p=True, seed=5))
+    split = paths("split")(vocab, torch.float32, logprobs=True)
+    logprob = torch.full((batch,), float("nan"), device=kernels.device)
+    tokens = split(*args, logprob=logprob)
+    assert torch.equal(split(*args), tokens)
+    want, _, want_ids = log_probabilities(args[0].double().cpu(), tokens.cpu(), n)
+    assert ((logprob.cpu().double() - want).abs() <= LOGPROB_TOLERANCE * (1 + want.abs())).all()
+    one = paths("one")(vocab, torch.float32, logprobs=True)
+    one_logprob = torch.full((batch,), float("nan"), device=kernels.device)
+    assert torch.equal(one(*args, logprob=one_logprob), tokens)
+    assert torch.allclose(one_logprob, logprob, rtol=0, atol=1e-5)
+    top = paths("split")(vocab, torch.float32, logprobs=True, top_n=n)  # the top n: one program a row
+    top_logprobs = torch.full((batch, n), float("nan"), device=kernels.device)
+    ids = torch.full((batch, n), -1, dtype=torch.int64, device=kernels.device)
+    assert torch.equal(top(*args, logprob=logprob, top_logprobs=top_logprobs, top_ids=ids), tokens)
+    assert torch.equal(ids.cpu(), want_ids)
+
+
+@pytest.mark.parametrize(("logits", "params"), [("normal", "mixed"), ("ties", "top-p-boundary")])
+def test_the_draws_judge_passes_the_split_path(kernels, paths, logits, params):
+    """The conformance kit's judgement (support, greedy, determinism, a row's distribution over 300 draws) with
+    every call on the split path."""
+    case = Case("sample_tl", (257, torch.float32), {}, (11,), seed=2, geometry={"logits": logits, "params": params})
+    check_case(paths("split"), case, device=kernels.device)
