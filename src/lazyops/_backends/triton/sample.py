@@ -147,6 +147,20 @@ def _scaled(logits_ptr, base, cols, inv_t, V: tl.constexpr):
 
 
 @triton.jit
+def _rows(M, ROWS: tl.constexpr):
+    # the program's rows ([ROWS], in 64 bits; past M the last row again) and which of them are in M
+    first, count = program_rows(M, ROWS)
+    lanes = tl.arange(0, ROWS)
+    return first + tl.minimum(lanes, count - 1).to(tl.int64), lanes < count
+
+
+@triton.jit
+def _inverse_temperature(t):
+    # [ROWS, 1]: 1 / t, and 1 for a greedy row (t = 0), whose z is then its logits
+    return (1.0 / tl.where(t > 0, t, 1.0))[:, None]
+
+
+@triton.jit
 def _race_keys(seeds, offsets):
     # the spec's two keys of a request's uniforms, from its seed and offset ([ROWS] -> two [ROWS, 1])
     key1 = _mix(((offsets >> 32) & 0xFFFFFFFF) ^ 0x2545F491)
@@ -192,11 +206,9 @@ def _sample_kernel(
     WAYS: tl.constexpr,
     KEY_PASSES: tl.constexpr,
 ):
-    first, count = program_rows(M, ROWS)
-    lanes = tl.arange(0, ROWS)
-    row = first + tl.minimum(lanes, count - 1).to(tl.int64)
+    row, live = _rows(M, ROWS)
     t = tl.load(temperature_ptr + row)
-    inv_t = (1.0 / tl.where(t > 0, t, 1.0))[:, None]
+    inv_t = _inverse_temperature(t)
     k = tl.load(top_k_ptr + row)
     k = tl.where((k <= 0) | (k > V), V + 1, k)
     p = tl.load(top_p_ptr + row)
@@ -270,12 +282,12 @@ def _sample_kernel(
         won_id = tl.where(block_won > won, block_id, won_id)
         won = tl.maximum(won, block_won)
     token = tl.where(t == 0, best_id, won_id)
-    tl.store(out_ptr + row, token, mask=lanes < count)
+    tl.store(out_ptr + row, token, mask=live)
     if LOGPROB or TOP_N > 0:  # vLLM's raw logprobs: log_softmax of the logits as given
         lse = best + tl.log(total)
         if LOGPROB:
             x_token = tl.load(logits_ptr + row * row_stride + token).to(tl.float32)
-            tl.store(logprob_ptr + row, x_token - lse, mask=lanes < count)
+            tl.store(logprob_ptr + row, x_token - lse, mask=live)
         # the top n: each pass the largest (key, lowest id) strictly after the previous one in that order
         previous_key = tl.full([ROWS], 2**40, tl.int64)
         previous_id = tl.full([ROWS], -1, tl.int64)
@@ -294,8 +306,8 @@ def _sample_kernel(
                 next_id = tl.where(better, block_id, next_id)
                 next_key = tl.where(better, block_key, next_key)
             x_next = tl.load(logits_ptr + row * row_stride + tl.minimum(next_id, V - 1)).to(tl.float32)
-            tl.store(top_values_ptr + row * TOP_N + rank, x_next - lse, mask=lanes < count)
-            tl.store(top_ids_ptr + row * TOP_N + rank, next_id, mask=lanes < count)
+            tl.store(top_values_ptr + row * TOP_N + rank, x_next - lse, mask=live)
+            tl.store(top_ids_ptr + row * TOP_N + rank, next_id, mask=live)
             previous_key, previous_id = next_key, next_id
 
 
@@ -312,11 +324,9 @@ KEYS, FIRST_MASS, MASS, DRAW = (tl.constexpr(phase) for phase in range(4))  # PH
 
 @triton.jit
 def _split_rows(M, ROWS: tl.constexpr):
-    # program (row block, chunk)'s rows ([ROWS], in 64 bits; past M the last row again), which of them are in M, and
-    # its chunk
-    first, count = program_rows(M, ROWS)
-    lanes = tl.arange(0, ROWS)
-    return first + tl.minimum(lanes, count - 1).to(tl.int64), lanes < count, tl.program_id(1)
+    # program (row block, chunk)'s rows, which of them are in M, and its chunk
+    row, live = _rows(M, ROWS)
+    return row, live, tl.program_id(1)
 
 
 @triton.jit
@@ -376,7 +386,7 @@ def _split_scan_kernel(
     row, live, chunk = _split_rows(M, ROWS)
     partial = row * CHUNKS + chunk
     t = tl.load(temperature_ptr + row)
-    inv_t = (1.0 / tl.where(t > 0, t, 1.0))[:, None]
+    inv_t = _inverse_temperature(t)
     k = tl.load(top_k_ptr + row)
     cols = chunk * BLOCK_V + tl.arange(0, BLOCK_V)[None, :]
     x, z = _scaled(logits_ptr, row[:, None] * row_stride, cols, inv_t, V)
@@ -432,7 +442,7 @@ def _split_pass_kernel(
     partial = row * CHUNKS + chunk
     j = tl.arange(0, WAYS)[None, :]
     t = tl.load(temperature_ptr + row)
-    inv_t = (1.0 / tl.where(t > 0, t, 1.0))[:, None]
+    inv_t = _inverse_temperature(t)
     cols = chunk * BLOCK_V + tl.arange(0, BLOCK_V)[None, :]
     base = row[:, None] * row_stride
     lo = tl.load(state_ptr + row * 2)[:, None]
@@ -499,9 +509,7 @@ def _split_finish_kernel(
 ):
     # each row's chunks folded in order, as the one-program kernel folds its blocks: the greedy token, the race's
     # winner (ties to the lowest id: an earlier chunk keeps a tie), and log_softmax's normaliser
-    first, count = program_rows(M, ROWS)
-    lanes = tl.arange(0, ROWS)
-    row = first + tl.minimum(lanes, count - 1).to(tl.int64)
+    row, live = _rows(M, ROWS)
     t = tl.load(temperature_ptr + row)
     best = tl.full([ROWS], -float("inf"), tl.float32)
     best_id = tl.zeros([ROWS], tl.int64)
@@ -522,10 +530,10 @@ def _split_finish_kernel(
         won_id = tl.where(block_won > won, tl.load(won_id_ptr + partial, mask=t != 0, other=0), won_id)
         won = tl.maximum(won, block_won)
     token = tl.where(t == 0, best_id, won_id)
-    tl.store(out_ptr + row, token, mask=lanes < count)
+    tl.store(out_ptr + row, token, mask=live)
     if LOGPROB:
         x_token = tl.load(logits_ptr + row * row_stride + token).to(tl.float32)
-        tl.store(logprob_ptr + row, x_token - (best + tl.log(total)), mask=lanes < count)
+        tl.store(logprob_ptr + row, x_token - (best + tl.log(total)), mask=live)
 
 
 #: Elements of one program's tile: a row block on the GPU; in the interpreter, many rows at once (its cost is per
