@@ -587,6 +587,20 @@ def tiled_fused_moe(tiles: Sequence[int]) -> Callable[[Any], Any]:
     return lambda config: fused_moe.build_fused_moe(config, choose=lambda *_: chosen)
 
 
+def split_sampler(chosen: Any) -> Any:
+    """Triton's ``sample_tl`` for ``chosen`` (an ``Example``) with its split path at every batch size (``SPLIT_BELOW``
+    set while the factory builds), beside the rule's row, which keeps batches of at least the SM count on one program
+    a row: ``bench_kernels.py --sampling``'s candidate, which says where the rule's bound should lie."""
+    from lazyops import _api
+    from lazyops._backends.triton import sample
+
+    kept, sample.SPLIT_BELOW = sample.SPLIT_BELOW, 1 << 30
+    try:
+        return _api.kernel_factory("triton", "sample_tl")(*chosen.args, **chosen.kwargs)
+    finally:
+        sample.SPLIT_BELOW = kept
+
+
 def tiled_matmul(backend: str, n: int, k: int, dtype: Any, tile: Mapping[str, Any]) -> Callable[..., Any]:
     """``call(a, b) -> c`` of ``backend``'s GEMM with the tiling ``tile`` (its own tile type's fields, and ``split``),
     whatever its rule would pick: what ``bench_gemm.py --sweep`` times. Triton: ``matmul.Tiling``; TileLang:

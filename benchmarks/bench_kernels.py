@@ -113,6 +113,8 @@ def main(argv: list[str] | None = None) -> int:
                     bench.Impl(f"triton {','.join(map(str, tile))}", "candidate", _on_config(kernel, tile))
                     for tile in tiles
                 ]
+                if kernel == "sample" and "triton" in chosen and cuda:  # the split path where the rule keeps it off
+                    impls.append(bench.Impl("triton split at every B", "candidate", harness.split_sampler))
                 common: dict[str, Any] = {"device": device, "small": small, "progress": say}
                 if "stream" in modes:
                     rows += bench.measure(kernel, impls, tokens, dtype, rounds=rounds, round_s=round_s, **common)
