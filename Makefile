@@ -129,7 +129,8 @@ SAMPLING ?=
 gpu-sampling: gpu-sampling-check gpu-sampling-bench
 gpu-sampling-check:
 	-$(call gpu_pytest_log,sample_tl and apply_penalties_tl on the GPU,gpu-sampling,sampling-check.md,$(SAMPLING_CHECK_S),\
-	  tests/kernels/test_gpu_conformance.py -k "sample or penalties" tests/kernels/test_sample.py tests/kernels/test_penalties.py)
+	  tests/kernels/test_gpu_conformance.py -k "sample or penalties" tests/kernels/test_sample.py tests/kernels/test_penalties.py \
+	  tests/kernels/test_sample_split.py)
 gpu-sampling-bench:
 	-$(call limit,$(SAMPLING_S)) $(PYTHON) benchmarks/bench_kernels.py --sampling --backend torch,triton,tilelang --out $(GPU_OUT) $(SAMPLING)
 

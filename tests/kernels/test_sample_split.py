@@ -145,3 +145,19 @@ def test_the_draws_judge_passes_the_split_path(kernels, paths, logits, params):
     every call on the split path."""
     case = Case("sample_tl", (257, torch.float32), {}, (11,), seed=2, geometry={"logits": logits, "params": params})
     check_case(paths("split"), case, device=kernels.device)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["float32", "bfloat16"])
+def test_the_paths_agree_at_an_engine_vocabulary_on_a_gpu(kernels, paths, monkeypatch, dtype):
+    """On a GPU only (the interpreter would take minutes): Llama 3's vocabulary in the GPU's own tiles (4096, 32
+    chunks a row), 48 rows of every kind: the same tokens on both paths, each in the reference's kept set."""
+    if kernels.device == "cpu":
+        pytest.skip("a GPU's tiles at V = 128256: the interpreter's cost is per operation")
+    from lazyops._backends.triton import sample as triton_sample
+
+    monkeypatch.setattr(triton_sample, "TILE", 4096)
+    vocab, batch = 128256, 48
+    args = _on(kernels.device, _requests(batch, vocab, top_p=True, seed=11, dtype=dtype))
+    got = paths("split")(vocab, dtype)(*args).cpu()
+    assert torch.equal(got, paths("one")(vocab, dtype)(*args).cpu())
+    assert bool(_kept(args)[torch.arange(batch), got].all()), "a token outside the reference's kept set"
