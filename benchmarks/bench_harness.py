@@ -587,18 +587,26 @@ def tiled_fused_moe(tiles: Sequence[int]) -> Callable[[Any], Any]:
     return lambda config: fused_moe.build_fused_moe(config, choose=lambda *_: chosen)
 
 
-def split_sampler(chosen: Any) -> Any:
-    """Triton's ``sample_tl`` for ``chosen`` (an ``Example``) with its split path at every batch size (``SPLIT_BELOW``
-    set while the factory builds), beside the rule's row, which keeps batches of at least the SM count on one program
-    a row: ``bench_kernels.py --sampling``'s candidate, which says where the rule's bound should lie."""
+def split_sampler(group: int | None) -> Callable[[Any], Any]:
+    """``build(example) -> call`` of Triton's ``sample_tl`` with its split path at every batch size (``SPLIT_BELOW``
+    set while the factory builds), all rows at once (``group`` None) or ``group`` rows at a time (``SPLIT_GROUP``; 0:
+    the GPU's SM count): ``bench_kernels.py --sampling``'s candidates beside the rule's row, which keeps a batch of at
+    least the SM count on one program a row. They say where the rule's bound should lie."""
     from lazyops import _api
     from lazyops._backends.triton import sample
 
-    kept, sample.SPLIT_BELOW = sample.SPLIT_BELOW, 1 << 30
-    try:
-        return _api.kernel_factory("triton", "sample_tl")(*chosen.args, **chosen.kwargs)
-    finally:
-        sample.SPLIT_BELOW = kept
+    def build(chosen: Any) -> Any:
+        import torch
+
+        rows = torch.cuda.get_device_properties().multi_processor_count if group == 0 else group
+        kept = sample.SPLIT_BELOW, sample.SPLIT_GROUP
+        sample.SPLIT_BELOW, sample.SPLIT_GROUP = 1 << 30, rows
+        try:
+            return _api.kernel_factory("triton", "sample_tl")(*chosen.args, **chosen.kwargs)
+        finally:
+            sample.SPLIT_BELOW, sample.SPLIT_GROUP = kept
+
+    return build
 
 
 def tiled_matmul(backend: str, n: int, k: int, dtype: Any, tile: Mapping[str, Any]) -> Callable[..., Any]:

@@ -114,7 +114,10 @@ def main(argv: list[str] | None = None) -> int:
                     for tile in tiles
                 ]
                 if kernel == "sample" and "triton" in chosen and cuda:  # the split path where the rule keeps it off
-                    impls.append(bench.Impl("triton split at every B", "candidate", harness.split_sampler))
+                    impls += [
+                        bench.Impl("triton split, one group", "candidate", harness.split_sampler(None)),
+                        bench.Impl("triton split, SM-count groups", "candidate", harness.split_sampler(0)),
+                    ]
                 common: dict[str, Any] = {"device": device, "small": small, "progress": say}
                 if "stream" in modes:
                     rows += bench.measure(kernel, impls, tokens, dtype, rounds=rounds, round_s=round_s, **common)

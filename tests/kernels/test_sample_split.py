@@ -32,7 +32,10 @@ def paths(kernels: Any, monkeypatch: pytest.MonkeyPatch) -> Any:
     monkeypatch.setattr(triton_sample, "TILE", 128)
 
     def factory(path: str) -> Any:
+        # "grouped": every call on the split path, five rows at a time (SPLIT_GROUP), at batches the rule would
+        # otherwise keep on one program a row
         monkeypatch.setattr(triton_sample, "SPLIT_BELOW", 10**9 if path == "split" else 0)
+        monkeypatch.setattr(triton_sample, "SPLIT_GROUP", 5 if path == "grouped" else None)
         return kernels.factory("sample_tl")
 
     return factory
@@ -85,6 +88,37 @@ def test_the_paths_draw_the_same_tokens(kernels, paths, batch, top_p):
     want = one(*args).cpu()
     assert torch.equal(got, want)
     assert bool(_kept(args)[torch.arange(batch), got].all()), "a token outside the reference's kept set"
+
+
+def test_a_batch_in_groups_draws_the_batch_tokens(kernels, paths):
+    """A batch cut into groups of five rows (the last short) on the split path: the one-program path's tokens and
+    log-probabilities, every row written (poisoned buffers overwritten), strided rows as given."""
+    vocab, batch = 300, 13
+    logits, *params = _requests(batch, vocab, top_p=True, seed=13)
+    wide = torch.zeros(batch, vocab + 8)
+    wide[:, 4 : 4 + vocab] = logits
+    args = _on(kernels.device, (wide[:, 4 : 4 + vocab], *params))
+    grouped, one = (
+        paths("grouped")(vocab, torch.float32, logprobs=True),
+        paths("one")(vocab, torch.float32, logprobs=True),
+    )
+    out = torch.full((batch,), -7, dtype=torch.int64, device=kernels.device)
+    logprob = torch.full((batch,), float("nan"), device=kernels.device)
+    grouped(*args, logprob=logprob, out=out)
+    want_logprob = torch.full((batch,), float("nan"), device=kernels.device)
+    assert torch.equal(out.cpu(), one(*args, logprob=want_logprob).cpu())
+    assert torch.allclose(logprob, want_logprob, rtol=0, atol=1e-5)
+
+
+def test_a_group_of_no_rows_is_refused(kernels, monkeypatch):
+    """``SPLIT_GROUP`` below one row: the factory says which setting, why, and the way out."""
+    if kernels.backend != "triton":
+        pytest.skip("Triton's split path")
+    from lazyops._backends.triton import sample as triton_sample
+
+    monkeypatch.setattr(triton_sample, "SPLIT_GROUP", 0)
+    with pytest.raises(ValueError, match=r"SPLIT_GROUP=0: .* at least one row; None keeps"):
+        kernels.factory("sample_tl")(300, torch.float32)
 
 
 def test_many_draws_of_a_few_rows(kernels, paths):

@@ -37,7 +37,9 @@ program a row), a row of one block, and batches of at least the SM count (``SPLI
 row at 32 chunks, every pass's counts and masses kept) is allocated per call on the logits' device; the path is
 chosen from shapes and the factory's flags, never from a value on the device, so a call can be captured in a CUDA
 graph. Unmeasured on a GPU: it trades
-one SM's serial passes for 18 launches of a few µs each.
+one SM's serial passes for 18 launches of a few µs each. ``SPLIT_GROUP`` (off by default) also puts a batch of at least
+the SM count on the split path, a group of that many rows at a time, so that every pass after a group's first reads its
+rows from L2; ``bench_kernels.py --sampling`` times it beside the rule, which decides where the default should lie.
 """
 
 from __future__ import annotations
@@ -554,6 +556,12 @@ FINISH_ROWS = 32
 #: GPU's SM count (INTERPRETER_SMS in the interpreter). Read when a factory builds: 0 keeps every call on the
 #: one-program path, a large number puts every call on the split path (the tests compare the two).
 SPLIT_BELOW: int | None = None
+#: Rows of one group of the split path: a call of more rows runs the split path on one group after another, each
+#: group's rows read from L2 in every pass after the first (a group of 128 rows at V = 128256 in float32 is 64 MB;
+#: 256 rows' 128 MB would come from HBM 17 times). None: a call of at least ``SPLIT_BELOW`` rows takes one program a
+#: row (the rule until a GPU says otherwise: ``bench_kernels.py --sampling``'s candidates time both). Read when a
+#: factory builds.
+SPLIT_GROUP: int | None = None
 #: Bits of the key a search pass settles: 2**SEARCH_BITS - 1 pivots a pass, ceil(32 / SEARCH_BITS) passes a search.
 #: 1 is the bisection (32 passes of one pivot); 4 reads the row 8 times a search at 15 pivots a read.
 SEARCH_BITS = 4
@@ -599,7 +607,7 @@ def sample_tl(config: SampleConfig) -> Callable[..., None]:
         below = SPLIT_BELOW
         if below is None:
             below = INTERPRETER_SMS if interpret else torch.cuda.get_device_properties().multi_processor_count
-        split = _SplitPath(config, block, chunks, below, INTERPRETER_SMS if interpret else 1)
+        split = _SplitPath(config, block, chunks, below, INTERPRETER_SMS if interpret else 1, SPLIT_GROUP)
 
     def sample(
         logits: torch.Tensor,
@@ -616,7 +624,7 @@ def sample_tl(config: SampleConfig) -> Callable[..., None]:
     ) -> None:
         m = logits.shape[0]
         write = logprob is not None and logprob.numel() > 0
-        if split is not None and 0 < m < split.below:
+        if split is not None and m > 0 and (m < split.below or split.group):
             split(logits, temperature, top_k, top_p, min_p, seeds, offsets, logprob if write else None, out)
             return
         top = top_logprobs is not None and top_logprobs.numel() > 0 and top_ids is not None and top_ids.numel() > 0
@@ -647,8 +655,15 @@ class _SplitPath:
     ``2 * KEY_PASSES + 2`` launches, whatever the parameters; a program with nothing to do in a pass reads its
     row's state and returns."""
 
-    def __init__(self, config: SampleConfig, block: int, chunks: int, below: int, rows: int) -> None:
-        self.below, self.chunks, self.rows = below, chunks, rows
+    def __init__(
+        self, config: SampleConfig, block: int, chunks: int, below: int, rows: int, group: int | None = None
+    ) -> None:
+        if group is not None and group < 1:
+            raise ValueError(
+                f"SPLIT_GROUP={group}: a group of the split path is at least one row; None keeps a call of "
+                "at least SPLIT_BELOW rows on one program a row"
+            )
+        self.below, self.chunks, self.rows, self.group = below, chunks, rows, group
         self.finish_rows = max(rows, FINISH_ROWS)
         self.ways, self.passes = 2**SEARCH_BITS, cdiv(32, SEARCH_BITS)
         shape = {"V": config.vocab, "BLOCK_V": block, "CHUNKS": chunks, "ROWS": rows, "WAYS": self.ways}
@@ -667,6 +682,36 @@ class _SplitPath:
         }
 
     def __call__(
+        self,
+        logits: torch.Tensor,
+        temperature: torch.Tensor,
+        top_k: torch.Tensor,
+        top_p: torch.Tensor,
+        min_p: torch.Tensor,
+        seeds: torch.Tensor,
+        offsets: torch.Tensor,
+        logprob: torch.Tensor | None,
+        out: torch.Tensor,
+    ) -> None:
+        m = logits.shape[0]
+        if self.group is None or m <= self.group:
+            self._call(logits, temperature, top_k, top_p, min_p, seeds, offsets, logprob, out)
+            return
+        for first in range(0, m, self.group):  # each group's rows, views of the call's (a row's token is its own)
+            rows = slice(first, first + self.group)
+            self._call(
+                logits[rows],
+                temperature[rows],
+                top_k[rows],
+                top_p[rows],
+                min_p[rows],
+                seeds[rows],
+                offsets[rows],
+                None if logprob is None else logprob[rows],
+                out[rows],
+            )
+
+    def _call(
         self,
         logits: torch.Tensor,
         temperature: torch.Tensor,
