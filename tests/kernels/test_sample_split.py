@@ -92,22 +92,29 @@ def test_the_paths_draw_the_same_tokens(kernels, paths, batch, top_p):
 
 def test_a_batch_in_groups_draws_the_batch_tokens(kernels, paths):
     """A batch cut into groups of five rows (the last short) on the split path: the one-program path's tokens and
-    log-probabilities, every row written (poisoned buffers overwritten), strided rows as given."""
+    log-probabilities (the sampled token's and the top 3), every row written (poisoned buffers overwritten), strided rows as given."""
     vocab, batch = 300, 13
     logits, *params = _requests(batch, vocab, top_p=True, seed=13)
     wide = torch.zeros(batch, vocab + 8)
     wide[:, 4 : 4 + vocab] = logits
     args = _on(kernels.device, (wide[:, 4 : 4 + vocab], *params))
-    grouped, one = (
-        paths("grouped")(vocab, torch.float32, logprobs=True),
-        paths("one")(vocab, torch.float32, logprobs=True),
-    )
+    grouped = paths("grouped")(vocab, torch.float32, logprobs=True, top_n=3)
+    one = paths("one")(vocab, torch.float32, logprobs=True, top_n=3)
+
+    def buffers() -> dict[str, torch.Tensor]:
+        return {
+            "logprob": torch.full((batch,), float("nan"), device=kernels.device),
+            "top_logprobs": torch.full((batch, 3), float("nan"), device=kernels.device),
+            "top_ids": torch.full((batch, 3), -1, dtype=torch.int64, device=kernels.device),
+        }
+
+    got, want = buffers(), buffers()
     out = torch.full((batch,), -7, dtype=torch.int64, device=kernels.device)
-    logprob = torch.full((batch,), float("nan"), device=kernels.device)
-    grouped(*args, logprob=logprob, out=out)
-    want_logprob = torch.full((batch,), float("nan"), device=kernels.device)
-    assert torch.equal(out.cpu(), one(*args, logprob=want_logprob).cpu())
-    assert torch.allclose(logprob, want_logprob, rtol=0, atol=1e-5)
+    grouped(*args, **got, out=out)
+    assert torch.equal(out.cpu(), one(*args, **want).cpu())
+    assert torch.equal(got["top_ids"], want["top_ids"])
+    for name in ("logprob", "top_logprobs"):
+        assert torch.allclose(got[name], want[name], rtol=0, atol=1e-5), name
 
 
 def test_a_group_of_no_rows_is_refused(kernels, monkeypatch):
@@ -150,27 +157,103 @@ def test_a_strided_bfloat16_batch_and_its_halves(kernels, paths):
     assert torch.equal(split(args[0][::2], *(p[::2].contiguous() for p in args[1:])).cpu(), got[::2])
 
 
+def _close(got: torch.Tensor, want: torch.Tensor) -> bool:
+    """Log-probabilities within the draws judge's tolerance of ``want`` (``-inf`` exactly)."""
+    got, want = got.cpu().double(), want.cpu().double()
+    close = (got - want).abs() <= LOGPROB_TOLERANCE * (1 + want.abs())
+    return bool(torch.where(torch.isfinite(want), close, got == want).all())
+
+
 def test_log_probabilities_on_the_split_path(kernels, paths):
     """The sampled token's log-probability (its normaliser folded over chunks: a rounding from the one-program
-    path's, within the judge's tolerance of float64); a factory asking for the top ``n`` keeps one program a row and
-    draws the same tokens; poisoned buffers overwritten."""
-    vocab, batch, n = 300, 9, 4
+    path's, within the judge's tolerance of float64); the buffer changes no token; a poisoned buffer overwritten."""
+    vocab, batch = 300, 9
     args = _on(kernels.device, _requests(batch, vocab, top_p=True, seed=5))
     split = paths("split")(vocab, torch.float32, logprobs=True)
     logprob = torch.full((batch,), float("nan"), device=kernels.device)
     tokens = split(*args, logprob=logprob)
     assert torch.equal(split(*args), tokens)
-    want, _, want_ids = log_probabilities(args[0].double().cpu(), tokens.cpu(), n)
-    assert ((logprob.cpu().double() - want).abs() <= LOGPROB_TOLERANCE * (1 + want.abs())).all()
+    want, _, _ = log_probabilities(args[0].double().cpu(), tokens.cpu(), 1)
+    assert _close(logprob, want)
     one = paths("one")(vocab, torch.float32, logprobs=True)
     one_logprob = torch.full((batch,), float("nan"), device=kernels.device)
     assert torch.equal(one(*args, logprob=one_logprob), tokens)
     assert torch.allclose(one_logprob, logprob, rtol=0, atol=1e-5)
-    top = paths("split")(vocab, torch.float32, logprobs=True, top_n=n)  # the top n: one program a row
-    top_logprobs = torch.full((batch, n), float("nan"), device=kernels.device)
-    ids = torch.full((batch, n), -1, dtype=torch.int64, device=kernels.device)
-    assert torch.equal(top(*args, logprob=logprob, top_logprobs=top_logprobs, top_ids=ids), tokens)
-    assert torch.equal(ids.cpu(), want_ids)
+
+
+def _top_rows(args: tuple, vocab: int) -> tuple:
+    """``_requests``' rows, two of them with a top ``n`` spread over the chunks: in the second (integer ties) the
+    largest logits tie across the three chunks and the next two tie below them; in the last, all but three tokens
+    ``-inf`` (a top 4 takes a ``-inf``: the lowest id of the ties)."""
+    logits = args[0].clone()
+    batch = logits.shape[0]
+    if batch > 1:
+        logits[1, [vocab - 1, 128, 3]] = 5.0
+        logits[1, [200, 127]] = 4.0
+        logits[-1] = float("-inf")
+        logits[-1, [vocab - 2, 130, 7]] = torch.tensor([1.0, 2.0, 1.0])
+    return (logits, *args[1:])
+
+
+@pytest.mark.parametrize("n", [1, 4])
+@pytest.mark.parametrize("batch", BATCHES)
+def test_the_top_n_on_the_split_path(kernels, paths, batch, n):
+    """The top ``n`` of a factory asking for them on the split path (each chunk's top ``n``, merged by the finish):
+    the one-program path's ids and float64's (ties to the lower id), values within the judge's tolerance of float64
+    and of the one-program path's (``-inf`` exactly); poisoned buffers overwritten; the same tokens with any subset
+    of the buffers given, and the same top ``n`` with or without ``logprob``."""
+    vocab = 300
+    args = _on(kernels.device, _top_rows(_requests(batch, vocab, top_p=True, seed=batch + n), vocab))
+    split = paths("split")(vocab, torch.float32, logprobs=True, top_n=n)
+    one = paths("one")(vocab, torch.float32, logprobs=True, top_n=n)
+
+    def call(kernel: Any, logprob: bool = True) -> tuple:
+        written = {
+            "top_logprobs": torch.full((batch, n), float("nan"), device=kernels.device),
+            "top_ids": torch.full((batch, n), -1, dtype=torch.int64, device=kernels.device),
+        }
+        if logprob:
+            written["logprob"] = torch.full((batch,), float("nan"), device=kernels.device)
+        tokens = kernel(*args, **written)
+        return tokens.cpu(), {name: tensor.cpu() for name, tensor in written.items()}
+
+    tokens, got = call(split)
+    one_tokens, want_one = call(one)
+    assert torch.equal(tokens, one_tokens)
+    want_logprob, want_top, want_ids = log_probabilities(args[0].double().cpu(), tokens, n)
+    assert torch.equal(got["top_ids"], want_ids)
+    assert torch.equal(got["top_ids"], want_one["top_ids"])
+    assert _close(got["top_logprobs"], want_top)
+    assert _close(got["top_logprobs"], want_one["top_logprobs"])
+    assert _close(got["logprob"], want_logprob)
+    assert torch.equal(split(*args).cpu(), tokens)
+    alone_tokens, alone = call(split, logprob=False)
+    assert torch.equal(alone_tokens, tokens)
+    assert torch.equal(alone["top_ids"], got["top_ids"]) and torch.equal(alone["top_logprobs"], got["top_logprobs"])
+    logprob = torch.full((batch,), float("nan"), device=kernels.device)
+    assert torch.equal(split(*args, logprob=logprob).cpu(), tokens)
+    assert torch.equal(logprob.cpu(), got["logprob"])
+
+
+def test_the_top_n_when_a_chunk_has_fewer_tokens_than_n(kernels, paths):
+    """V = 258: the last chunk holds 2 tokens, fewer than n = 4 (the scan pads its candidates with keys below every
+    logit's), and they are the row's largest; the other rows' top n lie in the first chunks."""
+    vocab, batch, n = 258, 5, 4
+    logits, *params = _requests(batch, vocab, top_p=False, seed=4)
+    logits[::2, vocab - 2 :] = logits[::2].amax(dim=1, keepdim=True) + 1.0
+    args = _on(kernels.device, (logits, *params))
+    top = {
+        path: (
+            torch.full((batch, n), float("nan"), device=kernels.device),
+            torch.full((batch, n), -1, device=kernels.device),
+        )
+        for path in ("split", "one")
+    }
+    for path, (values, ids) in top.items():
+        paths(path)(vocab, torch.float32, logprobs=True, top_n=n)(*args, top_logprobs=values, top_ids=ids)
+    _, want_top, want_ids = log_probabilities(logits.double(), torch.zeros(batch, dtype=torch.int64), n)
+    assert torch.equal(top["split"][1].cpu(), want_ids) and torch.equal(top["one"][1].cpu(), want_ids)
+    assert _close(top["split"][0], want_top) and _close(top["split"][0], top["one"][0])
 
 
 @pytest.mark.parametrize(("logits", "params"), [("normal", "mixed"), ("ties", "top-p-boundary")])

@@ -114,7 +114,16 @@ SPLIT_TYPES = {
     **{name: "*fp32" for name in ("best_ptr", "z_max_ptr", "total_ptr", "kept_ptr", "won_ptr")},
     **{
         name: "*i64"
-        for name in ("best_id_ptr", "won_id_ptr", "out_id_ptr", "state_ptr", "next_state_ptr", "k_state_ptr")
+        for name in (
+            "best_id_ptr",
+            "won_id_ptr",
+            "out_id_ptr",
+            "state_ptr",
+            "next_state_ptr",
+            "k_state_ptr",
+            "top_keys_ptr",
+            "top_out_ids_ptr",
+        )
     },
     "counts_ptr": "*i32",
     "M": "i32",
@@ -122,28 +131,39 @@ SPLIT_TYPES = {
 
 
 @pytest.mark.parametrize(
-    ("name", "phase", "partials", "out"),
+    ("name", "phase", "partials", "out", "top_n"),
     [
-        ("_split_scan_kernel", None, None, None),
-        ("_split_pass_kernel", "KEYS", "*i32", "*i32"),
-        ("_split_pass_kernel", "FIRST_MASS", "*i32", "*fp32"),
-        ("_split_pass_kernel", "MASS", "*fp32", "*fp32"),
-        ("_split_pass_kernel", "DRAW", "*fp32", "*fp32"),
-        ("_split_finish_kernel", None, None, "*i64"),
+        ("_split_scan_kernel", None, None, None, 0),
+        ("_split_scan_kernel", None, None, None, 20),
+        ("_split_pass_kernel", "KEYS", "*i32", "*i32", 0),
+        ("_split_pass_kernel", "FIRST_MASS", "*i32", "*fp32", 0),
+        ("_split_pass_kernel", "MASS", "*fp32", "*fp32", 0),
+        ("_split_pass_kernel", "DRAW", "*fp32", "*fp32", 0),
+        ("_split_finish_kernel", None, None, "*i64", 0),
+        ("_split_finish_kernel", None, None, "*i64", 20),
     ],
-    ids=["scan", "keys", "first-mass", "mass", "draw", "finish"],
+    ids=["scan", "scan-top-20", "keys", "first-mass", "mass", "draw", "finish", "finish-top-20"],
 )
-def test_sample_split_path_compiles_for_sm90(name: str, phase: str | None, partials: str, out: str) -> None:
+def test_sample_split_path_compiles_for_sm90(name: str, phase: str | None, partials: str, out: str, top_n: int) -> None:
     """The split path's launches as sample_tl passes them at Llama 3's vocabulary: 32 chunks of 4096, a row a
-    program (the finish: FINISH_ROWS rows)."""
+    program (the finish: FINISH_ROWS rows, a row a program when it merges the top n)."""
     from lazyops._backends.triton import sample
 
     vocab, block = 128256, 4096
-    shape = {"V": vocab, "BLOCK_V": block, "CHUNKS": -(-vocab // block), "ROWS": 1, "WAYS": 2**sample.SEARCH_BITS}
+    chunks = -(-vocab // block)
+    shape = {"V": vocab, "BLOCK_V": block, "CHUNKS": chunks, "ROWS": 1, "WAYS": 2**sample.SEARCH_BITS}
+    finish = {
+        "V": vocab,
+        "CHUNKS": chunks,
+        "ROWS": 1 if top_n else sample.FINISH_ROWS,
+        "LOGPROB": True,
+        "TOP_N": top_n,
+        "CANDIDATES": 1 << (chunks * top_n - 1).bit_length() if top_n else 1,
+    }
     constants = {
-        "_split_scan_kernel": {**shape, "LOGPROB": True},
+        "_split_scan_kernel": {**shape, "LOGPROB": True, "TOP_N": top_n},
         "_split_pass_kernel": {**shape, "PHASE": getattr(sample, phase or "KEYS").value},
-        "_split_finish_kernel": {"CHUNKS": shape["CHUNKS"], "ROWS": sample.FINISH_ROWS, "LOGPROB": True},
+        "_split_finish_kernel": finish,
     }[name]
     types = {**SAMPLE_TYPES, **SPLIT_TYPES, "partials_ptr": partials or "*i32", "out_ptr": out or "*i64"}
     assert getattr(sample, name).arg_names[-len(constants) :] == list(constants)

@@ -22,24 +22,28 @@ sum rescaled as the maximum grows), the sampled token's logit is read once more,
 (vLLM gathers them with a ``torch.topk``; a few passes suit the ``n`` of 0 to 20 engines serve).
 
 Two paths (issue 37). One program a row (above) leaves most of a GPU idle at a batch below its SM count: each row's
-passes run one after another on one SM. There a call takes the **split path**: each row is cut into chunks, one of
-the one-program kernel's blocks each (4096 elements on a GPU: 32 chunks a row at V = 128256), and each pass is one
-launch over (rows, chunks), 18 launches whatever the parameters: the scan (pass 1), 7 top-k passes, 8 top-p passes,
-the draw, and a finish that folds each row's chunk winners into its token (and log-probability). A program reads its
-chunk once a launch, and its row's partials from the launch before: the counts or masses above the pivots
-(``[CHUNKS, 16]``, 2 KB a row at 32 chunks) and the interval (two keys) which that launch's chunk 0 wrote into a slot
-of its own, so no launch reads what it writes and nothing is added atomically; a row that asks for nothing in a pass
-(greedy, no top-k or top-p, a settled interval) reads no logits in it. The chunks' masses are added one by one in the
-one-program kernel's order, each chunk's sum being that kernel's block sum, so both paths compute the same floats
-and draw the same tokens (top-p included), and a row's token does not depend on the batch that picks the path. What
-the split path does not take: a factory asking for the top ``n`` log-probabilities (its ``n`` passes stay on one
-program a row), a row of one block, and batches of at least the SM count (``SPLIT_BELOW``). Scratch (about 33 KB a
-row at 32 chunks, every pass's counts and masses kept) is allocated per call on the logits' device; the path is
-chosen from shapes and the factory's flags, never from a value on the device, so a call can be captured in a CUDA
-graph. Unmeasured on a GPU: it trades
-one SM's serial passes for 18 launches of a few µs each. ``SPLIT_GROUP`` (off by default) also puts a batch of at least
-the SM count on the split path, a group of that many rows at a time, so that every pass after a group's first reads its
-rows from L2; ``bench_kernels.py --sampling`` times it beside the rule, which decides where the default should lie.
+passes run one after another on one SM. There a call takes the **split path**: each row is cut into chunks, one of the
+one-program kernel's blocks each (4096 elements on a GPU: 32 chunks a row at V = 128256), and each pass is one launch
+over (rows, chunks), 18 launches whatever the parameters: the scan (pass 1, and each chunk's top ``n``), 7 top-k passes,
+8 top-p passes, the draw, and a finish that folds each row's chunk winners into its token (and log-probabilities). A
+program reads its chunk once a launch, and its row's partials from the launch before: the counts or masses above the
+pivots (``[CHUNKS, 16]``, 2 KB a row at 32 chunks) and the interval (two keys) which that launch's chunk 0 wrote into a
+slot of its own, so no launch reads what it writes and nothing is added atomically; a row that asks for nothing in a
+pass (greedy, no top-k or top-p, a settled interval) reads no logits in it. The chunks' masses are added one by one in
+the one-program kernel's order, each chunk's sum being that kernel's block sum, so both paths compute the same floats
+and draw the same tokens (top-p included), and a row's token does not depend on the batch that picks the path. The top
+``n`` log-probabilities: the scan finds each chunk's top ``n`` in its tile (the row's top ``n`` that lie in a chunk are
+among its chunk's) and the finish merges a row's ``CHUNKS * n`` candidates in the one-program kernel's order, so both
+paths write the same ids, and values ``x - lse`` within a rounding of the normaliser. What the split path does not take:
+a top ``n`` whose candidates outnumber a block's elements (``n`` over 128 at 32 chunks: the finish holds them in one
+tile), a row of one block, and batches of at least the SM count (``SPLIT_BELOW``). Scratch (about 33 KB a row at 32
+chunks, every pass's counts and masses kept, and 16 bytes a candidate of the top ``n``: 10 KB at ``n = 20``) is
+allocated per call on the logits' device; the path is chosen from shapes and the factory's flags, never from a value on
+the device, so a call can be captured in a CUDA graph. Unmeasured on a GPU: it trades one SM's serial passes for 18
+launches of a few µs each.
+``SPLIT_GROUP`` (off by default) also puts a batch of at least the SM count on the split path, a group of that many
+rows at a time, so that every pass after a group's first reads its rows from L2; ``bench_kernels.py --sampling`` times
+it beside the rule, which decides where the default should lie.
 """
 
 from __future__ import annotations
@@ -374,6 +378,8 @@ def _split_scan_kernel(
     total_ptr,
     counts_ptr,
     state_ptr,
+    top_keys_ptr,
+    top_ids_ptr,
     M,
     row_stride,
     V: tl.constexpr,
@@ -382,9 +388,11 @@ def _split_scan_kernel(
     ROWS: tl.constexpr,
     WAYS: tl.constexpr,
     LOGPROB: tl.constexpr,
+    TOP_N: tl.constexpr,
 ):
     # pass 1 over a chunk: its largest logit and that logit's first id, its largest z, its sum of exp(x - largest)
-    # (for the log-probabilities), and its counts above top-k's first pivots; the search's first interval
+    # (for the log-probabilities), its top n (below), and its counts above top-k's first pivots; the search's first
+    # interval
     row, live, chunk = _split_rows(M, ROWS)
     partial = row * CHUNKS + chunk
     t = tl.load(temperature_ptr + row)
@@ -396,9 +404,20 @@ def _split_scan_kernel(
     tl.store(best_ptr + partial, best, mask=live)
     tl.store(best_id_ptr + partial, tl.min(tl.where(x == best[:, None], cols, V), axis=1).to(tl.int64), mask=live)
     tl.store(z_max_ptr + partial, tl.max(z, axis=1), mask=live)
-    if LOGPROB:
+    if LOGPROB or TOP_N > 0:
         shift = tl.where(best == -float("inf"), 0.0, best)
         tl.store(total_ptr + partial, tl.sum(tl.exp(x - shift[:, None]), axis=1), mask=live)
+    if TOP_N > 0:
+        # the chunk's n largest (key, lowest id), the one-program kernel's order: a token of the row's top n is in
+        # its chunk's, so the finish merges these [CHUNKS, n]. The chunk is in registers: each rank takes the
+        # largest left and strikes it out. A chunk of fewer than n tokens pads with keys below every logit's.
+        key = tl.where(cols < V, _key(x).to(tl.int64), -(2**40))
+        for rank in range(TOP_N):
+            chunk_key = tl.max(key, axis=1)
+            chunk_id = tl.min(tl.where(key == chunk_key[:, None], cols, V), axis=1).to(tl.int64)
+            tl.store(top_keys_ptr + partial * TOP_N + rank, chunk_key, mask=live)
+            tl.store(top_ids_ptr + partial * TOP_N + rank, chunk_id, mask=live)
+            key = tl.where(cols == chunk_id[:, None], -(2**40), key)
     lo = tl.full([ROWS, 1], -(2**31), tl.int64)
     hi = tl.full([ROWS, 1], 2**31 - 1, tl.int64)
     asks = live & (k > 0) & (k <= V) & (t != 0)  # a greedy row or one without top-k counts nothing
@@ -501,16 +520,23 @@ def _split_finish_kernel(
     total_ptr,
     won_ptr,
     won_id_ptr,
+    top_keys_ptr,
+    top_ids_ptr,
     out_ptr,
     logprob_ptr,
+    top_values_ptr,
+    top_out_ids_ptr,
     M,
     row_stride,
+    V: tl.constexpr,
     CHUNKS: tl.constexpr,
     ROWS: tl.constexpr,
     LOGPROB: tl.constexpr,
+    TOP_N: tl.constexpr,
+    CANDIDATES: tl.constexpr,
 ):
     # each row's chunks folded in order, as the one-program kernel folds its blocks: the greedy token, the race's
-    # winner (ties to the lowest id: an earlier chunk keeps a tie), and log_softmax's normaliser
+    # winner (ties to the lowest id: an earlier chunk keeps a tie), log_softmax's normaliser, and the top n
     row, live = _rows(M, ROWS)
     t = tl.load(temperature_ptr + row)
     best = tl.full([ROWS], -float("inf"), tl.float32)
@@ -522,7 +548,7 @@ def _split_finish_kernel(
         partial = row * CHUNKS + chunk
         block_best = tl.load(best_ptr + partial)
         best_id = tl.where(block_best > best, tl.load(best_id_ptr + partial), best_id)
-        if LOGPROB:  # each chunk's sum of exp(x - its largest) rescaled to the running largest
+        if LOGPROB or TOP_N > 0:  # each chunk's sum of exp(x - its largest) rescaled to the running largest
             grown = tl.maximum(best, block_best)
             shift = tl.where(grown == -float("inf"), 0.0, grown)
             share = tl.load(total_ptr + partial) * tl.exp(block_best - shift)
@@ -533,9 +559,26 @@ def _split_finish_kernel(
         won = tl.maximum(won, block_won)
     token = tl.where(t == 0, best_id, won_id)
     tl.store(out_ptr + row, token, mask=live)
-    if LOGPROB:
-        x_token = tl.load(logits_ptr + row * row_stride + token).to(tl.float32)
-        tl.store(logprob_ptr + row, x_token - (best + tl.log(total)), mask=live)
+    if LOGPROB or TOP_N > 0:
+        lse = best + tl.log(total)
+        if LOGPROB:
+            x_token = tl.load(logits_ptr + row * row_stride + token).to(tl.float32)
+            tl.store(logprob_ptr + row, x_token - lse, mask=live)
+        # the top n: the row's CHUNKS * n candidates (the scan's, padded to CANDIDATES with keys below every
+        # logit's) taken largest first, ties to the lowest id, each struck out once taken; values and ids as the
+        # one-program kernel writes them. top_n <= V, so n real candidates are always left.
+        if TOP_N > 0:
+            c = tl.arange(0, CANDIDATES)[None, :]
+            at = row[:, None] * (CHUNKS * TOP_N) + c
+            key = tl.load(top_keys_ptr + at, mask=c < CHUNKS * TOP_N, other=-(2**40))
+            ids = tl.load(top_ids_ptr + at, mask=c < CHUNKS * TOP_N, other=V)
+            for rank in range(TOP_N):
+                next_key = tl.max(key, axis=1)
+                next_id = tl.min(tl.where(key == next_key[:, None], ids, V), axis=1)
+                x_next = tl.load(logits_ptr + row * row_stride + tl.minimum(next_id, V - 1)).to(tl.float32)
+                tl.store(top_values_ptr + row * TOP_N + rank, x_next - lse, mask=live)
+                tl.store(top_out_ids_ptr + row * TOP_N + rank, next_id, mask=live)
+                key = tl.where(ids == next_id[:, None], -(2**40), key)
 
 
 #: Elements of one program's tile: a row block on the GPU; in the interpreter, many rows at once (its cost is per
@@ -552,7 +595,7 @@ INTERPRETER_BLOCK = 128
 INTERPRETER_SMS = 16
 #: Rows of one program of the split path's last launch, which only folds partials.
 FINISH_ROWS = 32
-#: Calls of fewer rows than this take the split path (where a row spans blocks and no top ``n`` is asked); None: the
+#: Calls of fewer rows than this take the split path (where a row spans blocks and its top ``n`` fit a block); None: the
 #: GPU's SM count (INTERPRETER_SMS in the interpreter). Read when a factory builds: 0 keeps every call on the
 #: one-program path, a large number puts every call on the split path (the tests compare the two).
 SPLIT_BELOW: int | None = None
@@ -570,7 +613,7 @@ SEARCH_BITS = 4
 @spec.implementation(device_type=launch_device(_sample_kernel), strided_rows=True, writes_out=True)
 def sample_tl(config: SampleConfig) -> Callable[..., None]:
     """The sampler for ``config``. A call of fewer rows than the GPU has SMs takes the split path, when a row spans
-    more than one block and no top ``n`` log-probabilities are asked of the factory: one program a row would leave
+    more than one block and the chunks' top ``n`` candidates fit one block's tile: one program a row would leave
     SMs idle while each runs its row's passes alone. Either path draws the same tokens (the comment on ``_fold``)."""
     interpret = interpreting(_sample_kernel)
     if interpret:
@@ -603,7 +646,8 @@ def sample_tl(config: SampleConfig) -> Callable[..., None]:
     }
     chunks = cdiv(config.vocab, block)
     split = None
-    if chunks > 1 and config.top_n == 0:
+    # the finish merges a row's CHUNKS * n top-n candidates in one tile: at most a block's (n <= 128 at 32 chunks)
+    if chunks > 1 and chunks * config.top_n <= block:
         below = SPLIT_BELOW
         if below is None:
             below = INTERPRETER_SMS if interpret else torch.cuda.get_device_properties().multi_processor_count
@@ -624,10 +668,22 @@ def sample_tl(config: SampleConfig) -> Callable[..., None]:
     ) -> None:
         m = logits.shape[0]
         write = logprob is not None and logprob.numel() > 0
-        if split is not None and m > 0 and (m < split.below or split.group):
-            split(logits, temperature, top_k, top_p, min_p, seeds, offsets, logprob if write else None, out)
-            return
         top = top_logprobs is not None and top_logprobs.numel() > 0 and top_ids is not None and top_ids.numel() > 0
+        if split is not None and m > 0 and (m < split.below or split.group):
+            split(
+                logits,
+                temperature,
+                top_k,
+                top_p,
+                min_p,
+                seeds,
+                offsets,
+                logprob if write else None,
+                top_logprobs if top else None,
+                top_ids if top else None,
+                out,
+            )
+            return
         # a buffer left out: the kernel compiled without its stores is passed another pointer, never written
         launches[write, config.top_n if top else 0](
             (triton.cdiv(m, rows),),
@@ -664,21 +720,37 @@ class _SplitPath:
                 "at least SPLIT_BELOW rows on one program a row"
             )
         self.below, self.chunks, self.rows, self.group = below, chunks, rows, group
+        self.top_n = config.top_n
         self.finish_rows = max(rows, FINISH_ROWS)
         self.ways, self.passes = 2**SEARCH_BITS, cdiv(32, SEARCH_BITS)
         shape = {"V": config.vocab, "BLOCK_V": block, "CHUNKS": chunks, "ROWS": rows, "WAYS": self.ways}
         warps = 8 if block >= 2048 else 4
+        tops = {0, config.top_n}
         self.scan = {
-            logprob: Launcher(_split_scan_kernel, {**shape, "LOGPROB": logprob}, num_warps=warps)
+            (logprob, top): Launcher(_split_scan_kernel, {**shape, "LOGPROB": logprob, "TOP_N": top}, num_warps=warps)
             for logprob in (False, True)
+            for top in tops
         }
         self.phase = {
             phase: Launcher(_split_pass_kernel, {**shape, "PHASE": phase.value}, num_warps=warps)
             for phase in (KEYS, FIRST_MASS, MASS, DRAW)
         }
+        # the finish takes the split launches' rows when it merges the top n (a [ROWS, CANDIDATES] tile of keys and
+        # ids: one row a program on a GPU), FINISH_ROWS when it only folds partials
         self.finish = {
-            logprob: Launcher(_split_finish_kernel, {"CHUNKS": chunks, "ROWS": self.finish_rows, "LOGPROB": logprob})
+            (logprob, top): Launcher(
+                _split_finish_kernel,
+                {
+                    "V": config.vocab,
+                    "CHUNKS": chunks,
+                    "ROWS": rows if top else self.finish_rows,
+                    "LOGPROB": logprob,
+                    "TOP_N": top,
+                    "CANDIDATES": next_power_of_2(chunks * top) if top else 1,
+                },
+            )
             for logprob in (False, True)
+            for top in tops
         }
 
     def __call__(
@@ -691,11 +763,13 @@ class _SplitPath:
         seeds: torch.Tensor,
         offsets: torch.Tensor,
         logprob: torch.Tensor | None,
+        top_logprobs: torch.Tensor | None,
+        top_ids: torch.Tensor | None,
         out: torch.Tensor,
     ) -> None:
         m = logits.shape[0]
         if self.group is None or m <= self.group:
-            self._call(logits, temperature, top_k, top_p, min_p, seeds, offsets, logprob, out)
+            self._call(logits, temperature, top_k, top_p, min_p, seeds, offsets, logprob, top_logprobs, top_ids, out)
             return
         for first in range(0, m, self.group):  # each group's rows, views of the call's (a row's token is its own)
             rows = slice(first, first + self.group)
@@ -708,6 +782,8 @@ class _SplitPath:
                 seeds[rows],
                 offsets[rows],
                 None if logprob is None else logprob[rows],
+                None if top_logprobs is None else top_logprobs[rows],
+                None if top_ids is None else top_ids[rows],
                 out[rows],
             )
 
@@ -721,12 +797,17 @@ class _SplitPath:
         seeds: torch.Tensor,
         offsets: torch.Tensor,
         logprob: torch.Tensor | None,
+        top_logprobs: torch.Tensor | None,
+        top_ids: torch.Tensor | None,
         out: torch.Tensor,
     ) -> None:
         m, chunks, passes, device = logits.shape[0], self.chunks, self.passes, logits.device
         # scan: each chunk's largest logit, largest z, exp sum and race winner; ids: the largest's and the winner's
         scan = torch.empty((4, m, chunks), dtype=torch.float32, device=device)
         ids = torch.empty((2, m, chunks), dtype=torch.int64, device=device)
+        top = self.top_n if top_logprobs is not None and top_ids is not None else 0
+        # each chunk's top n keys and ids; a call leaving the buffers out passes ids, never read
+        candidates = torch.empty((2, m, chunks, top), dtype=torch.int64, device=device) if top else ids
         counts = torch.empty((passes, m, chunks, self.ways), dtype=torch.int32, device=device)
         masses = torch.empty((passes, m, chunks, self.ways), dtype=torch.float32, device=device)
         # a slot a launch: each row's interval (lo, hi) after it; top-p's first is top-k's key, the last the threshold
@@ -734,8 +815,21 @@ class _SplitPath:
         stride = logits.stride(0)
         grid = (-(-m // self.rows), chunks)
         write = logprob is not None
-        self.scan[write](
-            grid, logits, temperature, top_k, scan[0], ids[0], scan[1], scan[2], counts[0], state[0], m, stride
+        self.scan[write, top](
+            grid,
+            logits,
+            temperature,
+            top_k,
+            scan[0],
+            ids[0],
+            scan[1],
+            scan[2],
+            counts[0],
+            state[0],
+            candidates[0],
+            candidates[1],
+            m,
+            stride,
         )
         # (phase, the partials it reads, those it writes); loops, not comprehensions: a comprehension is a frame
         steps = []
@@ -760,8 +854,9 @@ class _SplitPath:
                 m,
                 stride,
             )
-        self.finish[write](
-            (-(-m // self.finish_rows),),
+        # a buffer left out: the finish compiled without its stores is passed another pointer, never written
+        self.finish[write, top](
+            (-(-m // (self.rows if top else self.finish_rows)),),
             logits,
             temperature,
             scan[0],
@@ -769,8 +864,12 @@ class _SplitPath:
             scan[2],
             scan[3],
             ids[1],
+            candidates[0],
+            candidates[1],
             out,
             logprob if write else out,
+            top_logprobs if top else out,
+            top_ids if top else out,
             m,
             stride,
         )
