@@ -12,7 +12,7 @@ export PYTHONPATH := $(if $(PYTHONPATH),$(PYTHONPATH):)$(CURDIR)/src
 	gpu-kernel-defects gpu-sampling gpu-fp8 gpu-fp8gemm \
 	gpu-fp8norms gpu-families gpu-fp8-check gpu-fp8-bench gpu-fp8gemm-check gpu-fp8gemm-bench \
 	gpu-fp8norms-check gpu-fp8norms-bench gpu-tlfp8 gpu-tlfp8-check gpu-tlfp8-bench gpu-moe-check gpu-moe-bench \
-	gpu-sampling-check gpu-sampling-bench gpu-moe-layer gpu-fp8layer gpu-fp8layer-check gpu-fp8layer-bench gpu-fp8tiles \
+	gpu-sampling-check gpu-sampling-bench gpu-sampling-paths gpu-moe-layer gpu-fp8layer gpu-fp8layer-check gpu-fp8layer-bench gpu-fp8tiles \
 	gpu-moe-layer-bisect
 
 help:
@@ -32,6 +32,7 @@ help:
 	@echo "make gpu-tlfp8      TileLang's fp8 kernels (issue 35): checks on the GPU, then their speed against Triton (~3 min)"
 	@echo "make gpu-hf         a Hugging Face Llama: stock, lazyops.transformers.patch, liger-kernel (one device call)"
 	@echo "make gpu-sampling   sample_tl's GPU checks, then bench_kernels.py --sampling (one device call, ~3 min)"
+	@echo "make gpu-sampling-paths  Triton's split and one-program sampling paths: checked, then timed (~4 min)"
 	@echo "make gpu-families   the fp8, MoE and sampling kernels: every family's GPU checks, then their benchmarks (one call)"
 	@echo "make gpu-moe-layer  the Mixtral-8x7B and Qwen3-30B-A3B MoE layers, then the engine's qwen3-moe model (~2 min)"
 	@echo "make gpu-tune       lazyops tune on the decoder layer's trace, twice, then the layer by its plan (GPU)"
@@ -133,6 +134,21 @@ gpu-sampling-check:
 	  tests/kernels/test_sample_split.py)
 gpu-sampling-bench:
 	-$(call limit,$(SAMPLING_S)) $(PYTHON) benchmarks/bench_kernels.py --sampling --backend torch,triton,tilelang --out $(GPU_OUT) $(SAMPLING)
+
+# Triton's two sampling paths in one short device call (about 4 minutes with the machine's start): the paths
+# compared on the GPU (test_sample_split.py), then sample_tl in CUDA graphs at B = 1, 16, 64, 256 (V = 128256 and
+# 151936, float32): the rule's row beside the split path over all rows and in groups of the SM count (SPLIT_GROUP),
+# against torch.multinomial and vLLM's torch path. GPU_OUT/sampling_paths.{md,json,log}.
+SAMPLING_PATHS_CHECK_S ?= 60
+SAMPLING_PATHS_S ?= 170
+gpu-sampling-paths:
+	@mkdir -p $(GPU_OUT)
+	{ echo "make gpu-sampling-paths on $$(date -u +%FT%TZ), $$(nvidia-smi --query-gpu=name --format=csv,noheader)"; \
+	  SECONDS=0; $(call limit,$(SAMPLING_PATHS_CHECK_S)) $(PYTHON) -m pytest -q -p no:cacheprovider -rfE \
+	    tests/kernels/test_sample_split.py -k triton 2>&1 | tail -n 20; echo "pytest: exit status $${PIPESTATUS[0]} after $$SECONDS s"; \
+	  SECONDS=0; $(call limit,$(SAMPLING_PATHS_S)) $(PYTHON) benchmarks/bench_kernels.py --sampling --kernels sample \
+	    --backend triton --modes graph --dtypes float32 --no-compile --name sampling_paths --out $(GPU_OUT); \
+	  echo "bench: exit status $$? after $$SECONDS s"; } 2>&1 | tee $(GPU_OUT)/sampling_paths.log
 
 LAYER_S ?= 540
 # `make gpu-layer LAYER="--moe qwen3-30b-a3b"`: a MoE layer instead (issue 36)
