@@ -49,6 +49,7 @@ it beside the rule, which decides where the default should lie.
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 import torch
 import triton
@@ -669,31 +670,14 @@ def sample_tl(config: SampleConfig) -> Callable[..., None]:
         m = logits.shape[0]
         write = logprob is not None and logprob.numel() > 0
         top = top_logprobs is not None and top_logprobs.numel() > 0 and top_ids is not None and top_ids.numel() > 0
+        requests = (logits, temperature, top_k, top_p, min_p, seeds, offsets)
         if split is not None and m > 0 and (m < split.below or split.group):
-            split(
-                logits,
-                temperature,
-                top_k,
-                top_p,
-                min_p,
-                seeds,
-                offsets,
-                logprob if write else None,
-                top_logprobs if top else None,
-                top_ids if top else None,
-                out,
-            )
+            split(*requests, logprob if write else None, top_logprobs if top else None, top_ids if top else None, out)
             return
         # a buffer left out: the kernel compiled without its stores is passed another pointer, never written
         launches[write, config.top_n if top else 0](
             (triton.cdiv(m, rows),),
-            logits,
-            temperature,
-            top_k,
-            top_p,
-            min_p,
-            seeds,
-            offsets,
+            *requests,
             out,
             logprob if write else out,
             top_logprobs if top else out,
@@ -753,39 +737,17 @@ class _SplitPath:
             for top in tops
         }
 
-    def __call__(
-        self,
-        logits: torch.Tensor,
-        temperature: torch.Tensor,
-        top_k: torch.Tensor,
-        top_p: torch.Tensor,
-        min_p: torch.Tensor,
-        seeds: torch.Tensor,
-        offsets: torch.Tensor,
-        logprob: torch.Tensor | None,
-        top_logprobs: torch.Tensor | None,
-        top_ids: torch.Tensor | None,
-        out: torch.Tensor,
-    ) -> None:
-        m = logits.shape[0]
+    def __call__(self, *tensors: Any) -> None:
+        """A call's tensors, ``_call``'s arguments, each indexed by row first (a buffer left out: None): at once, or
+        ``group`` rows at a time, each group's views of them (a row's token is its own)."""
+        m = tensors[0].shape[0]
         if self.group is None or m <= self.group:
-            self._call(logits, temperature, top_k, top_p, min_p, seeds, offsets, logprob, top_logprobs, top_ids, out)
+            self._call(*tensors)
             return
-        for first in range(0, m, self.group):  # each group's rows, views of the call's (a row's token is its own)
+        for first in range(0, m, self.group):
             rows = slice(first, first + self.group)
-            self._call(
-                logits[rows],
-                temperature[rows],
-                top_k[rows],
-                top_p[rows],
-                min_p[rows],
-                seeds[rows],
-                offsets[rows],
-                None if logprob is None else logprob[rows],
-                None if top_logprobs is None else top_logprobs[rows],
-                None if top_ids is None else top_ids[rows],
-                out[rows],
-            )
+            views: list[Any] = [None if tensor is None else tensor[rows] for tensor in tensors]
+            self._call(*views)
 
     def _call(
         self,
