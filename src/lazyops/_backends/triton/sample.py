@@ -672,7 +672,8 @@ def sample_tl(config: SampleConfig) -> Callable[..., None]:
         top = top_logprobs is not None and top_logprobs.numel() > 0 and top_ids is not None and top_ids.numel() > 0
         requests = (logits, temperature, top_k, top_p, min_p, seeds, offsets)
         if split is not None and m > 0 and (m < split.below or split.group):
-            split(*requests, logprob if write else None, top_logprobs if top else None, top_ids if top else None, out)
+            run = split if split.group is None or m <= split.group else split.in_groups
+            run(*requests, logprob if write else None, top_logprobs if top else None, top_ids if top else None, out)
             return
         # a buffer left out: the kernel compiled without its stores is passed another pointer, never written
         launches[write, config.top_n if top else 0](
@@ -737,19 +738,18 @@ class _SplitPath:
             for top in tops
         }
 
-    def __call__(self, *tensors: Any) -> None:
-        """A call's tensors, ``_call``'s arguments, each indexed by row first (a buffer left out: None): at once, or
-        ``group`` rows at a time, each group's views of them (a row's token is its own)."""
+    def in_groups(self, *tensors: Any) -> None:
+        """A call's tensors (``__call__``'s arguments, each indexed by row first; a buffer left out: None) run
+        ``group`` rows at a time, each group on views of them (a row's token is its own). Apart from ``__call__``,
+        so that a call of one group pays no frame more."""
         m = tensors[0].shape[0]
-        if self.group is None or m <= self.group:
-            self._call(*tensors)
-            return
-        for first in range(0, m, self.group):
-            rows = slice(first, first + self.group)
+        group = self.group or m
+        for first in range(0, m, group):
+            rows = slice(first, first + group)
             views: list[Any] = [None if tensor is None else tensor[rows] for tensor in tensors]
-            self._call(*views)
+            self(*views)
 
-    def _call(
+    def __call__(
         self,
         logits: torch.Tensor,
         temperature: torch.Tensor,
