@@ -77,6 +77,10 @@ def _key(z):
     return tl.where(bits < 0, bits ^ 0x7FFFFFFF, bits)
 
 
+#: A key below every float's (a 32-bit key widened to 64 bits): a column struck out of a top n, or one past V.
+NO_KEY = tl.constexpr(-(2**40))
+
+
 # The searches. Each keeps an interval [lo, hi] of 64-bit keys holding the answer: the smallest key t of the
 # interval at which a monotone predicate holds (top-k: fewer than k tokens above t; top-p: less than top_p of the
 # kept mass above t). A pass evaluates the predicate at WAYS - 1 pivots splitting the interval into WAYS pieces of
@@ -299,14 +303,14 @@ def _sample_kernel(
         previous_key = tl.full([ROWS], 2**40, tl.int64)
         previous_id = tl.full([ROWS], -1, tl.int64)
         for rank in range(TOP_N):
-            next_key = tl.full([ROWS], -(2**40), tl.int64)
+            next_key = tl.full([ROWS], NO_KEY, tl.int64)
             next_id = tl.full([ROWS], V, tl.int64)
             for start in range(0, V, BLOCK_V):
                 cols = start + tl.arange(0, BLOCK_V)[None, :]
                 x, _ = _scaled(logits_ptr, base, cols, inv_t, V)
                 key = _key(x).to(tl.int64)
                 after = (key < previous_key[:, None]) | ((key == previous_key[:, None]) & (cols > previous_id[:, None]))
-                key = tl.where(after & (cols < V), key, -(2**40))
+                key = tl.where(after & (cols < V), key, NO_KEY)
                 block_key = tl.max(key, axis=1)
                 block_id = tl.min(tl.where(key == block_key[:, None], cols, V), axis=1).to(tl.int64)
                 better = (block_key > next_key) | ((block_key == next_key) & (block_id < next_id))
@@ -330,10 +334,19 @@ KEYS, FIRST_MASS, MASS, DRAW = (tl.constexpr(phase) for phase in range(4))  # PH
 
 
 @triton.jit
-def _split_rows(M, ROWS: tl.constexpr):
-    # program (row block, chunk)'s rows, which of them are in M, and its chunk
+def _split_rows(M, ROWS: tl.constexpr, CHUNKS: tl.constexpr, BLOCK_V: tl.constexpr):
+    # program (row block, chunk)'s rows, which of them are in M, its chunk, the chunk's slot in each row's partials
+    # ([ROWS]) and its columns ([1, BLOCK_V])
     row, live = _rows(M, ROWS)
-    return row, live, tl.program_id(1)
+    chunk = tl.program_id(1)
+    return row, live, chunk, row * CHUNKS + chunk, chunk * BLOCK_V + tl.arange(0, BLOCK_V)[None, :]
+
+
+@triton.jit
+def _largest(key, ids, V: tl.constexpr):
+    # [ROWS] each: the largest of each row's keys and the lowest of its ids there (ties to the lowest id)
+    top = tl.max(key, axis=1)
+    return top, tl.min(tl.where(key == top[:, None], ids, V), axis=1).to(tl.int64)
 
 
 @triton.jit
@@ -394,16 +407,14 @@ def _split_scan_kernel(
     # pass 1 over a chunk: its largest logit and that logit's first id, its largest z, its sum of exp(x - largest)
     # (for the log-probabilities), its top n (below), and its counts above top-k's first pivots; the search's first
     # interval
-    row, live, chunk = _split_rows(M, ROWS)
-    partial = row * CHUNKS + chunk
+    row, live, chunk, partial, cols = _split_rows(M, ROWS, CHUNKS, BLOCK_V)
     t = tl.load(temperature_ptr + row)
     inv_t = _inverse_temperature(t)
     k = tl.load(top_k_ptr + row)
-    cols = chunk * BLOCK_V + tl.arange(0, BLOCK_V)[None, :]
     x, z = _scaled(logits_ptr, row[:, None] * row_stride, cols, inv_t, V)
-    best = tl.max(x, axis=1)
+    best, best_id = _largest(x, cols, V)
     tl.store(best_ptr + partial, best, mask=live)
-    tl.store(best_id_ptr + partial, tl.min(tl.where(x == best[:, None], cols, V), axis=1).to(tl.int64), mask=live)
+    tl.store(best_id_ptr + partial, best_id, mask=live)
     tl.store(z_max_ptr + partial, tl.max(z, axis=1), mask=live)
     if LOGPROB or TOP_N > 0:
         shift = tl.where(best == -float("inf"), 0.0, best)
@@ -412,13 +423,12 @@ def _split_scan_kernel(
         # the chunk's n largest (key, lowest id), the one-program kernel's order: a token of the row's top n is in
         # its chunk's, so the finish merges these [CHUNKS, n]. The chunk is in registers: each rank takes the
         # largest left and strikes it out. A chunk of fewer than n tokens pads with keys below every logit's.
-        key = tl.where(cols < V, _key(x).to(tl.int64), -(2**40))
+        key = tl.where(cols < V, _key(x).to(tl.int64), NO_KEY)
         for rank in range(TOP_N):
-            chunk_key = tl.max(key, axis=1)
-            chunk_id = tl.min(tl.where(key == chunk_key[:, None], cols, V), axis=1).to(tl.int64)
+            chunk_key, chunk_id = _largest(key, cols, V)
             tl.store(top_keys_ptr + partial * TOP_N + rank, chunk_key, mask=live)
             tl.store(top_ids_ptr + partial * TOP_N + rank, chunk_id, mask=live)
-            key = tl.where(cols == chunk_id[:, None], -(2**40), key)
+            key = tl.where(cols == chunk_id[:, None], NO_KEY, key)
     lo = tl.full([ROWS, 1], -(2**31), tl.int64)
     hi = tl.full([ROWS, 1], 2**31 - 1, tl.int64)
     asks = live & (k > 0) & (k <= V) & (t != 0)  # a greedy row or one without top-k counts nothing
@@ -460,12 +470,10 @@ def _split_pass_kernel(
     # the final threshold). k_state_ptr is top-p's first slot (its lo: top-k's key); kept_ptr top-p's first masses
     # (column 0: the kept mass). Rows that ask for nothing this pass (greedy, no top-k, no top-p, or an interval of
     # one key) read no logits.
-    row, live, chunk = _split_rows(M, ROWS)
-    partial = row * CHUNKS + chunk
+    row, live, chunk, partial, cols = _split_rows(M, ROWS, CHUNKS, BLOCK_V)
     j = tl.arange(0, WAYS)[None, :]
     t = tl.load(temperature_ptr + row)
     inv_t = _inverse_temperature(t)
-    cols = chunk * BLOCK_V + tl.arange(0, BLOCK_V)[None, :]
     base = row[:, None] * row_stride
     lo = tl.load(state_ptr + row * 2)[:, None]
     hi = tl.load(state_ptr + row * 2 + 1)[:, None]
@@ -571,15 +579,14 @@ def _split_finish_kernel(
         if TOP_N > 0:
             c = tl.arange(0, CANDIDATES)[None, :]
             at = row[:, None] * (CHUNKS * TOP_N) + c
-            key = tl.load(top_keys_ptr + at, mask=c < CHUNKS * TOP_N, other=-(2**40))
+            key = tl.load(top_keys_ptr + at, mask=c < CHUNKS * TOP_N, other=NO_KEY)
             ids = tl.load(top_ids_ptr + at, mask=c < CHUNKS * TOP_N, other=V)
             for rank in range(TOP_N):
-                next_key = tl.max(key, axis=1)
-                next_id = tl.min(tl.where(key == next_key[:, None], ids, V), axis=1)
+                _, next_id = _largest(key, ids, V)
                 x_next = tl.load(logits_ptr + row * row_stride + tl.minimum(next_id, V - 1)).to(tl.float32)
                 tl.store(top_values_ptr + row * TOP_N + rank, x_next - lse, mask=live)
                 tl.store(top_out_ids_ptr + row * TOP_N + rank, next_id, mask=live)
-                key = tl.where(ids == next_id[:, None], -(2**40), key)
+                key = tl.where(ids == next_id[:, None], NO_KEY, key)
 
 
 #: Elements of one program's tile: a row block on the GPU; in the interpreter, many rows at once (its cost is per
