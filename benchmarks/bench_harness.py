@@ -587,18 +587,21 @@ def tiled_fused_moe(tiles: Sequence[int]) -> Callable[[Any], Any]:
     return lambda config: fused_moe.build_fused_moe(config, choose=lambda *_: chosen)
 
 
-def split_sampler(group: int | None) -> Callable[[Any], Any]:
+def split_sampler(group: int | str | None) -> Callable[[Any], Any]:
     """``build(example) -> call`` of Triton's ``sample_tl`` with its split path at every batch size (``SPLIT_BELOW``
     set while the factory builds), all rows at once (``group`` None) or ``group`` rows at a time (``SPLIT_GROUP``; 0:
-    the GPU's SM count): ``bench_kernels.py --sampling``'s candidates beside the rule's row, which keeps a batch of at
-    least the SM count on one program a row. They say where the rule's bound should lie."""
+    the GPU's SM count; "l2": the rows that fill half the L2, so that a group's later passes read from it):
+    ``bench_kernels.py --sampling``'s candidates beside the rule's row, which keeps a batch of at least the SM count
+    on one program a row. They say where the rule's bound should lie."""
     from lazyops import _api
     from lazyops._backends.triton import sample
 
     def build(chosen: Any) -> Any:
         import torch
 
-        rows = torch.cuda.get_device_properties().multi_processor_count if group == 0 else group
+        gpu = torch.cuda.get_device_properties()
+        row_bytes = chosen.args[0] * chosen.args[1].itemsize  # sample_tl(V, dtype, ...)
+        rows = {0: gpu.multi_processor_count, "l2": max(1, gpu.L2_cache_size // 2 // row_bytes)}.get(group, group)
         kept = sample.SPLIT_BELOW, sample.SPLIT_GROUP
         sample.SPLIT_BELOW, sample.SPLIT_GROUP = 1 << 30, rows
         try:

@@ -117,6 +117,7 @@ def main(argv: list[str] | None = None) -> int:
                     impls += [
                         bench.Impl("triton split, one group", "candidate", harness.split_sampler(None)),
                         bench.Impl("triton split, SM-count groups", "candidate", harness.split_sampler(0)),
+                        bench.Impl("triton split, half-L2 groups", "candidate", harness.split_sampler("l2")),
                     ]
                 common: dict[str, Any] = {"device": device, "small": small, "progress": say}
                 if "stream" in modes:

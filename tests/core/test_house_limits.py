@@ -31,7 +31,7 @@ BENCHMARK_SHARES = {
     "fp8 layer: bench_layer.py --fp8 block,channel (weights quantised, fp8 producers and GEMMs), --no-compile, bench_tune.py --fp8 (issue 35)": 110,
     "fp8 GEMM tiles: bench_gemm.py --fp8 --sweep triton, rows of configs/matmul_fp8.json as candidates (issue 35)": 30,
     "MoE experts: bench_kernels.py --moe (balanced routing, torch._grouped_mm, --tiles), the graph sampler (issue 36)": 95,
-    "sampling's paths: --sampling times Triton's split path over all rows and in SM-count groups (issue 37)": 27,
+    "sampling's paths: --sampling times Triton's split path over all rows, in SM-count and half-L2 groups (issue 37)": 29,
 }
 BENCHMARK_LINES = sum(BENCHMARK_SHARES.values())
 RESULT_BYTES = 1 << 20
