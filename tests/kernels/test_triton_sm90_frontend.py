@@ -92,18 +92,22 @@ SAMPLE_TYPES = {
     "top_ids_ptr": "*i64",
     "M": "i32",
     "row_stride": "i64",
+    "V": "i32",
 }
 
 
 @pytest.mark.parametrize(
-    ("vocab", "block", "rows", "logprob", "top_n", "warps"),
-    [(128256, 4096, 1, False, 0, 8), (1000, 1024, 4, True, 5, 4)],
+    ("block", "rows", "logprob", "top_n", "warps"),
+    [(4096, 1, False, 0, 8), (1024, 4, True, 5, 4)],
     ids=["llama3-vocab", "narrow-rows-logprobs"],
 )
-def test_sample_compiles_for_sm90(vocab: int, block: int, rows: int, logprob: bool, top_n: int, warps: int) -> None:
+def test_sample_compiles_for_sm90(block: int, rows: int, logprob: bool, top_n: int, warps: int) -> None:
+    """The one-program kernel as sample_tl launches it at Llama 3's vocabulary (blocks of 4096, a row a program) and
+    at V = 1000 (4 rows a program, log-probabilities and a top 5). The vocabulary is a run-time ``i32`` argument: one
+    binary for every vocabulary of a block size."""
     from lazyops._backends.triton import sample
 
-    constants = {"V": vocab, "BLOCK_V": block, "ROWS": rows, "LOGPROB": logprob, "TOP_N": top_n}
+    constants = {"BLOCK_V": block, "ROWS": rows, "LOGPROB": logprob, "TOP_N": top_n}
     # the 16-way searches' constants, as sample_tl's launch passes them
     constants.update(WAYS=2**sample.SEARCH_BITS, KEY_PASSES=-(-32 // sample.SEARCH_BITS))
     assert sample._sample_kernel.arg_names[-len(constants) :] == list(constants)

@@ -21,6 +21,12 @@ sum rescaled as the maximum grows), the sampled token's logit is read once more,
 ``n`` passes, each taking the largest (logit key, lowest id) below the previous one: ``n`` more reads of the row
 (vLLM gathers them with a ``torch.topk``; a few passes suit the ``n`` of 0 to 20 engines serve).
 
+The one-program kernel takes the vocabulary at run time, unspecialized (``do_not_specialize``, as the row count): its
+row loops have a run-time bound, so it compiles once per block size, dtype and log-probability variant (and whether
+the row stride is a multiple of 16, as every row kernel), not per vocabulary (the GPU conformance draws vocabularies
+of 2 to 300 a case; an engine has one). The split path's kernels (below) take it at compile time, with ``CHUNKS``,
+which their folds unroll.
+
 Two paths (issue 37). One program a row (above) leaves most of a GPU idle at a batch below its SM count: each row's
 passes run one after another on one SM. There a call takes the **split path**: each row is cut into chunks, one of the
 one-program kernel's blocks each (4096 elements on a GPU: 32 chunks a row at V = 128256), and each pass is one launch
@@ -152,7 +158,8 @@ def _mass_above(mass, e, key, min_p, k_key, lo, hi, WAYS: tl.constexpr):
 
 
 @triton.jit
-def _scaled(logits_ptr, base, cols, inv_t, V: tl.constexpr):
+def _scaled(logits_ptr, base, cols, inv_t, V):
+    # V, here and in _race, a plain parameter: the one-program kernel's run-time int, the split kernels' constexpr
     x = tl.load(logits_ptr + base + cols, mask=cols < V, other=-float("inf")).to(tl.float32)
     return x, x * inv_t
 
@@ -182,7 +189,7 @@ def _race_keys(seeds, offsets):
 
 
 @triton.jit
-def _race(z, z_max, cols, min_p, threshold, key1, key2, V: tl.constexpr):
+def _race(z, z_max, cols, min_p, threshold, key1, key2, V):
     # a block's winner of the exponential race e / E over its kept tokens, E = -log(u), u hashed from (seed,
     # offset, id), and its id (ties to the lowest); [ROWS] each, -1.0 where the block keeps nothing
     e = tl.exp(z - z_max)
@@ -194,7 +201,7 @@ def _race(z, z_max, cols, min_p, threshold, key1, key2, V: tl.constexpr):
     return block_won, tl.min(tl.where(score == block_won[:, None], cols, V), axis=1).to(tl.int64)
 
 
-@triton.jit(do_not_specialize=["M"])
+@triton.jit(do_not_specialize=["M", "V"])
 def _sample_kernel(
     logits_ptr,
     temperature_ptr,
@@ -209,7 +216,7 @@ def _sample_kernel(
     top_ids_ptr,
     M,
     row_stride,
-    V: tl.constexpr,
+    V,  # at run time, unspecialized: one binary for every vocabulary of a block size
     BLOCK_V: tl.constexpr,
     ROWS: tl.constexpr,
     LOGPROB: tl.constexpr,
@@ -639,7 +646,6 @@ def sample_tl(config: SampleConfig) -> Callable[..., None]:
         (logprob, top): Launcher(
             _sample_kernel,
             {
-                "V": config.vocab,
                 "BLOCK_V": block,
                 "ROWS": rows,
                 "LOGPROB": logprob,
@@ -692,6 +698,7 @@ def sample_tl(config: SampleConfig) -> Callable[..., None]:
             top_ids if top else out,
             m,
             logits.stride(0),
+            config.vocab,
         )
 
     return sample
