@@ -98,6 +98,52 @@ def test_the_many_way_search_keeps_the_bisections_keys(kernels, monkeypatch):
     assert torch.equal(got, want)
 
 
+def test_two_vocabularies_of_a_block_size_share_a_binary(kernels, monkeypatch):
+    """The one-program kernel takes the vocabulary at run time, unspecialized: V = 208 (a multiple of 16, which
+    Triton would specialize) and V = 250, one block of 256 on a GPU (128 in the interpreter), launch it under one key
+    of Triton's kernel cache, so a GPU compiles it once for both (the GPU conformance draws vocabularies of 2 to
+    300). Both rows lie 256 apart: the row stride is specialized (a multiple of 16 or not), as in every row kernel.
+    The keys are Triton's own, its binder's and ``compute_cache_key``'s for sm_90, computed on the host from the
+    arguments each launch passed: the interpreter compiles nothing, so no cache of its own can show them."""
+    if kernels.backend != "triton":
+        pytest.skip("Triton's binaries")
+    pytest.importorskip("triton.backends.nvidia")
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import make_backend
+    from triton.runtime.jit import JITFunction, compute_cache_key, create_function_from_signature
+
+    from lazyops._backends.triton import sample as triton_sample
+
+    launches: list[tuple[tuple, dict, dict]] = []
+
+    class Recorded(triton_sample.Launcher):
+        def __call__(self, grid: tuple[int, ...], *args: Any) -> None:
+            if self.kernel is triton_sample._sample_kernel:
+                launches.append((args, self.constexprs, self.options))
+            super().__call__(grid, *args)
+
+    monkeypatch.setattr(triton_sample, "Launcher", Recorded)
+    monkeypatch.setattr(triton_sample, "SPLIT_BELOW", 0)  # every call on the one-program kernel
+    for vocab in (208, 250):
+        logits, *params = _request((3,), vocab, kernels.device)
+        wide = torch.zeros(3, 256, device=kernels.device)
+        wide[:, :vocab] = logits
+        kernels.factory("sample_tl")(vocab, torch.float32)(wide[:, :vocab], *params)
+    assert len(launches) == 2
+
+    kernel = triton_sample._sample_kernel
+    jit = kernel if isinstance(kernel, JITFunction) else JITFunction(kernel.fn, **kernel.kwargs)
+    binder = create_function_from_signature(jit.signature, jit.params, make_backend(GPUTarget("cuda", 90, 32)))
+
+    def key(args: tuple, constexprs: dict, options: dict) -> str:
+        _, specialization, rest = binder(*args, **constexprs, **options)
+        return compute_cache_key({}, specialization, rest)
+
+    (args, constexprs, options), second = launches
+    assert key(args, constexprs, options) == key(*second)
+    assert key(args, constexprs, options) != key(args, {**constexprs, "BLOCK_V": 512}, options), "a blind key"
+
+
 def _wrong(change: str) -> Any:
     def factory(vocab: int, dtype: torch.dtype) -> Any:
         kernel = torch_sample(vocab, dtype)
