@@ -107,6 +107,8 @@ def test_two_vocabularies_of_a_block_size_share_a_binary(kernels, monkeypatch):
     arguments each launch passed: the interpreter compiles nothing, so no cache of its own can show them."""
     if kernels.backend != "triton":
         pytest.skip("Triton's binaries")
+    if str(kernels.device) != "cpu":  # the keys come from Triton's internals, whose signatures move between versions
+        pytest.skip("a check of the interpreter's launches on the host; on a GPU, make gpu-check's time shows it")
     pytest.importorskip("triton.backends.nvidia")
     from triton.backends.compiler import GPUTarget
     from triton.compiler import make_backend
