@@ -117,15 +117,17 @@ def test_a_batch_in_groups_draws_the_batch_tokens(kernels, paths):
         assert torch.allclose(got[name], want[name], rtol=0, atol=1e-5), name
 
 
-def test_a_group_of_no_rows_is_refused(kernels, monkeypatch):
-    """``SPLIT_GROUP`` below one row: the factory says which setting, why, and the way out."""
+@pytest.mark.parametrize("vocab", [100, 300])
+def test_a_group_of_no_rows_is_refused(kernels, monkeypatch, vocab):
+    """``SPLIT_GROUP`` below one row: the factory says which setting, why, and the way out, at a vocabulary of one
+    block too, where no split path is built (100 in the interpreter; both on a GPU, whose blocks hold 4096)."""
     if kernels.backend != "triton":
         pytest.skip("Triton's split path")
     from lazyops._backends.triton import sample as triton_sample
 
     monkeypatch.setattr(triton_sample, "SPLIT_GROUP", 0)
     with pytest.raises(ValueError, match=r"SPLIT_GROUP=0: .* at least one row; None keeps"):
-        kernels.factory("sample_tl")(300, torch.float32)
+        kernels.factory("sample_tl")(vocab, torch.float32)
 
 
 def test_many_draws_of_a_few_rows(kernels, paths):

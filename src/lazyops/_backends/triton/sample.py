@@ -630,6 +630,11 @@ def sample_tl(config: SampleConfig) -> Callable[..., None]:
     """The sampler for ``config``. A call of fewer rows than the GPU has SMs takes the split path, when a row spans
     more than one block and the chunks' top ``n`` candidates fit one block's tile: one program a row would leave
     SMs idle while each runs its row's passes alone. Either path draws the same tokens (the comment on ``_fold``)."""
+    if SPLIT_GROUP is not None and SPLIT_GROUP < 1:  # refused at every vocabulary, split or not (one block: never)
+        raise ValueError(
+            f"SPLIT_GROUP={SPLIT_GROUP}: a group of the split path is at least one row; None keeps a call of "
+            "at least SPLIT_BELOW rows on one program a row"
+        )
     interpret = interpreting(_sample_kernel)
     if interpret:
         block = min(
@@ -713,11 +718,6 @@ class _SplitPath:
     def __init__(
         self, config: SampleConfig, block: int, chunks: int, below: int, rows: int, group: int | None = None
     ) -> None:
-        if group is not None and group < 1:
-            raise ValueError(
-                f"SPLIT_GROUP={group}: a group of the split path is at least one row; None keeps a call of "
-                "at least SPLIT_BELOW rows on one program a row"
-            )
         self.below, self.chunks, self.rows, self.group = below, chunks, rows, group
         self.top_n = config.top_n
         self.finish_rows = max(rows, FINISH_ROWS)
