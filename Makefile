@@ -32,7 +32,7 @@ help:
 	@echo "make gpu-tlfp8      TileLang's fp8 kernels (issue 35): checks on the GPU, then their speed against Triton (~3 min)"
 	@echo "make gpu-hf         a Hugging Face Llama: stock, lazyops.transformers.patch, liger-kernel (one device call)"
 	@echo "make gpu-sampling   sample_tl's GPU checks, then bench_kernels.py --sampling (one device call, ~3 min)"
-	@echo "make gpu-sampling-paths  Triton's split and one-program sampling paths: checked, then timed (~4 min)"
+	@echo "make gpu-sampling-paths  Triton's split and one-program sampling paths: profiled, checked, then timed (~8 min)"
 	@echo "make gpu-families   the fp8, MoE and sampling kernels: gpu-families-check, then gpu-families-bench (a call each)"
 	@echo "make gpu-moe-layer  the Mixtral-8x7B and Qwen3-30B-A3B MoE layers, then the engine's qwen3-moe model (~2 min)"
 	@echo "make gpu-tune       lazyops tune on the decoder layer's trace, twice, then the layer by its plan (GPU)"
@@ -135,15 +135,20 @@ gpu-sampling-check:
 gpu-sampling-bench:
 	-$(call limit,$(SAMPLING_S)) $(PYTHON) benchmarks/bench_kernels.py --sampling --backend torch,triton,tilelang --out $(GPU_OUT) $(SAMPLING)
 
-# Triton's two sampling paths in one short device call (about 4 minutes with the machine's start): the paths
-# compared on the GPU (test_sample_split.py), then sample_tl in CUDA graphs at B = 1, 16, 64, 256 (V = 128256 and
-# 151936, float32): the rule's row beside the split path over all rows and in groups of the SM count (SPLIT_GROUP),
-# against torch.multinomial and vLLM's torch path. GPU_OUT/sampling_paths.{md,json,log}.
-SAMPLING_PATHS_CHECK_S ?= 60
-SAMPLING_PATHS_S ?= 170
+# Triton's two sampling paths in one device call (about 8 minutes with the machine's start): first where a call's
+# time goes, launch by launch (scripts/profile_sampler.py: the split path took 1,759 µs at B = 1 on an H100 on
+# 2026-12-07, no faster than one program a row), then the paths compared on the GPU (test_sample_split.py), then
+# sample_tl in CUDA graphs at B = 1, 16, 64, 256 (V = 128256 and 151936, float32): the rule's row beside the split
+# path over all rows, in SM-count and in half-L2 groups (SPLIT_GROUP), against torch.multinomial and vLLM's torch
+# path. GPU_OUT/sampling_paths.{md,json,log}.
+SAMPLING_PROFILE_S ?= 90
+SAMPLING_PATHS_CHECK_S ?= 100
+SAMPLING_PATHS_S ?= 200
 gpu-sampling-paths:
 	@mkdir -p $(GPU_OUT)
 	{ echo "make gpu-sampling-paths on $$(date -u +%FT%TZ), $$(nvidia-smi --query-gpu=name --format=csv,noheader)"; \
+	  SECONDS=0; $(call limit,$(SAMPLING_PROFILE_S)) $(PYTHON) scripts/profile_sampler.py; \
+	  echo "profile: exit status $$? after $$SECONDS s"; \
 	  SECONDS=0; $(call limit,$(SAMPLING_PATHS_CHECK_S)) $(PYTHON) -m pytest -q -p no:cacheprovider -rfE \
 	    tests/kernels/test_sample_split.py -k triton 2>&1 | tail -n 20; echo "pytest: exit status $${PIPESTATUS[0]} after $$SECONDS s"; \
 	  SECONDS=0; $(call limit,$(SAMPLING_PATHS_S)) $(PYTHON) benchmarks/bench_kernels.py --sampling --kernels sample \

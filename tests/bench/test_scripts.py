@@ -346,3 +346,18 @@ def test_an_attention_cell_whose_inputs_do_not_fit_is_a_row_and_the_run_goes_on(
     assert "OutOfMemoryError: CUDA out of memory" in rows[3]["error"]
     env = {"shape": vars(attention.SMOKE), "dtype": "torch.float32", "device": "NVIDIA H100 80GB HBM3"}
     assert "| 3 x 40 | inputs |" in "\n".join(attention.render(rows, env))
+
+
+def test_the_sampler_profile_runs_on_the_host():
+    """``scripts/profile_sampler.py`` (the first part of ``make gpu-sampling-paths``) in Triton's interpreter: both
+    paths profiled at one small vocabulary, so that a device call does not find it broken."""
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(BENCHMARKS.parent / "src"), os.environ.get("PYTHONPATH", "")]),
+        "TRITON_INTERPRET": "1",
+    }
+    script = BENCHMARKS.parent / "scripts" / "profile_sampler.py"
+    command = [sys.executable, str(script), "--device", "cpu", "--vocab", "300", "--batches", "1", "--calls", "1"]
+    result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    assert "## B = 1, the split path:" in result.stdout and "## B = 1, one program a row:" in result.stdout
