@@ -14,7 +14,8 @@ it was a pass of its own), fewer where that interval is narrower than 2**32 keys
 stops when all its rows are one key); the draw. A program whose rows ask for no top-k reads the row for no top-k pass
 after the first, one whose rows ask for no top-p (or whose top-k leaves one key) for no top-p pass. Each pass does 15
 comparisons and reductions an element where a bisection step did one: fewer reads, more arithmetic. Why a search and
-what it costs: ``docs/decisions/012-sampling-thresholds.md``.
+what it costs: ``docs/decisions/012-sampling-thresholds.md``; the split path (below) and what a GPU showed of it:
+``docs/decisions/015-sampling-split-path.md``.
 
 Log-probabilities (``logprobs=True``): the first pass also sums ``exp(x - max)`` of the raw logits (online, the
 sum rescaled as the maximum grows), the sampled token's logit is read once more, and the top ``n`` are found in
