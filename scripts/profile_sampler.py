@@ -1,5 +1,5 @@
 """Where the time of Triton's ``sample_tl`` goes, launch by launch: each kernel's device time under
-``torch.profiler`` and the time a call takes (CUDA events around back-to-back calls), on the split path and on one
+``torch.profiler`` and the time a call takes (back-to-back calls between two synchronizes), on the split path and on one
 program a row, at the batches given. Issue 37: on an H100 (2026-12-07) the split path took 1,759 µs a call at B = 1 in
 a CUDA graph, no faster than one program a row (1,737 µs, 2026-12-06), where 18 launches of 32 programs each were
 expected to take about a tenth of that; this says which launch holds the time.
@@ -34,6 +34,8 @@ def main() -> None:
     from lazyops.testing.cases import examples
 
     gpu = options.device != "cpu"
+    sync = torch.cuda.synchronize if gpu else (lambda: None)
+    kept = sample.SPLIT_BELOW
     sampler = spec("sample_tl")
     config = sampler.bind(options.vocab, torch.float32)
     name = torch.cuda.get_device_name() if gpu else "the host (Triton's interpreter)"
@@ -41,10 +43,12 @@ def main() -> None:
     for batch in (int(b) for b in options.batches.split(",")):
         inputs = examples(sampler).example_inputs(config, batch, Inputs(0, options.device), {"params": "mixed"})
         for path, below in (("the split path", 1 << 30), ("one program a row", 0)):
-            sample.SPLIT_BELOW = below  # read when the factory builds
-            call = _api.kernel_factory("triton", "sample_tl")(options.vocab, torch.float32)
+            sample.SPLIT_BELOW = below  # read when the factory builds, and only then
+            try:
+                call = _api.kernel_factory("triton", "sample_tl")(options.vocab, torch.float32)
+            finally:
+                sample.SPLIT_BELOW = kept
             call(*inputs)  # compiles
-            sync = torch.cuda.synchronize if gpu else (lambda: None)
             sync()
             started = time.perf_counter()
             for _ in range(options.calls):
@@ -59,7 +63,6 @@ def main() -> None:
             print(f"\n## B = {batch}, {path}: {per_call:,.1f} µs a call, back to back (host and device)\n")
             order = "device_time_total" if gpu else "cpu_time_total"
             print(profiled.key_averages().table(sort_by=order, row_limit=12, max_name_column_width=40))
-        sample.SPLIT_BELOW = None
 
 
 if __name__ == "__main__":
