@@ -152,7 +152,7 @@ gpu-sampling-paths:
 	  SECONDS=0; $(call limit,$(SAMPLING_PATHS_CHECK_S)) $(PYTHON) -m pytest -q -p no:cacheprovider -rfE \
 	    tests/kernels/test_sample_split.py -k triton 2>&1 | tail -n 20; echo "pytest: exit status $${PIPESTATUS[0]} after $$SECONDS s"; \
 	  SECONDS=0; $(call limit,$(SAMPLING_PATHS_S)) $(PYTHON) benchmarks/bench_kernels.py --sampling --kernels sample \
-	    --backend triton --modes graph --dtypes float32 --no-compile --name sampling_paths --out $(GPU_OUT); \
+	    --backend triton --modes graph --graph-tokens 1,16,256 --dtypes float32 --no-compile --name sampling_paths --out $(GPU_OUT); \
 	  echo "bench: exit status $$? after $$SECONDS s"; } 2>&1 | tee $(GPU_OUT)/sampling_paths.log
 
 LAYER_S ?= 540

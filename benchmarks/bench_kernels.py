@@ -43,7 +43,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--kernels", help="comma list (default: every memory-bound kernel)")
     parser.add_argument("--modes", help="comma list of stream, graph, host (default: all three; no graph on a CPU)")
     parser.add_argument("--tokens", help="stream mode's token counts (default 1024,8192,32768)")
-    parser.add_argument("--graph-tokens", help="graph mode's token counts (default 1,1024; --moe's 1,8,64)")
+    parser.add_argument("--graph-tokens", help="graph mode's counts (default 1,1024; --moe 1,8,64; --sampling 1-256)")
     parser.add_argument("--dtypes", help="comma list (default bfloat16; --sampling's: float32,bfloat16)")
     parser.add_argument("--compile", action=BooleanOptionalAction, help="the torch.compile peer (default: on CUDA)")
     parser.add_argument("--name", default="kernels", help="the result files' stem (default kernels)")
@@ -73,7 +73,7 @@ def main(argv: list[str] | None = None) -> int:
             options.kernels or ",".join(SAMPLING),
             "sampling" if options.name == "kernels" else options.name,
         )
-        options.tokens, options.graph_tokens = options.tokens or batches, batches
+        options.tokens, options.graph_tokens = options.tokens or batches, options.graph_tokens or batches
     options.dtypes = options.dtypes or ("float32,bfloat16" if options.sampling else "bfloat16")
     device = harness.start(options)
     import torch
