@@ -90,6 +90,24 @@ def test_the_paths_draw_the_same_tokens(kernels, paths, batch, top_p):
     assert bool(_kept(args)[torch.arange(batch), got].all()), "a token outside the reference's kept set"
 
 
+@pytest.mark.parametrize("batch", [1, 3])
+def test_one_row_a_program_draws_the_same_tokens(kernels, paths, monkeypatch, batch):
+    """The split path at one row a program, as a GPU runs it (the interpreter's launches take INTERPRETER_SMS rows;
+    here one): its passes take each row's interval and parameters as scalars (``_row_value``), a branch no other
+    test reaches in the interpreter. The one-program path's tokens, top-k, top-p and min-p among the rows."""
+    if kernels.device != "cpu":
+        pytest.skip("a GPU runs the split path at one row a program in every test")
+    from lazyops._backends.triton import sample as triton_sample
+
+    monkeypatch.setattr(triton_sample, "INTERPRETER_SMS", 1)
+    vocab = 300
+    args = _on(kernels.device, _requests(batch, vocab, top_p=True, seed=11 + batch))
+    args[1][0], args[2][0], args[3][0], args[4][0] = 0.8, 7, 0.9, 0.1  # top-k, top-p, min-p: every pass reads it
+    split, one = paths("split")(vocab, torch.float32), paths("one")(vocab, torch.float32)
+    out = torch.full((batch,), -7, dtype=torch.int64, device=kernels.device)
+    assert torch.equal(split(*args, out=out).cpu(), one(*args).cpu())
+
+
 def test_a_batch_in_groups_draws_the_batch_tokens(kernels, paths):
     """A batch cut into groups of five rows (the last short) on the split path: the one-program path's tokens and
     log-probabilities (the sampled token's and the top 3), every row written (poisoned buffers overwritten), strided rows as given."""

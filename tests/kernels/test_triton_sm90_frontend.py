@@ -21,9 +21,10 @@ import pytest
 pytest.importorskip("triton.backends.nvidia")
 
 #: Compiles ``module.kernel`` for sm_90 with the constexprs and argument types given as JSON (argv); prints
-#: the PTX's line count.
+#: the PTX's line count and the layout conversions of tensors of at least 1024 elements (each goes through shared
+#: memory, every thread storing its share: a kernel's whole tile, where a small value's layout was imposed on it).
 COMPILE = r"""
-import importlib, json, sys
+import importlib, json, math, re, sys
 import triton
 from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
@@ -31,7 +32,11 @@ module, name, constants, types, warps = sys.argv[1], sys.argv[2], json.loads(sys
 kernel = getattr(importlib.import_module(module), name)
 signature = {arg: "constexpr" if arg in constants else types[arg] for arg in kernel.arg_names}
 built = triton.compile(ASTSource(kernel, signature, constants), target=GPUTarget("cuda", 90, 32), options={"num_warps": warps})
-print(json.dumps({"ptx_lines": built.asm["ptx"].count("\n")}))
+wide = [
+    line for line in built.asm["ttgir"].splitlines() if "convert_layout" in line
+    and math.prod(int(d) for d in re.search(r"tensor<((?:\d+x)+)", line.split(":")[-1]).group(1).rstrip("x").split("x")) >= 1024
+]
+print(json.dumps({"ptx_lines": built.asm["ptx"].count("\n"), "wide_conversions": wide}))
 """
 
 
@@ -150,7 +155,14 @@ SPLIT_TYPES = {
 )
 def test_sample_split_path_compiles_for_sm90(name: str, phase: str | None, partials: str, out: str, top_n: int) -> None:
     """The split path's launches as sample_tl passes them at Llama 3's vocabulary: 32 chunks of 4096, a row a
-    program (the finish: FINISH_ROWS rows, a row a program when it merges the top n)."""
+    program (the finish: FINISH_ROWS rows, a row a program when it merges the top n), with no layout conversion of a
+    chunk-wide tensor. Triton 3.6 (the H100's, with torch 2.11) gave a row's interval, computed from the partials'
+    loads, a layout of its own, broadcast each pivot to the chunk's width in it and converted that through shared
+    memory: 15 such conversions in a MASS pass, 44,791 lines of SASS, 110 µs a launch where the scan took 5
+    (2026-12-07). ``_row_value`` makes those values scalars. Triton 3.9 (this project's CI) compiles either form
+    without the conversions, so here this guards the kernels against newer compilers' regressions, and the device's
+    run of this file (``make gpu-check``) against 3.6's; with 3.6's wheel on the path the check fails on the
+    kernel without ``_row_value`` (``PYTHONPATH=<triton 3.6> pytest -k split_path_compiles``)."""
     from lazyops._backends.triton import sample
 
     vocab, block = 128256, 4096
@@ -171,7 +183,8 @@ def test_sample_split_path_compiles_for_sm90(name: str, phase: str | None, parti
     }[name]
     types = {**SAMPLE_TYPES, **SPLIT_TYPES, "partials_ptr": partials or "*i32", "out_ptr": out or "*i64"}
     assert getattr(sample, name).arg_names[-len(constants) :] == list(constants)
-    assert compile_for_sm90("lazyops._backends.triton.sample", name, constants, types, 8)
+    built = compile_for_sm90("lazyops._backends.triton.sample", name, constants, types, 8)
+    assert not built["wide_conversions"], "\n".join(built["wide_conversions"])
 
 
 ALIGN_TYPES = {

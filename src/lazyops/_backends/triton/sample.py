@@ -46,8 +46,9 @@ a top ``n`` whose candidates outnumber a block's elements (``n`` over 128 at 32 
 tile), a row of one block, and batches of at least the SM count (``SPLIT_BELOW``). Scratch (about 33 KB a row at 32
 chunks, every pass's counts and masses kept, and 16 bytes a candidate of the top ``n``: 10 KB at ``n = 20``) is
 allocated per call on the logits' device; the path is chosen from shapes and the factory's flags, never from a value on
-the device, so a call can be captured in a CUDA graph. Unmeasured on a GPU: it trades one SM's serial passes for 18
-launches of a few µs each.
+the device, so a call can be captured in a CUDA graph. It trades one SM's serial passes for 18 launches of a few µs
+each; on an H100 (Triton 3.6) its pass kernel first took 110 µs a launch, a layout conversion of the chunk's tile per
+pivot, which ``_row_value`` removes (decision 015; the fixed kernel's time is not yet measured).
 ``SPLIT_GROUP`` (off by default) also puts a batch of at least the SM count on the split path, a group of that many
 rows at a time, so that every pass after a group's first reads its rows from L2; ``bench_kernels.py --sampling`` times
 it beside the rule, which decides where the default should lie.
@@ -382,6 +383,19 @@ def _fold_z_max(z_max_ptr, row, CHUNKS: tl.constexpr):
 
 
 @triton.jit
+def _row_value(x, ROWS: tl.constexpr):
+    # [ROWS, 1] as a program's row tile takes it. At one row a program (a GPU) the value becomes a scalar: Triton 3.6
+    # gives a [1, 1] computed from the partials' loads a layout of its own and, broadcast against the [1, BLOCK_V]
+    # tile, converts the broadcast tile through shared memory (each thread storing the whole block), once a pivot:
+    # 44,791 lines of SASS and 16,417 shared stores for a MASS pass, 110 µs a launch on an H100 where the scan
+    # took 5. A scalar broadcasts in any layout.
+    if ROWS == 1:
+        return tl.max(tl.reshape(x, [1]), axis=0)
+    else:
+        return x
+
+
+@triton.jit
 def _keep_state(state_ptr, row, live, chunk, lo, hi):
     # chunk 0 of each row writes the row's interval for the next launch (every chunk of the row computed the same)
     if chunk == 0:
@@ -478,10 +492,11 @@ def _split_pass_kernel(
     # the final threshold). k_state_ptr is top-p's first slot (its lo: top-k's key); kept_ptr top-p's first masses
     # (column 0: the kept mass). Rows that ask for nothing this pass (greedy, no top-k, no top-p, or an interval of
     # one key) read no logits.
+    # (the values that meet the chunk's tile pass through _row_value: scalars at one row a program)
     row, live, chunk, partial, cols = _split_rows(M, ROWS, CHUNKS, BLOCK_V)
     j = tl.arange(0, WAYS)[None, :]
     t = tl.load(temperature_ptr + row)
-    inv_t = _inverse_temperature(t)
+    inv_t = _row_value(_inverse_temperature(t), ROWS)
     base = row[:, None] * row_stride
     lo = tl.load(state_ptr + row * 2)[:, None]
     hi = tl.load(state_ptr + row * 2 + 1)[:, None]
@@ -493,12 +508,13 @@ def _split_pass_kernel(
         if PHASE == KEYS:  # noqa: SIM102 - a compile-time branch around a run-time one
             if tl.max(asks.to(tl.int32)) > 0:
                 _, z = _scaled(logits_ptr, base, cols, inv_t, V)
-                above = _count_above(tl.zeros([ROWS, WAYS], tl.int32), _key(z), cols < V, lo, hi, WAYS)
+                row_lo, row_hi = _row_value(lo, ROWS), _row_value(hi, ROWS)
+                above = _count_above(tl.zeros([ROWS, WAYS], tl.int32), _key(z), cols < V, row_lo, row_hi, WAYS)
                 tl.store(out_ptr + partial[:, None] * WAYS + j, above, mask=asks)
     if PHASE != KEYS:
         p = tl.load(top_p_ptr + row)[:, None]
-        min_p = tl.load(min_p_ptr + row)[:, None]
-        z_max = _fold_z_max(z_max_ptr, row, CHUNKS)
+        min_p = _row_value(tl.load(min_p_ptr + row)[:, None], ROWS)
+        z_max = _row_value(_fold_z_max(z_max_ptr, row, CHUNKS), ROWS)
         top = _key(z_max).to(tl.int64)
         if PHASE == FIRST_MASS:  # top-p searches from top-k's key to one past the largest key
             k_key = lo
@@ -516,14 +532,16 @@ def _split_pass_kernel(
             drawing = live & (t != 0)  # a greedy row's token is the scan's
             if tl.max(drawing.to(tl.int32)) > 0:
                 key1, key2 = _race_keys(tl.load(seeds_ptr + row), tl.load(offsets_ptr + row))
+                key1, key2 = _row_value(key1, ROWS), _row_value(key2, ROWS)
                 _, z = _scaled(logits_ptr, base, cols, inv_t, V)
-                won, won_id = _race(z, z_max, cols, min_p, lo, key1, key2, V)
+                won, won_id = _race(z, z_max, cols, min_p, _row_value(lo, ROWS), key1, key2, V)
                 tl.store(out_ptr + partial, won, mask=drawing)
                 tl.store(out_id_ptr + partial, won_id, mask=drawing)
         elif tl.max(unsettled.to(tl.int32)) > 0:
             _, z = _scaled(logits_ptr, base, cols, inv_t, V)
+            row_lo, row_hi, row_k_key = _row_value(lo, ROWS), _row_value(hi, ROWS), _row_value(k_key, ROWS)
             e = tl.exp(z - z_max)
-            mass = _mass_above(tl.zeros([ROWS, WAYS], tl.float32), e, _key(z), min_p, k_key, lo, hi, WAYS)
+            mass = _mass_above(tl.zeros([ROWS, WAYS], tl.float32), e, _key(z), min_p, row_k_key, row_lo, row_hi, WAYS)
             tl.store(out_ptr + partial[:, None] * WAYS + j, mass, mask=unsettled)
     _keep_state(next_state_ptr, row, live, chunk, lo, hi)
 
