@@ -569,11 +569,16 @@ def test_the_gpu_script_runs_on_the_host(tmp_path):
 
 def test_the_h100s_split_rule_takes_what_its_sweep_measured_fastest():
     """benchmarks/results/h100/attention.md (2026-12-06), decode over 1024 keys: split 16 at batch 1 (6.3 µs, against
-    8.6 at the H200 rule's 4) and 8 at batch 4 (10.0 µs against 10.9); 16 x 1024 and 8192 keys unchanged."""
+    8.6 at the H200 rule's 4) and 8 at batch 4 (10.0 µs against 10.9); 16 x 1024 unchanged. Long sequences
+    (2026-12-07's sweep, decision 010): 64 x 8192 split 2 (710.0 µs against 764.8 unsplit), 64 x 32768 split 4
+    (2,755.7 against 3,124.0), 16 x 32768 split 8 (706.7 against 738.8 at the fill rule's 2); 256 sequences, which
+    fill the GPU 15 times over, stay unsplit."""
     from lazyops._backends.triton.paged_attention import attention_table, plan
 
     table = attention_table("NVIDIA H100 80GB HBM3")
     config = ATTENTION.bind(32, 8, 128, torch.bfloat16, block_size=16, max_seq_len=1024)
     assert [plan(config, b, b, 64, 132, table).segments for b in (1, 4, 16, 64)] == [16, 8, 2, 1]
     longer = ATTENTION.bind(32, 8, 128, torch.bfloat16, block_size=16, max_seq_len=8192)
-    assert [plan(longer, b, b, 512, 132, table).segments for b in (1, 4, 16)] == [32, 8, 2]
+    assert [plan(longer, b, b, 512, 132, table).segments for b in (1, 4, 16, 64, 256)] == [32, 8, 2, 2, 1]
+    longest = ATTENTION.bind(32, 8, 128, torch.bfloat16, block_size=16, max_seq_len=32768)
+    assert [plan(longest, b, b, 2048, 132, table).segments for b in (1, 4, 16, 64, 256)] == [32, 8, 8, 4, 1]

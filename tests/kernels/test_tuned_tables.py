@@ -105,6 +105,9 @@ def test_every_triton_attention_tile_compiles_as_the_kernel_takes_it() -> None:
         rule = table.split
         assert min(rule.max_tokens, rule.programs_per_sm, rule.min_segment_keys, table.prefill_queries) >= 1, device
         assert power_of_two(rule.max_segments), device
+        # long sequences' segments (0: off) are longer than the shortest, within more programs an SM than the fill's
+        assert rule.long_segment_keys == 0 or rule.long_segment_keys >= rule.min_segment_keys, device
+        assert rule.long_segment_keys == 0 or rule.max_programs_per_sm >= rule.programs_per_sm, device
 
 
 def test_every_triton_fp8_gemm_tile_compiles_as_the_kernel_takes_it() -> None:

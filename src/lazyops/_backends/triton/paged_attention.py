@@ -80,12 +80,16 @@ class SplitRule:
     """The numbers of the split-KV rule (:func:`split_segments`): calls of at most ``max_tokens`` query tokens split
     each sequence's keys into segments, as many as bring the busy programs to ``programs_per_sm`` an SM, at most
     ``max_segments`` and no more than leave ``min_segment_keys`` keys a segment of the longest sequence the call can
-    hold."""
+    hold. Long sequences split further, into segments of ``long_segment_keys`` keys (0: never), while the busy
+    programs stay within ``max_programs_per_sm`` an SM: a batch that already fills the GPU once (64 sequences of 8 kv
+    heads on 132 SMs) still gains from evening out its programs' long reads (decision 010)."""
 
     max_tokens: int
     programs_per_sm: int
     min_segment_keys: int
     max_segments: int
+    long_segment_keys: int = 0
+    max_programs_per_sm: int = 0
 
 
 @dataclass(frozen=True)
@@ -157,14 +161,19 @@ def split_segments(
     A decode-like call (at most ``rule.max_tokens`` tokens) has at most ``min(tokens, query_blocks) * Hk`` programs
     with work; each reads a whole sequence's keys of its kv head. Splitting the keys into ``S`` segments multiplies
     them by ``S`` and adds a merge (its workspace ``T * Hq * S * (D + 2)`` float32 values written and read again):
-    ``S`` is the largest power of two that keeps the busy programs within ``rule.programs_per_sm`` an SM, and the
-    longest sequence the call can hold (``min(max_seq_len, width * block_size)``: no sequence has more keys than its
-    table row) at ``rule.min_segment_keys`` keys a segment or more."""
+    ``S`` is the largest power of two that keeps the busy programs within ``rule.programs_per_sm`` an SM, or, where
+    that is fewer, cuts the longest sequence into segments of ``rule.long_segment_keys`` keys within
+    ``rule.max_programs_per_sm`` an SM; and that leaves the longest sequence the call can hold
+    (``min(max_seq_len, width * block_size)``: no sequence has more keys than its table row) at
+    ``rule.min_segment_keys`` keys a segment or more, in at most ``rule.max_segments``."""
     if tokens > rule.max_tokens:
         return 1
     busy = max(1, min(tokens, query_blocks) * config.num_kv_heads)
     longest = min(config.max_seq_len, width * config.block_size)
-    wanted = min(rule.programs_per_sm * sms // busy, rule.max_segments, longest // rule.min_segment_keys)
+    wanted = rule.programs_per_sm * sms // busy
+    if rule.long_segment_keys:
+        wanted = max(wanted, min(longest // rule.long_segment_keys, rule.max_programs_per_sm * sms // busy))
+    wanted = min(wanted, rule.max_segments, longest // rule.min_segment_keys)
     return 1 << (wanted.bit_length() - 1) if wanted > 1 else 1
 
 
