@@ -361,3 +361,8 @@ def test_the_sampler_profile_runs_on_the_host():
     result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     assert "## B = 1, the split path:" in result.stdout and "## B = 1, one program a row:" in result.stdout
+    # --launches: each of the split path's 18 launches timed alone, in call order
+    result = subprocess.run([*command, "--launches"], env=env, capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    launches = [line for line in result.stdout.splitlines() if line.startswith("launch ")]
+    assert [line.split()[2].rstrip(":") for line in launches] == ["scan", *["pass"] * 16, "finish"], launches
