@@ -612,6 +612,24 @@ def split_sampler(group: int | str | None) -> Callable[[Any], Any]:
     return build
 
 
+def searching_sampler(bits: int) -> Callable[[Any], Any]:
+    """``build(example) -> call`` of Triton's ``sample_tl`` by its rule, its threshold searches settling ``bits`` bits
+    of the key a pass (``SEARCH_BITS`` set while the factory builds; the module's 4: 15 pivots a pass, 8 passes a
+    search; 2: 3 pivots, 16 passes; 1: the bisection): on a GPU a pass costs its pivots' arithmetic more than its
+    read (decision 015), which these candidates weigh against the reads they add."""
+    from lazyops import _api
+    from lazyops._backends.triton import sample
+
+    def build(chosen: Any) -> Any:
+        kept, sample.SEARCH_BITS = sample.SEARCH_BITS, bits
+        try:
+            return _api.kernel_factory("triton", "sample_tl")(*chosen.args, **chosen.kwargs)
+        finally:
+            sample.SEARCH_BITS = kept
+
+    return build
+
+
 def tiled_matmul(backend: str, n: int, k: int, dtype: Any, tile: Mapping[str, Any]) -> Callable[..., Any]:
     """``call(a, b) -> c`` of ``backend``'s GEMM with the tiling ``tile`` (its own tile type's fields, and ``split``),
     whatever its rule would pick: what ``bench_gemm.py --sweep`` times. Triton: ``matmul.Tiling``; TileLang:

@@ -118,6 +118,8 @@ def main(argv: list[str] | None = None) -> int:
                         bench.Impl("triton split, one group", "candidate", harness.split_sampler(None)),
                         bench.Impl("triton split, SM-count groups", "candidate", harness.split_sampler(0)),
                         bench.Impl("triton split, half-L2 groups", "candidate", harness.split_sampler("l2")),
+                        bench.Impl("triton, 4-way searches", "candidate", harness.searching_sampler(2)),
+                        bench.Impl("triton, bisections", "candidate", harness.searching_sampler(1)),
                     ]
                 common: dict[str, Any] = {"device": device, "small": small, "progress": say}
                 if "stream" in modes:

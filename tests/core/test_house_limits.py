@@ -32,6 +32,7 @@ BENCHMARK_SHARES = {
     "fp8 GEMM tiles: bench_gemm.py --fp8 --sweep triton, rows of configs/matmul_fp8.json as candidates (issue 35)": 30,
     "MoE experts: bench_kernels.py --moe (balanced routing, torch._grouped_mm, --tiles), the graph sampler (issue 36)": 95,
     "sampling's paths: --sampling times Triton's split path over all rows, in SM-count and half-L2 groups (issue 37)": 29,
+    "sampling's searches: --sampling times Triton's 4-way searches and bisections beside its 16-way (issue 37)": 20,
 }
 BENCHMARK_LINES = sum(BENCHMARK_SHARES.values())
 RESULT_BYTES = 1 << 20
