@@ -366,3 +366,17 @@ def test_the_sampler_profile_runs_on_the_host():
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     launches = [line for line in result.stdout.splitlines() if line.startswith("launch ")]
     assert [line.split()[2].rstrip(":") for line in launches] == ["scan", *["pass"] * 16, "finish"], launches
+
+
+def test_the_sampler_sass_script_compiles_a_kernel():
+    """``scripts/sampler_sass.py`` (decision 015's counts) compiles the split path's scan for sm_90 on the host and
+    prints its row: no conversion of a chunk-wide tensor, under this project's Triton."""
+    pytest.importorskip("triton.backends.nvidia")
+    env = {key: value for key, value in os.environ.items() if key != "TRITON_INTERPRET"}
+    script = BENCHMARKS.parent / "scripts" / "sampler_sass.py"
+    result = subprocess.run(
+        [sys.executable, str(script), "--kernels", "scan"], env=env, capture_output=True, text=True, timeout=600
+    )
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    row = next(line for line in result.stdout.splitlines() if line.startswith("| scan |"))
+    assert row.rstrip(" |").endswith("| 0"), row

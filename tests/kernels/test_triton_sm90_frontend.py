@@ -158,7 +158,7 @@ def test_sample_split_path_compiles_for_sm90(name: str, phase: str | None, parti
     program (the finish: FINISH_ROWS rows, a row a program when it merges the top n), with no layout conversion of a
     chunk-wide tensor. Triton 3.6 (the H100's, with torch 2.11) gave a row's interval, computed from the partials'
     loads, a layout of its own, broadcast each pivot to the chunk's width in it and converted that through shared
-    memory: 15 such conversions in a MASS pass, 44,791 lines of SASS, 110 µs a launch where the scan took 5
+    memory: 16 such conversions in a MASS pass, 44,791 lines of SASS, 110 µs a launch where the scan took 5
     (2026-12-07). ``_row_value`` makes those values scalars. Triton 3.9 (this project's CI) compiles either form
     without the conversions, so here this guards the kernels against newer compilers' regressions, and the device's
     run of this file (``make gpu-check``) against 3.6's; with 3.6's wheel on the path the check fails on the
