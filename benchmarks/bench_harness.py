@@ -587,14 +587,24 @@ def tiled_fused_moe(tiles: Sequence[int]) -> Callable[[Any], Any]:
     return lambda config: fused_moe.build_fused_moe(config, choose=lambda *_: chosen)
 
 
+def sampler_with(chosen: Any, **settings: Any) -> Any:
+    """Triton's ``sample_tl`` for ``chosen`` (an example's factory arguments), built with its module's ``settings``
+    (``SPLIT_BELOW``, ``SPLIT_GROUP``, ``SEARCH_BITS``: read when a factory builds, and only then) in place."""
+    from unittest import mock
+
+    from lazyops import _api
+    from lazyops._backends.triton import sample
+
+    with mock.patch.multiple(sample, **settings):
+        return _api.kernel_factory("triton", "sample_tl")(*chosen.args, **chosen.kwargs)
+
+
 def split_sampler(group: int | str | None) -> Callable[[Any], Any]:
     """``build(example) -> call`` of Triton's ``sample_tl`` with its split path at every batch size (``SPLIT_BELOW``
     set while the factory builds), all rows at once (``group`` None) or ``group`` rows at a time (``SPLIT_GROUP``; 0:
     the GPU's SM count; "l2": the rows that fill half the L2, so that a group's later passes read from it):
     ``bench_kernels.py --sampling``'s candidates beside the rule's row, which keeps a batch of at least the SM count
     on one program a row. They say where the rule's bound should lie."""
-    from lazyops import _api
-    from lazyops._backends.triton import sample
 
     def build(chosen: Any) -> Any:
         import torch
@@ -602,12 +612,7 @@ def split_sampler(group: int | str | None) -> Callable[[Any], Any]:
         gpu = torch.cuda.get_device_properties()
         row_bytes = chosen.args[0] * chosen.args[1].itemsize  # sample_tl(V, dtype, ...)
         rows = {0: gpu.multi_processor_count, "l2": max(1, gpu.L2_cache_size // 2 // row_bytes)}.get(group, group)
-        kept = sample.SPLIT_BELOW, sample.SPLIT_GROUP
-        sample.SPLIT_BELOW, sample.SPLIT_GROUP = 1 << 30, rows
-        try:
-            return _api.kernel_factory("triton", "sample_tl")(*chosen.args, **chosen.kwargs)
-        finally:
-            sample.SPLIT_BELOW, sample.SPLIT_GROUP = kept
+        return sampler_with(chosen, SPLIT_BELOW=1 << 30, SPLIT_GROUP=rows)
 
     return build
 
@@ -617,17 +622,7 @@ def searching_sampler(bits: int) -> Callable[[Any], Any]:
     of the key a pass (``SEARCH_BITS`` set while the factory builds; the module's 4: 15 pivots a pass, 8 passes a
     search; 2: 3 pivots, 16 passes; 1: the bisection): on a GPU a pass costs its pivots' arithmetic more than its
     read (decision 015), which these candidates weigh against the reads they add."""
-    from lazyops import _api
-    from lazyops._backends.triton import sample
-
-    def build(chosen: Any) -> Any:
-        kept, sample.SEARCH_BITS = sample.SEARCH_BITS, bits
-        try:
-            return _api.kernel_factory("triton", "sample_tl")(*chosen.args, **chosen.kwargs)
-        finally:
-            sample.SEARCH_BITS = kept
-
-    return build
+    return lambda chosen: sampler_with(chosen, SEARCH_BITS=bits)
 
 
 def tiled_matmul(backend: str, n: int, k: int, dtype: Any, tile: Mapping[str, Any]) -> Callable[..., Any]:

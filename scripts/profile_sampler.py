@@ -18,6 +18,7 @@ import os
 import time
 from collections.abc import Callable
 from typing import Any
+from unittest import mock
 
 
 def main() -> None:
@@ -42,7 +43,6 @@ def main() -> None:
 
     gpu = options.device != "cpu"
     sync = torch.cuda.synchronize if gpu else (lambda: None)
-    kept = sample.SPLIT_BELOW
     sampler = spec("sample_tl")
     config = sampler.bind(options.vocab, torch.float32)
     name = torch.cuda.get_device_name() if gpu else "the host (Triton's interpreter)"
@@ -50,14 +50,11 @@ def main() -> None:
     for batch in (int(b) for b in options.batches.split(",")):
         inputs = examples(sampler).example_inputs(config, batch, Inputs(0, options.device), {"params": "mixed"})
         if options.launches:
-            time_launches(sample, config, inputs, options, sync)
+            time_launches(sample, inputs, options, sync)
             continue
         for path, below in (("the split path", 1 << 30), ("one program a row", 0)):
-            sample.SPLIT_BELOW = below  # read when the factory builds, and only then
-            try:
+            with mock.patch.object(sample, "SPLIT_BELOW", below):  # read when the factory builds, and only then
                 call = _api.kernel_factory("triton", "sample_tl")(options.vocab, torch.float32)
-            finally:
-                sample.SPLIT_BELOW = kept
             call(*inputs)  # compiles
             sync()
             started = time.perf_counter()
@@ -75,18 +72,27 @@ def main() -> None:
             print(profiled.key_averages().table(sort_by=order, row_limit=12, max_name_column_width=40))
 
 
-def time_launches(sample: Any, config: Any, inputs: tuple[Any, ...], options: Any, sync: Callable[[], Any]) -> None:
-    """Each launch of the split path (built here, whatever the batch) timed alone over ``options.calls`` calls:
-    the median µs of each launch in call order, then each binary's registers and spills (Triton's own counts)."""
+def time_launches(sample: Any, inputs: tuple[Any, ...], options: Any, sync: Callable[[], Any]) -> None:
+    """Each launch of the split path (the factory's own, whatever the batch) timed alone over ``options.calls``
+    calls: the median µs of each launch in call order, then each binary's registers and spills (Triton's own
+    counts)."""
     import statistics
 
     import torch
 
+    from lazyops import _api
+
     gpu = options.device != "cpu"
-    interpret = not gpu
-    block = sample.INTERPRETER_BLOCK if interpret else sample.TILE
-    chunks = -(-options.vocab // block)
-    path = sample._SplitPath(config, block, chunks, 1 << 30, sample.INTERPRETER_SMS if interpret else 1)
+    built: list[Any] = []
+
+    class Recorded(sample._SplitPath):  # the path the factory builds, kept for its launchers
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            super().__init__(*args, **kwargs)
+            built.append(self)
+
+    with mock.patch.multiple(sample, SPLIT_BELOW=1 << 30, _SplitPath=Recorded):
+        call = _api.kernel_factory("triton", "sample_tl")(options.vocab, inputs[0].dtype)
+    (path,) = built
     times: dict[int, list[float]] = {}
     labels: dict[int, str] = {}
     order = [0]
@@ -116,20 +122,16 @@ def time_launches(sample: Any, config: Any, inputs: tuple[Any, ...], options: An
         path.phase[phase] = timed(f"pass {('keys', 'first mass', 'mass', 'draw')[phase.value]}", launcher)
     for key, launcher in list(path.finish.items()):
         path.finish[key] = timed("finish", launcher)
-    out = torch.empty(inputs[0].shape[0], dtype=torch.int64, device=inputs[0].device)
-    requests = inputs[:7]
-    print(f"\n## B = {inputs[0].shape[0]}, the split path launch by launch ({chunks} chunks of {block}):", end=" ")
+    print(f"\n## B = {inputs[0].shape[0]}, the split path launch by launch ({path.chunks} chunks):", end=" ")
     print("temperature", inputs[1].tolist()[:4], "top_k", inputs[2].tolist()[:4], "top_p", inputs[3].tolist()[:4])
     for _ in range(options.calls + 1):  # the first compiles
         order[0] = 0
-        path(*requests, None, None, None, out)
+        call(*inputs)
     for index in sorted(times):
         print(f"launch {index:2d} {labels[index]:>16}: {statistics.median(times[index][1:]):10.1f} µs")
     if not gpu:
         return
-    kernels = {id(sample._split_scan_kernel): sample._split_scan_kernel}
-    kernels |= {id(k): k for k in (sample._split_pass_kernel, sample._split_finish_kernel)}
-    for kernel in kernels.values():
+    for kernel in (sample._split_scan_kernel, sample._split_pass_kernel, sample._split_finish_kernel):
         for device_cache in kernel.device_caches.values():
             for key, binary in device_cache[0].items():
                 name = f"{kernel.__name__}_{abs(hash(key)) % 10**8}.cubin"

@@ -14,11 +14,7 @@ shows it, and that the fix holds, without a device.
 from __future__ import annotations
 
 import argparse
-import math
-import re
-import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
 CHECKOUT = Path(__file__).resolve().parents[1]
@@ -37,25 +33,22 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n", maxsplit=1)[0])
     parser.add_argument("--kernels", default=",".join(KERNELS), help=f"comma list of {', '.join(KERNELS)}")
     options = parser.parse_args()
+    unknown = [name for name in options.kernels.split(",") if name not in KERNELS]
+    if unknown:
+        parser.error(f"--kernels {','.join(unknown)}: not among {', '.join(KERNELS)}")
     sys.path[:0] = [str(CHECKOUT / "src"), str(CHECKOUT / "tests" / "kernels")]
     import triton
-    from test_triton_sm90_frontend import SAMPLE_TYPES, SPLIT_TYPES  # the launches' argument types, kept there
-    from triton.backends.compiler import GPUTarget
-    from triton.compiler import ASTSource
+    from test_triton_sm90_frontend import SAMPLE_TYPES, SPLIT_TYPES, compile_for_sm90  # the launches' types
 
     from lazyops._backends.triton import sample
 
-    cuobjdump = Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "cuobjdump"
     ways = 2**sample.SEARCH_BITS
     shape = {"V": 128256, "BLOCK_V": 4096, "CHUNKS": 32, "ROWS": 1, "WAYS": ways}
     print(f"Triton {triton.__version__}, sm_90, 8 warps, V = 128256 in blocks of 4096, a row a program")
     print("| kernel | SASS lines | shared stores | barriers | registers, stack | wide conversions |")
     print("| --- | --- | --- | --- | --- | --- |")
     for name in options.kernels.split(","):
-        if name not in KERNELS:
-            parser.error(f"--kernels {name!r}: not one of {', '.join(KERNELS)}")
         function, extra, pointers = KERNELS[name]
-        kernel = getattr(sample, function)
         if pointers is None:  # the one-program kernel: the vocabulary at run time
             constants = {"BLOCK_V": 4096, "ROWS": 1, "LOGPROB": False, "TOP_N": 0, "WAYS": ways}
             constants["KEY_PASSES"] = -(-32 // sample.SEARCH_BITS)
@@ -64,24 +57,12 @@ def main() -> None:
             phase = {"PHASE": getattr(sample, extra["PHASE"]).value} if "PHASE" in extra else extra
             constants = {**shape, **phase}
             types = {**SAMPLE_TYPES, **SPLIT_TYPES, "partials_ptr": pointers[0], "out_ptr": pointers[1]}
-        signature = {arg: "constexpr" if arg in constants else types[arg] for arg in kernel.arg_names}
-        source = ASTSource(kernel, signature, constants)
-        built = triton.compile(source, target=GPUTarget("cuda", 90, 32), options={"num_warps": 8})
-        with tempfile.NamedTemporaryFile(suffix=".cubin") as cubin:
-            cubin.write(built.asm["cubin"])
-            cubin.flush()
-            dump = [str(cuobjdump), cubin.name]
-            sass = subprocess.run([*dump, "-sass"], check=True, capture_output=True, text=True).stdout
-            usage = subprocess.run([*dump, "--dump-resource-usage"], check=True, capture_output=True, text=True).stdout
-        resources = re.search(r"REG:(\d+) STACK:(\d+)", usage)
-        wide = sum(
-            math.prod(int(d) for d in match.group(1).rstrip("x").split("x")) >= 1024
-            for line in built.asm["ttgir"].splitlines()
-            if "convert_layout" in line and (match := re.search(r"tensor<((?:\d+x)+)", line.split(":")[-1]))
+        built = compile_for_sm90("lazyops._backends.triton.sample", function, constants, types, 8)
+        sass = built["sass"]
+        print(
+            f"| {name} | {sass['lines']:,} | {sass['shared_stores']:,} | {sass['barriers']} |",
+            f"{sass['registers']}, {sass['stack']} B | {len(built['wide_conversions'])} |",
         )
-        stores, barriers = len(re.findall(r"\bSTS\b", sass)), len(re.findall(r"\bBAR\b", sass))
-        registers = f"{resources.group(1)}, {resources.group(2)} B" if resources else "?"
-        print(f"| {name} | {sass.count(chr(10)):,} | {stores:,} | {barriers} | {registers} | {wide} |")
 
 
 if __name__ == "__main__":

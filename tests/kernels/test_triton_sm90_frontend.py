@@ -21,10 +21,12 @@ import pytest
 pytest.importorskip("triton.backends.nvidia")
 
 #: Compiles ``module.kernel`` for sm_90 with the constexprs and argument types given as JSON (argv); prints
-#: the PTX's line count and the layout conversions of tensors of at least 1024 elements (each goes through shared
-#: memory, every thread storing its share: a kernel's whole tile, where a small value's layout was imposed on it).
+#: the PTX's line count, the layout conversions of tensors of at least 1024 elements (each goes through shared
+#: memory, every thread storing its share: a kernel's whole tile, where a small value's layout was imposed on it)
+#: and the SASS's counts by Triton's own cuobjdump (lines, shared stores, barriers, registers, stack bytes), which
+#: ``scripts/sampler_sass.py`` prints.
 COMPILE = r"""
-import importlib, json, math, re, sys
+import importlib, json, math, pathlib, re, subprocess, sys, tempfile
 import triton
 from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
@@ -36,7 +38,16 @@ wide = [
     line for line in built.asm["ttgir"].splitlines() if "convert_layout" in line
     and math.prod(int(d) for d in re.search(r"tensor<((?:\d+x)+)", line.split(":")[-1]).group(1).rstrip("x").split("x")) >= 1024
 ]
-print(json.dumps({"ptx_lines": built.asm["ptx"].count("\n"), "wide_conversions": wide}))
+with tempfile.NamedTemporaryFile(suffix=".cubin") as cubin:
+    cubin.write(built.asm["cubin"])
+    cubin.flush()
+    dump = [str(pathlib.Path(triton.__file__).parent / "backends/nvidia/bin/cuobjdump"), cubin.name]
+    code = subprocess.run([*dump, "-sass"], check=True, capture_output=True, text=True).stdout
+    usage = subprocess.run([*dump, "--dump-resource-usage"], check=True, capture_output=True, text=True).stdout
+registers, stack = map(int, re.search(r"REG:(\d+) STACK:(\d+)", usage).groups())
+sass = {"lines": code.count("\n"), "shared_stores": len(re.findall(r"\bSTS\b", code)),
+        "barriers": len(re.findall(r"\bBAR\b", code)), "registers": registers, "stack": stack}
+print(json.dumps({"ptx_lines": built.asm["ptx"].count("\n"), "wide_conversions": wide, "sass": sass}))
 """
 
 
